@@ -1,0 +1,91 @@
+"""tape: reverse-mode automatic differentiation on a flat Wengert list, compiled with Numba.
+
+Eager, PyTorch-style::
+
+    import tape as tp
+    w = tp.tensor(2.0, requires_grad=True)
+    loss = (3 * w - 1).square()
+    loss.backward()
+    w.grad            # tensor(30.)
+
+Record once, replay many::
+
+    t = tp.record(lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum(), x0)
+    g = t.gradient(x1)
+
+See README.md for the full tour.
+"""
+
+from tape import ops as _ops  # noqa: F401  (fills the registry before anything compiles)
+from tape._generated import sweeps as _sweeps
+from tape._tensor import (
+    GradFn,
+    Tensor,
+    arange,
+    as_tensor,
+    bool_,
+    enable_grad,
+    eye,
+    float32,
+    float64,
+    full,
+    full_like,
+    int32,
+    int64,
+    is_grad_enabled,
+    linspace,
+    no_grad,
+    ones,
+    ones_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from tape.core import ReplayError, Tape, load
+from tape.functional import *  # noqa: F401,F403
+from tape.functional import __all__ as _functional_all
+from tape.record import record
+from tape.testing import GradcheckError, gradcheck
+
+__version__ = "0.1.0"
+
+double = float64
+float = float32  # noqa: A001  (torch.float is float32)
+long = int64
+bool = bool_  # noqa: A001
+
+__all__ = [
+    "Tape", "Tensor", "GradFn", "ReplayError", "GradcheckError", "record", "load", "gradcheck",
+    "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
+    "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
+    "float64", "float32", "int64", "int32", "bool_", "warmup",
+] + list(_functional_all)  # fmt: skip
+
+
+def _check_fresh():
+    import warnings
+
+    from tape import _codegen as _codegen_mod
+
+    try:
+        fresh = _sweeps.FINGERPRINT == _codegen_mod.fingerprint()
+    except OSError:  # sources not readable (zipped install): nothing to compare
+        return
+    if not fresh:
+        warnings.warn(
+            "tape's generated sweeps are stale (an op rule changed): run `python -m tape._codegen`",
+            stacklevel=2,
+        )
+
+
+_check_fresh()
+
+
+def warmup(dtypes=("float64",)):
+    """Compile (or load from Numba's cache) the sweeps for ``dtypes`` now, instead of at the
+    first op. A cold compile takes tens of seconds; a cached load well under one."""
+    import numpy as np
+
+    for d in dtypes:
+        t = record(lambda x: (x * x).sum(), np.ones(2, np.dtype(d)))
+        t.gradient(np.ones(2, np.dtype(d)))

@@ -1,0 +1,14 @@
+"""Every Numba option tape uses, in one place.
+
+``error_model="numpy"`` gives IEEE results (``1/0 -> inf``, the same as CUDA) and lets Numba
+vectorise divisions; ``fastmath`` stays off because it lets ``np.isnan`` miss NaNs.
+Globals are frozen into Numba's cache, so nothing here may change at run time: pass flags as
+arguments instead.
+"""
+
+SWEEP_JIT = dict(cache=True, nogil=True, error_model="numpy")
+"""Options of the cached sweeps and drivers (``tape/_generated/sweeps.py``)."""
+
+KERNEL_JIT = dict(nogil=True, error_model="numpy")
+"""Options of the op kernels and scalar rules. They are compiled into the sweeps; their own
+cache would be stale the moment a rule changes, so they are not cached on their own."""

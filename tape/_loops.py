@@ -1,0 +1,266 @@
+"""Compiled loops shared by the op kernels.
+
+The elementwise loops take the op's scalar rule as their first argument; Numba compiles one
+specialisation per rule and LLVM inlines the rule, so each loop is as fast as a hand-written
+one. Inside each loop, slice views come first and the loop indexes the views (indexing the
+arena with ``data[a + j]`` blocks vectorisation).
+"""
+
+import numpy as np
+from numba import njit
+
+from tape._config import KERNEL_JIT
+from tape._layout import (
+    B_KIND,
+    B_NDIM,
+    B_OFF,
+    B_SHAPE,
+    B_SIZE,
+    CONST,
+    E_ATTR,
+    E_IN0,
+    E_IN1,
+    E_IN2,
+    E_OUT,
+    SAME,
+    SCALAR0,
+    SCALAR1,
+)
+
+_jit = njit(**KERNEL_JIT)
+# Loops that take a rule as an argument are inlined into the sweep at Numba-IR level: a
+# function passed as a run-time argument to a separately compiled loop would make the sweep
+# uncacheable (Numba embeds the dispatcher's address).
+_loop = njit(inline="always", **KERNEL_JIT)
+
+
+@_jit
+def strided_offsets(ipool, p_shape, p_strides, nd, base):
+    """Offsets ``base + sum_k idx_k * strides_k`` for every multi-index of ``shape``, in
+    C order. ``shape`` and ``strides`` are ``nd`` ints at ``p_shape`` / ``p_strides`` in
+    ``ipool``."""
+    n = 1
+    for k in range(nd):
+        n *= ipool[p_shape + k]
+    off = np.empty(n, np.int64)
+    if n == 0:
+        return off
+    idx = np.zeros(max(nd, 1), np.int64)
+    cur = base
+    for j in range(n):
+        off[j] = cur
+        k = nd - 1
+        while k >= 0:
+            idx[k] += 1
+            cur += ipool[p_strides + k]
+            if idx[k] < ipool[p_shape + k]:
+                break
+            cur -= ipool[p_strides + k] * ipool[p_shape + k]
+            idx[k] = 0
+            k -= 1
+    return off
+
+
+@_jit
+def bcast_offsets(ipool, p, k):
+    """Offsets into input ``k`` for each output element of a GENERAL broadcast block at ``p``."""
+    nd = ipool[p + 1]
+    return strided_offsets(ipool, p + 2, p + 2 + nd * (1 + k), nd, 0)
+
+
+@_jit
+def view(bufs, data, b):
+    o = bufs[b, B_OFF]
+    return data[o : o + bufs[b, B_SIZE]]
+
+
+@_jit
+def active(bufs, b):
+    return bufs[b, B_KIND] != CONST
+
+
+@_jit
+def shape_of(bufs, ipool, b):
+    nd = bufs[b, B_NDIM]
+    p = bufs[b, B_SHAPE]
+    return ipool[p : p + nd]
+
+
+# ---------------------------------------------------------------- unary
+
+
+@_loop
+def unary_fwd(f, i, entries, bufs, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = f(x[j])
+
+
+@_loop
+def unary_rev(r, i, entries, bufs, data, grad):
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    gx = view(bufs, grad, a)
+    for j in range(y.shape[0]):
+        gx[j] += r(x[j], y[j], gy[j])
+
+
+# ---------------------------------------------------------------- binary
+
+
+@_loop
+def binary_fwd(f, i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    mode = ipool[p]
+    n = y.shape[0]
+    if mode == SAME:
+        for j in range(n):
+            y[j] = f(x0[j], x1[j])
+    elif mode == SCALAR0:
+        s = x0[0]
+        for j in range(n):
+            y[j] = f(s, x1[j])
+    elif mode == SCALAR1:
+        s = x1[0]
+        for j in range(n):
+            y[j] = f(x0[j], s)
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        for j in range(n):
+            y[j] = f(x0[o0[j]], x1[o1[j]])
+
+
+@_loop
+def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = d0 and active(bufs, a)
+    act1 = d1 and active(bufs, b)
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    g0 = view(bufs, grad, a)
+    g1 = view(bufs, grad, b)
+    p = entries[i, E_ATTR]
+    mode = ipool[p]
+    n = y.shape[0]
+    if mode == SAME:
+        if act0:
+            for j in range(n):
+                g0[j] += r0(x0[j], x1[j], y[j], gy[j])
+        if act1:
+            for j in range(n):
+                g1[j] += r1(x0[j], x1[j], y[j], gy[j])
+    elif mode == SCALAR0:
+        s = x0[0]
+        if act0:
+            acc = 0.0
+            for j in range(n):
+                acc += r0(s, x1[j], y[j], gy[j])
+            g0[0] += acc
+        if act1:
+            for j in range(n):
+                g1[j] += r1(s, x1[j], y[j], gy[j])
+    elif mode == SCALAR1:
+        s = x1[0]
+        if act0:
+            for j in range(n):
+                g0[j] += r0(x0[j], s, y[j], gy[j])
+        if act1:
+            acc = 0.0
+            for j in range(n):
+                acc += r1(x0[j], s, y[j], gy[j])
+            g1[0] += acc
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        if act0:
+            for j in range(n):
+                g0[o0[j]] += r0(x0[o0[j]], x1[o1[j]], y[j], gy[j])
+        if act1:
+            for j in range(n):
+                g1[o1[j]] += r1(x0[o0[j]], x1[o1[j]], y[j], gy[j])
+
+
+# ---------------------------------------------------------------- ternary
+
+
+@_loop
+def ternary_fwd(f, i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    x2 = view(bufs, data, entries[i, E_IN2])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n = y.shape[0]
+    if ipool[p] == SAME:
+        for j in range(n):
+            y[j] = f(x0[j], x1[j], x2[j])
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        o2 = bcast_offsets(ipool, p, 2)
+        for j in range(n):
+            y[j] = f(x0[o0[j]], x1[o1[j]], x2[o2[j]])
+
+
+@_loop
+def _ternary_rev_one(r, k, x0, x1, x2, y, gy, gk, ipool, p):
+    n = y.shape[0]
+    if ipool[p] == SAME:
+        for j in range(n):
+            gk[j] += r(x0[j], x1[j], x2[j], y[j], gy[j])
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        o2 = bcast_offsets(ipool, p, 2)
+        ok = bcast_offsets(ipool, p, k)
+        for j in range(n):
+            gk[ok[j]] += r(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
+
+
+@_loop
+def ternary_rev(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    c = entries[i, E_IN2]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    x2 = view(bufs, data, c)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    p = entries[i, E_ATTR]
+    if d0 and active(bufs, a):
+        _ternary_rev_one(r0, 0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
+    if d1 and active(bufs, b):
+        _ternary_rev_one(r1, 1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
+    if d2 and active(bufs, c):
+        _ternary_rev_one(r2, 2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
+
+
+@_jit
+def no_rule3(x0, y, gy):
+    return 0.0
+
+
+@_jit
+def no_rule4(x0, x1, y, gy):
+    return 0.0
+
+
+@_jit
+def no_rule5(x0, x1, x2, y, gy):
+    return 0.0

@@ -1,0 +1,733 @@
+"""The PyTorch-style front end: :class:`Tensor`, :func:`apply` (how every op is recorded) and
+the constructors.
+
+How recording works. A tensor either owns its value (a NumPy array: leaves, constants, results
+computed without gradient tracking) or names a buffer of a :class:`~tape.core.Tape`. An op
+whose inputs need gradients appends one entry to their tape (a fresh tape if they have none,
+the union of their tapes if they have several) and runs the compiled forward sweep over just
+that entry, so eager mode and replay share one set of rules. A leaf is copied into a tape the
+first time the tape uses it; ``backward`` runs the compiled reverse sweep and adds the leaf
+buffers' adjoints to each leaf's ``.grad``.
+
+A tape lives as long as some tensor computed on it: a training loop that builds a fresh loss
+each iteration frees the previous graph when the previous loss is dropped. A graph is *not*
+freed by ``backward``: calling ``backward`` twice on one graph accumulates twice (PyTorch's
+``retain_graph=True`` behaviour).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from tape import registry
+from tape._layout import ACTIVE, B_KIND, CONST, GENERAL, LEAF, SAME, SCALAR0, SCALAR1
+from tape.core import Tape, resolve
+
+float64 = np.dtype(np.float64)
+float32 = np.dtype(np.float32)
+int64 = np.dtype(np.int64)
+int32 = np.dtype(np.int32)
+bool_ = np.dtype(np.bool_)
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "grad", True)
+
+
+class no_grad:
+    """Context manager (and decorator) that disables gradient tracking, as ``torch.no_grad``:
+    results computed inside own their values and do not require grad."""
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _state.grad = False
+
+    def __exit__(self, *exc):
+        _state.grad = self._prev
+        return False
+
+    def __call__(self, fn):
+        def wrapper(*a, **k):
+            with no_grad():
+                return fn(*a, **k)
+
+        wrapper.__name__ = getattr(fn, "__name__", "wrapper")
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
+
+
+class enable_grad(no_grad):
+    """Context manager that re-enables gradient tracking inside ``no_grad``."""
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _state.grad = True
+
+
+class GradFn:
+    """What produced a non-leaf tensor (PyTorch's ``grad_fn``); ``name`` is the op."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"<{''.join(p.capitalize() for p in self.name.split('_'))}Backward>"
+
+
+def _check_dtype(dt):
+    dt = np.dtype(dt)
+    if dt.kind == "c":
+        raise TypeError("complex tensors are not supported")
+    if dt.kind not in "biuf":
+        raise TypeError(f"tensor: expected numeric data, got dtype {dt}")
+    if dt.kind == "f" and dt.itemsize < 4:
+        return float32
+    if dt.kind in "iu":
+        return int64
+    return dt
+
+
+class Tensor:
+    """An n-dimensional array that can record the operations applied to it.
+
+    Create tensors with :func:`tensor`, :func:`zeros`, :func:`ones`, ... Attributes follow
+    PyTorch: ``requires_grad``, ``grad``, ``is_leaf``, ``grad_fn``, ``shape`` (a tuple),
+    ``ndim``, ``dtype`` (a NumPy dtype).
+    """
+
+    __slots__ = ("_tape", "_buf", "_value", "shape", "dtype", "_rg", "grad", "_op", "__weakref__")
+    __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
+
+    def __init__(self, value, requires_grad=False):
+        self._tape = None
+        self._buf = -1
+        self._value = value
+        self.shape = value.shape
+        self.dtype = value.dtype
+        self._op = None
+        self.grad = None
+        self._rg = False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @classmethod
+    def _traced(cls, tp, buf, shape, dtype, requires_grad, op):
+        t = cls.__new__(cls)
+        t._tape = tp
+        t._buf = buf
+        t._value = None
+        t.shape = shape
+        t.dtype = dtype
+        t._rg = requires_grad
+        t.grad = None
+        t._op = op
+        return t
+
+    # ------------------------------------------------------------ autograd attributes
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    def requires_grad_(self, requires_grad=True):
+        """Set ``requires_grad`` in place (floating-point leaves only); returns ``self``."""
+        if requires_grad and self.dtype.kind != "f":
+            raise RuntimeError(
+                f"only tensors of floating point dtype can require gradients (this one is {self.dtype})"
+            )
+        if self._op is not None and not requires_grad:
+            raise RuntimeError("you can only change requires_grad flags of leaf tensors; use detach()")
+        self._rg = bool(requires_grad)
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._op is None
+
+    @property
+    def grad_fn(self):
+        return None if self._op is None else GradFn(self._op)
+
+    def _resolve(self):
+        tp = self._tape
+        if tp is not None and tp._merged is not None:
+            self._tape, self._buf = resolve(tp, self._buf)
+        return self._tape, self._buf
+
+    # ------------------------------------------------------------ values
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    def size(self, dim=None):
+        """The shape (PyTorch's ``size()``), or the length of axis ``dim``."""
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def _arena_value(self):
+        """The value: the owned array, or a view of the tape's arena (in the arena dtype)."""
+        if self._tape is None:
+            return self._value
+        tp, b = self._resolve()
+        return tp.value(b)
+
+    def numpy(self) -> np.ndarray:
+        """The value as a NumPy array (shares memory for owned values, a copy otherwise)."""
+        if self._tape is None:
+            return self._value
+        return self._arena_value().astype(self.dtype, copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self):
+        """The value of a one-element tensor as a Python number."""
+        if self.numel() != 1:
+            raise ValueError(f"item(): only one-element tensors can be converted to Python scalars, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.dtype.kind not in "iu":
+            raise TypeError("only integer tensors can be used as an index")
+        return int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+        return bool(self.item())
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    __hash__ = object.__hash__
+
+    def detach(self) -> Tensor:
+        """A tensor with the same value that is not part of any graph."""
+        if self._tape is None:
+            return Tensor(self._value)
+        return Tensor(self.numpy())
+
+    @property
+    def data(self) -> Tensor:
+        return self.detach()
+
+    def zero_(self):
+        """Fill with zeros in place (owned tensors, such as ``.grad``); returns ``self``."""
+        self._inplace_check()
+        self._value[...] = 0
+        return self
+
+    def _inplace_check(self):
+        if self._tape is not None:
+            raise RuntimeError("in-place operations are not supported on tensors computed in a graph")
+        if self._rg and is_grad_enabled():
+            raise RuntimeError(
+                "a leaf tensor that requires grad is being used in an in-place operation; "
+                "wrap the update in `with tape.no_grad():`"
+            )
+
+    def _inplace(self, other, fn):
+        self._inplace_check()
+        other = other.numpy() if isinstance(other, Tensor) else other
+        fn(self._value, other, out=self._value, casting="same_kind")
+        return self
+
+    def __iadd__(self, other):
+        if self._tape is not None:
+            return NotImplemented
+        return self._inplace(other, np.add)
+
+    def __isub__(self, other):
+        if self._tape is not None:
+            return NotImplemented
+        return self._inplace(other, np.subtract)
+
+    def __imul__(self, other):
+        if self._tape is not None:
+            return NotImplemented
+        return self._inplace(other, np.multiply)
+
+    def __itruediv__(self, other):
+        if self._tape is not None:
+            return NotImplemented
+        return self._inplace(other, np.divide)
+
+    def to(self, dtype):
+        """A copy converted to ``dtype`` (differentiable between float dtypes)."""
+        dtype = _check_dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        if dtype.kind == "f" and self.dtype.kind == "f" and (self._rg or self._tape is not None):
+            out = apply("copy", [self], self.shape, _identity_copy_block(self.shape), dtype=dtype)
+            return out
+        return Tensor(self.numpy().astype(dtype))
+
+    astype = to
+
+    def double(self):
+        return self.to(float64)
+
+    def float(self):
+        return self.to(float32)
+
+    # ------------------------------------------------------------ autograd
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False):
+        """Accumulate d(self)/d(leaf) into ``.grad`` of every leaf that requires grad.
+
+        ``gradient`` is the adjoint of ``self`` (needed unless ``self`` has one element).
+        The graph is kept: a second call accumulates again (``retain_graph`` is accepted for
+        compatibility and changes nothing). Higher-order gradients (``create_graph``) are not
+        supported.
+        """
+        if create_graph:
+            raise NotImplementedError("create_graph=True (higher-order gradients) is not supported")
+        if not self._rg:
+            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs; this tensor has shape "
+                    f"{self.shape}: pass backward(gradient=...) with that shape"
+                )
+            seed = np.ones(1)
+        else:
+            seed = np.asarray(gradient.numpy() if isinstance(gradient, Tensor) else gradient, np.float64)
+            if seed.shape != self.shape:
+                raise RuntimeError(f"backward: gradient has shape {seed.shape}, the tensor has shape {self.shape}")
+        if self._tape is None:
+            self._accumulate(seed.reshape(self.shape))
+            return
+        tp, b = self._resolve()
+        if tp.recording:
+            raise RuntimeError(
+                "backward() inside tape.record(): record the function, then call backward() or "
+                "gradient() on the returned Tape"
+            )
+        need = tp.run_backward([b], seed, zero_leaves=True)
+        for leaf, lb in tp.leaves:
+            if need[lb] and tp.bufs[lb, B_KIND] == LEAF:
+                leaf._accumulate(tp.adjoint(lb))
+
+    def _accumulate(self, g):
+        if self.grad is None:
+            self.grad = Tensor(np.array(g, dtype=self.dtype))
+        else:
+            self.grad._value += g
+
+    # ------------------------------------------------------------ display
+
+    def __repr__(self):
+        v = self.numpy()
+        body = np.array2string(v, separator=", ", prefix="tensor(", precision=4)
+        extra = []
+        if self.dtype not in (float64, int64, bool_):
+            extra.append(f"dtype={self.dtype}")
+        if self._op is not None:
+            extra.append(f"grad_fn={self.grad_fn!r}")
+        elif self._rg:
+            extra.append("requires_grad=True")
+        return f"tensor({body}{''.join(', ' + e for e in extra)})"
+
+
+def _identity_copy_block(shape):
+    from tape.ops.movement import c_strides
+
+    st = c_strides(shape)
+    return [len(shape), *shape, 0, *st, 0, *st]
+
+
+# ---------------------------------------------------------------- recording
+
+
+def as_tensor(x, dtype=None) -> Tensor:
+    """``x`` if it is a Tensor, else a constant tensor of its value."""
+    if isinstance(x, Tensor):
+        return x
+    return tensor(x, dtype=dtype)
+
+
+def _value_of(x):
+    return x._arena_value() if isinstance(x, Tensor) else x
+
+
+def _float_dtype(ts):
+    best = None
+    for t in ts:
+        if isinstance(t, Tensor) and t.dtype.kind == "f":
+            if best is None or t.dtype.itemsize > best.itemsize:
+                best = t.dtype
+    return best
+
+
+def result_dtype(ts, *, name=""):
+    """The dtype of an arithmetic result, as PyTorch: the widest float tensor; Python floats do
+    not widen a float32 tensor; integers and bools give int64 (true division gives float64)."""
+    f = _float_dtype(ts)
+    if f is not None:
+        return f
+    if name == "div" or any(isinstance(t, (float, np.floating)) for t in ts):
+        return float64
+    return int64
+
+
+def _buffer_in(target: Tape, x, grad_on):
+    """The buffer of ``x`` in ``target``, copying a leaf or constant in on first use."""
+    if isinstance(x, Tensor):
+        if x._tape is target:
+            return x._buf
+        key = id(x)
+        b = target.leaf_bufs.get(key)
+        if b is None:
+            kind = LEAF if (x._rg and grad_on and not target.recording and x._tape is None) else CONST
+            b = target.new_buffer(x.shape, kind, x._arena_value())
+            target.leaf_bufs[key] = b
+            target.leaves.append((x, b))  # keeps x alive, so its id stays unique
+        return b
+    v = np.asarray(x)
+    return target.new_buffer(v.shape, CONST, v)
+
+
+def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
+    """Record op ``name`` on ``inputs`` (Tensors, NumPy arrays or numbers) with output
+    ``shape`` and attribute block ``ints``; returns the output tensor.
+
+    ``parts`` (for ops that write regions of one output, such as concatenation) is a list of
+    ``(input_positions, ints)``: one entry each, all writing the same output buffer.
+    """
+    op = registry.BY_NAME[name]
+    diff = op.differentiable
+    grad_on = is_grad_enabled()
+    rec = None
+    need = False
+    eager = []
+    for k, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            continue
+        tp = t._tape
+        if tp is not None:
+            if tp._merged is not None:
+                tp = t._resolve()[0]
+            if tp.recording:
+                if rec is not None and rec is not tp:
+                    raise RuntimeError("an op mixes tensors from two different recordings")
+                rec = tp
+            else:
+                eager.append(tp)
+        if grad_on and t._rg and (diff[0] if parts else diff[k]):
+            need = True
+    if dtype is None:
+        dtype = result_dtype(inputs, name=name)
+    if rec is None and not need:
+        return _compute_constant(op, inputs, shape, ints, parts, dtype)
+    if rec is not None:
+        target = rec
+    else:
+        target = _union(eager, inputs)
+    target.promote(dtype if dtype.kind == "f" else target.dtype)
+    ins = [_buffer_in(target, t, grad_on) for t in inputs]
+    bufs = target.bufs
+    active = grad_on and any(
+        (diff[0] if parts else diff[k]) and bufs[b, B_KIND] != CONST for k, b in enumerate(ins)
+    )
+    out = target.new_buffer(shape, ACTIVE if active else CONST)
+    first = target.n_entries
+    if parts is None:
+        target.add_entry(op.code, ins, out, ints)
+    else:
+        for pos, pints in parts:
+            target.add_entry(op.code, [ins[k] for k in pos], out, pints)
+    target.run_forward(first, target.n_entries)
+    return Tensor._traced(target, out, shape, dtype, active, name)
+
+
+def _union(tapes, inputs) -> Tape:
+    """One eager tape holding every input's graph: the largest, with the others merged in."""
+    uniq = []
+    for tp in tapes:
+        if all(tp is not u for u in uniq):
+            uniq.append(tp)
+    if not uniq:
+        f = _float_dtype(inputs) or float64
+        return Tape(f)
+    uniq.sort(key=lambda t: -t.n_data)
+    target = uniq[0]
+    for other in uniq[1:]:
+        target.merge(other)
+    return target
+
+
+def _scratch(dtype) -> Tape:
+    cache = getattr(_state, "scratch", None)
+    if cache is None:
+        cache = _state.scratch = {}
+    tp = cache.get(dtype.str)
+    if tp is None or tp.n_data > 1 << 20:
+        tp = cache[dtype.str] = Tape(dtype)
+    tp.n_entries = tp.n_bufs = tp.n_ipool = tp.n_data = 0
+    tp.shapes = []
+    return tp
+
+
+def _compute_constant(op, inputs, shape, ints, parts, dtype):
+    """Run one op on values that need no gradient, on a scratch tape; the result owns its value."""
+    arena = float32 if (_float_dtype(inputs) == float32 and dtype == float32) else float64
+    tp = _scratch(arena)
+    ins = []
+    for x in inputs:
+        v = np.asarray(_value_of(x))
+        ins.append(tp.new_buffer(v.shape, CONST, v))
+    out = tp.new_buffer(shape, CONST)
+    if parts is None:
+        tp.add_entry(op.code, ins, out, ints)
+    else:
+        for pos, pints in parts:
+            tp.add_entry(op.code, [ins[k] for k in pos], out, pints)
+    tp.run_forward(0, tp.n_entries)
+    return Tensor(tp.value(out).astype(dtype, copy=True))
+
+
+def view(x, shape, offset=0) -> Tensor:
+    """``shape``-shaped view of ``x``'s memory from element ``offset`` on: no copy, no entry.
+    Used by reshape, squeeze, unsqueeze, flatten and contiguous slices."""
+    shape = tuple(int(s) for s in shape)
+    if shape == x.shape and offset == 0:
+        return x
+    tp = x._tape
+    if tp is not None:
+        if tp._merged is not None:
+            tp = x._resolve()[0]
+    elif x._rg and is_grad_enabled():
+        tp = Tape(x.dtype if x.dtype.kind == "f" else float64)
+    else:
+        flat = x._value.reshape(-1)
+        return Tensor(flat[offset : offset + math.prod(shape)].reshape(shape))
+    b = _buffer_in(tp, x, is_grad_enabled())
+    nb = tp.alias(b, shape, offset)
+    return Tensor._traced(tp, nb, shape, x.dtype, tp.bufs[nb, B_KIND] != CONST, "view")
+
+
+def reshape(x, *shape) -> Tensor:
+    """Same data, new shape (one dimension may be ``-1``). Free: an alias, not a copy."""
+    x = as_tensor(x)
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    shape = tuple(int(s) for s in shape)
+    n = x.numel()
+    if shape.count(-1) > 1:
+        raise ValueError("reshape: only one dimension can be -1")
+    if -1 in shape:
+        rest = math.prod(s for s in shape if s != -1)
+        if rest == 0 or n % rest:
+            raise ValueError(f"reshape: cannot reshape a tensor of shape {x.shape} into {shape}")
+        shape = tuple(n // rest if s == -1 else s for s in shape)
+    if math.prod(shape) != n or any(s < 0 for s in shape):
+        raise ValueError(f"reshape: cannot reshape a tensor of shape {x.shape} ({n} elements) into {shape}")
+    return view(x, shape, 0)
+
+
+def flatten(x) -> Tensor:
+    x = as_tensor(x)
+    return view(x, (x.numel(),), 0)
+
+
+def squeeze(x, axis=None) -> Tensor:
+    """Drop axes of length one (all of them, or ``axis``: an int or a tuple)."""
+    x = as_tensor(x)
+    if axis is None:
+        return view(x, tuple(s for s in x.shape if s != 1), 0)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = {a % x.ndim for a in axes} if x.ndim else set()
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ValueError(f"squeeze: axis {a} of shape {x.shape} has length {x.shape[a]}, not 1")
+    return view(x, tuple(s for k, s in enumerate(x.shape) if k not in axes), 0)
+
+
+def unsqueeze(x, axis) -> Tensor:
+    """Insert an axis of length one at ``axis``."""
+    x = as_tensor(x)
+    nd = x.ndim + 1
+    if not -nd <= axis < nd:
+        raise ValueError(f"unsqueeze: axis {axis} is out of range for the {nd}-D result")
+    axis %= nd
+    return view(x, x.shape[:axis] + (1,) + x.shape[axis:], 0)
+
+
+expand_dims = unsqueeze
+
+
+# ---------------------------------------------------------------- elementwise front end
+
+_bcast_cache: dict = {}
+
+
+def _shape_of(x):
+    if isinstance(x, Tensor):
+        return x.shape
+    return np.shape(x)
+
+
+def elementwise(name, *args) -> Tensor:
+    """Record elementwise op ``name`` on ``args`` with NumPy broadcasting."""
+    shapes = tuple(_shape_of(a) for a in args)
+    key = (len(args), shapes)
+    hit = _bcast_cache.get(key)
+    if hit is None:
+        hit = _bcast_cache[key] = _broadcast_block(name, shapes)
+    out_shape, ints = hit
+    dtype = None
+    if name in _COMPARISONS:
+        dtype = bool_
+    elif name == "where":
+        dtype = result_dtype(args[1:])
+    elif name == "clip":
+        dtype = result_dtype(args[:1]) if isinstance(args[0], Tensor) else None
+    args = [_const(a) for a in args]
+    return apply(name, args, out_shape, ints, dtype=dtype)
+
+
+def _const(a):
+    if isinstance(a, (Tensor, float, int)) and not isinstance(a, bool):
+        return a
+    if isinstance(a, (bool, np.bool_)):
+        return float(a)
+    try:
+        v = np.asarray(a)
+    except Exception:  # noqa: BLE001
+        raise TypeError(f"expected a tensor, an array or a number, got {type(a).__name__}") from None
+    _check_dtype(v.dtype)
+    return tensor(v)
+
+
+def _broadcast_block(name, shapes):
+    try:
+        out = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(
+            f"{name}: operands could not be broadcast together with shapes "
+            + " and ".join(str(s) for s in shapes)
+        ) from None
+    n = math.prod(out)
+    if len(shapes) == 1:
+        return out, None
+    sizes = [math.prod(s) for s in shapes]
+    if all(s == n for s in sizes):
+        return out, [SAME]
+    if len(shapes) == 2 and sizes[0] == 1 and sizes[1] == n:
+        return out, [SCALAR0]
+    if len(shapes) == 2 and sizes[1] == 1 and sizes[0] == n:
+        return out, [SCALAR1]
+    nd = len(out)
+    ints = [GENERAL, nd, *out]
+    for s in shapes:
+        st = [0] * nd
+        acc = 1
+        for k in range(len(s) - 1, -1, -1):
+            st[nd - len(s) + k] = 0 if s[k] == 1 and out[nd - len(s) + k] != 1 else acc
+            acc *= s[k]
+        ints.extend(st)
+    return out, ints
+
+
+_COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
+
+
+# ---------------------------------------------------------------- constructors
+
+
+def tensor(data, requires_grad=False, dtype=None) -> Tensor:
+    """A new leaf tensor holding a copy of ``data`` (nested lists, NumPy arrays, numbers).
+
+    Python floats give float64, ints int64, bools bool (PyTorch defaults to float32; tape
+    defaults to float64, which finite-difference checks need). Pass ``dtype=tape.float32``
+    for single precision.
+    """
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    try:
+        v = np.array(data, dtype=dtype)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"tensor: could not convert data to a numeric array ({e})") from None
+    dt = _check_dtype(v.dtype)
+    if v.dtype != dt:
+        v = v.astype(dt)
+    return Tensor(v, requires_grad=requires_grad)
+
+
+def _shape_args(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return tuple(int(s) for s in shape)
+
+
+def zeros(*shape, dtype=float64, requires_grad=False) -> Tensor:
+    return Tensor(np.zeros(_shape_args(shape), _check_dtype(dtype)), requires_grad)
+
+
+def ones(*shape, dtype=float64, requires_grad=False) -> Tensor:
+    return Tensor(np.ones(_shape_args(shape), _check_dtype(dtype)), requires_grad)
+
+
+def full(shape, fill_value, dtype=None, requires_grad=False) -> Tensor:
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return tensor(np.full(shape, fill_value, dtype=dtype), requires_grad, None)
+
+
+def zeros_like(x, dtype=None, requires_grad=False) -> Tensor:
+    return zeros(_shape_of(x), dtype=dtype or as_tensor(x).dtype, requires_grad=requires_grad)
+
+
+def ones_like(x, dtype=None, requires_grad=False) -> Tensor:
+    return ones(_shape_of(x), dtype=dtype or as_tensor(x).dtype, requires_grad=requires_grad)
+
+
+def full_like(x, fill_value, dtype=None, requires_grad=False) -> Tensor:
+    return full(_shape_of(x), fill_value, dtype or as_tensor(x).dtype, requires_grad)
+
+
+def arange(start, stop=None, step=1, dtype=None, requires_grad=False) -> Tensor:
+    return tensor(np.arange(start, stop, step) if stop is not None else np.arange(start), requires_grad, dtype)
+
+
+def linspace(start, stop, num=50, dtype=None, requires_grad=False) -> Tensor:
+    return tensor(np.linspace(start, stop, num), requires_grad, dtype)
+
+
+def eye(n, m=None, dtype=float64, requires_grad=False) -> Tensor:
+    return Tensor(np.eye(n, m, dtype=_check_dtype(dtype)), requires_grad)

@@ -1,0 +1,131 @@
+"""Elementwise ops: one line per op, forward rule first, then one reverse rule per input.
+
+Reverse rules get the inputs, the forward output ``y`` and the output adjoint ``gy``, and return
+the contribution to that input's adjoint; the sweep adds it up, so ``x * x`` needs no special
+case. Masks are written as selects (``gy if c else 0.0``), never as products, so an ``inf`` or
+``NaN`` in an unselected branch cannot leak into a gradient.
+
+Adding an op here is the whole job: run ``python -m tape._codegen`` afterwards to regenerate the
+sweeps; the front-end function (``tp.<name>``), the ``Tensor`` method where one exists and the
+tests follow from the registry.
+"""
+
+import numpy as np
+from numba import njit
+
+from tape import registry
+from tape._config import KERNEL_JIT
+
+_jit = njit(**KERNEL_JIT)
+
+
+def _sigmoid(x0):
+    if x0 >= 0.0:
+        return 1.0 / (1.0 + np.exp(-x0))
+    e = np.exp(x0)
+    return e / (1.0 + e)
+
+
+def _softplus(x0):
+    return np.maximum(x0, 0.0) + np.log1p(np.exp(-np.abs(x0)))
+
+
+def _ref_sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _ref_relu(x):
+    return np.maximum(x, 0.0)
+
+
+def _ref_softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def _ref_where(c, a, b):
+    return np.where(c != 0, a, b)
+
+
+def _cmp_ref(f):
+    return lambda a, b: f(a, b).astype(np.float64)
+
+
+def unary(name, fwd, rev, ref, domain=(-2.0, 2.0)):
+    return registry.elementwise(
+        "unary", name, _jit(fwd), _jit(rev), ref=ref, domain=domain, module=__name__
+    )
+
+
+def binary(name, fwd, rev0, rev1, ref, domain=(-2.0, 2.0)):
+    rev = (None if r is None else _jit(r) for r in (rev0, rev1))
+    return registry.elementwise("binary", name, _jit(fwd), *rev, ref=ref, domain=domain, module=__name__)
+
+
+def ternary(name, fwd, rev0, rev1, rev2, ref, domain=(-2.0, 2.0)):
+    rev = (None if r is None else _jit(r) for r in (rev0, rev1, rev2))
+    return registry.elementwise("ternary", name, _jit(fwd), *rev, ref=ref, domain=domain, module=__name__)
+
+
+sigmoid_scalar = _jit(_sigmoid)
+softplus_scalar = _jit(_softplus)
+
+# fmt: off
+# name        forward                         reverse (x0, y, gy) -> contribution      reference
+unary("neg",     lambda x0: -x0,              lambda x0, y, gy: -gy,                   np.negative)
+unary("abs",     lambda x0: np.abs(x0),       lambda x0, y, gy: gy * np.sign(x0),      np.abs)
+unary("square",  lambda x0: x0 * x0,          lambda x0, y, gy: 2.0 * x0 * gy,         np.square)
+unary("sqrt",    lambda x0: np.sqrt(x0),      lambda x0, y, gy: 0.5 * gy / y,          np.sqrt, (0.1, 3.0))
+unary("exp",     lambda x0: np.exp(x0),       lambda x0, y, gy: gy * y,                np.exp)
+unary("log",     lambda x0: np.log(x0),       lambda x0, y, gy: gy / x0,               np.log, (0.1, 3.0))
+unary("log1p",   lambda x0: np.log1p(x0),     lambda x0, y, gy: gy / (1.0 + x0),       np.log1p, (-0.5, 3.0))
+unary("expm1",   lambda x0: np.expm1(x0),     lambda x0, y, gy: gy * (y + 1.0),        np.expm1)
+unary("sin",     lambda x0: np.sin(x0),       lambda x0, y, gy: gy * np.cos(x0),       np.sin)
+unary("cos",     lambda x0: np.cos(x0),       lambda x0, y, gy: -gy * np.sin(x0),      np.cos)
+unary("tan",     lambda x0: np.tan(x0),       lambda x0, y, gy: gy * (1.0 + y * y),    np.tan, (-1.2, 1.2))
+unary("tanh",    lambda x0: np.tanh(x0),      lambda x0, y, gy: gy * (1.0 - y * y),    np.tanh)
+unary("sinh",    lambda x0: np.sinh(x0),      lambda x0, y, gy: gy * np.cosh(x0),      np.sinh)
+unary("cosh",    lambda x0: np.cosh(x0),      lambda x0, y, gy: gy * np.sinh(x0),      np.cosh)
+unary("arctan",  lambda x0: np.arctan(x0),    lambda x0, y, gy: gy / (1.0 + x0 * x0),  np.arctan)
+unary("sigmoid", _sigmoid,                    lambda x0, y, gy: gy * y * (1.0 - y),    _ref_sigmoid, (-4.0, 4.0))
+unary("relu",    lambda x0: np.maximum(x0, 0.0),
+                                              lambda x0, y, gy: gy if x0 > 0.0 else 0.0, _ref_relu)
+unary("softplus", _softplus,                  lambda x0, y, gy: gy * sigmoid_scalar(x0), _ref_softplus, (-4.0, 4.0))
+
+# name       forward                        reverse input 0 (x0, x1, y, gy)       reverse input 1                      reference
+binary("add",     lambda x0, x1: x0 + x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: gy,            np.add)
+binary("sub",     lambda x0, x1: x0 - x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: -gy,           np.subtract)
+binary("mul",     lambda x0, x1: x0 * x1,   lambda x0, x1, y, gy: gy * x1,        lambda x0, x1, y, gy: gy * x0,       np.multiply)
+binary("div",     lambda x0, x1: x0 / x1,   lambda x0, x1, y, gy: gy / x1,        lambda x0, x1, y, gy: -gy * y / x1,  np.divide, (0.5, 2.0))
+binary("pow",     lambda x0, x1: x0 ** x1,
+       lambda x0, x1, y, gy: 0.0 if x1 == 0.0 else gy * x1 * x0 ** (x1 - 1.0),
+       lambda x0, x1, y, gy: 0.0 if x0 == 0.0 else gy * y * np.log(x0),                                     np.power, (0.5, 2.0))
+binary("maximum", lambda x0, x1: np.maximum(x0, x1),
+       lambda x0, x1, y, gy: gy if x0 > x1 else (0.5 * gy if x0 == x1 else 0.0),
+       lambda x0, x1, y, gy: gy if x1 > x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.maximum)
+binary("minimum", lambda x0, x1: np.minimum(x0, x1),
+       lambda x0, x1, y, gy: gy if x0 < x1 else (0.5 * gy if x0 == x1 else 0.0),
+       lambda x0, x1, y, gy: gy if x1 < x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.minimum)
+# Comparisons give 1.0 / 0.0 (the front end types them as bool) and carry no gradient.
+binary("less",          lambda x0, x1: 1.0 if x0 < x1 else 0.0,  None, None, _cmp_ref(np.less))
+binary("less_equal",    lambda x0, x1: 1.0 if x0 <= x1 else 0.0, None, None, _cmp_ref(np.less_equal))
+binary("greater",       lambda x0, x1: 1.0 if x0 > x1 else 0.0,  None, None, _cmp_ref(np.greater))
+binary("greater_equal", lambda x0, x1: 1.0 if x0 >= x1 else 0.0, None, None, _cmp_ref(np.greater_equal))
+binary("equal",         lambda x0, x1: 1.0 if x0 == x1 else 0.0, None, None, _cmp_ref(np.equal))
+binary("not_equal",     lambda x0, x1: 1.0 if x0 != x1 else 0.0, None, None, _cmp_ref(np.not_equal))
+
+# where(cond, a, b): the condition is data, not differentiable.
+ternary("where", lambda x0, x1, x2: x1 if x0 != 0.0 else x2,
+        None,
+        lambda x0, x1, x2, y, gy: gy if x0 != 0.0 else 0.0,
+        lambda x0, x1, x2, y, gy: 0.0 if x0 != 0.0 else gy,
+        _ref_where)
+# clip(x, lo, hi) = minimum(maximum(x, lo), hi); each element's adjoint goes to the one input
+# whose value was selected (x on the closed interval [lo, hi]).
+ternary("clip", lambda x0, x1, x2: np.minimum(np.maximum(x0, x1), x2),
+        lambda x0, x1, x2, y, gy: gy if (x0 >= x1 and x0 <= x2) else 0.0,
+        lambda x0, x1, x2, y, gy: gy if (x0 < x1 and x1 <= x2) else 0.0,
+        lambda x0, x1, x2, y, gy: gy if np.maximum(x0, x1) > x2 else 0.0,
+        np.clip)
+# fmt: on
+
+COMPARISONS = ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal")

@@ -1,0 +1,224 @@
+"""Reductions over any set of axes: ``sum``, ``max``, ``min``, ``prod``.
+
+Attribute block: ``[nd, in_shape[nd], out_strides[nd]]``, where ``out_strides`` are the
+C-order strides of the kept-dims output with ``0`` on reduced axes, so input element ``j`` adds
+into output element ``offsets[j]``. ``mean``, ``var``, ``std``, ``norm`` and ``logsumexp``
+are built from these in :mod:`tape.functional`.
+"""
+
+import builtins
+
+import numpy as np
+from numba import njit
+
+import tape
+from tape import registry
+from tape._config import KERNEL_JIT
+from tape._layout import E_ATTR, E_IN0, E_OUT
+from tape._loops import active, strided_offsets, view
+
+_jit = njit(**KERNEL_JIT)
+
+
+@_jit
+def _out_offsets(ipool, p):
+    nd = ipool[p]
+    return strided_offsets(ipool, p + 1, p + 1 + nd, nd, 0)
+
+
+@_jit
+def sum_fwd(i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    if y.shape[0] == 1:
+        acc = 0.0
+        for j in range(x.shape[0]):
+            acc += x[j]
+        y[0] = acc
+    else:
+        off = _out_offsets(ipool, entries[i, E_ATTR])
+        y[:] = 0.0
+        for j in range(x.shape[0]):
+            y[off[j]] += x[j]
+    return -1
+
+
+@_jit
+def sum_rev(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    if gy.shape[0] == 1:
+        g = gy[0]
+        for j in range(gx.shape[0]):
+            gx[j] += g
+    else:
+        off = _out_offsets(ipool, entries[i, E_ATTR])
+        for j in range(gx.shape[0]):
+            gx[j] += gy[off[j]]
+
+
+@_jit
+def _extreme_fwd(is_max, i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    y[:] = -np.inf if is_max else np.inf
+    for j in range(x.shape[0]):
+        v = x[j]
+        o = off[j]
+        if v != v or (is_max and v > y[o]) or (not is_max and v < y[o]):
+            y[o] = v
+    return -1
+
+
+@_jit
+def _extreme_rev(i, entries, bufs, ipool, data, grad):
+    # The adjoint goes to the arg-extremum; ties share it evenly.
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o)
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, o)
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    count = np.zeros(y.shape[0], np.int64)
+    for j in range(x.shape[0]):
+        if x[j] == y[off[j]]:
+            count[off[j]] += 1
+    for j in range(x.shape[0]):
+        k = off[j]
+        if x[j] == y[k]:
+            gx[j] += gy[k] / count[k]
+
+
+@_jit
+def max_fwd(i, entries, bufs, ipool, data):
+    return _extreme_fwd(True, i, entries, bufs, ipool, data)
+
+
+@_jit
+def min_fwd(i, entries, bufs, ipool, data):
+    return _extreme_fwd(False, i, entries, bufs, ipool, data)
+
+
+@_jit
+def max_rev(i, entries, bufs, ipool, data, grad):
+    _extreme_rev(i, entries, bufs, ipool, data, grad)
+
+
+@_jit
+def min_rev(i, entries, bufs, ipool, data, grad):
+    _extreme_rev(i, entries, bufs, ipool, data, grad)
+
+
+@_jit
+def prod_fwd(i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    y[:] = 1.0
+    for j in range(x.shape[0]):
+        y[off[j]] *= x[j]
+    return -1
+
+
+@_jit
+def prod_rev(i, entries, bufs, ipool, data, grad):
+    # d prod / d x_j is the product of the others: exact with zeros among them (no y / x_j).
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, o)
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    ny = gy.shape[0]
+    zeros = np.zeros(ny, np.int64)
+    nonzero_prod = np.ones(ny)
+    for j in range(x.shape[0]):
+        if x[j] == 0.0:
+            zeros[off[j]] += 1
+        else:
+            nonzero_prod[off[j]] *= x[j]
+    for j in range(x.shape[0]):
+        k = off[j]
+        if zeros[k] == 0:
+            gx[j] += gy[k] * (nonzero_prod[k] / x[j])
+        elif zeros[k] == 1 and x[j] == 0.0:
+            gx[j] += gy[k] * nonzero_prod[k]
+
+
+for _name, _f, _r in (
+    ("sum", sum_fwd, sum_rev),
+    ("max", max_fwd, max_rev),
+    ("min", min_fwd, min_rev),
+    ("prod", prod_fwd, prod_rev),
+):
+    registry.kernel(_name, _f, _r, module=__name__, n_inputs=1, differentiable=(True,))
+
+
+# ---------------------------------------------------------------- front end
+
+
+def normalize_axes(op, axis, ndim):
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, validated."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        if not isinstance(a, (int, np.integer)):
+            raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
+        if not -ndim <= a < builtins.max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+            raise ValueError(f"{op}: axis {a} is out of range for a tensor with {ndim} dimensions")
+        out.append(int(a) % builtins.max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: repeated axis in {axis!r}")
+    return tuple(sorted(a for a in out if a < ndim))
+
+
+def reduced_shape(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if k in axes else s for k, s in enumerate(shape))
+    return tuple(s for k, s in enumerate(shape) if k not in axes)
+
+
+def _reduce(op, x, axis, keepdims):
+    x = tape._tensor.as_tensor(x)
+    axes = normalize_axes(op, axis, x.ndim)
+    kept = reduced_shape(x.shape, axes, True)
+    if op in ("max", "min") and any(x.shape[a] == 0 for a in axes):
+        raise ValueError(f"{op}: cannot reduce over a zero-size axis of a tensor of shape {x.shape}")
+    strides = []
+    acc = 1
+    for k in range(len(kept) - 1, -1, -1):
+        strides.append(0 if k in axes else acc)
+        acc *= kept[k]
+    ints = [x.ndim, *x.shape, *reversed(strides)]
+    return tape._tensor.apply(op, [x], reduced_shape(x.shape, axes, keepdims), ints)
+
+
+def sum(x, axis=None, keepdims=False):
+    """Sum over ``axis`` (None: all axes; int or tuple). Like ``numpy.sum``."""
+    return _reduce("sum", x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):
+    """Maximum over ``axis``. The gradient goes to the maximal elements, split evenly on ties."""
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):
+    """Minimum over ``axis``. The gradient goes to the minimal elements, split evenly on ties."""
+    return _reduce("min", x, axis, keepdims)
+
+
+def prod(x, axis=None, keepdims=False):
+    """Product over ``axis``; its gradient is exact when inputs contain zeros."""
+    return _reduce("prod", x, axis, keepdims)

@@ -1,0 +1,92 @@
+"""Record once, replay many: :func:`record` traces a function into a :class:`~tape.core.Tape`."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from tape._layout import CONST, LEAF
+from tape._tensor import Tensor, _buffer_in, _check_dtype, float32, float64, no_grad
+from tape.core import Tape
+
+
+def record(fn, *example_args, wrt=None, dtype=None) -> Tape:
+    """Trace ``fn(*example_args)`` once into a replayable :class:`~tape.core.Tape`.
+
+    Parameters
+    ----------
+    fn : callable
+        Takes tensors, returns a tensor or a tuple/list of tensors, using tape operations.
+        Python control flow is frozen at the path taken for ``example_args``.
+    *example_args : array_like
+        Example values; replays must pass arguments of the same shapes.
+    wrt : int or sequence of int, optional
+        Positions of the arguments to differentiate with respect to. Default: every
+        floating-point argument.
+    dtype : float64 or float32, optional
+        Arena dtype; default float32 if every floating argument is float32, else float64.
+
+    Returns
+    -------
+    Tape
+        ``t.forward(*args)``, ``t.backward(seed)``, ``t.grads``, ``t.gradient(*args)``,
+        ``t.value_and_grad(*args)``, ``t.zero_grad()``.
+
+    Notes
+    -----
+    Values the function closes over (arrays, tensors, model parameters) are captured as
+    constants at record time. Integer arguments (for example gather indices) are replayed as
+    data and checked for range at every replay.
+    """
+    vals = []
+    for k, a in enumerate(example_args):
+        v = a.numpy() if isinstance(a, Tensor) else np.asarray(a)
+        try:
+            dt = _check_dtype(v.dtype)
+        except TypeError as e:
+            raise TypeError(f"record: argument {k}: {e}") from None
+        vals.append(v.astype(dt, copy=False))
+    if wrt is None:
+        wrt = [k for k, v in enumerate(vals) if v.dtype.kind == "f"]
+    elif isinstance(wrt, (int, np.integer)):
+        wrt = [int(wrt)]
+    wrt = sorted(int(k) for k in wrt)
+    for k in wrt:
+        if not 0 <= k < len(vals):
+            raise ValueError(f"record: wrt={k} is not an argument position (the function gets {len(vals)})")
+        if vals[k].dtype.kind != "f":
+            raise TypeError(f"record: argument {k} has dtype {vals[k].dtype}; only floating arguments can be differentiated")
+    if dtype is None:
+        floats = [v.dtype for v in vals if v.dtype.kind == "f"]
+        dtype = float32 if floats and all(d == float32 for d in floats) else float64
+    t = Tape(dtype)
+    t.recording = True
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        names = []
+    tracers = []
+    for k, v in enumerate(vals):
+        kind = LEAF if k in wrt else CONST
+        b = t.new_buffer(v.shape, kind, v)
+        tracers.append(Tensor._traced(t, b, v.shape, v.dtype, kind == LEAF, None))
+        t.inputs.append(b)
+        t.input_names.append(names[k] if k < len(names) and not names[k].startswith("*") else f"arg{k}")
+        t.input_dtypes.append(v.dtype)
+    t.wrt = wrt
+    try:
+        out = fn(*tracers)
+    finally:
+        t.recording = False
+    single = not isinstance(out, (tuple, list))
+    outs = [out] if single else list(out)
+    for o in outs:
+        if not isinstance(o, (Tensor, int, float, np.ndarray)):
+            raise TypeError(f"record: the function must return tensors, got {type(o).__name__}")
+    with no_grad():
+        # outputs not computed on this tape (constants, values of other graphs) are copied in
+        t.outputs = [o._buf if isinstance(o, Tensor) and o._resolve()[0] is t else _buffer_in(t, o, False) for o in outs]
+    t._out_single = single
+    t.leaves, t.leaf_bufs = [], {}  # the captured constants' values are in the arena
+    return t
