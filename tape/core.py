@@ -452,7 +452,7 @@ class Tape:
         t = cls(np.dtype(meta["dtype"]))
         entries = np.array(st["entries"], np.int64).reshape(-1, ENTRY_COLS)
         # op codes are stored by name: a tape saved by another version of the registry still loads
-        for code, name in meta["op_names"].items():
+        for name in meta["op_names"].values():
             if name not in registry.BY_NAME:
                 raise ValueError(f"the saved tape uses op {name!r}, which this version of tape does not have")
         remap = {int(c): registry.BY_NAME[n].code for c, n in meta["op_names"].items()}

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "78a717d2dc6bd596bef06328c8cf8013c38d5c39fb97e100402349ea9fba5d30"
+FINGERPRINT = "dfae1b012789660eb5e74f0e09159a1fcf0e01de0a6a0b8796b17921c599fdf9"
 
 import numpy as np
 from numba import njit

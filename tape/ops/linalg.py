@@ -118,4 +118,4 @@ def outer(a, b):
     """Outer product of two vectors (flattened first, as ``numpy.outer``)."""
     T = tape._tensor
     a, b = T.as_tensor(a), T.as_tensor(b)
-    return matmul(T.view(a, (a.size, 1), 0), T.view(b, (1, b.size), 0))
+    return matmul(T.view(a, (a.numel(), 1), 0), T.view(b, (1, b.numel()), 0))

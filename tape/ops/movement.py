@@ -180,8 +180,9 @@ def broadcast_to(x, shape):
     return tape._tensor.apply("copy", [x], shape, block)
 
 
-def concatenate(tensors, axis=0):
+def concatenate(tensors, axis=0, *, dim=None):
     """Join tensors along an existing axis (``numpy.concatenate``; ``torch.cat``)."""
+    axis = axis if dim is None else dim
     ts = [tape._tensor.as_tensor(t) for t in tensors]
     if not ts:
         raise ValueError("concatenate: need at least one tensor")
@@ -212,8 +213,9 @@ def concatenate(tensors, axis=0):
 builtins_sum = sum
 
 
-def stack(tensors, axis=0):
+def stack(tensors, axis=0, *, dim=None):
     """Join tensors along a new axis (``numpy.stack``)."""
+    axis = axis if dim is None else dim
     ts = [tape._tensor.as_tensor(t) for t in tensors]
     if not ts:
         raise ValueError("stack: need at least one tensor")
@@ -238,9 +240,9 @@ def take(x, index, axis=0):
     moved = x if axis == 0 else transpose(x, [axis] + [a for a in range(x.ndim) if a != axis])
     rest = moved.shape[1:]
     inner = int(np.prod(rest, dtype=np.int64))
-    flat_idx = T.view(idx, (idx.size,), 0)
+    flat_idx = T.view(idx, (idx.numel(),), 0)
     rows = T.view(moved, (moved.shape[0], inner), 0)
-    out = T.apply("take", [rows, flat_idx], (idx.size, inner), [moved.shape[0], inner])
+    out = T.apply("take", [rows, flat_idx], (idx.numel(), inner), [moved.shape[0], inner])
     out = T.view(out, idx.shape + rest, 0)
     if axis == 0:
         return out

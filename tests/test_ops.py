@@ -1,0 +1,221 @@
+"""Registry-driven op tests: every registered op, forward against its NumPy reference and
+reverse against central finite differences (float64), over 0-d, 1-d, 2-d and broadcasting
+shapes. A new elementwise op is picked up automatically; a new kernel op must add cases to
+KERNEL_CASES (a test fails until it does)."""
+
+import numpy as np
+import pytest
+
+import tape as tp
+from tape.registry import OPS
+
+UNARY_SHAPES = [(), (5,), (3, 4), (2, 1, 3)]
+BINARY_SHAPES = [
+    ((), ()),
+    ((5,), (5,)),
+    ((3, 4), (3, 4)),
+    ((), (3, 4)),
+    ((3, 4), ()),
+    ((3, 1), (1, 4)),
+    ((4,), (3, 4)),
+    ((2, 3, 4), (3, 1)),
+    ((1,), (3,)),
+]
+TERNARY_SHAPES = [((4,), (4,), (4,)), ((3, 1), (1, 4), ()), ((3, 4), (4,), (3, 1))]
+
+ELEMENTWISE = [op for op in OPS if op.kind != "kernel"]
+DIFFERENTIABLE = [op for op in ELEMENTWISE if any(op.differentiable)]
+
+
+def sample(op, shapes, rng):
+    lo, hi = op.domain
+    xs = [rng.uniform(lo, hi, s) for s in shapes]
+    if op.name == "where":
+        xs[0] = (rng.uniform(size=shapes[0]) > 0.5).astype(float)
+    if op.name == "clip":
+        xs[0] = rng.uniform(-2, 2, shapes[0])
+        xs[1] = rng.uniform(-1.0, -0.5, shapes[1])
+        xs[2] = rng.uniform(0.5, 1.0, shapes[2])
+    # keep finite differences away from kinks (|x| = 0, x0 = x1)
+    if op.name in ("abs", "relu"):
+        xs[0] = np.where(np.abs(xs[0]) < 1e-2, 0.5, xs[0])
+    if op.name in ("maximum", "minimum"):
+        xs[1] = np.where(np.abs(xs[0] - xs[1]) < 1e-2, xs[1] + 0.1, xs[1])
+    return xs
+
+
+def shapes_for(op):
+    return {"unary": [(s,) for s in UNARY_SHAPES], "binary": BINARY_SHAPES, "ternary": TERNARY_SHAPES}[op.kind]
+
+
+def fn_of(op):
+    return getattr(tp, op.name)
+
+
+@pytest.mark.parametrize("op", ELEMENTWISE, ids=lambda o: o.name)
+def test_elementwise_forward_matches_numpy(op, rng):
+    for shapes in shapes_for(op):
+        xs = sample(op, shapes, rng)
+        got = fn_of(op)(*[tp.tensor(x) for x in xs])
+        want = op.ref(*xs)
+        assert got.shape == np.shape(want), (op.name, shapes)
+        np.testing.assert_allclose(got.numpy().astype(float), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", DIFFERENTIABLE, ids=lambda o: o.name)
+def test_elementwise_gradient_matches_finite_differences(op, rng):
+    for shapes in shapes_for(op):
+        xs = sample(op, shapes, rng)
+        wrt = [k for k, d in enumerate(op.differentiable) if d]
+        assert tp.gradcheck(lambda *a: fn_of(op)(*a), *xs, wrt=wrt)
+
+
+@pytest.mark.parametrize("op", DIFFERENTIABLE, ids=lambda o: o.name)
+def test_elementwise_eager_backward_equals_replay(op, rng):
+    shapes = shapes_for(op)[-1]
+    xs = sample(op, shapes, rng)
+    wrt = [k for k, d in enumerate(op.differentiable) if d]
+    ts = [tp.tensor(x, requires_grad=k in wrt) for k, x in enumerate(xs)]
+    (fn_of(op)(*ts) * 1.5).sum().backward()
+    t = tp.record(lambda *a: (fn_of(op)(*a) * 1.5).sum(), *xs, wrt=wrt)
+    g = t.gradient(*xs)
+    g = g if isinstance(g, tuple) else (g,)
+    for k, gk in zip(wrt, g):
+        np.testing.assert_allclose(ts[k].grad.numpy(), gk, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("op", [o for o in ELEMENTWISE if not any(o.differentiable)], ids=lambda o: o.name)
+def test_comparisons_are_bool_and_not_differentiable(op, rng):
+    a = tp.tensor(rng.uniform(-1, 1, 5), requires_grad=True)
+    b = tp.tensor(np.r_[a.numpy()[:2], rng.uniform(-1, 1, 3)])
+    out = fn_of(op)(a, b)
+    assert out.dtype == np.bool_
+    assert not out.requires_grad
+    np.testing.assert_array_equal(out.numpy(), op.ref(a.numpy(), b.numpy()).astype(bool))
+
+
+def test_unary_size_zero():
+    for op in ELEMENTWISE:
+        if op.kind == "unary":
+            assert fn_of(op)(tp.zeros(0)).shape == (0,)
+    x = tp.zeros(0, 3, requires_grad=True)
+    (x.exp() * 2).sum().backward()
+    assert x.grad.shape == (0, 3)
+
+
+# ---------------------------------------------------------------- kernel ops
+
+
+def _r(*shape, seed=0, lo=-2.0, hi=2.0):
+    return np.random.default_rng(seed + sum(shape)).uniform(lo, hi, shape)
+
+
+# each case: (function of tensors, NumPy reference of the same, inputs)
+KERNEL_CASES = {
+    "sum": [
+        (lambda x: tp.sum(x), lambda x: np.sum(x), [_r(3, 4)]),
+        (lambda x: tp.sum(x, axis=0), lambda x: np.sum(x, axis=0), [_r(3, 4)]),
+        (lambda x: x.sum(1, keepdims=True), lambda x: np.sum(x, 1, keepdims=True), [_r(3, 4)]),
+        (lambda x: tp.sum(x, axis=(0, 2)), lambda x: np.sum(x, axis=(0, 2)), [_r(2, 3, 4)]),
+        (lambda x: tp.sum(x, axis=-1), lambda x: np.sum(x, axis=-1), [_r(2, 3, 4)]),
+        (lambda x: tp.sum(x, dim=1), lambda x: np.sum(x, axis=1), [_r(2, 3, 4)]),
+        (lambda x: tp.sum(x), lambda x: np.sum(x), [np.array(1.5)]),
+    ],
+    "max": [
+        (lambda x: tp.max(x), lambda x: np.max(x), [_r(3, 4)]),
+        (lambda x: tp.max(x, axis=1), lambda x: np.max(x, axis=1), [_r(3, 4)]),
+        (lambda x: x.max((0, 2), keepdims=True), lambda x: np.max(x, (0, 2), keepdims=True), [_r(2, 3, 4)]),
+    ],
+    "min": [
+        (lambda x: tp.min(x), lambda x: np.min(x), [_r(3, 4)]),
+        (lambda x: tp.min(x, axis=0), lambda x: np.min(x, axis=0), [_r(3, 4)]),
+    ],
+    "prod": [
+        (lambda x: tp.prod(x), lambda x: np.prod(x), [_r(5, lo=0.5)]),
+        (lambda x: tp.prod(x, axis=1), lambda x: np.prod(x, axis=1), [_r(3, 4, lo=0.5)]),
+    ],
+    "copy": [
+        (lambda x: x.T, lambda x: x.T, [_r(3, 4)]),
+        (lambda x: tp.transpose(x, (1, 2, 0)), lambda x: np.transpose(x, (1, 2, 0)), [_r(2, 3, 4)]),
+        (lambda x: tp.broadcast_to(x, (3, 4)), lambda x: np.broadcast_to(x, (3, 4)), [_r(4)]),
+        (lambda x: tp.broadcast_to(x, (2, 3, 4)), lambda x: np.broadcast_to(x, (2, 3, 4)), [_r(3, 1)]),
+        (lambda x: x[::2], lambda x: x[::2], [_r(7)]),
+        (lambda x: x[::-1], lambda x: x[::-1], [_r(5)]),
+        (lambda x: x[:, 1], lambda x: x[:, 1], [_r(3, 4)]),
+        (lambda x: x[1:, ::-2], lambda x: x[1:, ::-2], [_r(3, 5)]),
+        (lambda x: x[..., None, 0], lambda x: x[..., None, 0], [_r(2, 3, 4)]),
+        (lambda a, b: tp.concatenate([a, b, a], axis=0), lambda a, b: np.concatenate([a, b, a], 0), [_r(2, 3), _r(4, 3)]),
+        (lambda a, b: tp.cat([a, b], dim=1), lambda a, b: np.concatenate([a, b], 1), [_r(2, 3), _r(2, 1)]),
+        (lambda a, b: tp.stack([a, b], axis=1), lambda a, b: np.stack([a, b], 1), [_r(2, 3), _r(2, 3, seed=1)]),
+    ],
+    "take": [
+        (lambda x: x[np.array([2, 0, 2, -1])], lambda x: x[np.array([2, 0, 2, -1])], [_r(4, 3)]),
+        (lambda x: x[:, [1, 1, 0]], lambda x: x[:, [1, 1, 0]], [_r(3, 4)]),
+        (lambda x: tp.take(x, np.array([[0, 1], [1, 1]]), axis=1), lambda x: np.take(x, [[0, 1], [1, 1]], axis=1), [_r(2, 3, 2)]),
+        (lambda x: x[np.array([0, 2]), np.array([1, 3])], lambda x: x[[0, 2], [1, 3]], [_r(3, 4)]),
+        (lambda x: x[x_mask], lambda x: x[x_mask], [_r(2, 3)]),
+    ],
+    "matmul": [
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(3, 4), _r(4, 2)]),
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(4), _r(4, 2)]),
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(3, 4), _r(4)]),
+        (lambda a, b: tp.dot(a, b), lambda a, b: np.dot(a, b), [_r(4), _r(4, seed=3)]),
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(2, 3, 4), _r(2, 4, 5)]),
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(2, 3, 4), _r(4, 5)]),
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(3, 4), _r(2, 4, 5)]),
+        (lambda a, b: tp.outer(a, b), lambda a, b: np.outer(a, b), [_r(3), _r(2)]),
+        (lambda a: a @ a, lambda a: a @ a, [_r(3, 3)]),
+    ],
+}
+x_mask = np.array([[True, False, True], [False, True, True]])
+
+KERNELS = [op for op in OPS if op.kind == "kernel"]
+
+
+def test_every_kernel_op_has_cases():
+    missing = [op.name for op in KERNELS if op.name not in KERNEL_CASES]
+    assert not missing, f"add test cases for kernel ops {missing} to KERNEL_CASES"
+
+
+CASES = [(name, k, case) for name, cases in KERNEL_CASES.items() for k, case in enumerate(cases)]
+
+
+@pytest.mark.parametrize("name,k,case", CASES, ids=[f"{n}-{k}" for n, k, _ in CASES])
+def test_kernel_op(name, k, case):
+    fn, ref, xs = case
+    got = fn(*[tp.tensor(x) for x in xs])
+    want = ref(*xs)
+    assert got.shape == np.shape(want)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
+    assert tp.gradcheck(fn, *xs)
+
+
+def test_max_ties_share_gradient():
+    x = tp.tensor([1.0, 3.0, 3.0, 2.0], requires_grad=True)
+    x.max().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0, 0.5, 0.5, 0])
+    y = tp.tensor([[1.0, 1.0], [0.0, 2.0]], requires_grad=True)
+    y.min(axis=1).sum().backward()
+    np.testing.assert_array_equal(y.grad.numpy(), [[0.5, 0.5], [1, 0]])
+
+
+def test_prod_gradient_with_zeros():
+    x = tp.tensor([2.0, 0.0, 3.0], requires_grad=True)
+    x.prod().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [0.0, 6.0, 0.0])
+    y = tp.tensor([0.0, 0.0, 3.0], requires_grad=True)
+    y.prod().backward()
+    np.testing.assert_array_equal(y.grad.numpy(), [0.0, 0.0, 0.0])
+
+
+def test_gather_repeated_indices_accumulate():
+    x = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x[[0, 0, 2, 0]].sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 0.0, 1.0])
+
+
+def test_sum_of_empty_and_reductions_of_size_zero():
+    assert tp.zeros(0).sum().item() == 0.0
+    assert tp.ones(0, 3).sum(axis=0).shape == (3,)
+    with pytest.raises(ValueError, match="zero-size"):
+        tp.zeros(0).max()
