@@ -17,6 +17,7 @@ See README.md for the full tour.
 """
 
 from tape import ops as _ops  # noqa: F401  (fills the registry before anything compiles)
+from tape._generated import sweeps
 from tape._generated import sweeps as _sweeps
 from tape._tensor import (
     GradFn,
@@ -41,7 +42,7 @@ from tape._tensor import (
     zeros,
     zeros_like,
 )
-from tape.core import ReplayError, Tape, load
+from tape.core import KernelArgs, ReplayError, Tape, load
 from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all
 from tape.record import record
@@ -55,7 +56,7 @@ long = int64
 bool = bool_  # noqa: A001
 
 __all__ = [
-    "Tape", "Tensor", "GradFn", "ReplayError", "GradcheckError", "record", "load", "gradcheck",
+    "Tape", "KernelArgs", "sweeps", "Tensor", "GradFn", "ReplayError", "GradcheckError", "record", "load", "gradcheck",
     "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "float64", "float32", "int64", "int32", "bool_", "warmup",

@@ -409,6 +409,8 @@ def result_dtype(ts, *, name=""):
 def _buffer_in(target: Tape, x, grad_on):
     """The buffer of ``x`` in ``target``, copying a leaf or constant in on first use."""
     if isinstance(x, Tensor):
+        if x._tape is not None and x._tape._merged is not None:
+            x._resolve()
         if x._tape is target:
             return x._buf
         key = id(x)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,6 +34,27 @@ from tape._layout import (
 )
 
 FORMAT_VERSION = 1
+
+
+class KernelArgs(NamedTuple):
+    """What the compiled sweeps take, for calling them from your own ``@njit`` code::
+
+        ka = t.kernel_args()
+        tape.sweeps.forward_backward(*ka, True)  # zero, forward, backward; grads in ka.grad
+
+    ``data[off:off + n]`` / ``grad[off:off + n]`` with ``(off, n) = t.input_slice(k)`` are
+    argument ``k``'s value and gradient; write new argument values there before a replay.
+    """
+
+    entries: np.ndarray
+    bufs: np.ndarray
+    ipool: np.ndarray
+    data: np.ndarray
+    grad: np.ndarray
+    n_entries: int
+    n_bufs: int
+    roots: np.ndarray
+    seeds: np.ndarray
 
 
 def _grow(a, n, fill=0):
@@ -378,6 +400,26 @@ class Tape:
         """``(value, gradient)`` of the scalar output at ``args`` (see :meth:`gradient`)."""
         g = self.gradient(*args)
         return self._outputs(), g
+
+    def kernel_args(self) -> KernelArgs:
+        """The tape's arrays and counts as the compiled sweeps take them (see
+        :class:`KernelArgs`). The arrays are the tape's own: writes are seen by both."""
+        self._check_replay()
+        r = self._replay
+        return KernelArgs(
+            self.entries, self.bufs, self.ipool, self.data, self.grad,
+            self.n_entries, self.n_bufs, r["roots"], r["seed"],
+        )  # fmt: skip
+
+    def input_slice(self, k):
+        """``(offset, size)`` of argument ``k`` in the value arena (and the adjoint arena)."""
+        b = self.inputs[k]
+        return int(self.bufs[b, B_OFF]), int(self.bufs[b, B_SIZE])
+
+    def output_slice(self, k=0):
+        """``(offset, size)`` of output ``k`` in the value arena."""
+        b = self.outputs[k]
+        return int(self.bufs[b, B_OFF]), int(self.bufs[b, B_SIZE])
 
     # ------------------------------------------------------------ inspection
 

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "dfae1b012789660eb5e74f0e09159a1fcf0e01de0a6a0b8796b17921c599fdf9"
+FINGERPRINT = "0ea719fd43e781a123ce7fa8973a8cfe9a56a033ba3b083fec5560c07cca6d62"
 
 import numpy as np
 from numba import njit

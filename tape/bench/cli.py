@@ -1,0 +1,195 @@
+"""The command line: problem selection, the run, tables, ``--json`` and ``--plot``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+
+from tape.bench import harness
+from tape.bench.backends import peer_status
+from tape.bench.harness import Opts, Progress, Skip
+
+
+def problems():
+    """Every problem, in report order."""
+    from tape.bench import ba, gmm, lstm, simple
+
+    return simple.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS
+
+
+def machine_info() -> dict:
+    import numba
+    import numpy as np
+    import scipy
+
+    info = dict(
+        date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        python=platform.python_version(),
+        platform=platform.platform(),
+        cpu=_cpu_name(),
+        cpus=os.cpu_count(),
+        numpy=np.__version__,
+        numba=numba.__version__,
+        scipy=scipy.__version__,
+        peers=peer_status(),
+        threads=os.environ.get("TAPE_BENCH_THREADS", "library defaults"),
+    )
+    try:
+        import tape
+
+        info["tape"] = tape.__version__
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        import torch
+
+        if os.environ.get("TAPE_BENCH_THREADS"):
+            torch.set_num_threads(int(os.environ["TAPE_BENCH_THREADS"]))
+        info["torch_threads"] = torch.get_num_threads()
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        prog="python -m tape.bench",
+        description="Benchmark tape's gradients against a hand-written Numba gradient and the "
+        "installed peers (JAX jit, PyTorch eager, HIPS autograd), after checking they all agree "
+        "to 1e-8 in float64.",
+    )
+    ap.add_argument("problems", nargs="*", help="problems to run (default: all); see --list")
+    ap.add_argument("--list", action="store_true", help="list the problems and exit")
+    ap.add_argument("--quick", action="store_true", help="small subset, short timings (under 2 minutes)")
+    ap.add_argument("--tools", help="comma-separated tools to run (default: all available)")
+    ap.add_argument("--json", metavar="FILE", help="save all results as JSON")
+    ap.add_argument("--plot", metavar="FILE.png", help="plot time against size per tool (needs matplotlib)")
+    ap.add_argument("--adbench", metavar="DIR", help="ADBench data folder (default: $TAPE_ADBENCH_DIR or shared/adbench)")
+    ap.add_argument("--min-time", type=float, help="seconds per timing sample")
+    ap.add_argument("--budget", type=float, help="seconds of timing per case")
+    ap.add_argument("--repeats", type=int, help="minimum number of timing rounds")
+    ap.add_argument(
+        "--threads", type=int,
+        help="threads for every tool (BLAS, OpenMP, Numba, XLA, PyTorch); the process restarts "
+        "itself with the environment set. Default: each library's own default",
+    )  # fmt: skip
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return ap.parse_args(argv)
+
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def _restart_with_threads(n, argv):
+    """Thread pools are sized when the libraries load, so set the environment and re-exec."""
+    env = dict(os.environ, TAPE_BENCH_THREADS=str(n))
+    for v in THREAD_VARS:
+        env[v] = str(n)
+    xla = env.get("XLA_FLAGS", "")
+    if n == 1 and "multi_thread_eigen" not in xla:
+        xla += " --xla_cpu_multi_thread_eigen=false"
+    env["XLA_FLAGS"] = (xla + f" intra_op_parallelism_threads={n}").strip()
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "tape.bench", *argv], env)
+
+
+def main(argv=None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    if a.threads and os.environ.get("TAPE_BENCH_THREADS") != str(a.threads):
+        _restart_with_threads(a.threads, sys.argv[1:] if argv is None else argv)
+    probs = problems()
+    if a.list:
+        for p in probs:
+            print(f"{p.name:12s} {p.title}")
+        return 0
+    if a.problems:
+        unknown = set(a.problems) - {p.name for p in probs}
+        if unknown:
+            print(f"unknown problem(s): {', '.join(sorted(unknown))}; see --list", file=sys.stderr)
+            return 2
+        probs = [p for p in probs if p.name in a.problems]
+    opts = Opts(quick=a.quick, data_dir=a.adbench, progress=not a.no_progress)
+    if a.quick:
+        opts.min_time, opts.budget, opts.min_repeats, opts.max_repeats = 0.002, 0.25, 3, 11
+    if a.min_time:
+        opts.min_time = a.min_time
+    if a.budget:
+        opts.budget = a.budget
+    if a.repeats:
+        opts.min_repeats = a.repeats
+        opts.max_repeats = max(opts.max_repeats, a.repeats)
+    if a.tools:
+        opts.tools = tuple(t.strip() for t in a.tools.split(","))
+
+    t0 = time.perf_counter()
+    info = machine_info()
+    print(f"tape.bench {'--quick ' if a.quick else ''}on {info['cpu']} ({info['cpus']} cpus), {info['date']}")
+    print(f"threads: {info['threads']}")
+    print(f"python {info['python']}, numpy {info['numpy']}, numba {info['numba']}, scipy {info['scipy']}")
+    peers = info["peers"]
+    print("peers: " + ", ".join(f"{k} {v}" if v else f"{k} (not installed: skipped)" for k, v in peers.items()))
+    print("times: median of interleaved rounds; spread: half the interquartile range; "
+          "'vs tape' = tool time / tape replay time (>1: slower than tape)\n", flush=True)  # fmt: skip
+
+    import tape
+
+    tape.warmup()  # compile or load the sweeps before anything is timed
+
+    cases = {}
+    skipped = []
+    for p in probs:
+        try:
+            cases[p.name] = p.cases(opts)
+        except Skip as e:
+            skipped.append(f"{p.name}: {e}")
+            cases[p.name] = []
+    progress = Progress(sum(len(c) for c in cases.values()), enabled=opts.progress)
+    results = {}
+    for p in probs:
+        results[p.name] = []
+        for case in cases[p.name]:
+            for tool, v in (("jax jit", peers.get("jax")), ("torch", peers.get("torch")), ("autograd", peers.get("autograd"))):
+                if not v and tool in case.builders:
+                    del case.builders[tool]
+            res = harness.run_case(case, opts, progress)
+            progress.step()
+            results[p.name].append(res)
+        progress.close()
+        if results[p.name]:
+            print(harness.format_table(p, results[p.name]) + "\n", flush=True)
+    for s in skipped:
+        print(f"skipped {s}")
+    missing = [k for k, v in peers.items() if not v]
+    if missing:
+        print(f"not installed, skipped: {', '.join(missing)} (pip install -e '.[peers]'; PyTorch: see README)")
+    elapsed = time.perf_counter() - t0
+    print(f"total {elapsed:.0f} s")
+    if a.json:
+        info["argv"] = ["python", "-m", "tape.bench", *(sys.argv[1:] if argv is None else argv)]
+        info["elapsed_s"] = elapsed
+        with open(a.json, "w") as f:
+            json.dump(dict(meta=info, skipped=skipped, results=results), f, indent=1)
+        print(f"wrote {a.json}")
+    if a.plot:
+        try:
+            harness.plot(probs, results, a.plot)
+            print(f"wrote {a.plot}")
+        except ImportError:
+            print("--plot needs matplotlib (pip install matplotlib): no plot written")
+    return 0
