@@ -29,12 +29,15 @@ __all__ = ["gradient_batch", "BatchPlan"]
 @njit(parallel=True, nogil=True, error_model="numpy")
 def _gradient_batch(entries, bufs, ipool, data0, n_entries, n_bufs, emask, need, roots, seed,
                     in_offs, in_sizes, args, out_offs, out_sizes, vals, g_offs, g_sizes, grads,
-                    status, n_chunks):  # fmt: skip
+                    status, n_chunks, i0, yes):  # fmt: skip
     """Replay ``args.shape[0]`` instances (``args[b]``: the instance's inputs, concatenated).
 
     Writes ``vals[b]`` (the outputs, concatenated), ``grads[b]`` (the adjoints of the
     differentiated inputs, concatenated) and ``status[b]`` (``-1``, or the entry that rejected
     the instance's data; its values and gradients are then left untouched).
+
+    ``i0`` (0) and ``yes`` (True) are arguments, not literals, so that the sweeps are called
+    with the signatures already in their cache (a literal would compile a new specialisation).
     """
     n = args.shape[0]
     for c in prange(n_chunks):
@@ -54,11 +57,11 @@ def _gradient_batch(entries, bufs, ipool, data0, n_entries, n_bufs, emask, need,
                 m = in_sizes[k]
                 data[o : o + m] = a[s : s + m]
                 s += m
-            st = S.forward_sweep(entries, bufs, ipool, data, 0, n_entries)
+            st = S.forward_sweep(entries, bufs, ipool, data, i0, n_entries)
             status[b] = st
             if st >= 0:
                 continue
-            S.zero_adjoints(bufs, grad, need, n_bufs, True)
+            S.zero_adjoints(bufs, grad, need, n_bufs, yes)
             s = 0
             for r in roots:
                 o = bufs[r, B_OFF]
@@ -67,7 +70,7 @@ def _gradient_batch(entries, bufs, ipool, data0, n_entries, n_bufs, emask, need,
                 for j in range(m):
                     g[j] += seed[s + j]
                 s += m
-            S.reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
+            S.reverse_sweep(entries, bufs, ipool, data, grad, emask, i0, n_entries)
             _gather(data, out_offs, out_sizes, vals[b])
             _gather(grad, g_offs, g_sizes, grads[b])
 
@@ -247,7 +250,7 @@ def gradient_batch(t, *args, n_threads=None):
         _gradient_batch(
             t.entries, t.bufs, t.ipool, t.data[: t.n_data], t.n_entries, t.n_bufs,
             plan.emask, plan.need, plan.roots, plan.seed, plan.in_offs, plan.in_sizes, packed,
-            plan.out_offs, plan.out_sizes, vals, plan.g_offs, plan.g_sizes, grads, status, chunks,
+            plan.out_offs, plan.out_sizes, vals, plan.g_offs, plan.g_sizes, grads, status, chunks, 0, True,
         )  # fmt: skip
     err = plan.failure(status, lambda b: status[b])
     if err is not None:

@@ -289,7 +289,7 @@ class Tape:
                 raise ReplayError(
                     f"argument {k} ({self.input_names[k]}): expected shape {view.shape}, got {a.shape}"
                 )
-            if a.dtype != self.dtype and not self._castable(k, a.dtype):
+            if a.dtype != self.input_dtypes[k] and not self._castable(k, a.dtype):
                 raise ReplayError(
                     f"argument {k} ({self.input_names[k]}): cannot use values of dtype {a.dtype} "
                     f"for an input recorded as {self.input_dtypes[k]}"

@@ -24,7 +24,7 @@ def peer_status() -> dict:
             if name == "jax":
                 _jax()
             mod = importlib.import_module(name)
-            out[name] = getattr(mod, "__version__", "?")
+            out[name] = _version(name, mod)
         except Exception:  # noqa: BLE001  (a broken install is reported as missing)
             out[name] = None
     return out
@@ -169,3 +169,12 @@ class AutogradB(NumpyB):
 
     def concat(self, xs, axis=0):
         return self.anp.concatenate(xs, axis=axis)
+
+
+def _version(name, mod):
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:  # noqa: BLE001
+        return getattr(mod, "__version__", "?")

@@ -102,9 +102,8 @@ def _restart_with_threads(n, argv):
     for v in THREAD_VARS:
         env[v] = str(n)
     xla = env.get("XLA_FLAGS", "")
-    if n == 1 and "multi_thread_eigen" not in xla:
-        xla += " --xla_cpu_multi_thread_eigen=false"
-    env["XLA_FLAGS"] = (xla + f" intra_op_parallelism_threads={n}").strip()
+    if n == 1 and "multi_thread_eigen" not in xla:  # XLA has no thread-count flag; 1 = no pool
+        env["XLA_FLAGS"] = (xla + " --xla_cpu_multi_thread_eigen=false").strip()
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable, "-m", "tape.bench", *argv], env)
 
