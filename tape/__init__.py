@@ -66,10 +66,10 @@ __all__ = [
 def _check_fresh():
     import warnings
 
-    from tape import _codegen as _codegen_mod
+    from tape._fingerprint import fingerprint
 
     try:
-        fresh = _sweeps.FINGERPRINT == _codegen_mod.fingerprint()
+        fresh = _sweeps.FINGERPRINT == fingerprint()
     except OSError:  # sources not readable (zipped install): nothing to compare
         return
     if not fresh:

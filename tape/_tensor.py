@@ -102,13 +102,14 @@ class Tensor:
     ``ndim``, ``dtype`` (a NumPy dtype).
     """
 
-    __slots__ = ("_tape", "_buf", "_value", "shape", "dtype", "_rg", "grad", "_op", "__weakref__")
+    __slots__ = ("_tape", "_buf", "_value", "_base", "shape", "dtype", "_rg", "grad", "_op", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
     def __init__(self, value, requires_grad=False):
         self._tape = None
         self._buf = -1
         self._value = value
+        self._base = None  # (leaf, offset) for a view of a leaf not yet used by any tape
         self.shape = value.shape
         self.dtype = value.dtype
         self._op = None
@@ -123,6 +124,7 @@ class Tensor:
         t._tape = tp
         t._buf = buf
         t._value = None
+        t._base = None
         t.shape = shape
         t.dtype = dtype
         t._rg = requires_grad
@@ -331,6 +333,8 @@ class Tensor:
             if seed.shape != self.shape:
                 raise RuntimeError(f"backward: gradient has shape {seed.shape}, the tensor has shape {self.shape}")
         if self._tape is None:
+            if self._base is not None:  # a view of a leaf: route through one entry
+                return (self * 1.0).backward(seed.reshape(self.shape))
             self._accumulate(seed.reshape(self.shape))
             return
         tp, b = self._resolve()
@@ -341,7 +345,7 @@ class Tensor:
             )
         need = tp.run_backward([b], seed, zero_leaves=True)
         for leaf, lb in tp.leaves:
-            if need[lb] and tp.bufs[lb, B_KIND] == LEAF:
+            if need[lb] and leaf._op is None and tp.bufs[lb, B_KIND] == LEAF:
                 leaf._accumulate(tp.adjoint(lb))
 
     def _accumulate(self, g):
@@ -415,12 +419,19 @@ def _buffer_in(target: Tape, x, grad_on):
             return x._buf
         key = id(x)
         b = target.leaf_bufs.get(key)
-        if b is None:
+        if b is None and x._base is not None:
+            leaf, off = x._base
+            b = target.alias(_buffer_in(target, leaf, grad_on), x.shape, off)
+            target.leaf_bufs[key] = b
+            target.leaves.append((x, b))  # keeps x alive; not a leaf, so it gets no .grad
+        elif b is None:
             kind = LEAF if (x._rg and grad_on and not target.recording and x._tape is None) else CONST
             b = target.new_buffer(x.shape, kind, x._arena_value())
             target.leaf_bufs[key] = b
             target.leaves.append((x, b))  # keeps x alive, so its id stays unique
         return b
+    if isinstance(x, (float, int)):
+        return target.new_buffer((), CONST, x)
     v = np.asarray(x)
     return target.new_buffer(v.shape, CONST, v)
 
@@ -432,14 +443,16 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
     ``parts`` (for ops that write regions of one output, such as concatenation) is a list of
     ``(input_positions, ints)``: one entry each, all writing the same output buffer.
     """
-    op = registry.BY_NAME[name]
+    op = _BY_NAME[name]
     diff = op.differentiable
-    grad_on = is_grad_enabled()
+    if parts is not None:
+        diff = diff * len(inputs)
+    grad_on = getattr(_state, "grad", True)
     rec = None
     need = False
     eager = []
-    for k, t in enumerate(inputs):
-        if not isinstance(t, Tensor):
+    for t, d in zip(inputs, diff):
+        if t.__class__ is not Tensor:
             continue
         tp = t._tape
         if tp is not None:
@@ -451,22 +464,23 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
                 rec = tp
             else:
                 eager.append(tp)
-        if grad_on and t._rg and (diff[0] if parts else diff[k]):
+        if d and t._rg and grad_on:
             need = True
     if dtype is None:
         dtype = result_dtype(inputs, name=name)
     if rec is None and not need:
         return _compute_constant(op, inputs, shape, ints, parts, dtype)
-    if rec is not None:
-        target = rec
-    else:
-        target = _union(eager, inputs)
-    target.promote(dtype if dtype.kind == "f" else target.dtype)
+    target = rec if rec is not None else _union(eager, inputs)
+    if dtype.kind == "f" and dtype.itemsize > target.dtype.itemsize:
+        target.promote(dtype)
     ins = [_buffer_in(target, t, grad_on) for t in inputs]
-    bufs = target.bufs
-    active = grad_on and any(
-        (diff[0] if parts else diff[k]) and bufs[b, B_KIND] != CONST for k, b in enumerate(ins)
-    )
+    active = False
+    if grad_on:
+        kinds = target.bufs[:, B_KIND]
+        for b, d in zip(ins, diff):
+            if d and kinds[b] != CONST:
+                active = True
+                break
     out = target.new_buffer(shape, ACTIVE if active else CONST)
     first = target.n_entries
     if parts is None:
@@ -478,8 +492,13 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
     return Tensor._traced(target, out, shape, dtype, active, name)
 
 
+_BY_NAME = registry.BY_NAME
+
+
 def _union(tapes, inputs) -> Tape:
     """One eager tape holding every input's graph: the largest, with the others merged in."""
+    if tapes and all(tp is tapes[0] for tp in tapes):
+        return tapes[0]
     uniq = []
     for tp in tapes:
         if all(tp is not u for u in uniq):
@@ -503,6 +522,7 @@ def _scratch(dtype) -> Tape:
         tp = cache[dtype.str] = Tape(dtype)
     tp.n_entries = tp.n_bufs = tp.n_ipool = tp.n_data = 0
     tp.shapes = []
+    tp._shape_at = {}
     return tp
 
 
@@ -531,14 +551,19 @@ def view(x, shape, offset=0) -> Tensor:
     if shape == x.shape and offset == 0:
         return x
     tp = x._tape
-    if tp is not None:
-        if tp._merged is not None:
-            tp = x._resolve()[0]
-    elif x._rg and is_grad_enabled():
-        tp = Tape(x.dtype if x.dtype.kind == "f" else float64)
-    else:
+    if tp is None:
         flat = x._value.reshape(-1)
-        return Tensor(flat[offset : offset + math.prod(shape)].reshape(shape))
+        out = Tensor(flat[offset : offset + math.prod(shape)].reshape(shape))
+        if x._rg and is_grad_enabled():
+            # A view of a leaf joins a tape only when an op uses it (then as an alias of the
+            # leaf's buffer there), so slicing a parameter starts no graph of its own.
+            leaf, base = x._base if x._base is not None else (x, 0)
+            out._base = (leaf, base + offset)
+            out._rg = True
+            out._op = "view"
+        return out
+    if tp._merged is not None:
+        tp = x._resolve()[0]
     b = _buffer_in(tp, x, is_grad_enabled())
     nb = tp.alias(b, shape, offset)
     return Tensor._traced(tp, nb, shape, x.dtype, tp.bufs[nb, B_KIND] != CONST, "view")
@@ -602,13 +627,15 @@ _bcast_cache: dict = {}
 def _shape_of(x):
     if isinstance(x, Tensor):
         return x.shape
+    if isinstance(x, (float, int)):
+        return ()
     return np.shape(x)
 
 
 def elementwise(name, *args) -> Tensor:
     """Record elementwise op ``name`` on ``args`` with NumPy broadcasting."""
-    shapes = tuple(_shape_of(a) for a in args)
-    key = (len(args), shapes)
+    shapes = tuple([_shape_of(a) for a in args])
+    key = (name, shapes)
     hit = _bcast_cache.get(key)
     if hit is None:
         hit = _bcast_cache[key] = _broadcast_block(name, shapes)

@@ -6,10 +6,14 @@ Instances run in parallel over Numba's ``prange``; each worker chunk has its own
 value and adjoint arenas, so no two threads ever write the same memory (DESIGN.md section 3:
 parallelise only over independent instances).
 
-The compiled driver here calls the cached sweeps of :mod:`tape._generated.sweeps`; it is
-itself **not** cached: Numba's cache is keyed on this file alone and links the sweeps into the
-cached code, so a regenerated sweep module would leave a cached driver running stale rules.
-Compiling it costs a few seconds per process and dtype.
+The compiled driver here calls the cached sweeps of :mod:`tape._generated.sweeps`. Numba links
+the callees' code into the caller and re-optimises it, so compiling the driver costs ~30 s;
+it must be cached. But Numba's cache is keyed on this file alone: a regenerated sweep module
+would leave a cached driver running stale rules. So this file records the fingerprint of the
+sweeps it was last refreshed against (``SWEEPS_FINGERPRINT``, rewritten by
+``python -m tape.batch --refresh``, which also changes this file and so invalidates Numba's
+cache); the driver is cached only while that fingerprint matches the sweeps, and compiled
+afresh (slow but never stale) otherwise. A test fails while the line is stale.
 
 The GPU version, one thread per instance, is :func:`tape.cuda.gradient_batch`.
 """
@@ -25,8 +29,10 @@ from tape.core import ReplayError
 
 __all__ = ["gradient_batch", "BatchPlan"]
 
+# the sweeps' fingerprint the cached driver was built against (`python -m tape.batch --refresh`)
+SWEEPS_FINGERPRINT = "5786fe717861087adf9b1168c1b7137566ac6ac42d40700fa4bb5f4ab0ee8cdc"
 
-@njit(parallel=True, nogil=True, error_model="numpy")
+
 def _gradient_batch(entries, bufs, ipool, data0, n_entries, n_bufs, emask, need, roots, seed,
                     in_offs, in_sizes, args, out_offs, out_sizes, vals, g_offs, g_sizes, grads,
                     status, n_chunks, i0, yes):  # fmt: skip
@@ -83,6 +89,17 @@ def _gather(arena, offs, sizes, out):
         m = sizes[k]
         out[s : s + m] = arena[o : o + m]
         s += m
+
+
+def is_fresh() -> bool:
+    """Whether :data:`SWEEPS_FINGERPRINT` matches the generated sweeps (the driver is then
+    cached on disk)."""
+    return SWEEPS_FINGERPRINT == S.FINGERPRINT
+
+
+_gradient_batch = njit(parallel=True, nogil=True, error_model="numpy", cache=is_fresh())(
+    _gradient_batch
+)
 
 
 class BatchPlan:
@@ -256,3 +273,39 @@ def gradient_batch(t, *args, n_threads=None):
     if err is not None:
         raise err
     return plan.unpack(vals, grads)
+
+
+def refresh() -> bool:
+    """Rewrite :data:`SWEEPS_FINGERPRINT` in this file to the current sweeps' fingerprint.
+    Returns True if the file changed."""
+    import re
+    from pathlib import Path
+
+    path = Path(__file__)
+    text = path.read_text()
+    new = re.sub(
+        r'^SWEEPS_FINGERPRINT = "[0-9a-f]*"$',
+        f'SWEEPS_FINGERPRINT = "{S.FINGERPRINT}"',
+        text,
+        count=1,
+        flags=re.M,
+    )
+    if new == text:
+        return False
+    path.write_text(new)
+    return True
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--check" in sys.argv[1:]:
+        if not is_fresh():
+            print("tape/batch.py is stale: run `python -m tape.batch --refresh`", file=sys.stderr)
+            sys.exit(1)
+        print("tape/batch.py matches the generated sweeps")
+    elif "--refresh" in sys.argv[1:]:
+        print("updated tape/batch.py" if refresh() else "tape/batch.py already up to date")
+    else:
+        print("usage: python -m tape.batch --check | --refresh", file=sys.stderr)
+        sys.exit(2)

@@ -87,13 +87,14 @@ class Tape:
 
     def __init__(self, dtype=np.float64):
         self.dtype = np.dtype(dtype)
-        self.entries = np.full((16, ENTRY_COLS), -1, np.int64)
-        self.bufs = np.zeros((16, BUF_COLS), np.int64)
-        self.ipool = np.zeros(64, np.int64)
-        self.data = np.zeros(64, self.dtype)
+        self.entries = np.empty((8, ENTRY_COLS), np.int64)
+        self.bufs = np.empty((16, BUF_COLS), np.int64)
+        self.ipool = np.empty(64, np.int64)
+        self.data = np.empty(64, self.dtype)
         self.grad = None
         self.n_entries = self.n_bufs = self.n_ipool = self.n_data = 0
         self.shapes: list[tuple] = []  # Python copy of each buffer's shape (hot path reads it)
+        self._shape_at: dict[tuple, int] = {}  # shape -> its position in ipool (shared)
         self.leaf_bufs: dict[int, int] = {}  # id(leaf tensor) -> its buffer in this tape
         self.leaves: list = []  # [(leaf tensor, buffer)] of eager leaves copied in
         self.recording = False
@@ -127,17 +128,28 @@ class Tape:
 
     def new_buffer(self, shape, kind, value=None) -> int:
         """Add a buffer of ``shape`` that owns fresh arena memory (filled from ``value``)."""
-        size = math.prod(shape)
-        off = self._alloc(size)
+        size = 1
+        for n in shape:
+            size *= n
+        off = self.n_data
+        end = off + size
+        if end > self.data.shape[0]:
+            self.data = _grow(self.data, end)
+        self.n_data = end
         if value is not None:
-            self.data[off : off + size] = np.ravel(value)
+            if size == 1 and not isinstance(value, np.ndarray):
+                self.data[off] = value
+            else:
+                self.data[off:end] = np.ravel(value)
         return self._add_buf(off, size, shape, kind, -1)
 
     def _add_buf(self, off, size, shape, kind, alias) -> int:
         b = self.n_bufs
         if b >= self.bufs.shape[0]:
             self.bufs = _grow(self.bufs, b + 1)
-        sp = self._push_ints(shape) if shape else self.n_ipool
+        sp = self._shape_at.get(shape)
+        if sp is None:
+            sp = self._shape_at[shape] = self._push_ints(shape) if shape else 0
         self.bufs[b] = (off, size, len(shape), sp, kind, alias)
         self.shapes.append(shape)
         self.n_bufs = b + 1
@@ -154,12 +166,13 @@ class Tape:
         if i >= self.entries.shape[0]:
             self.entries = _grow(self.entries, i + 1, -1)
         p = self._push_ints(attr) if attr is not None else -1
-        row = self.entries[i]
-        row[E_OP] = code
-        row[E_IN0 : E_IN0 + 3] = -1
-        row[E_IN0 : E_IN0 + len(ins)] = ins
-        row[E_OUT] = out
-        row[E_ATTR] = p
+        n = len(ins)
+        if n == 1:
+            self.entries[i] = (code, ins[0], -1, -1, out, p)
+        elif n == 2:
+            self.entries[i] = (code, ins[0], ins[1], -1, out, p)
+        else:
+            self.entries[i] = (code, ins[0], ins[1], ins[2], out, p)
         self.n_entries = i + 1
         return i
 
@@ -232,11 +245,13 @@ class Tape:
         bufs = other.bufs[: other.n_bufs].copy()
         bufs[:, B_OFF] += nd
         bufs[:, 3] += ni
-        bufs[:, B_ALIAS] = np.where(bufs[:, B_ALIAS] >= 0, bufs[:, B_ALIAS] + nb, -1)
+        alias = bufs[:, B_ALIAS]
+        alias[alias >= 0] += nb
         ent = other.entries[: other.n_entries].copy()
-        cols = ent[:, E_IN0 : E_OUT + 1]
-        cols[cols >= 0] += nb
-        ent[:, E_ATTR] = np.where(ent[:, E_ATTR] >= 0, ent[:, E_ATTR] + ni, -1)
+        cols = ent[:, E_IN0:]  # in0, in1, in2, out, attr
+        cols[:, :4][cols[:, :4] >= 0] += nb
+        attr = ent[:, E_ATTR]
+        attr[attr >= 0] += ni
         self._push_ints(other.ipool[: other.n_ipool])
         off = self._alloc(other.n_data)
         self.data[off : off + other.n_data] = other.data[: other.n_data]

@@ -3,12 +3,12 @@
 import subprocess
 import sys
 
-from tape import _codegen, registry
+from tape import _codegen, _fingerprint, registry
 from tape._generated import sweeps
 
 
 def test_generated_sweeps_are_fresh():
-    assert sweeps.FINGERPRINT == _codegen.fingerprint(), "run `python -m tape._codegen`"
+    assert sweeps.FINGERPRINT == _fingerprint.fingerprint(), "run `python -m tape._codegen`"
     assert _codegen.TARGET.read_text() == _codegen.generate(), "run `python -m tape._codegen`"
 
 

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "0ea719fd43e781a123ce7fa8973a8cfe9a56a033ba3b083fec5560c07cca6d62"
+FINGERPRINT = "5786fe717861087adf9b1168c1b7137566ac6ac42d40700fa4bb5f4ab0ee8cdc"
 
 import numpy as np
 from numba import njit

@@ -63,6 +63,9 @@ class NumpyB:
     def concat(self, xs, axis=0):
         return np.concatenate(xs, axis=axis)
 
+    def stack(self, xs, axis=0):
+        return np.stack(xs, axis=axis)
+
     def take_cols(self, x, idx):
         return x[:, idx]
 
@@ -92,6 +95,9 @@ class TapeB(NumpyB):
     def concat(self, xs, axis=0):
         return self.tp.concatenate(xs, axis)
 
+    def stack(self, xs, axis=0):
+        return self.tp.stack(xs, axis)
+
     def take_cols(self, x, idx):
         return self.tp.take(x, idx, axis=1)
 
@@ -116,6 +122,9 @@ class TorchB(NumpyB):
 
     def concat(self, xs, axis=0):
         return self.torch.cat(xs, axis)
+
+    def stack(self, xs, axis=0):
+        return self.torch.stack(xs, axis)
 
     def take_cols(self, x, idx):
         return x[:, idx]
@@ -144,6 +153,9 @@ class JaxB(NumpyB):
     def concat(self, xs, axis=0):
         return self.jnp.concatenate(xs, axis=axis)
 
+    def stack(self, xs, axis=0):
+        return self.jnp.stack(xs, axis=axis)
+
     def const(self, a):
         return self.jnp.asarray(a)
 
@@ -169,6 +181,9 @@ class AutogradB(NumpyB):
 
     def concat(self, xs, axis=0):
         return self.anp.concatenate(xs, axis=axis)
+
+    def stack(self, xs, axis=0):
+        return self.anp.stack(xs, axis=axis)
 
 
 def _version(name, mod):
