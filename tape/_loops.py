@@ -5,7 +5,8 @@ specialisation per rule and LLVM inlines the rule, so each loop is as fast as a 
 one. Inside each loop, slice views come first and the loop indexes the views (indexing the
 arena with ``data[a + j]`` blocks vectorisation).
 
-A zero output adjoint contributes exactly zero (the rule is not evaluated): ``0 * inf`` in an
+A zero output adjoint contributes exactly zero (the rule's value is discarded by a select,
+which keeps the loop vectorised): ``0 * inf`` in an
 unused branch, such as ``where(x > 0, sqrt(x), 0)`` at ``x = 0``, never becomes a NaN gradient.
 A NaN adjoint still propagates.
 """
@@ -112,7 +113,8 @@ def unary_rev(r, i, entries, bufs, data, grad):
     gy = view(bufs, grad, o)
     gx = view(bufs, grad, a)
     for j in range(y.shape[0]):
-        gx[j] += r(x[j], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+        v = r(x[j], y[j], gy[j])
+        gx[j] += v if gy[j] != 0.0 else 0.0
 
 
 # ---------------------------------------------------------------- binary
@@ -163,39 +165,47 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
     if mode == SAME:
         if act0:
             for j in range(n):
-                g0[j] += r0(x0[j], x1[j], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+                v = r0(x0[j], x1[j], y[j], gy[j])
+                g0[j] += v if gy[j] != 0.0 else 0.0
         if act1:
             for j in range(n):
-                g1[j] += r1(x0[j], x1[j], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+                v = r1(x0[j], x1[j], y[j], gy[j])
+                g1[j] += v if gy[j] != 0.0 else 0.0
     elif mode == SCALAR0:
         s = x0[0]
         if act0:
             acc = 0.0
             for j in range(n):
-                acc += r0(s, x1[j], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+                v = r0(s, x1[j], y[j], gy[j])
+                acc += v if gy[j] != 0.0 else 0.0
             g0[0] += acc
         if act1:
             for j in range(n):
-                g1[j] += r1(s, x1[j], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+                v = r1(s, x1[j], y[j], gy[j])
+                g1[j] += v if gy[j] != 0.0 else 0.0
     elif mode == SCALAR1:
         s = x1[0]
         if act0:
             for j in range(n):
-                g0[j] += r0(x0[j], s, y[j], gy[j]) if gy[j] != 0.0 else 0.0
+                v = r0(x0[j], s, y[j], gy[j])
+                g0[j] += v if gy[j] != 0.0 else 0.0
         if act1:
             acc = 0.0
             for j in range(n):
-                acc += r1(x0[j], s, y[j], gy[j]) if gy[j] != 0.0 else 0.0
+                v = r1(x0[j], s, y[j], gy[j])
+                acc += v if gy[j] != 0.0 else 0.0
             g1[0] += acc
     else:
         o0 = bcast_offsets(ipool, p, 0)
         o1 = bcast_offsets(ipool, p, 1)
         if act0:
             for j in range(n):
-                g0[o0[j]] += r0(x0[o0[j]], x1[o1[j]], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+                v = r0(x0[o0[j]], x1[o1[j]], y[j], gy[j])
+                g0[o0[j]] += v if gy[j] != 0.0 else 0.0
         if act1:
             for j in range(n):
-                g1[o1[j]] += r1(x0[o0[j]], x1[o1[j]], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+                v = r1(x0[o0[j]], x1[o1[j]], y[j], gy[j])
+                g1[o1[j]] += v if gy[j] != 0.0 else 0.0
 
 
 # ---------------------------------------------------------------- ternary
@@ -225,14 +235,16 @@ def _ternary_rev_one(r, k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
-            gk[j] += r(x0[j], x1[j], x2[j], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+            v = r(x0[j], x1[j], x2[j], y[j], gy[j])
+            gk[j] += v if gy[j] != 0.0 else 0.0
     else:
         o0 = bcast_offsets(ipool, p, 0)
         o1 = bcast_offsets(ipool, p, 1)
         o2 = bcast_offsets(ipool, p, 2)
         ok = bcast_offsets(ipool, p, k)
         for j in range(n):
-            gk[ok[j]] += r(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j]) if gy[j] != 0.0 else 0.0
+            v = r(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
+            gk[ok[j]] += v if gy[j] != 0.0 else 0.0
 
 
 @_loop

@@ -291,25 +291,33 @@ class Tape:
             grad_views=[self.adjoint(self.inputs[k]) for k in self.wrt],
             roots=np.asarray(self.outputs, np.int64),
             seed=np.ones(sum(int(self.bufs[b, B_SIZE]) for b in self.outputs), self.dtype),
+            fast=[(v.shape, np.dtype(d)) for v, d in zip(views, self.input_dtypes)],
         )
 
     def _load_args(self, args):
-        n = len(self.inputs)
-        if len(args) != n:
+        r = self._replay
+        views = r["in_views"]
+        if len(args) != len(views):
+            n = len(views)
             raise ReplayError(f"this tape takes {n} argument{'s' * (n != 1)} ({', '.join(self.input_names)}), got {len(args)}")
-        for k, (a, view) in enumerate(zip(args, self._replay["in_views"])):
-            if type(a) is not np.ndarray:
-                a = self._coerce(k, a)
-            if a.shape != view.shape:
-                raise ReplayError(
-                    f"argument {k} ({self.input_names[k]}): expected shape {view.shape}, got {a.shape}"
-                )
-            if a.dtype != self.input_dtypes[k] and not self._castable(k, a.dtype):
-                raise ReplayError(
-                    f"argument {k} ({self.input_names[k]}): cannot use values of dtype {a.dtype} "
-                    f"for an input recorded as {self.input_dtypes[k]}"
-                )
-            view[...] = a
+        fast = r["fast"]  # (shape, dtype) per input: arrays that match need no checks
+        for k in range(len(views)):
+            a = args[k]
+            if type(a) is not np.ndarray or (a.shape, a.dtype) != fast[k]:
+                a = self._check_arg(k, a, views[k])
+            views[k][...] = a
+
+    def _check_arg(self, k, a, view):
+        if type(a) is not np.ndarray:
+            a = self._coerce(k, a)
+        if a.shape != view.shape:
+            raise ReplayError(f"argument {k} ({self.input_names[k]}): expected shape {view.shape}, got {a.shape}")
+        if a.dtype != self.input_dtypes[k] and not self._castable(k, a.dtype):
+            raise ReplayError(
+                f"argument {k} ({self.input_names[k]}): cannot use values of dtype {a.dtype} "
+                f"for an input recorded as {self.input_dtypes[k]}"
+            )
+        return a
 
     def _coerce(self, k, a):
         from tape._tensor import Tensor
@@ -390,8 +398,10 @@ class Tape:
         """Gradient of the scalar output at ``args``: zero, forward, backward in one compiled
         call. Returns one array per differentiated argument (a single array if there is one),
         fresh copies unless ``out`` (arrays of the same shapes) is given to fill."""
-        self._check_replay()
         r = self._replay
+        if r is None:
+            self._check_replay()
+            r = self._replay
         if r["seed"].shape[0] != 1:
             raise RuntimeError("gradient() needs a scalar output; use forward() and backward(seed=...)")
         self._load_args(args)
@@ -409,7 +419,7 @@ class Tape:
             return out
         if len(views) == 1:
             return views[0].copy()
-        return tuple(v.copy() for v in views)
+        return tuple([v.copy() for v in views])
 
     def value_and_grad(self, *args):
         """``(value, gradient)`` of the scalar output at ``args`` (see :meth:`gradient`)."""

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5786fe717861087adf9b1168c1b7137566ac6ac42d40700fa4bb5f4ab0ee8cdc"
+FINGERPRINT = "f0f9bb352d893794ab5ba2fff7b7be68f3bd3afd844b19b07068823d811a30cf"
 
 import numpy as np
 from numba import njit

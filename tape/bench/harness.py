@@ -14,8 +14,10 @@ Method (one case at a time):
    reference values where the case has them. A tool that disagrees is reported and not timed.
 3. Calibrate: per tool, the number of calls per sample so that one sample lasts ``min_time``.
 4. Time: ``repeats`` rounds; in each round every (tool, kind) takes one sample, in an order
-   rotated every round, so drift of the machine hits all tools alike. Garbage collection is
-   off during a sample (as in ``timeit``). Report the median, the interquartile spread and
+   rotated every round, so drift of the machine hits all tools alike. Before each sample, one
+   untimed call (unless a call takes over 0.5 s): the tool timed just before has evicted the
+   caches, and a sample of one cold call would measure that, not the tool. Garbage
+   collection is off during a sample (as in ``timeit``). Report the median, the interquartile spread and
    the ratio to tape.
 """
 
@@ -248,6 +250,8 @@ def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
             progress.show(f"{case.problem} {case.label}: timing round {r + 1}/{reps}")
         k = r % max(len(jobs), 1)
         for j in jobs[k:] + jobs[:k]:
+            if j[4] < 0.5:  # one untimed call first: the previous tool evicted our caches
+                j[2]()
             j[5].append(_sample(j[2], j[3]))
     for tool, kind, _fn, number, _t, samples in jobs:
         s = np.array(samples)

@@ -1,0 +1,38 @@
+"""Every numba-cuda option tape uses, in one place (the GPU counterpart of tape/_config.py).
+
+Globals are compile-time constants in CUDA kernels too (and frozen into Numba's cache), so
+nothing here may change at run time.
+"""
+
+from numba import config as _numba_config
+
+SIMULATOR = bool(_numba_config.ENABLE_CUDASIM)
+"""True under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` set before numba is imported)."""
+
+MAX_THREADS = 256
+"""Largest block size (a power of two): the size of the shared-memory scratch used by block
+reductions. Blocks must be a power of two no larger than this."""
+
+THREADS = 256
+"""Default threads per block on a real GPU (the simulator defaults to fewer: each simulated
+thread is a Python thread)."""
+
+SIM_THREADS = 32
+"""Default threads per block under the simulator."""
+
+SMALL = 8192
+"""Entries whose buffers all have at most this many elements run in a one-block launch (a
+block barrier instead of a grid-wide barrier between entries); larger ones in a launch of as
+many blocks as can be co-resident (a cooperative launch, grid-wide barriers)."""
+
+MIN_RUN = 8
+"""A run of fewer small entries than this between large ones is not worth its own launch
+(a launch costs about as much as several grid barriers): it joins the large launch."""
+
+KERNEL_JIT = dict(cache=not SIMULATOR)
+"""Options of the kernels in ``tape/cuda/_generated/kernels.py``. They are cached: that file is
+generated and carries a fingerprint of every source compiled in (the same scheme as the CPU
+sweeps), so a rule change rewrites it and Numba recompiles."""
+
+DEVICE_JIT = dict(device=True)
+"""Options of the device functions (rules, loops, op kernels)."""
