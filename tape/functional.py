@@ -184,20 +184,22 @@ def logsumexp(x, axis=None, keepdims=False, *, dim=None):
 
 
 @_export
-def softmax(x, axis=-1, *, dim=None):
+def softmax(x, axis=None, *, dim=None):
     """``exp(x) / sum(exp(x))`` along ``axis`` (default: the last)."""
     x = as_tensor(x)
     axis = _axis(axis, dim)
+    axis = -1 if axis is None else axis
     m = reduce.max(x, axis, keepdims=True).detach().numpy()
     e = exp(x - np.where(np.isfinite(m), m, 0.0))
     return e / reduce.sum(e, axis, keepdims=True)
 
 
 @_export
-def log_softmax(x, axis=-1, *, dim=None):
+def log_softmax(x, axis=None, *, dim=None):
     """``x - logsumexp(x)`` along ``axis`` (default: the last)."""
     x = as_tensor(x)
-    return x - logsumexp(x, _axis(axis, dim), keepdims=True)
+    axis = _axis(axis, dim)
+    return x - logsumexp(x, -1 if axis is None else axis, keepdims=True)
 
 
 for _fn in (
