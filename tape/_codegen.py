@@ -103,6 +103,29 @@ def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, 
 
 
 @njit(**SWEEP_JIT)
+def emit(entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind,
+         op, in0, in1, in2, attr):
+    """Eager mode's one step: add output buffer ``n_bufs`` and entry ``n_entries`` (the arrays
+    have room; the caller checked), then run the forward sweep over that entry. Writes
+    ``entries``, ``bufs`` and ``data``; returns the sweep's status."""
+    b = bufs[n_bufs]
+    b[0] = off
+    b[1] = size
+    b[2] = ndim
+    b[3] = shape
+    b[4] = kind
+    b[5] = -1
+    e = entries[n_entries]
+    e[0] = op
+    e[1] = in0
+    e[2] = in1
+    e[3] = in2
+    e[4] = n_bufs
+    e[5] = attr
+    return forward_sweep(entries, bufs, ipool, data, n_entries, n_entries + 1)
+
+
+@njit(**SWEEP_JIT)
 def forward_backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
     """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
     Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""

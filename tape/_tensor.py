@@ -481,14 +481,15 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
             if d and kinds[b] != CONST:
                 active = True
                 break
-    out = target.new_buffer(shape, ACTIVE if active else CONST)
-    first = target.n_entries
+    kind = ACTIVE if active else CONST
     if parts is None:
-        target.add_entry(op.code, ins, out, ints)
+        out = target.emit(op.code, ins, shape, kind, ints)
     else:
+        out = target.new_buffer(shape, kind)
+        first = target.n_entries
         for pos, pints in parts:
             target.add_entry(op.code, [ins[k] for k in pos], out, pints)
-    target.run_forward(first, target.n_entries)
+        target.run_forward(first, target.n_entries)
     return Tensor._traced(target, out, shape, dtype, active, name)
 
 

@@ -176,6 +176,38 @@ class Tape:
         self.n_entries = i + 1
         return i
 
+    def emit(self, code, ins, shape, kind, attr=None) -> int:
+        """Add an output buffer of ``shape`` and one entry computing it, and run the entry:
+        eager mode's step, in one compiled call. Returns the output buffer."""
+        size = 1
+        for n in shape:
+            size *= n
+        off = self.n_data
+        if off + size > self.data.shape[0]:
+            self.data = _grow(self.data, off + size)
+        b = self.n_bufs
+        if b >= self.bufs.shape[0]:
+            self.bufs = _grow(self.bufs, b + 1)
+        i = self.n_entries
+        if i >= self.entries.shape[0]:
+            self.entries = _grow(self.entries, i + 1, -1)
+        sp = self._shape_at.get(shape)
+        if sp is None:
+            sp = self._shape_at[shape] = self._push_ints(shape) if shape else 0
+        p = self._push_ints(attr) if attr is not None else -1
+        n = len(ins)
+        status = S.emit(
+            self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
+            code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
+        )  # fmt: skip
+        self.n_data = off + size
+        self.n_bufs = b + 1
+        self.n_entries = i + 1
+        self.shapes.append(shape)
+        if status >= 0:
+            raise IndexError(self._describe_failure(status))
+        return b
+
     def run_forward(self, start, stop):
         status = S.forward_sweep(self.entries, self.bufs, self.ipool, self.data, start, stop)
         if status >= 0:

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f0f9bb352d893794ab5ba2fff7b7be68f3bd3afd844b19b07068823d811a30cf"
+FINGERPRINT = "92f94ea66b5e67c2ed3153f34012ced4aca1783f53488f39c95e1d65386836d9"
 
 import numpy as np
 from numba import njit
@@ -328,6 +328,29 @@ def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, 
         s += n
     reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
     return need
+
+
+@njit(**SWEEP_JIT)
+def emit(entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind,
+         op, in0, in1, in2, attr):
+    """Eager mode's one step: add output buffer ``n_bufs`` and entry ``n_entries`` (the arrays
+    have room; the caller checked), then run the forward sweep over that entry. Writes
+    ``entries``, ``bufs`` and ``data``; returns the sweep's status."""
+    b = bufs[n_bufs]
+    b[0] = off
+    b[1] = size
+    b[2] = ndim
+    b[3] = shape
+    b[4] = kind
+    b[5] = -1
+    e = entries[n_entries]
+    e[0] = op
+    e[1] = in0
+    e[2] = in1
+    e[3] = in2
+    e[4] = n_bufs
+    e[5] = attr
+    return forward_sweep(entries, bufs, ipool, data, n_entries, n_entries + 1)
 
 
 @njit(**SWEEP_JIT)
