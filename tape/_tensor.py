@@ -431,7 +431,7 @@ def _buffer_in(target: Tape, x, grad_on):
             target.leaves.append((x, b))  # keeps x alive, so its id stays unique
         return b
     if isinstance(x, (float, int)):
-        return target.new_buffer((), CONST, x)
+        return target.constant(x)
     v = np.asarray(x)
     return target.new_buffer(v.shape, CONST, v)
 
@@ -523,7 +523,8 @@ def _scratch(dtype) -> Tape:
         tp = cache[dtype.str] = Tape(dtype)
     tp.n_entries = tp.n_bufs = tp.n_ipool = tp.n_data = 0
     tp.shapes = []
-    tp._shape_at = {}
+    tp._interned = {}
+    tp._consts = {}
     return tp
 
 

@@ -94,7 +94,8 @@ class Tape:
         self.grad = None
         self.n_entries = self.n_bufs = self.n_ipool = self.n_data = 0
         self.shapes: list[tuple] = []  # Python copy of each buffer's shape (hot path reads it)
-        self._shape_at: dict[tuple, int] = {}  # shape -> its position in ipool (shared)
+        self._interned: dict[tuple, int] = {}  # int block (shape, attributes) -> ipool position
+        self._consts: dict = {}  # Python number -> its read-only CONST buffer
         self.leaf_bufs: dict[int, int] = {}  # id(leaf tensor) -> its buffer in this tape
         self.leaves: list = []  # [(leaf tensor, buffer)] of eager leaves copied in
         self.recording = False
@@ -118,6 +119,25 @@ class Tape:
         self.ipool[p : p + k] = ints
         self.n_ipool = p + k
         return p
+
+    def intern(self, ints) -> int:
+        """Position of the int block ``ints`` in ``ipool``, pushed once per tape (shapes and
+        attribute blocks repeat; blocks are read-only)."""
+        key = tuple(ints)
+        p = self._interned.get(key)
+        if p is None:
+            p = self._interned[key] = self._push_ints(key) if key else 0
+        return p
+
+    def constant(self, value) -> int:
+        """A 0-d CONST buffer holding the Python number ``value``, shared per tape."""
+        key = (value, math.copysign(1.0, value))  # keeps 0.0 and -0.0 apart
+        b = self._consts.get(key)
+        if b is None:
+            b = self.new_buffer((), CONST, value)
+            if value == value:  # a NaN never matches itself: do not keep it
+                self._consts[key] = b
+        return b
 
     def _alloc(self, size) -> int:
         off = self.n_data
@@ -147,10 +167,7 @@ class Tape:
         b = self.n_bufs
         if b >= self.bufs.shape[0]:
             self.bufs = _grow(self.bufs, b + 1)
-        sp = self._shape_at.get(shape)
-        if sp is None:
-            sp = self._shape_at[shape] = self._push_ints(shape) if shape else 0
-        self.bufs[b] = (off, size, len(shape), sp, kind, alias)
+        self.bufs[b] = (off, size, len(shape), self.intern(shape), kind, alias)
         self.shapes.append(shape)
         self.n_bufs = b + 1
         return b
@@ -165,7 +182,7 @@ class Tape:
         i = self.n_entries
         if i >= self.entries.shape[0]:
             self.entries = _grow(self.entries, i + 1, -1)
-        p = self._push_ints(attr) if attr is not None else -1
+        p = self.intern(attr) if attr is not None else -1
         n = len(ins)
         if n == 1:
             self.entries[i] = (code, ins[0], -1, -1, out, p)
@@ -191,10 +208,8 @@ class Tape:
         i = self.n_entries
         if i >= self.entries.shape[0]:
             self.entries = _grow(self.entries, i + 1, -1)
-        sp = self._shape_at.get(shape)
-        if sp is None:
-            sp = self._shape_at[shape] = self._push_ints(shape) if shape else 0
-        p = self._push_ints(attr) if attr is not None else -1
+        sp = self.intern(shape)
+        p = self.intern(attr) if attr is not None else -1
         n = len(ins)
         status = S.emit(
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
