@@ -239,9 +239,16 @@ class Tensor:
     __hash__ = object.__hash__
 
     def detach(self) -> Tensor:
-        """A tensor with the same value that is not part of any graph."""
+        """A tensor with the same value that is not part of any graph.
+
+        Inside :func:`tape.record` the value is taped (recomputed at every replay) with no
+        gradient, rather than frozen at its recorded value.
+        """
         if self._tape is None:
             return Tensor(self._value)
+        tp = self._resolve()[0]
+        if tp.recording:
+            return apply("stop_gradient", [self], self.shape, dtype=self.dtype)
         return Tensor(self.numpy())
 
     @property

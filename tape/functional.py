@@ -177,10 +177,15 @@ def logsumexp(x, axis=None, keepdims=False, *, dim=None):
     """``log(sum(exp(x)))`` over ``axis``, computed without overflow."""
     x = as_tensor(x)
     axes = reduce.normalize_axes("logsumexp", _axis(axis, dim), x.ndim)
-    m = reduce.max(x, axes, keepdims=True).detach().numpy()
-    m = np.where(np.isfinite(m), m, 0.0)
+    m = _finite_or_zero(reduce.max(x, axes, keepdims=True).detach())
     out = log(reduce.sum(exp(x - m), axes, keepdims=True)) + m
     return out if keepdims else squeeze(out, axes) if axes else out
+
+
+def _finite_or_zero(m):
+    # The shift that keeps exp() in range. It is taped (not a frozen value), so replays on
+    # new data shift by their own maximum; an infinite maximum shifts by 0.
+    return where(abs(m) < np.inf, m, 0.0)
 
 
 @_export
@@ -189,8 +194,7 @@ def softmax(x, axis=None, *, dim=None):
     x = as_tensor(x)
     axis = _axis(axis, dim)
     axis = -1 if axis is None else axis
-    m = reduce.max(x, axis, keepdims=True).detach().numpy()
-    e = exp(x - np.where(np.isfinite(m), m, 0.0))
+    e = exp(x - _finite_or_zero(reduce.max(x, axis, keepdims=True).detach()))
     return e / reduce.sum(e, axis, keepdims=True)
 
 

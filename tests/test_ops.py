@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tape as tp
+from tape.ops.elementwise import COMPARISONS
 from tape.registry import OPS
 
 UNARY_SHAPES = [(), (5,), (3, 4), (2, 1, 3)]
@@ -84,7 +85,24 @@ def test_elementwise_eager_backward_equals_replay(op, rng):
         np.testing.assert_allclose(ts[k].grad.numpy(), gk, rtol=1e-14, atol=0)
 
 
-@pytest.mark.parametrize("op", [o for o in ELEMENTWISE if not any(o.differentiable)], ids=lambda o: o.name)
+NON_DIFFERENTIABLE = [o for o in ELEMENTWISE if not any(o.differentiable)]
+
+
+def test_non_differentiable_ops_are_known():
+    # each needs a test of its own below
+    assert {o.name for o in NON_DIFFERENTIABLE} == set(COMPARISONS) | {"stop_gradient"}
+
+
+def test_stop_gradient_passes_values_not_gradients(rng):
+    x = tp.tensor(rng.uniform(-1, 1, 4), requires_grad=True)
+    y = tp.stop_gradient(x)
+    np.testing.assert_array_equal(y.numpy(), x.numpy())
+    assert not y.requires_grad
+    (x * tp.stop_gradient(x * 3)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3 * x.numpy())
+
+
+@pytest.mark.parametrize("op", [o for o in NON_DIFFERENTIABLE if o.name in COMPARISONS], ids=lambda o: o.name)
 def test_comparisons_are_bool_and_not_differentiable(op, rng):
     a = tp.tensor(rng.uniform(-1, 1, 5), requires_grad=True)
     b = tp.tensor(np.r_[a.numpy()[:2], rng.uniform(-1, 1, 3)])

@@ -207,3 +207,13 @@ def test_gradient_descent_loop_inside_njit():
         xr -= 1e-3 * rosen_grad_np(xr)
     np.testing.assert_allclose(x, xr, rtol=1e-12)
     assert rosen(tp.tensor(x)).item() < rosen(tp.tensor(x0)).item()
+
+
+def test_stabilising_shifts_are_recomputed_at_replay():
+    t = tp.record(lambda x: tp.logsumexp(x), np.zeros(3))
+    assert t.forward(np.full(3, 1000.0)) == pytest.approx(1000 + np.log(3))
+    s = tp.record(lambda x: tp.softmax(x)[0], np.zeros(3))
+    assert s.forward(np.array([1000.0, 0.0, 0.0])) == pytest.approx(1.0)
+    np.testing.assert_allclose(s.gradient(np.array([1000.0, 0.0, 0.0])), [0.0, 0.0, 0.0], atol=1e-12)
+    d = tp.record(lambda x: (x * x.detach()).sum(), np.ones(2))
+    np.testing.assert_allclose(d.gradient(np.array([3.0, 4.0])), [3.0, 4.0])

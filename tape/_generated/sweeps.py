@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "92f94ea66b5e67c2ed3153f34012ced4aca1783f53488f39c95e1d65386836d9"
+FINGERPRINT = "4981281ea7e4e41dee66edcb453bc09dee09d93cdf957f7d6ef536789cb8577a"
 
 import numpy as np
 from numba import njit
@@ -55,6 +55,7 @@ relu_fwd = BY_NAME["relu"].fwd
 relu_rev0 = BY_NAME["relu"].rev[0]
 softplus_fwd = BY_NAME["softplus"].fwd
 softplus_rev0 = BY_NAME["softplus"].rev[0]
+stop_gradient_fwd = BY_NAME["stop_gradient"].fwd
 add_fwd = BY_NAME["add"].fwd
 add_rev0 = BY_NAME["add"].rev[0]
 add_rev1 = BY_NAME["add"].rev[1]
@@ -133,61 +134,63 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
             L.unary_fwd(relu_fwd, i, entries, bufs, data)
         elif op == 17:  # softplus
             L.unary_fwd(softplus_fwd, i, entries, bufs, data)
-        elif op == 18:  # add
+        elif op == 18:  # stop_gradient
+            L.unary_fwd(stop_gradient_fwd, i, entries, bufs, data)
+        elif op == 19:  # add
             L.binary_fwd(add_fwd, i, entries, bufs, ipool, data)
-        elif op == 19:  # sub
+        elif op == 20:  # sub
             L.binary_fwd(sub_fwd, i, entries, bufs, ipool, data)
-        elif op == 20:  # mul
+        elif op == 21:  # mul
             L.binary_fwd(mul_fwd, i, entries, bufs, ipool, data)
-        elif op == 21:  # div
+        elif op == 22:  # div
             L.binary_fwd(div_fwd, i, entries, bufs, ipool, data)
-        elif op == 22:  # pow
+        elif op == 23:  # pow
             L.binary_fwd(pow_fwd, i, entries, bufs, ipool, data)
-        elif op == 23:  # maximum
+        elif op == 24:  # maximum
             L.binary_fwd(maximum_fwd, i, entries, bufs, ipool, data)
-        elif op == 24:  # minimum
+        elif op == 25:  # minimum
             L.binary_fwd(minimum_fwd, i, entries, bufs, ipool, data)
-        elif op == 25:  # less
+        elif op == 26:  # less
             L.binary_fwd(less_fwd, i, entries, bufs, ipool, data)
-        elif op == 26:  # less_equal
+        elif op == 27:  # less_equal
             L.binary_fwd(less_equal_fwd, i, entries, bufs, ipool, data)
-        elif op == 27:  # greater
+        elif op == 28:  # greater
             L.binary_fwd(greater_fwd, i, entries, bufs, ipool, data)
-        elif op == 28:  # greater_equal
+        elif op == 29:  # greater_equal
             L.binary_fwd(greater_equal_fwd, i, entries, bufs, ipool, data)
-        elif op == 29:  # equal
+        elif op == 30:  # equal
             L.binary_fwd(equal_fwd, i, entries, bufs, ipool, data)
-        elif op == 30:  # not_equal
+        elif op == 31:  # not_equal
             L.binary_fwd(not_equal_fwd, i, entries, bufs, ipool, data)
-        elif op == 31:  # where
+        elif op == 32:  # where
             L.ternary_fwd(where_fwd, i, entries, bufs, ipool, data)
-        elif op == 32:  # clip
+        elif op == 33:  # clip
             L.ternary_fwd(clip_fwd, i, entries, bufs, ipool, data)
-        elif op == 33:  # matmul
+        elif op == 34:  # matmul
             status = matmul_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 34:  # copy
+        elif op == 35:  # copy
             status = copy_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 35:  # take
+        elif op == 36:  # take
             status = take_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 36:  # sum
+        elif op == 37:  # sum
             status = sum_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 37:  # max
+        elif op == 38:  # max
             status = max_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 38:  # min
+        elif op == 39:  # min
             status = min_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 39:  # prod
+        elif op == 40:  # prod
             status = prod_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
@@ -238,37 +241,37 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
             L.unary_rev(relu_rev0, i, entries, bufs, data, grad)
         elif op == 17:  # softplus
             L.unary_rev(softplus_rev0, i, entries, bufs, data, grad)
-        elif op == 18:  # add
+        elif op == 19:  # add
             L.binary_rev(add_rev0, add_rev1, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 19:  # sub
+        elif op == 20:  # sub
             L.binary_rev(sub_rev0, sub_rev1, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 20:  # mul
+        elif op == 21:  # mul
             L.binary_rev(mul_rev0, mul_rev1, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 21:  # div
+        elif op == 22:  # div
             L.binary_rev(div_rev0, div_rev1, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 22:  # pow
+        elif op == 23:  # pow
             L.binary_rev(pow_rev0, pow_rev1, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 23:  # maximum
+        elif op == 24:  # maximum
             L.binary_rev(maximum_rev0, maximum_rev1, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 24:  # minimum
+        elif op == 25:  # minimum
             L.binary_rev(minimum_rev0, minimum_rev1, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 31:  # where
+        elif op == 32:  # where
             L.ternary_rev(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 32:  # clip
+        elif op == 33:  # clip
             L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, grad)
-        elif op == 33:  # matmul
+        elif op == 34:  # matmul
             matmul_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 34:  # copy
+        elif op == 35:  # copy
             copy_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 35:  # take
+        elif op == 36:  # take
             take_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 36:  # sum
+        elif op == 37:  # sum
             sum_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 37:  # max
+        elif op == 38:  # max
             max_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 38:  # min
+        elif op == 39:  # min
             min_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 39:  # prod
+        elif op == 40:  # prod
             prod_rev(i, entries, bufs, ipool, data, grad)
 
 

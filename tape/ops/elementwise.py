@@ -42,6 +42,10 @@ def _ref_softplus(x):
     return np.logaddexp(0.0, x)
 
 
+def _ref_identity(x):
+    return x
+
+
 def _ref_where(c, a, b):
     return np.where(c != 0, a, b)
 
@@ -51,9 +55,8 @@ def _cmp_ref(f):
 
 
 def unary(name, fwd, rev, ref, domain=(-2.0, 2.0)):
-    return registry.elementwise(
-        "unary", name, _jit(fwd), _jit(rev), ref=ref, domain=domain, module=__name__
-    )
+    rev = None if rev is None else _jit(rev)
+    return registry.elementwise("unary", name, _jit(fwd), rev, ref=ref, domain=domain, module=__name__)
 
 
 def binary(name, fwd, rev0, rev1, ref, domain=(-2.0, 2.0)):
@@ -90,6 +93,8 @@ unary("sigmoid", _sigmoid,                    lambda x0, y, gy: gy * y * (1.0 - 
 unary("relu",    lambda x0: np.maximum(x0, 0.0),
                                               lambda x0, y, gy: gy if x0 > 0.0 else 0.0, _ref_relu)
 unary("softplus", _softplus,                  lambda x0, y, gy: gy * sigmoid_scalar(x0), _ref_softplus, (-4.0, 4.0))
+# The value, recomputed at every replay, with no gradient (``detach`` inside a recording).
+unary("stop_gradient", lambda x0: x0,         None,                                    _ref_identity)
 
 # name       forward                        reverse input 0 (x0, x1, y, gy)       reverse input 1                      reference
 binary("add",     lambda x0, x1: x0 + x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: gy,            np.add)
