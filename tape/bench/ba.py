@@ -113,7 +113,14 @@ def tape_builder(data):
         cams, X, w, obs, feats = data.cams, data.X, data.w, data.obs, data.feats
         o0, o1 = obs[:, 0], obs[:, 1]
         featT = np.ascontiguousarray(feats.T)
-        t = tp.record(lambda c, x, ww, f: residual(B, c, x, ww, f), cams.T[:, o0], X.T[:, o1], w, featT, wrt=[0, 1, 2])
+        t = tp.record(
+            lambda c, x, ww, f: residual(B, c, x, ww, f),
+            cams.T[:, o0],
+            X.T[:, o1],
+            w,
+            featT,
+            wrt=[0, 1, 2],
+        )
         s0, s1 = _seeds(data.p)
 
         def jac():
@@ -129,7 +136,13 @@ def tape_builder(data):
         def obj():
             return t.forward(cams.T[:, o0], X.T[:, o1], w, featT), 1.0 - w * w
 
-        return Impl(grad=jac, value=obj, grad_np=lambda r: jacobian_np(*r), value_np=objective_np, note=f"{len(t)} entries")
+        return Impl(
+            grad=jac,
+            value=obj,
+            grad_np=lambda r: jacobian_np(*r),
+            value_np=objective_np,
+            note=f"{len(t)} entries",
+        )
 
     return build
 
@@ -142,7 +155,9 @@ def tape_per_obs_builder(data):
         cams, X, w, obs, feats = data.cams, data.X, data.w, data.obs, data.feats
 
         def one(cam, x, ww, f):
-            return residual(B, cam.reshape((11, 1)), x.reshape((3, 1)), ww, f.reshape((2, 1))).reshape((2,))
+            return residual(
+                B, cam.reshape((11, 1)), x.reshape((3, 1)), ww, f.reshape((2, 1))
+            ).reshape((2,))
 
         t = tp.record(one, cams[0], X[0], w[:1], feats[0], wrt=[0, 1, 2])
         e0, e1 = np.array([1.0, 0.0]), np.array([0.0, 1.0])
@@ -179,11 +194,16 @@ def jax_builder(data):
     def build():
         B = backend("jax")
         jax, jnp = B.jax, B.jnp
-        args = [jnp.asarray(a) for a in (data.cams, data.X, data.w, data.obs[:, 0], data.obs[:, 1], data.feats.T)]
+        args = [
+            jnp.asarray(a)
+            for a in (data.cams, data.X, data.w, data.obs[:, 0], data.obs[:, 1], data.feats.T)
+        ]
         s0, s1 = (jnp.asarray(s) for s in _seeds(data.p))
 
         def jac(cams, X, w, o0, o1, featT):
-            r, vjp = jax.vjp(lambda c, x, ww: residual(B, c, x, ww, featT), cams.T[:, o0], X.T[:, o1], w)
+            r, vjp = jax.vjp(
+                lambda c, x, ww: residual(B, c, x, ww, featT), cams.T[:, o0], X.T[:, o1], w
+            )
             return vjp(s0), vjp(s1), -2.0 * w
 
         def obj(cams, X, w, o0, o1, featT):
@@ -203,7 +223,9 @@ def torch_builder(data):
         B = backend("torch")
         torch = B.torch
         cams, X, w = (torch.from_numpy(a) for a in (data.cams, data.X, data.w))
-        o0, o1 = (torch.from_numpy(np.ascontiguousarray(a)) for a in (data.obs[:, 0], data.obs[:, 1]))
+        o0, o1 = (
+            torch.from_numpy(np.ascontiguousarray(a)) for a in (data.obs[:, 0], data.obs[:, 1])
+        )
         featT = torch.from_numpy(np.ascontiguousarray(data.feats.T))
         s0, s1 = (torch.from_numpy(s) for s in _seeds(data.p))
 
@@ -416,13 +438,23 @@ def ba_cases(opts):
             break
         data = adbench.read_ba(path)
         per_obs = k == 0 and not opts.quick
-        case = Case("ba", f"{label} p={data.p}", data.p, builders(data, per_obs=per_obs), ratio=True)
+        case = Case(
+            "ba", f"{label} p={data.p}", data.p, builders(data, per_obs=per_obs), ratio=True
+        )
         if k == 0 and opts.quick:
-            case.notes.append("tape per-obs (Python loop over observations) runs in the full suite only")
+            case.notes.append(
+                "tape per-obs (Python loop over observations) runs in the full suite only"
+            )
         out.append(case)
     return out
 
 
 PROBLEMS = [
-    Problem("ba", "ADBench bundle adjustment sparse Jacobian (2 VJPs on the vectorised residual)", "observations p", ba_cases, ratio=True),
+    Problem(
+        "ba",
+        "ADBench bundle adjustment sparse Jacobian (2 VJPs on the vectorised residual)",
+        "observations p",
+        ba_cases,
+        ratio=True,
+    ),
 ]

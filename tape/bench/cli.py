@@ -76,11 +76,22 @@ def parse_args(argv):
     )
     ap.add_argument("problems", nargs="*", help="problems to run (default: all); see --list")
     ap.add_argument("--list", action="store_true", help="list the problems and exit")
-    ap.add_argument("--quick", action="store_true", help="small subset, short timings (under 2 minutes)")
+    ap.add_argument(
+        "--quick", action="store_true", help="small subset, short timings (under 2 minutes)"
+    )
     ap.add_argument("--tools", help="comma-separated tools to run (default: all available)")
     ap.add_argument("--json", metavar="FILE", help="save all results as JSON")
-    ap.add_argument("--plot", metavar="FILE.png", help="plot time against size per tool (needs matplotlib)")
-    ap.add_argument("--adbench", metavar="DIR", help="ADBench data folder (default: $TAPE_ADBENCH_DIR or shared/adbench)")
+    ap.add_argument(
+        "--plot", metavar="FILE.png", help="plot time against size per tool (needs matplotlib)"
+    )
+    ap.add_argument(
+        "--markdown", metavar="FILE.md", help="write a Markdown report (tables, targets, machine)"
+    )
+    ap.add_argument(
+        "--adbench",
+        metavar="DIR",
+        help="ADBench data folder (default: $TAPE_ADBENCH_DIR or shared/adbench)",
+    )
     ap.add_argument("--min-time", type=float, help="seconds per timing sample")
     ap.add_argument("--budget", type=float, help="seconds of timing per case")
     ap.add_argument("--repeats", type=int, help="minimum number of timing rounds")
@@ -138,11 +149,18 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     info = machine_info()
-    print(f"tape.bench {'--quick ' if a.quick else ''}on {info['cpu']} ({info['cpus']} cpus), {info['date']}")
+    print(
+        f"tape.bench {'--quick ' if a.quick else ''}on {info['cpu']} ({info['cpus']} cpus), {info['date']}"
+    )
     print(f"threads: {info['threads']}")
-    print(f"python {info['python']}, numpy {info['numpy']}, numba {info['numba']}, scipy {info['scipy']}")
+    print(
+        f"python {info['python']}, numpy {info['numpy']}, numba {info['numba']}, scipy {info['scipy']}"
+    )
     peers = info["peers"]
-    print("peers: " + ", ".join(f"{k} {v}" if v else f"{k} (not installed: skipped)" for k, v in peers.items()))
+    print(
+        "peers: "
+        + ", ".join(f"{k} {v}" if v else f"{k} (not installed: skipped)" for k, v in peers.items())
+    )
     print("times: median of interleaved rounds; spread: half the interquartile range; "
           "'vs tape' = tool time / tape replay time (>1: slower than tape)\n", flush=True)  # fmt: skip
 
@@ -163,7 +181,11 @@ def main(argv=None) -> int:
     for p in probs:
         results[p.name] = []
         for case in cases[p.name]:
-            for tool, v in (("jax jit", peers.get("jax")), ("torch", peers.get("torch")), ("autograd", peers.get("autograd"))):
+            for tool, v in (
+                ("jax jit", peers.get("jax")),
+                ("torch", peers.get("torch")),
+                ("autograd", peers.get("autograd")),
+            ):
                 if not v and tool in case.builders:
                     del case.builders[tool]
             res = harness.run_case(case, opts, progress)
@@ -176,9 +198,14 @@ def main(argv=None) -> int:
         print(f"skipped {s}")
     missing = [k for k, v in peers.items() if not v]
     if missing:
-        print(f"not installed, skipped: {', '.join(missing)} (pip install -e '.[peers]'; PyTorch: see README)")
+        print(
+            f"not installed, skipped: {', '.join(missing)} (pip install -e '.[peers]'; PyTorch: see README)"
+        )
     elapsed = time.perf_counter() - t0
     print(f"total {elapsed:.0f} s")
+    info["argv"] = ["python", "-m", "tape.bench", *(sys.argv[1:] if argv is None else argv)]
+    info["elapsed_s"] = elapsed
+    doc = dict(meta=info, skipped=skipped, results=results)
     if a.json:
         info["argv"] = ["python", "-m", "tape.bench", *(sys.argv[1:] if argv is None else argv)]
         info["elapsed_s"] = elapsed
@@ -191,4 +218,15 @@ def main(argv=None) -> int:
             print(f"wrote {a.plot}")
         except ImportError:
             print("--plot needs matplotlib (pip install matplotlib): no plot written")
+    if a.markdown:
+        from tape.bench.report import markdown
+
+        rel = (
+            os.path.relpath(a.plot, os.path.dirname(os.path.abspath(a.markdown)))
+            if a.plot
+            else None
+        )
+        with open(a.markdown, "w") as f:
+            f.write(markdown(doc, plot=rel))
+        print(f"wrote {a.markdown}")
     return 0

@@ -43,7 +43,9 @@ def tape_replay(f, params, consts):
     cs = [tp.tensor(c) if np.asarray(c).dtype.kind == "f" else np.asarray(c) for c in consts]
     n = len(params)
     t = tp.record(lambda *ps: f(B, ps, cs), *params, wrt=list(range(n)))
-    impl = Impl(grad=lambda: t.gradient(*params), value=lambda: t.forward(*params), note=f"{len(t)} entries")
+    impl = Impl(
+        grad=lambda: t.gradient(*params), value=lambda: t.forward(*params), note=f"{len(t)} entries"
+    )
     impl.tape, impl.args = t, params  # for tape.bench.profile
     return impl
 

@@ -86,7 +86,9 @@ def make_objective(d, K, n, gamma, m):
         xc = xT - means.reshape((K, d, 1))
         qxc = qdiag.reshape((K, d, 1)) * xc + L @ xc
         main = (alphas + sum_qs).reshape((K, 1)) - 0.5 * B.sum(qxc * qxc, 1)
-        prior = 0.5 * gamma * gamma * (B.sum(qdiag * qdiag) + B.sum(icf[:, d:] ** 2)) - m * B.sum(sum_qs)
+        prior = 0.5 * gamma * gamma * (B.sum(qdiag * qdiag) + B.sum(icf[:, d:] ** 2)) - m * B.sum(
+            sum_qs
+        )
         return const + B.sum(B.lse(main, 0)) - n * B.lse(alphas) + prior
 
     return gmm
@@ -136,7 +138,9 @@ def gmm_objective_njit(alphas, means, icf, x, gamma, m, const):
         for k in range(K):
             beta[k] = alphas[k] + sum_qs[k] - 0.5 * _qx(icf, means, x, i, k, d, qdiag, xc, z)
         total += _lse(beta)
-    prior = 0.5 * gamma * gamma * ((qdiag * qdiag).sum() + (icf[:, d:] ** 2).sum()) - m * sum_qs.sum()
+    prior = (
+        0.5 * gamma * gamma * ((qdiag * qdiag).sum() + (icf[:, d:] ** 2).sum()) - m * sum_qs.sum()
+    )
     return const + total - n * _lse(alphas) + prior
 
 
@@ -156,7 +160,9 @@ def gmm_grad_njit(alphas, means, icf, x, gamma, m, const):
     total = 0.0
     for i in range(n):
         for k in range(K):
-            beta[k] = alphas[k] + sum_qs[k] - 0.5 * _qx(icf, means, x, i, k, d, qdiag, xcs[k], zs[k])
+            beta[k] = (
+                alphas[k] + sum_qs[k] - 0.5 * _qx(icf, means, x, i, k, d, qdiag, xcs[k], zs[k])
+            )
         lse = _lse(beta)
         total += lse
         for k in range(K):
@@ -195,7 +201,11 @@ def hand_builder(data):
 def builders(data, eager=True):
     f = make_objective(data.d, data.K, data.n, data.gamma, data.m)
     out = scalar_builders(
-        f, [data.alphas, data.means, data.icf], consts_for(data), hand=hand_builder(data), eager=eager
+        f,
+        [data.alphas, data.means, data.icf],
+        consts_for(data),
+        hand=hand_builder(data),
+        eager=eager,
     )
     return out
 
@@ -221,11 +231,19 @@ def gmm_cases(opts):
                 ratio=True, ref_value=reference_value(subset, data.d, data.K),
             )  # fmt: skip
             if big:
-                case.notes.append("tape eager left out (n*K*d > 4e6: it measures the same sweeps as replay, plus recording)")
+                case.notes.append(
+                    "tape eager left out (n*K*d > 4e6: it measures the same sweeps as replay, plus recording)"
+                )
             out.append(case)
     return out
 
 
 PROBLEMS = [
-    Problem("gmm", "ADBench GMM objective gradient (vectorised; 1k and 10k points)", "parameters", gmm_cases, ratio=True),
+    Problem(
+        "gmm",
+        "ADBench GMM objective gradient (vectorised; 1k and 10k points)",
+        "parameters",
+        gmm_cases,
+        ratio=True,
+    ),
 ]

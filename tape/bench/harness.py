@@ -177,7 +177,9 @@ class Opts:
 
 def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
     """Build, check and time one case; returns a result dict (see :func:`tape.bench.main`)."""
-    res = dict(problem=case.problem, case=case.label, size=case.size, tools={}, notes=list(case.notes))
+    res = dict(
+        problem=case.problem, case=case.label, size=case.size, tools={}, notes=list(case.notes)
+    )
     impls = {}
     if progress:
         progress.show(f"{case.problem} {case.label}", major=True)
@@ -266,7 +268,9 @@ def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
             if tape_med:
                 info["grad"]["vs_tape"] = info["grad"]["median_s"] / tape_med
             if "objective" in info:
-                info["grad_over_objective"] = info["grad"]["median_s"] / info["objective"]["median_s"]
+                info["grad_over_objective"] = (
+                    info["grad"]["median_s"] / info["objective"]["median_s"]
+                )
     return res
 
 
@@ -295,16 +299,28 @@ def format_table(problem: Problem, results: list) -> str:
                 rows.append([label, tool, what[:90]])
                 continue
             g = info["grad"]
-            row = [label, tool, fmt_time(g["median_s"]), _spread(g), f"{g['vs_tape']:.2f}" if "vs_tape" in g else "-"]
+            row = [
+                label,
+                tool,
+                fmt_time(g["median_s"]),
+                _spread(g),
+                f"{g['vs_tape']:.2f}" if "vs_tape" in g else "-",
+            ]
             if ratio:
                 o = info.get("objective")
-                row += [fmt_time(o["median_s"]) if o else "-", f"{info['grad_over_objective']:.1f}" if o else "-"]
+                row += [
+                    fmt_time(o["median_s"]) if o else "-",
+                    f"{info['grad_over_objective']:.1f}" if o else "-",
+                ]
             rows.append(row)
         for n in res["notes"]:
             rows.append(["", "note", n])
     full = [r for r in rows if len(r) == len(head)] + [head]
     widths = [max(len(str(r[i])) for r in full) for i in range(len(head))]
-    lines = [f"== {problem.name}: {problem.title}", "  ".join(h.ljust(w) for h, w in zip(head, widths))]
+    lines = [
+        f"== {problem.name}: {problem.title}",
+        "  ".join(h.ljust(w) for h, w in zip(head, widths)),
+    ]
     lines.append("  ".join("-" * w for w in widths))
     for r in rows:
         if len(r) == len(head):
@@ -315,35 +331,40 @@ def format_table(problem: Problem, results: list) -> str:
 
 
 def plot(problems: list, results: dict, path):
+    """Gradient time against problem size, one panel per problem (GMM: one per point count),
+    one line per tool, log-log."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    probs = [p for p in problems if results.get(p.name)]
-    ncol = 3
-    nrow = max(1, math.ceil(len(probs) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 4 * nrow), squeeze=False)
-    markers = dict(zip(REF_ORDER + ("tape eager", "tape per-obs"), "osD^vx*P"))
-    for ax, p in zip(axes.flat, probs):
-        series = {}
-        for res in results[p.name]:
+    panels = {}  # title -> (x label, {tool: [(size, seconds)]})
+    for p in problems:
+        for res in results.get(p.name, []):
+            title = p.name + (f" {res['case'].split()[0]}" if p.name == "gmm" else "")
+            series = panels.setdefault(title, (p.x_label, {}))[1]
             for tool, info in res["tools"].items():
                 if "grad" in info:
                     series.setdefault(tool, []).append((res["size"], info["grad"]["median_s"]))
-        for tool, pts in series.items():
-            pts.sort()
-            xs, ys = zip(*pts)
-            ax.plot(xs, ys, marker=markers.get(tool, "."), label=tool)
+    tools = list(REF_ORDER) + ["tape eager", "tape per-obs"]
+    style = {t: (f"C{k}", m) for k, (t, m) in enumerate(zip(tools, "osD^vx*P"))}
+    ncol = 3
+    nrow = max(1, math.ceil(len(panels) / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 4 * nrow), squeeze=False)
+    for ax, (title, (xlabel, series)) in zip(axes.flat, panels.items()):
+        for tool in sorted(series, key=lambda t: tools.index(t) if t in tools else 99):
+            xs, ys = zip(*sorted(series[tool]))
+            color, marker = style.get(tool, ("k", "."))
+            ax.plot(xs, ys, marker=marker, color=color, label=tool)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_title(p.name)
-        ax.set_xlabel(p.x_label)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("gradient time [s]")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(probs) :]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -14,14 +14,22 @@ from tape.bench import adbench
 from tape.bench.common import autograd_grad, backend, tape_replay, torch_eager
 from tape.bench.harness import Case, Impl, Problem, Skip
 
-REFERENCE = {(2, 1024): 0.6666651795589, (2, 4096): 0.6948563342365, (4, 1024): 0.7106766385584, (4, 4096): 0.6872684039818}
+REFERENCE = {
+    (2, 1024): 0.6666651795589,
+    (2, 4096): 0.6948563342365,
+    (4, 1024): 0.7106766385584,
+    (4, 4096): 0.6872684039818,
+}
 # first entries of the l2 c1024 gradient (ADBench LstmTests.cpp)
-GRAD_HEAD = np.array([3.14387024996101187e-06, 0, 0, 0, 0, 0, 0, -3.67840807336070475e-05, -1.54848612683180522e-04])
+GRAD_HEAD = np.array(
+    [3.14387024996101187e-06, 0, 0, 0, 0, 0, 0, -3.67840807336070475e-05, -1.54848612683180522e-04]
+)
 
 
 def _layers(main, l, b):
     return [
-        tuple(main[2 * i][k * b : (k + 1) * b] for k in range(4)) + tuple(main[2 * i + 1][k * b : (k + 1) * b] for k in range(4))
+        tuple(main[2 * i][k * b : (k + 1) * b] for k in range(4))
+        + tuple(main[2 * i + 1][k * b : (k + 1) * b] for k in range(4))
         for i in range(l)
     ]
 
@@ -78,10 +86,16 @@ def jax_builder(data):
             (_, _, tot), _ = jax.lax.scan(body, (h0, c0, 0.0), (seq[:-1], seq[1:]))
             return -tot / ((data.c - 1) * b)
 
-        args = [jnp.asarray(a) for a in (data.main_params, data.extra_params, data.state, data.sequence)]
+        args = [
+            jnp.asarray(a) for a in (data.main_params, data.extra_params, data.state, data.sequence)
+        ]
         g = jax.jit(jax.grad(f, argnums=(0, 1)))
         v = jax.jit(f)
-        return Impl(grad=lambda: jax.block_until_ready(g(*args)), value=lambda: jax.block_until_ready(v(*args)), note="lax.scan")
+        return Impl(
+            grad=lambda: jax.block_until_ready(g(*args)),
+            value=lambda: jax.block_until_ready(v(*args)),
+            note="lax.scan",
+        )
 
     return build
 
@@ -107,10 +121,25 @@ def lstm_cases(opts):
         data = adbench.read_lstm(path)
         if opts.quick and (data.l, data.c) != (2, 1024):
             continue
-        out.append(Case("lstm", label, data.l * data.c, builders(data), ratio=True, ref_value=REFERENCE.get((data.l, data.c))))
+        out.append(
+            Case(
+                "lstm",
+                label,
+                data.l * data.c,
+                builders(data),
+                ratio=True,
+                ref_value=REFERENCE.get((data.l, data.c)),
+            )
+        )
     return out
 
 
 PROBLEMS = [
-    Problem("lstm", "ADBench LSTM objective gradient (Python time loop; JAX lax.scan)", "layers x characters", lstm_cases, ratio=True),
+    Problem(
+        "lstm",
+        "ADBench LSTM objective gradient (Python time loop; JAX lax.scan)",
+        "layers x characters",
+        lstm_cases,
+        ratio=True,
+    ),
 ]

@@ -13,8 +13,6 @@ from __future__ import annotations
 import sys
 import time
 
-import numpy as np
-
 
 def profile_tape(t, args, repeat=5, min_time=2e-4):
     """Per-entry forward and reverse times of a recorded tape ``t`` at ``args``.
@@ -54,7 +52,12 @@ def profile_tape(t, args, repeat=5, min_time=2e-4):
         tf = clock(lambda: S.forward_sweep(t.entries, t.bufs, t.ipool, data, i, i + 1)) - base_f
         tr = 0.0
         if emask[i]:
-            tr = clock(lambda: S.reverse_sweep(t.entries, t.bufs, t.ipool, data, grad, emask, i, i + 1)) - base_r
+            tr = (
+                clock(
+                    lambda: S.reverse_sweep(t.entries, t.bufs, t.ipool, data, grad, emask, i, i + 1)
+                )
+                - base_r
+            )
         op = registry.OPS[t.entries[i, E_OP]].name
         rows.append((i, op, t.shapes[t.entries[i, E_OUT]], max(tf, 0.0), max(tr, 0.0)))
     grad[:] = saved
@@ -74,9 +77,17 @@ def summarize(rows, total, top=15, file=sys.stdout):
     print(f"{len(rows)} entries; gradient() call {total * 1e6:.1f} us; sum of entries: forward "
           f"{sf * 1e6:.1f} us, reverse {sr * 1e6:.1f} us; rest (call overhead, reach, zeroing) "
           f"{(total - sf - sr) * 1e6:.1f} us", file=file)  # fmt: skip
-    print(f"{'op':10s} {'out shape':>16s} {'count':>6s} {'fwd us':>9s} {'rev us':>9s} {'share':>6s}", file=file)
-    for (op, shape), (n, tf, tr) in sorted(groups.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[:top]:
-        print(f"{op:10s} {str(shape):>16s} {n:6d} {tf * 1e6:9.1f} {tr * 1e6:9.1f} {100 * (tf + tr) / total:5.1f}%", file=file)
+    print(
+        f"{'op':10s} {'out shape':>16s} {'count':>6s} {'fwd us':>9s} {'rev us':>9s} {'share':>6s}",
+        file=file,
+    )
+    for (op, shape), (n, tf, tr) in sorted(groups.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))[
+        :top
+    ]:
+        print(
+            f"{op:10s} {str(shape):>16s} {n:6d} {tf * 1e6:9.1f} {tr * 1e6:9.1f} {100 * (tf + tr) / total:5.1f}%",
+            file=file,
+        )
 
 
 def _tape_for(problem, label, quick=False):

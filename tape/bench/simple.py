@@ -99,7 +99,14 @@ def mlp_cases(opts):
             note="hand-written forward+backward, also used as objective",
         )
 
-    return [Case("mlp", "batch 64, 32-64-1 tanh, MSE", 64 * 32 * 64, scalar_builders(mlp_tanh_mse, params, (X, y), hand=hand))]
+    return [
+        Case(
+            "mlp",
+            "batch 64, 32-64-1 tanh, MSE",
+            64 * 32 * 64,
+            scalar_builders(mlp_tanh_mse, params, (X, y), hand=hand),
+        )
+    ]
 
 
 def mlp_softmax_ce(B, params, consts):
@@ -188,7 +195,10 @@ def linreg_cases(opts):
     p, c = LINREG["params"], LINREG["consts"]
 
     def hand():
-        return Impl(grad=lambda: linreg_grad_njit(p[0], float(p[1]), *c)[1:], value=lambda: linreg_grad_njit(p[0], float(p[1]), *c)[0])
+        return Impl(
+            grad=lambda: linreg_grad_njit(p[0], float(p[1]), *c)[1:],
+            value=lambda: linreg_grad_njit(p[0], float(p[1]), *c)[0],
+        )
 
     return [
         Case(
@@ -199,8 +209,20 @@ def linreg_cases(opts):
 
 
 PROBLEMS = [
-    Problem("rosenbrock", "gradient of sum(100 (x[i+1]-x[i]^2)^2 + (1-x[i])^2)", "n", rosenbrock_cases),
+    Problem(
+        "rosenbrock", "gradient of sum(100 (x[i+1]-x[i]^2)^2 + (1-x[i])^2)", "n", rosenbrock_cases
+    ),
     Problem("mlp", "MLP loss gradient, batch 64, 32 -> 64 -> 1, tanh, MSE", "flops", mlp_cases),
-    Problem("mlp-large", "MLP loss gradient, batch 256, 256 -> 256 -> 10, tanh, softmax cross-entropy", "flops", mlp_large_cases),
-    Problem("linreg", "the lesson's linear regression, mean((x @ w + b - t)^2) (per-call overhead)", "n", linreg_cases),
+    Problem(
+        "mlp-large",
+        "MLP loss gradient, batch 256, 256 -> 256 -> 10, tanh, softmax cross-entropy",
+        "flops",
+        mlp_large_cases,
+    ),
+    Problem(
+        "linreg",
+        "the lesson's linear regression, mean((x @ w + b - t)^2) (per-call overhead)",
+        "n",
+        linreg_cases,
+    ),
 ]

@@ -1,0 +1,46 @@
+"""The ``python -m tape.bench`` problems as pytest-benchmark tests: ``pytest benchmarks/``.
+
+One test per (problem instance, tool); each is grouped by instance so pytest-benchmark's table
+compares the tools side by side. Peers that are not installed, and missing ADBench data, are
+skipped. The full comparison (agreement checks, interleaved timing, gradient/objective
+ratios) is ``python -m tape.bench``; this is the same code timed by pytest-benchmark.
+"""
+
+import pytest
+
+from tape.bench import adbench, ba, gmm, lstm, simple
+from tape.bench.harness import Opts, Skip
+
+DATA = adbench.find_data_dir()
+TOOLS = ("tape", "tape eager", "njit (hand)", "jax jit", "torch", "autograd")
+
+
+def _cases():
+    out = []
+    out += [c for c in simple.rosenbrock_cases(Opts()) if c.size in (10, 1000, 100_000)]
+    out += simple.mlp_cases(Opts()) + simple.mlp_large_cases(Opts()) + simple.linreg_cases(Opts())
+    if DATA is not None:
+        out += [c for c in gmm.gmm_cases(Opts(quick=True)) if c.label != "10k d10 K25"]
+        out += ba.ba_cases(Opts(quick=True))
+        out += lstm.lstm_cases(Opts(quick=True))
+    return out
+
+
+CASES = _cases()
+PARAMS = [
+    pytest.param(case, tool, id=f"{case.problem}[{case.label}]-{tool}")
+    for case in CASES
+    for tool in TOOLS
+    if tool in case.builders
+]
+
+
+@pytest.mark.parametrize("case,tool", PARAMS)
+def test_gradient(benchmark, case, tool):
+    try:
+        impl = case.builders[tool]()
+    except Skip as e:
+        pytest.skip(str(e))
+    impl.grad()  # warm-up: jit compilation, first-call caches
+    benchmark.group = f"{case.problem} {case.label}"
+    benchmark(impl.grad)

@@ -1,0 +1,202 @@
+"""Correctness of the benchmark problems (``tape.bench``): objectives and derivatives against
+ADBench's published reference values, and every tool against the hand-written one.
+Tiny sizes, no timing."""
+
+import numpy as np
+import pytest
+
+from tape.bench import adbench, ba, gmm, lstm, simple
+from tape.bench.common import backend
+from tape.bench.harness import Opts, Skip, flat, rel_err, run_case
+
+DATA = adbench.find_data_dir()
+needs_data = pytest.mark.skipif(
+    DATA is None, reason="no ADBench data (shared/adbench or $TAPE_ADBENCH_DIR)"
+)
+RTOL = 1e-8
+
+
+def grad_of(builder):
+    impl = builder()
+    return impl.value_np(impl.value()), impl.grad_np(impl.grad())
+
+
+def peer_builders(builders):
+    """The builders of the installed peers (the others are skipped)."""
+    out = {}
+    for tool, b in builders.items():
+        if tool in ("jax jit", "torch", "autograd"):
+            mod = {"jax jit": "jax", "torch": "torch", "autograd": "autograd"}[tool]
+            try:
+                backend(mod)
+            except Skip:
+                continue
+        out[tool] = b
+    return out
+
+
+# ------------------------------------------------------------------ simple problems
+
+
+def test_linreg_matches_the_lesson():
+    bs = simple.linreg_cases(Opts())[0].builders
+    for tool in ("tape", "tape eager", "njit (hand)"):
+        v, g = grad_of(bs[tool])
+        assert rel_err(v, simple.LINREG["value"]) <= RTOL, tool
+        assert rel_err(g, simple.LINREG["grad"]) <= RTOL, tool
+
+
+@pytest.mark.parametrize("problem", ["rosenbrock", "mlp", "mlp-large"])
+def test_tape_agrees_with_hand_written(problem):
+    cases = {
+        "rosenbrock": lambda: simple.rosenbrock_cases(Opts(quick=True))[:2],
+        "mlp": lambda: simple.mlp_cases(Opts()),
+        "mlp-large": lambda: simple.mlp_large_cases(Opts()),
+    }[problem]()
+    for case in cases:
+        hv, hg = grad_of(case.builders["njit (hand)"])
+        for tool in ("tape", "tape eager"):
+            v, g = grad_of(case.builders[tool])
+            assert rel_err(v, hv) <= RTOL and rel_err(g, hg) <= RTOL, (case.label, tool)
+
+
+def test_rosenbrock_peers_agree():
+    case = simple.rosenbrock_cases(Opts(quick=True))[0]
+    hv, hg = grad_of(case.builders["njit (hand)"])
+    for tool, b in peer_builders(case.builders).items():
+        v, g = grad_of(b)
+        assert rel_err(v, hv) <= RTOL and rel_err(g, hg) <= RTOL, tool
+
+
+# ------------------------------------------------------------------ GMM
+
+
+@needs_data
+def test_gmm_objective_reference_values():
+    t = adbench.read_gmm(DATA / "gmm" / "test.txt")
+    f = gmm.make_objective(t.d, t.K, t.n, t.gamma, t.m)
+    assert (
+        rel_err(f(backend("numpy"), [t.alphas, t.means, t.icf], gmm.consts_for(t)), gmm.TEST_VALUE)
+        <= RTOL
+    )
+    for subset, d, K in (("1k", 2, 5), ("1k", 10, 5)):
+        data = adbench.read_gmm(DATA / "gmm" / subset / f"gmm_d{d}_K{K}.txt")
+        assert (data.d, data.K, data.n) == (d, K, 1000)  # read from the header
+        f = gmm.make_objective(data.d, data.K, data.n, data.gamma, data.m)
+        v = f(backend("numpy"), [data.alphas, data.means, data.icf], gmm.consts_for(data))
+        assert rel_err(v, gmm.reference_value(subset, d, K)) <= RTOL
+        hand = gmm.hand_builder(data)()
+        assert rel_err(hand.value(), gmm.reference_value(subset, d, K)) <= RTOL
+
+
+@needs_data
+def test_gmm_gradient_on_test_instance():
+    t = adbench.read_gmm(DATA / "gmm" / "test.txt")
+    for tool, b in peer_builders(gmm.builders(t)).items():
+        v, g = grad_of(b)
+        assert rel_err(v, gmm.TEST_VALUE) <= RTOL, tool
+        assert rel_err(g, gmm.TEST_GRAD) <= RTOL, tool
+
+
+@needs_data
+def test_gmm_tape_matches_hand_on_a_real_instance():
+    data = adbench.read_gmm(DATA / "gmm" / "1k" / "gmm_d10_K5.txt")
+    bs = gmm.builders(data)
+    hv, hg = grad_of(bs["njit (hand)"])
+    v, g = grad_of(bs["tape"])
+    assert rel_err(v, gmm.reference_value("1k", 10, 5)) <= RTOL
+    assert rel_err(g, hg) <= RTOL
+
+
+# ------------------------------------------------------------------ BA
+
+
+@needs_data
+def test_ba_jacobian_rows_on_test_instance():
+    t = adbench.read_ba(DATA / "ba" / "test.txt")
+    assert (t.n, t.m, t.p) == (2, 10, 10)
+    rx, ry, we = ba.RESIDUALS["test"]
+    for tool, b in peer_builders(ba.builders(t, per_obs=True)).items():
+        v, J = grad_of(b)
+        blocks = J[: 30 * t.p].reshape(t.p, 2, 15)
+        assert rel_err(blocks[:, 0], np.tile(ba.TEST_ROW_X, (t.p, 1))) <= RTOL, tool
+        assert rel_err(blocks[:, 1], np.tile(ba.TEST_ROW_Y, (t.p, 1))) <= RTOL, tool
+        assert rel_err(J[30 * t.p :], np.full(t.p, ba.TEST_WERR_ROW)) <= RTOL, tool
+        assert rel_err(v, np.concatenate([np.tile([rx, ry], t.p), np.full(t.p, we)])) <= 1e-10, tool
+
+
+@needs_data
+def test_ba_residuals_of_ba1():
+    data = adbench.read_ba(adbench.ba_files(DATA)[0][1])
+    rx, ry, we = ba.RESIDUALS["ba"]
+    out, werr = ba.ba_objective_njit(data.cams, data.X, data.w, data.obs, data.feats)
+    p = data.p
+    assert rel_err(out[0], np.full(p, rx)) <= 1e-10 and rel_err(out[1], np.full(p, ry)) <= 1e-10
+    assert rel_err(werr, np.full(p, we)) <= 1e-10
+
+
+# ------------------------------------------------------------------ LSTM
+
+
+@needs_data
+def test_lstm_objective_reference_value():
+    data = adbench.read_lstm(DATA / "lstm" / "lstm_l2_c1024.txt")
+    assert (data.l, data.c, data.b) == (2, 1024, 14)
+    f = lstm.make_objective(data.l, data.c, data.b)
+    v = f(backend("numpy"), [data.main_params, data.extra_params], (data.state, data.sequence))
+    assert rel_err(v, lstm.REFERENCE[(2, 1024)]) <= RTOL
+
+
+@needs_data
+def test_lstm_tape_gradient_head():
+    data = adbench.read_lstm(DATA / "lstm" / "lstm_l2_c1024.txt")
+    v, g = grad_of(lstm.builders(data)["tape"])
+    assert rel_err(v, lstm.REFERENCE[(2, 1024)]) <= RTOL
+    assert g.shape == (266,)
+    assert rel_err(g[: len(lstm.GRAD_HEAD)], lstm.GRAD_HEAD) <= RTOL
+
+
+@needs_data
+def test_lstm_peers_agree_on_a_short_sequence():
+    data = adbench.read_lstm(DATA / "lstm" / "lstm_l2_c1024.txt")
+    data.sequence, data.c = data.sequence[:20], 20
+    bs = peer_builders(lstm.builders(data))
+    rv, rg = grad_of(bs.pop("tape"))
+    for tool, b in bs.items():
+        v, g = grad_of(b)
+        assert rel_err(v, rv) <= RTOL and rel_err(g, rg) <= RTOL, tool
+
+
+# ------------------------------------------------------------------ the harness
+
+
+def test_harness_checks_and_times_without_error():
+    case = simple.rosenbrock_cases(Opts(quick=True))[0]
+    opts = Opts(
+        min_time=1e-4, budget=0.01, min_repeats=2, max_repeats=2, tools=("tape", "njit (hand)")
+    )
+    res = run_case(case, opts)
+    assert set(res["tools"]) == {"tape", "njit (hand)"}
+    for info in res["tools"].values():
+        assert info["status"] == "ok"
+        assert info["grad"]["repeats"] == 2
+    assert res["tools"]["tape"]["grad"]["vs_tape"] == 1.0
+
+
+def test_harness_reports_a_wrong_gradient():
+    from tape.bench.harness import Case, Impl
+
+    x = np.arange(3.0)
+    case = Case("toy", "x", 3, {
+        "njit (hand)": lambda: Impl(grad=lambda: 2 * x, value=lambda: (x * x).sum()),
+        "tape": lambda: Impl(grad=lambda: 2 * x + 1e-6, value=lambda: (x * x).sum()),
+    })  # fmt: skip
+    res = run_case(case, Opts(min_time=1e-5, budget=0.001, min_repeats=1, max_repeats=1))
+    assert res["tools"]["tape"]["status"] == "mismatch"
+    assert "grad" not in res["tools"]["tape"]
+
+
+def test_flat_accepts_tuples_and_tensors():
+    import tape as tp
+
+    assert flat((np.ones(2), tp.tensor([[3.0]]))).tolist() == [1.0, 1.0, 3.0]
