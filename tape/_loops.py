@@ -140,10 +140,31 @@ def binary_fwd(f, i, entries, bufs, ipool, data):
         for j in range(n):
             y[j] = f(x0[j], s)
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        for j in range(n):
-            y[j] = f(x0[o0[j]], x1[o1[j]])
+        # GENERAL: rows of the innermost axis; each operand moves along it with stride 1 (a
+        # contiguous run), 0 (one value) or another stride.
+        nd, m, s0, s1, o0, o1 = _rows(ipool, p)
+        for r in range(o0.shape[0]):
+            yr = y[r * m : (r + 1) * m]
+            b0 = o0[r]
+            b1 = o1[r]
+            if s0 == 1 and s1 == 1:
+                a0 = x0[b0 : b0 + m]
+                a1 = x1[b1 : b1 + m]
+                for j in range(m):
+                    yr[j] = f(a0[j], a1[j])
+            elif s0 == 1 and s1 == 0:
+                a0 = x0[b0 : b0 + m]
+                c1 = x1[b1]
+                for j in range(m):
+                    yr[j] = f(a0[j], c1)
+            elif s0 == 0 and s1 == 1:
+                c0 = x0[b0]
+                a1 = x1[b1 : b1 + m]
+                for j in range(m):
+                    yr[j] = f(c0, a1[j])
+            else:
+                for j in range(m):
+                    yr[j] = f(x0[b0 + j * s0], x1[b1 + j * s1])
 
 
 @_loop
@@ -196,16 +217,66 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
                 acc += v if gy[j] != 0.0 else 0.0
             g1[0] += acc
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        if act0:
-            for j in range(n):
-                v = r0(x0[o0[j]], x1[o1[j]], y[j], gy[j])
-                g0[o0[j]] += v if gy[j] != 0.0 else 0.0
-        if act1:
-            for j in range(n):
-                v = r1(x0[o0[j]], x1[o1[j]], y[j], gy[j])
-                g1[o1[j]] += v if gy[j] != 0.0 else 0.0
+        nd, m, s0, s1, o0, o1 = _rows(ipool, p)
+        for r in range(o0.shape[0]):
+            yr = y[r * m : (r + 1) * m]
+            gyr = gy[r * m : (r + 1) * m]
+            b0 = o0[r]
+            b1 = o1[r]
+            if act0:
+                _bcast_rev_row(r0, True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
+            if act1:
+                _bcast_rev_row(r1, False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
+
+
+@_jit
+def _rows(ipool, p):
+    """Row view of a GENERAL block: ``(nd, row length, inner stride of input 0, of input 1,
+    row starts in input 0, in input 1)``."""
+    nd = ipool[p + 1]
+    m = ipool[p + 1 + nd]
+    s0 = ipool[p + 1 + 2 * nd]
+    s1 = ipool[p + 1 + 3 * nd]
+    o0 = strided_offsets(ipool, p + 2, p + 2 + nd, nd - 1, 0)
+    o1 = strided_offsets(ipool, p + 2, p + 2 + 2 * nd, nd - 1, 0)
+    return nd, m, s0, s1, o0, o1
+
+
+@_loop
+def _bcast_rev_row(r, first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
+    # One row of a GENERAL reverse for input 0 (first) or 1; `g` is that input's adjoint.
+    sk = s0 if first else s1
+    bk = b0 if first else b1
+    if s0 <= 1 and s1 <= 1 and sk == 1:
+        gk = g[bk : bk + m]
+        if s0 == 1 and s1 == 1:
+            a0 = x0[b0 : b0 + m]
+            a1 = x1[b1 : b1 + m]
+            for j in range(m):
+                v = r(a0[j], a1[j], yr[j], gyr[j])
+                gk[j] += v if gyr[j] != 0.0 else 0.0
+        elif s1 == 0:
+            a0 = x0[b0 : b0 + m]
+            c1 = x1[b1]
+            for j in range(m):
+                v = r(a0[j], c1, yr[j], gyr[j])
+                gk[j] += v if gyr[j] != 0.0 else 0.0
+        else:
+            c0 = x0[b0]
+            a1 = x1[b1 : b1 + m]
+            for j in range(m):
+                v = r(c0, a1[j], yr[j], gyr[j])
+                gk[j] += v if gyr[j] != 0.0 else 0.0
+    elif sk == 0:
+        acc = 0.0
+        for j in range(m):
+            v = r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j])
+            acc += v if gyr[j] != 0.0 else 0.0
+        g[bk] += acc
+    else:
+        for j in range(m):
+            v = r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j])
+            g[bk + j * sk] += v if gyr[j] != 0.0 else 0.0
 
 
 # ---------------------------------------------------------------- ternary

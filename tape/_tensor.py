@@ -692,15 +692,36 @@ def _broadcast_block(name, shapes):
     if len(shapes) == 2 and sizes[1] == 1 and sizes[0] == n:
         return out, [SCALAR1]
     nd = len(out)
-    ints = [GENERAL, nd, *out]
+    strides = []
     for s in shapes:
         st = [0] * nd
         acc = 1
         for k in range(len(s) - 1, -1, -1):
             st[nd - len(s) + k] = 0 if s[k] == 1 and out[nd - len(s) + k] != 1 else acc
             acc *= s[k]
+        strides.append(st)
+    dims, strides = _coalesce(list(out), strides)
+    ints = [GENERAL, len(dims), *dims]
+    for st in strides:
         ints.extend(st)
     return out, ints
+
+
+def _coalesce(dims, strides):
+    """Drop unit axes and merge neighbours that every operand walks contiguously, so the
+    kernels' innermost rows are as long as possible: (25, 10, 1000) - (25, 10, 1) becomes
+    (250, 1000) with inner strides 1 and 0."""
+    keep = [k for k, n in enumerate(dims) if n != 1] or [len(dims) - 1]
+    dims = [dims[k] for k in keep]
+    strides = [[st[k] for k in keep] for st in strides]
+    k = len(dims) - 2
+    while k >= 0:
+        if all(st[k] == st[k + 1] * dims[k + 1] for st in strides):
+            dims[k : k + 2] = [dims[k] * dims[k + 1]]
+            for st in strides:
+                st[k : k + 2] = [st[k + 1]]
+        k -= 1
+    return dims, strides
 
 
 _COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}

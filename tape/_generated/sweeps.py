@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4981281ea7e4e41dee66edcb453bc09dee09d93cdf957f7d6ef536789cb8577a"
+FINGERPRINT = "e911f0124d48e8d31811adad47ae3b4d0a3bf2ee8810194ba1cfb9b9ebf52c59"
 
 import numpy as np
 from numba import njit
