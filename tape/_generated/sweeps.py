@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "e911f0124d48e8d31811adad47ae3b4d0a3bf2ee8810194ba1cfb9b9ebf52c59"
+FINGERPRINT = "234d27fefc94f6de03b847a2bdbc57e916c25f3f05d13dc2d1df42ef18a3c69b"
 
 import numpy as np
 from numba import njit

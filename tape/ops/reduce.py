@@ -2,7 +2,8 @@
 
 Attribute block: ``[nd, in_shape[nd], out_strides[nd]]``, where ``out_strides`` are the
 C-order strides of the kept-dims output with ``0`` on reduced axes, so input element ``j`` adds
-into output element ``offsets[j]``. ``mean``, ``var``, ``std``, ``norm`` and ``logsumexp``
+into output element ``offsets[j]``. Unit axes are dropped and neighbouring axes merged at record
+time (``(25, 10, 1000)`` summed over axis 2 is ``(250, 1000)`` with strides ``(1, 0)``). ``mean``, ``var``, ``std``, ``norm`` and ``logsumexp``
 are built from these in :mod:`tape.functional`.
 """
 
@@ -27,6 +28,17 @@ def _out_offsets(ipool, p):
 
 
 @_jit
+def _rows(ipool, p):
+    """The input as rows of its innermost axis: ``(row length, output stride along the row
+    (1: kept axis, 0: reduced), output offset of each row's start)``."""
+    nd = ipool[p]
+    m = ipool[p + nd] if nd else 1
+    inner = ipool[p + 2 * nd] if nd else 0
+    starts = strided_offsets(ipool, p + 1, p + 1 + nd, nd - 1 if nd else 0, 0)
+    return m, inner, starts
+
+
+@_jit
 def sum_fwd(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
@@ -35,11 +47,24 @@ def sum_fwd(i, entries, bufs, ipool, data):
         for j in range(x.shape[0]):
             acc += x[j]
         y[0] = acc
-    else:
-        off = _out_offsets(ipool, entries[i, E_ATTR])
-        y[:] = 0.0
-        for j in range(x.shape[0]):
-            y[off[j]] += x[j]
+        return -1
+    m, inner, starts = _rows(ipool, entries[i, E_ATTR])
+    y[:] = 0.0
+    for r in range(starts.shape[0]):
+        xr = x[r * m : (r + 1) * m]
+        b = starts[r]
+        if inner == 1:
+            yr = y[b : b + m]
+            for j in range(m):
+                yr[j] += xr[j]
+        elif inner == 0:
+            acc = 0.0
+            for j in range(m):
+                acc += xr[j]
+            y[b] += acc
+        else:
+            for j in range(m):
+                y[b + j * inner] += xr[j]
     return -1
 
 
@@ -54,10 +79,22 @@ def sum_rev(i, entries, bufs, ipool, data, grad):
         g = gy[0]
         for j in range(gx.shape[0]):
             gx[j] += g
-    else:
-        off = _out_offsets(ipool, entries[i, E_ATTR])
-        for j in range(gx.shape[0]):
-            gx[j] += gy[off[j]]
+        return
+    m, inner, starts = _rows(ipool, entries[i, E_ATTR])
+    for r in range(starts.shape[0]):
+        gxr = gx[r * m : (r + 1) * m]
+        b = starts[r]
+        if inner == 1:
+            gyr = gy[b : b + m]
+            for j in range(m):
+                gxr[j] += gyr[j]
+        elif inner == 0:
+            g = gy[b]
+            for j in range(m):
+                gxr[j] += g
+        else:
+            for j in range(m):
+                gxr[j] += gy[b + j * inner]
 
 
 @_jit
@@ -200,7 +237,10 @@ def _reduce(op, x, axis, keepdims):
     for k in range(len(kept) - 1, -1, -1):
         strides.append(0 if k in axes else acc)
         acc *= kept[k]
-    ints = [x.ndim, *x.shape, *reversed(strides)]
+    dims, ostrides = [], []
+    if x.ndim:
+        dims, (ostrides,) = tape._tensor._coalesce(list(x.shape), [list(reversed(strides))])
+    ints = [len(dims), *dims, *ostrides]
     return tape._tensor.apply(op, [x], reduced_shape(x.shape, axes, keepdims), ints)
 
 
