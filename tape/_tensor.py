@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 
 import numpy as np
 
@@ -102,7 +103,9 @@ class Tensor:
     ``ndim``, ``dtype`` (a NumPy dtype).
     """
 
-    __slots__ = ("_tape", "_buf", "_value", "_base", "shape", "dtype", "_rg", "grad", "_op", "__weakref__")
+    __slots__ = (
+        "_tape", "_buf", "_value", "_base", "_last", "shape", "dtype", "_rg", "grad", "_op", "__weakref__",
+    )  # fmt: skip
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
     def __init__(self, value, requires_grad=False):
@@ -110,6 +113,7 @@ class Tensor:
         self._buf = -1
         self._value = value
         self._base = None  # (leaf, offset) for a view of a leaf not yet used by any tape
+        self._last = None  # weakref to the open eager tape this leaf was last copied into
         self.shape = value.shape
         self.dtype = value.dtype
         self._op = None
@@ -125,6 +129,7 @@ class Tensor:
         t._buf = buf
         t._value = None
         t._base = None
+        t._last = None
         t.shape = shape
         t.dtype = dtype
         t._rg = requires_grad
@@ -350,6 +355,7 @@ class Tensor:
                 "backward() inside tape.record(): record the function, then call backward() or "
                 "gradient() on the returned Tape"
             )
+        tp.closed = True  # leaves start their next expression on a fresh tape
         need = tp.run_backward([b], seed, zero_leaves=True)
         for leaf, lb in tp.leaves:
             if need[lb] and leaf._op is None and tp.bufs[lb, B_KIND] == LEAF:
@@ -503,8 +509,16 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
 _BY_NAME = registry.BY_NAME
 
 
+REUSE_LIMIT = 4096
+
+
 def _union(tapes, inputs) -> Tape:
-    """One eager tape holding every input's graph: the largest, with the others merged in."""
+    """One eager tape holding every input's graph: the largest, with the others merged in.
+
+    With no graph among the inputs (an expression starting from leaves), the tape a leaf was
+    last copied into is reused while it is open (no ``backward`` yet, under ``REUSE_LIMIT``
+    entries), so ``f(x[1:], x[:-1])`` builds one graph instead of merging two.
+    """
     if tapes and all(tp is tapes[0] for tp in tapes):
         return tapes[0]
     uniq = []
@@ -512,8 +526,20 @@ def _union(tapes, inputs) -> Tape:
         if all(tp is not u for u in uniq):
             uniq.append(tp)
     if not uniq:
-        f = _float_dtype(inputs) or float64
-        return Tape(f)
+        leaves = []
+        for t in inputs:
+            if t.__class__ is Tensor and t._rg:
+                leaf = t._base[0] if t._base is not None else t
+                ref = leaf._last
+                tp = ref() if ref is not None else None
+                if tp is not None and not tp.closed and tp._merged is None and tp.n_entries < REUSE_LIMIT:
+                    return tp
+                leaves.append(leaf)
+        tp = Tape(_float_dtype(inputs) or float64)
+        ref = weakref.ref(tp)
+        for leaf in leaves:
+            leaf._last = ref
+        return tp
     uniq.sort(key=lambda t: -t.n_data)
     target = uniq[0]
     for other in uniq[1:]:

@@ -99,6 +99,7 @@ class Tape:
         self.leaf_bufs: dict[int, int] = {}  # id(leaf tensor) -> its buffer in this tape
         self.leaves: list = []  # [(leaf tensor, buffer)] of eager leaves copied in
         self.recording = False
+        self.closed = False  # set by an eager backward: new leaf expressions start elsewhere
         self._merged = None  # (tape, buffer shift) once merged into another tape
         # replay signature (set by tape.record)
         self.inputs: list[int] = []

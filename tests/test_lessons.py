@@ -131,3 +131,15 @@ def test_training_loop_memory_is_bounded():
     loop(100_000)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert after - before < 20_000, f"max RSS grew by {after - before} KiB over 100,000 iterations"
+
+
+def test_loop_without_backward_stays_bounded():
+    # expressions starting from the same leaf share an open tape, but only up to a limit
+    from tape._tensor import REUSE_LIMIT
+
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+    for _ in range(3 * REUSE_LIMIT):
+        y = (w * 2).sum()
+    assert len(y._tape) <= REUSE_LIMIT + 2
+    y.backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0])
