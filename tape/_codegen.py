@@ -141,7 +141,7 @@ def generate() -> str:
     import tape.ops  # noqa: F401  (fills the registry)
     from tape.registry import OPS
 
-    imports, rules, fwd, rev = [], [], [], []
+    imports, rules, fwd, rev, entry_fns = [], [], [], [], []
     kernel_imports: dict[str, list[str]] = {}
     for op in OPS:
         tag = f"  # {op.name}"
@@ -167,8 +167,14 @@ def generate() -> str:
             fwd_call = f"L.unary_fwd({op.fwd_name}, i, entries, bufs, data)"
         else:
             fwd_call = f"L.{loop}_fwd({op.fwd_name}, i, entries, bufs, ipool, data)"
+        # Each elementwise op gets its own small compiled entry function: the rule is inlined
+        # there, and the sweep calls it. (Inlining every op into one sweep function made
+        # Numba's cold compile several times slower.)
+        entry_fns.append(
+            f"@njit(**SWEEP_JIT)\ndef _fwd_{op.name}(i, entries, bufs, ipool, data):\n    {fwd_call}\n"
+        )
         fwd.append(f"        {kw} op == {op.code}:{tag}")
-        fwd.append(f"            {fwd_call}")
+        fwd.append(f"            _fwd_{op.name}(i, entries, bufs, ipool, data)")
         if not any(op.differentiable):
             continue
         if n == 1:
@@ -177,13 +183,17 @@ def generate() -> str:
             rs = ", ".join(r or f"L.no_rule{n + 2}" for r in op.rev_names)
             ds = ", ".join(str(d) for d in op.differentiable)
             rev_call = f"L.{loop}_rev({rs}, {ds}, i, entries, bufs, ipool, data, grad)"
+        entry_fns.append(
+            f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}(i, entries, bufs, ipool, data, grad):\n    {rev_call}\n"
+        )
         rev.append(f"        elif op == {op.code}:{tag}")
-        rev.append(f"            {rev_call}")
+        rev.append(f"            _rev_{op.name}(i, entries, bufs, ipool, data, grad)")
     rev[0] = rev[0].replace("elif", "if", 1)
     for mod, names in sorted(kernel_imports.items()):
         imports.append(f"from {mod} import {', '.join(names)}")
 
     body = HEADER.format(fingerprint=fingerprint(), imports="\n".join(imports), rules="\n".join(rules))
+    body += "\n\n" + "\n\n".join(entry_fns)
     body += '''
 
 @njit(**SWEEP_JIT)

@@ -34,7 +34,10 @@ ACTIVE = 1  # intermediate with an adjoint; zeroed at the start of every reverse
 LEAF = 2  # differentiated input: its adjoint accumulates until zeroed explicitly
 
 # broadcasting modes of elementwise entries (first int of their attribute block)
-SAME = 0  # every input has the output's size: one flat loop
-SCALAR0 = 1  # input 0 has one element
-SCALAR1 = 2  # input 1 has one element
+SAME = 0  # every input has the output's size: one flat loop (ternary entries)
+SCALAR0 = 1  # reserved (input 0 has one element); the recorder no longer emits it
+SCALAR1 = 2  # reserved (input 1 has one element); the recorder no longer emits it
 GENERAL = 3  # strided: block is [mode, nd, shape[nd], strides_0[nd], strides_1[nd], ...]
+# Binary entries always use GENERAL with axes merged as far as possible (equal shapes are
+# one row of stride 1, a scalar operand has stride 0); the kernels loop over the innermost
+# axis, so broadcasting costs no index arithmetic per element.

@@ -28,8 +28,6 @@ from tape._layout import (
     E_IN2,
     E_OUT,
     SAME,
-    SCALAR0,
-    SCALAR1,
 )
 
 _jit = njit(**KERNEL_JIT)
@@ -122,49 +120,35 @@ def unary_rev(r, i, entries, bufs, data, grad):
 
 @_loop
 def binary_fwd(f, i, entries, bufs, ipool, data):
+    # Binary entries always carry a GENERAL block (one row of n for equal shapes and
+    # scalars): rows of the innermost axis, along which each input moves with stride 1 (a
+    # contiguous run), 0 (one value) or another stride.
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
-    p = entries[i, E_ATTR]
-    mode = ipool[p]
-    n = y.shape[0]
-    if mode == SAME:
-        for j in range(n):
-            y[j] = f(x0[j], x1[j])
-    elif mode == SCALAR0:
-        s = x0[0]
-        for j in range(n):
-            y[j] = f(s, x1[j])
-    elif mode == SCALAR1:
-        s = x1[0]
-        for j in range(n):
-            y[j] = f(x0[j], s)
-    else:
-        # GENERAL: rows of the innermost axis; each operand moves along it with stride 1 (a
-        # contiguous run), 0 (one value) or another stride.
-        nd, m, s0, s1, o0, o1 = _rows(ipool, p)
-        for r in range(o0.shape[0]):
-            yr = y[r * m : (r + 1) * m]
-            b0 = o0[r]
-            b1 = o1[r]
-            if s0 == 1 and s1 == 1:
-                a0 = x0[b0 : b0 + m]
-                a1 = x1[b1 : b1 + m]
-                for j in range(m):
-                    yr[j] = f(a0[j], a1[j])
-            elif s0 == 1 and s1 == 0:
-                a0 = x0[b0 : b0 + m]
-                c1 = x1[b1]
-                for j in range(m):
-                    yr[j] = f(a0[j], c1)
-            elif s0 == 0 and s1 == 1:
-                c0 = x0[b0]
-                a1 = x1[b1 : b1 + m]
-                for j in range(m):
-                    yr[j] = f(c0, a1[j])
-            else:
-                for j in range(m):
-                    yr[j] = f(x0[b0 + j * s0], x1[b1 + j * s1])
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    for r in range(o0.shape[0]):
+        yr = y[r * m : (r + 1) * m]
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        if s0 == 1 and s1 == 1:
+            a0 = x0[b0 : b0 + m]
+            a1 = x1[b1 : b1 + m]
+            for j in range(m):
+                yr[j] = f(a0[j], a1[j])
+        elif s0 == 1 and s1 == 0:
+            a0 = x0[b0 : b0 + m]
+            c1 = x1[b1]
+            for j in range(m):
+                yr[j] = f(a0[j], c1)
+        elif s0 == 0 and s1 == 1:
+            c0 = x0[b0]
+            a1 = x1[b1 : b1 + m]
+            for j in range(m):
+                yr[j] = f(c0, a1[j])
+        else:
+            for j in range(m):
+                yr[j] = f(x0[b0 + j * s0], x1[b1 + j * s1])
 
 
 @_loop
@@ -180,53 +164,16 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
     gy = view(bufs, grad, o)
     g0 = view(bufs, grad, a)
     g1 = view(bufs, grad, b)
-    p = entries[i, E_ATTR]
-    mode = ipool[p]
-    n = y.shape[0]
-    if mode == SAME:
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    for r in range(o0.shape[0]):
+        yr = y[r * m : (r + 1) * m]
+        gyr = gy[r * m : (r + 1) * m]
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
         if act0:
-            for j in range(n):
-                v = r0(x0[j], x1[j], y[j], gy[j])
-                g0[j] += v if gy[j] != 0.0 else 0.0
+            _bcast_rev_row(r0, True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
         if act1:
-            for j in range(n):
-                v = r1(x0[j], x1[j], y[j], gy[j])
-                g1[j] += v if gy[j] != 0.0 else 0.0
-    elif mode == SCALAR0:
-        s = x0[0]
-        if act0:
-            acc = 0.0
-            for j in range(n):
-                v = r0(s, x1[j], y[j], gy[j])
-                acc += v if gy[j] != 0.0 else 0.0
-            g0[0] += acc
-        if act1:
-            for j in range(n):
-                v = r1(s, x1[j], y[j], gy[j])
-                g1[j] += v if gy[j] != 0.0 else 0.0
-    elif mode == SCALAR1:
-        s = x1[0]
-        if act0:
-            for j in range(n):
-                v = r0(x0[j], s, y[j], gy[j])
-                g0[j] += v if gy[j] != 0.0 else 0.0
-        if act1:
-            acc = 0.0
-            for j in range(n):
-                v = r1(x0[j], s, y[j], gy[j])
-                acc += v if gy[j] != 0.0 else 0.0
-            g1[0] += acc
-    else:
-        nd, m, s0, s1, o0, o1 = _rows(ipool, p)
-        for r in range(o0.shape[0]):
-            yr = y[r * m : (r + 1) * m]
-            gyr = gy[r * m : (r + 1) * m]
-            b0 = o0[r]
-            b1 = o1[r]
-            if act0:
-                _bcast_rev_row(r0, True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
-            if act1:
-                _bcast_rev_row(r1, False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
+            _bcast_rev_row(r1, False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
 
 
 @_jit
@@ -237,6 +184,8 @@ def _rows(ipool, p):
     m = ipool[p + 1 + nd]
     s0 = ipool[p + 1 + 2 * nd]
     s1 = ipool[p + 1 + 3 * nd]
+    if nd == 1:  # one row starting at 0 in both inputs: no offsets to allocate
+        return nd, m, s0, s1, ipool[p : p + 1], ipool[p : p + 1]
     o0 = strided_offsets(ipool, p + 2, p + 2 + nd, nd - 1, 0)
     o1 = strided_offsets(ipool, p + 2, p + 2 + 2 * nd, nd - 1, 0)
     return nd, m, s0, s1, o0, o1

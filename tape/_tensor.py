@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 
 from tape import registry
-from tape._layout import ACTIVE, B_KIND, CONST, GENERAL, LEAF, SAME, SCALAR0, SCALAR1
+from tape._layout import ACTIVE, B_KIND, CONST, GENERAL, LEAF, SAME
 from tape.core import Tape, resolve
 
 float64 = np.dtype(np.float64)
@@ -711,12 +711,16 @@ def _broadcast_block(name, shapes):
     if len(shapes) == 1:
         return out, None
     sizes = [math.prod(s) for s in shapes]
-    if all(s == n for s in sizes):
+    if len(shapes) == 2:
+        # binary entries always use the row form; equal shapes and scalars are one row
+        if all(s == n for s in sizes):
+            return out, [GENERAL, 1, n, 1, 1]
+        if sizes[0] == 1 and sizes[1] == n:
+            return out, [GENERAL, 1, n, 0, 1]
+        if sizes[1] == 1 and sizes[0] == n:
+            return out, [GENERAL, 1, n, 1, 0]
+    elif all(s == n for s in sizes):
         return out, [SAME]
-    if len(shapes) == 2 and sizes[0] == 1 and sizes[1] == n:
-        return out, [SCALAR0]
-    if len(shapes) == 2 and sizes[1] == 1 and sizes[0] == n:
-        return out, [SCALAR1]
     nd = len(out)
     strides = []
     for s in shapes:

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "234d27fefc94f6de03b847a2bdbc57e916c25f3f05d13dc2d1df42ef18a3c69b"
+FINGERPRINT = "8ee70b41d7e5d470ce30a80d76995ae046b06044821853345eb239914a297298"
 
 import numpy as np
 from numba import njit
@@ -93,79 +93,384 @@ clip_rev2 = BY_NAME["clip"].rev[2]
 
 
 @njit(**SWEEP_JIT)
+def _fwd_neg(i, entries, bufs, ipool, data):
+    L.unary_fwd(neg_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_neg(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(neg_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_abs(i, entries, bufs, ipool, data):
+    L.unary_fwd(abs_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_abs(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(abs_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_square(i, entries, bufs, ipool, data):
+    L.unary_fwd(square_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_square(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(square_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_sqrt(i, entries, bufs, ipool, data):
+    L.unary_fwd(sqrt_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_sqrt(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(sqrt_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_exp(i, entries, bufs, ipool, data):
+    L.unary_fwd(exp_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_exp(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(exp_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_log(i, entries, bufs, ipool, data):
+    L.unary_fwd(log_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_log(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(log_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_log1p(i, entries, bufs, ipool, data):
+    L.unary_fwd(log1p_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_log1p(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(log1p_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_expm1(i, entries, bufs, ipool, data):
+    L.unary_fwd(expm1_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_expm1(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(expm1_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_sin(i, entries, bufs, ipool, data):
+    L.unary_fwd(sin_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_sin(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(sin_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_cos(i, entries, bufs, ipool, data):
+    L.unary_fwd(cos_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_cos(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(cos_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_tan(i, entries, bufs, ipool, data):
+    L.unary_fwd(tan_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_tan(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(tan_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_tanh(i, entries, bufs, ipool, data):
+    L.unary_fwd(tanh_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_tanh(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(tanh_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_sinh(i, entries, bufs, ipool, data):
+    L.unary_fwd(sinh_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_sinh(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(sinh_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_cosh(i, entries, bufs, ipool, data):
+    L.unary_fwd(cosh_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_cosh(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(cosh_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_arctan(i, entries, bufs, ipool, data):
+    L.unary_fwd(arctan_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_arctan(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(arctan_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_sigmoid(i, entries, bufs, ipool, data):
+    L.unary_fwd(sigmoid_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_sigmoid(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(sigmoid_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_relu(i, entries, bufs, ipool, data):
+    L.unary_fwd(relu_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_relu(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(relu_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_softplus(i, entries, bufs, ipool, data):
+    L.unary_fwd(softplus_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_softplus(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(softplus_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_stop_gradient(i, entries, bufs, ipool, data):
+    L.unary_fwd(stop_gradient_fwd, i, entries, bufs, data)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_add(i, entries, bufs, ipool, data):
+    L.binary_fwd(add_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_add(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(add_rev0, add_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_sub(i, entries, bufs, ipool, data):
+    L.binary_fwd(sub_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_sub(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(sub_rev0, sub_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_mul(i, entries, bufs, ipool, data):
+    L.binary_fwd(mul_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_mul(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(mul_rev0, mul_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_div(i, entries, bufs, ipool, data):
+    L.binary_fwd(div_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_div(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(div_rev0, div_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_pow(i, entries, bufs, ipool, data):
+    L.binary_fwd(pow_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_pow(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(pow_rev0, pow_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_maximum(i, entries, bufs, ipool, data):
+    L.binary_fwd(maximum_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_maximum(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(maximum_rev0, maximum_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_minimum(i, entries, bufs, ipool, data):
+    L.binary_fwd(minimum_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_minimum(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(minimum_rev0, minimum_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_less(i, entries, bufs, ipool, data):
+    L.binary_fwd(less_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_less_equal(i, entries, bufs, ipool, data):
+    L.binary_fwd(less_equal_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_greater(i, entries, bufs, ipool, data):
+    L.binary_fwd(greater_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_greater_equal(i, entries, bufs, ipool, data):
+    L.binary_fwd(greater_equal_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_equal(i, entries, bufs, ipool, data):
+    L.binary_fwd(equal_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_not_equal(i, entries, bufs, ipool, data):
+    L.binary_fwd(not_equal_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_where(i, entries, bufs, ipool, data):
+    L.ternary_fwd(where_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_where(i, entries, bufs, ipool, data, grad):
+    L.ternary_rev(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_clip(i, entries, bufs, ipool, data):
+    L.ternary_fwd(clip_fwd, i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_clip(i, entries, bufs, ipool, data, grad):
+    L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
 def forward_sweep(entries, bufs, ipool, data, start, stop):
     """Run entries ``start .. stop-1``. Writes ``data``. Returns ``-1``, or the index of the
     first entry that rejected its data (an out-of-range gather index)."""
     for i in range(start, stop):
         op = entries[i, 0]
         if op == 0:  # neg
-            L.unary_fwd(neg_fwd, i, entries, bufs, data)
+            _fwd_neg(i, entries, bufs, ipool, data)
         elif op == 1:  # abs
-            L.unary_fwd(abs_fwd, i, entries, bufs, data)
+            _fwd_abs(i, entries, bufs, ipool, data)
         elif op == 2:  # square
-            L.unary_fwd(square_fwd, i, entries, bufs, data)
+            _fwd_square(i, entries, bufs, ipool, data)
         elif op == 3:  # sqrt
-            L.unary_fwd(sqrt_fwd, i, entries, bufs, data)
+            _fwd_sqrt(i, entries, bufs, ipool, data)
         elif op == 4:  # exp
-            L.unary_fwd(exp_fwd, i, entries, bufs, data)
+            _fwd_exp(i, entries, bufs, ipool, data)
         elif op == 5:  # log
-            L.unary_fwd(log_fwd, i, entries, bufs, data)
+            _fwd_log(i, entries, bufs, ipool, data)
         elif op == 6:  # log1p
-            L.unary_fwd(log1p_fwd, i, entries, bufs, data)
+            _fwd_log1p(i, entries, bufs, ipool, data)
         elif op == 7:  # expm1
-            L.unary_fwd(expm1_fwd, i, entries, bufs, data)
+            _fwd_expm1(i, entries, bufs, ipool, data)
         elif op == 8:  # sin
-            L.unary_fwd(sin_fwd, i, entries, bufs, data)
+            _fwd_sin(i, entries, bufs, ipool, data)
         elif op == 9:  # cos
-            L.unary_fwd(cos_fwd, i, entries, bufs, data)
+            _fwd_cos(i, entries, bufs, ipool, data)
         elif op == 10:  # tan
-            L.unary_fwd(tan_fwd, i, entries, bufs, data)
+            _fwd_tan(i, entries, bufs, ipool, data)
         elif op == 11:  # tanh
-            L.unary_fwd(tanh_fwd, i, entries, bufs, data)
+            _fwd_tanh(i, entries, bufs, ipool, data)
         elif op == 12:  # sinh
-            L.unary_fwd(sinh_fwd, i, entries, bufs, data)
+            _fwd_sinh(i, entries, bufs, ipool, data)
         elif op == 13:  # cosh
-            L.unary_fwd(cosh_fwd, i, entries, bufs, data)
+            _fwd_cosh(i, entries, bufs, ipool, data)
         elif op == 14:  # arctan
-            L.unary_fwd(arctan_fwd, i, entries, bufs, data)
+            _fwd_arctan(i, entries, bufs, ipool, data)
         elif op == 15:  # sigmoid
-            L.unary_fwd(sigmoid_fwd, i, entries, bufs, data)
+            _fwd_sigmoid(i, entries, bufs, ipool, data)
         elif op == 16:  # relu
-            L.unary_fwd(relu_fwd, i, entries, bufs, data)
+            _fwd_relu(i, entries, bufs, ipool, data)
         elif op == 17:  # softplus
-            L.unary_fwd(softplus_fwd, i, entries, bufs, data)
+            _fwd_softplus(i, entries, bufs, ipool, data)
         elif op == 18:  # stop_gradient
-            L.unary_fwd(stop_gradient_fwd, i, entries, bufs, data)
+            _fwd_stop_gradient(i, entries, bufs, ipool, data)
         elif op == 19:  # add
-            L.binary_fwd(add_fwd, i, entries, bufs, ipool, data)
+            _fwd_add(i, entries, bufs, ipool, data)
         elif op == 20:  # sub
-            L.binary_fwd(sub_fwd, i, entries, bufs, ipool, data)
+            _fwd_sub(i, entries, bufs, ipool, data)
         elif op == 21:  # mul
-            L.binary_fwd(mul_fwd, i, entries, bufs, ipool, data)
+            _fwd_mul(i, entries, bufs, ipool, data)
         elif op == 22:  # div
-            L.binary_fwd(div_fwd, i, entries, bufs, ipool, data)
+            _fwd_div(i, entries, bufs, ipool, data)
         elif op == 23:  # pow
-            L.binary_fwd(pow_fwd, i, entries, bufs, ipool, data)
+            _fwd_pow(i, entries, bufs, ipool, data)
         elif op == 24:  # maximum
-            L.binary_fwd(maximum_fwd, i, entries, bufs, ipool, data)
+            _fwd_maximum(i, entries, bufs, ipool, data)
         elif op == 25:  # minimum
-            L.binary_fwd(minimum_fwd, i, entries, bufs, ipool, data)
+            _fwd_minimum(i, entries, bufs, ipool, data)
         elif op == 26:  # less
-            L.binary_fwd(less_fwd, i, entries, bufs, ipool, data)
+            _fwd_less(i, entries, bufs, ipool, data)
         elif op == 27:  # less_equal
-            L.binary_fwd(less_equal_fwd, i, entries, bufs, ipool, data)
+            _fwd_less_equal(i, entries, bufs, ipool, data)
         elif op == 28:  # greater
-            L.binary_fwd(greater_fwd, i, entries, bufs, ipool, data)
+            _fwd_greater(i, entries, bufs, ipool, data)
         elif op == 29:  # greater_equal
-            L.binary_fwd(greater_equal_fwd, i, entries, bufs, ipool, data)
+            _fwd_greater_equal(i, entries, bufs, ipool, data)
         elif op == 30:  # equal
-            L.binary_fwd(equal_fwd, i, entries, bufs, ipool, data)
+            _fwd_equal(i, entries, bufs, ipool, data)
         elif op == 31:  # not_equal
-            L.binary_fwd(not_equal_fwd, i, entries, bufs, ipool, data)
+            _fwd_not_equal(i, entries, bufs, ipool, data)
         elif op == 32:  # where
-            L.ternary_fwd(where_fwd, i, entries, bufs, ipool, data)
+            _fwd_where(i, entries, bufs, ipool, data)
         elif op == 33:  # clip
-            L.ternary_fwd(clip_fwd, i, entries, bufs, ipool, data)
+            _fwd_clip(i, entries, bufs, ipool, data)
         elif op == 34:  # matmul
             status = matmul_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
@@ -206,59 +511,59 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
             continue
         op = entries[i, 0]
         if op == 0:  # neg
-            L.unary_rev(neg_rev0, i, entries, bufs, data, grad)
+            _rev_neg(i, entries, bufs, ipool, data, grad)
         elif op == 1:  # abs
-            L.unary_rev(abs_rev0, i, entries, bufs, data, grad)
+            _rev_abs(i, entries, bufs, ipool, data, grad)
         elif op == 2:  # square
-            L.unary_rev(square_rev0, i, entries, bufs, data, grad)
+            _rev_square(i, entries, bufs, ipool, data, grad)
         elif op == 3:  # sqrt
-            L.unary_rev(sqrt_rev0, i, entries, bufs, data, grad)
+            _rev_sqrt(i, entries, bufs, ipool, data, grad)
         elif op == 4:  # exp
-            L.unary_rev(exp_rev0, i, entries, bufs, data, grad)
+            _rev_exp(i, entries, bufs, ipool, data, grad)
         elif op == 5:  # log
-            L.unary_rev(log_rev0, i, entries, bufs, data, grad)
+            _rev_log(i, entries, bufs, ipool, data, grad)
         elif op == 6:  # log1p
-            L.unary_rev(log1p_rev0, i, entries, bufs, data, grad)
+            _rev_log1p(i, entries, bufs, ipool, data, grad)
         elif op == 7:  # expm1
-            L.unary_rev(expm1_rev0, i, entries, bufs, data, grad)
+            _rev_expm1(i, entries, bufs, ipool, data, grad)
         elif op == 8:  # sin
-            L.unary_rev(sin_rev0, i, entries, bufs, data, grad)
+            _rev_sin(i, entries, bufs, ipool, data, grad)
         elif op == 9:  # cos
-            L.unary_rev(cos_rev0, i, entries, bufs, data, grad)
+            _rev_cos(i, entries, bufs, ipool, data, grad)
         elif op == 10:  # tan
-            L.unary_rev(tan_rev0, i, entries, bufs, data, grad)
+            _rev_tan(i, entries, bufs, ipool, data, grad)
         elif op == 11:  # tanh
-            L.unary_rev(tanh_rev0, i, entries, bufs, data, grad)
+            _rev_tanh(i, entries, bufs, ipool, data, grad)
         elif op == 12:  # sinh
-            L.unary_rev(sinh_rev0, i, entries, bufs, data, grad)
+            _rev_sinh(i, entries, bufs, ipool, data, grad)
         elif op == 13:  # cosh
-            L.unary_rev(cosh_rev0, i, entries, bufs, data, grad)
+            _rev_cosh(i, entries, bufs, ipool, data, grad)
         elif op == 14:  # arctan
-            L.unary_rev(arctan_rev0, i, entries, bufs, data, grad)
+            _rev_arctan(i, entries, bufs, ipool, data, grad)
         elif op == 15:  # sigmoid
-            L.unary_rev(sigmoid_rev0, i, entries, bufs, data, grad)
+            _rev_sigmoid(i, entries, bufs, ipool, data, grad)
         elif op == 16:  # relu
-            L.unary_rev(relu_rev0, i, entries, bufs, data, grad)
+            _rev_relu(i, entries, bufs, ipool, data, grad)
         elif op == 17:  # softplus
-            L.unary_rev(softplus_rev0, i, entries, bufs, data, grad)
+            _rev_softplus(i, entries, bufs, ipool, data, grad)
         elif op == 19:  # add
-            L.binary_rev(add_rev0, add_rev1, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_add(i, entries, bufs, ipool, data, grad)
         elif op == 20:  # sub
-            L.binary_rev(sub_rev0, sub_rev1, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_sub(i, entries, bufs, ipool, data, grad)
         elif op == 21:  # mul
-            L.binary_rev(mul_rev0, mul_rev1, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_mul(i, entries, bufs, ipool, data, grad)
         elif op == 22:  # div
-            L.binary_rev(div_rev0, div_rev1, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_div(i, entries, bufs, ipool, data, grad)
         elif op == 23:  # pow
-            L.binary_rev(pow_rev0, pow_rev1, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_pow(i, entries, bufs, ipool, data, grad)
         elif op == 24:  # maximum
-            L.binary_rev(maximum_rev0, maximum_rev1, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_maximum(i, entries, bufs, ipool, data, grad)
         elif op == 25:  # minimum
-            L.binary_rev(minimum_rev0, minimum_rev1, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_minimum(i, entries, bufs, ipool, data, grad)
         elif op == 32:  # where
-            L.ternary_rev(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_where(i, entries, bufs, ipool, data, grad)
         elif op == 33:  # clip
-            L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, grad)
+            _rev_clip(i, entries, bufs, ipool, data, grad)
         elif op == 34:  # matmul
             matmul_rev(i, entries, bufs, ipool, data, grad)
         elif op == 35:  # copy
