@@ -31,7 +31,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 FINGERPRINT = "{fingerprint}"
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from tape import _loops as L
 from tape._config import SWEEP_JIT
@@ -123,6 +123,65 @@ def emit(entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, 
     e[4] = n_bufs
     e[5] = attr
     return forward_sweep(entries, bufs, ipool, data, n_entries, n_entries + 1)
+
+
+@njit(parallel=True, **SWEEP_JIT)
+def gradient_batch_kernel(entries, bufs, ipool, data0, n_entries, n_bufs, emask, need, roots, seed,
+                          in_offs, in_sizes, args, out_offs, out_sizes, vals, g_offs, g_sizes,
+                          grads, status, n_chunks, i0, yes):
+    """Batched replay (:func:`tape.batch.gradient_batch`): ``args.shape[0]`` instances, row
+    ``b`` of ``args`` holding instance ``b``'s inputs concatenated. Writes ``vals[b]`` (the
+    outputs), ``grads[b]`` (the differentiated inputs' adjoints) and ``status[b]`` (``-1``, or
+    the entry that rejected the instance's data; its rows are then left untouched).
+
+    Chunks of instances run in parallel, each on private copies of the arenas, so no two
+    threads write the same memory. ``i0`` (0) and ``yes`` (True) are arguments, not literals,
+    so the sweeps are called with the signatures already compiled.
+    """
+    n = args.shape[0]
+    for c in prange(n_chunks):
+        lo = c * n // n_chunks
+        hi = (c + 1) * n // n_chunks
+        if lo >= hi:
+            continue
+        # constants stay in place; every entry rewrites its output; the reverse pass zeroes
+        # what it reads
+        data = data0.copy()
+        grad = np.zeros_like(data0)
+        for b in range(lo, hi):
+            a = args[b]
+            s = 0
+            for k in range(in_offs.shape[0]):
+                o = in_offs[k]
+                m = in_sizes[k]
+                data[o : o + m] = a[s : s + m]
+                s += m
+            st = forward_sweep(entries, bufs, ipool, data, i0, n_entries)
+            status[b] = st
+            if st >= 0:
+                continue
+            zero_adjoints(bufs, grad, need, n_bufs, yes)
+            s = 0
+            for r in roots:
+                o = bufs[r, B_OFF]
+                m = bufs[r, B_SIZE]
+                g = grad[o : o + m]
+                for j in range(m):
+                    g[j] += seed[s + j]
+                s += m
+            reverse_sweep(entries, bufs, ipool, data, grad, emask, i0, n_entries)
+            _gather(data, out_offs, out_sizes, vals[b])
+            _gather(grad, g_offs, g_sizes, grads[b])
+
+
+@njit(**SWEEP_JIT)
+def _gather(arena, offs, sizes, out):
+    s = 0
+    for k in range(offs.shape[0]):
+        o = offs[k]
+        m = sizes[k]
+        out[s : s + m] = arena[o : o + m]
+        s += m
 
 
 @njit(**SWEEP_JIT)

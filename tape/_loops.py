@@ -71,13 +71,13 @@ def bcast_offsets(ipool, p, k):
     return strided_offsets(ipool, p + 2, p + 2 + nd * (1 + k), nd, 0)
 
 
-@_jit
+@_loop
 def view(bufs, data, b):
     o = bufs[b, B_OFF]
     return data[o : o + bufs[b, B_SIZE]]
 
 
-@_jit
+@_loop
 def active(bufs, b):
     return bufs[b, B_KIND] != CONST
 
@@ -176,7 +176,7 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
             _bcast_rev_row(r1, False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
 
 
-@_jit
+@_loop
 def _rows(ipool, p):
     """Row view of a GENERAL block: ``(nd, row length, inner stride of input 0, of input 1,
     row starts in input 0, in input 1)``."""

@@ -6,14 +6,8 @@ Instances run in parallel over Numba's ``prange``; each worker chunk has its own
 value and adjoint arenas, so no two threads ever write the same memory (DESIGN.md section 3:
 parallelise only over independent instances).
 
-The compiled driver here calls the cached sweeps of :mod:`tape._generated.sweeps`. Numba links
-the callees' code into the caller and re-optimises it, so compiling the driver costs ~30 s;
-it must be cached. But Numba's cache is keyed on this file alone: a regenerated sweep module
-would leave a cached driver running stale rules. So this file records the fingerprint of the
-sweeps it was last refreshed against (``SWEEPS_FINGERPRINT``, rewritten by
-``python -m tape.batch --refresh``, which also changes this file and so invalidates Numba's
-cache); the driver is cached only while that fingerprint matches the sweeps, and compiled
-afresh (slow but never stale) otherwise. A test fails while the line is stale.
+The compiled driver, :func:`tape._generated.sweeps.gradient_batch_kernel`, lives with the
+sweeps it calls in the generated module, so Numba's cache of it can never go stale.
 
 The GPU version, one thread per instance, is :func:`tape.cuda.gradient_batch`.
 """
@@ -21,86 +15,13 @@ The GPU version, one thread per instance, is :func:`tape.cuda.gradient_batch`.
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads
 
 from tape._generated import sweeps as S
 from tape._layout import B_OFF, B_SIZE
 from tape.core import ReplayError
 
 __all__ = ["gradient_batch", "BatchPlan"]
-
-# the sweeps' fingerprint the cached driver was built against (`python -m tape.batch --refresh`)
-SWEEPS_FINGERPRINT = "5786fe717861087adf9b1168c1b7137566ac6ac42d40700fa4bb5f4ab0ee8cdc"
-
-
-def _gradient_batch(entries, bufs, ipool, data0, n_entries, n_bufs, emask, need, roots, seed,
-                    in_offs, in_sizes, args, out_offs, out_sizes, vals, g_offs, g_sizes, grads,
-                    status, n_chunks, i0, yes):  # fmt: skip
-    """Replay ``args.shape[0]`` instances (``args[b]``: the instance's inputs, concatenated).
-
-    Writes ``vals[b]`` (the outputs, concatenated), ``grads[b]`` (the adjoints of the
-    differentiated inputs, concatenated) and ``status[b]`` (``-1``, or the entry that rejected
-    the instance's data; its values and gradients are then left untouched).
-
-    ``i0`` (0) and ``yes`` (True) are arguments, not literals, so that the sweeps are called
-    with the signatures already in their cache (a literal would compile a new specialisation).
-    """
-    n = args.shape[0]
-    for c in prange(n_chunks):
-        lo = c * n // n_chunks
-        hi = (c + 1) * n // n_chunks
-        if lo >= hi:
-            continue
-        # One private arena per chunk, reused across its instances: constants stay in place,
-        # every entry rewrites its output in full, and the reverse pass zeroes what it reads.
-        data = data0.copy()
-        grad = np.zeros_like(data0)
-        for b in range(lo, hi):
-            a = args[b]
-            s = 0
-            for k in range(in_offs.shape[0]):
-                o = in_offs[k]
-                m = in_sizes[k]
-                data[o : o + m] = a[s : s + m]
-                s += m
-            st = S.forward_sweep(entries, bufs, ipool, data, i0, n_entries)
-            status[b] = st
-            if st >= 0:
-                continue
-            S.zero_adjoints(bufs, grad, need, n_bufs, yes)
-            s = 0
-            for r in roots:
-                o = bufs[r, B_OFF]
-                m = bufs[r, B_SIZE]
-                g = grad[o : o + m]
-                for j in range(m):
-                    g[j] += seed[s + j]
-                s += m
-            S.reverse_sweep(entries, bufs, ipool, data, grad, emask, i0, n_entries)
-            _gather(data, out_offs, out_sizes, vals[b])
-            _gather(grad, g_offs, g_sizes, grads[b])
-
-
-@njit(nogil=True)
-def _gather(arena, offs, sizes, out):
-    s = 0
-    for k in range(offs.shape[0]):
-        o = offs[k]
-        m = sizes[k]
-        out[s : s + m] = arena[o : o + m]
-        s += m
-
-
-def is_fresh() -> bool:
-    """Whether :data:`SWEEPS_FINGERPRINT` matches the generated sweeps (the driver is then
-    cached on disk)."""
-    return SWEEPS_FINGERPRINT == S.FINGERPRINT
-
-
-_gradient_batch = njit(parallel=True, nogil=True, error_model="numpy", cache=is_fresh())(
-    _gradient_batch
-)
-
 
 class BatchPlan:
     """Everything about a tape that batched replay needs, computed once per tape (host side,
@@ -179,7 +100,7 @@ class BatchPlan:
                     f"argument {k} ({t.input_names[k]}): cannot use values of dtype {a.dtype} "
                     f"for an input recorded as {t.input_dtypes[k]}"
                 )
-            arrs.append(a.reshape(batch, -1))
+            arrs.append(a.reshape(batch, int(np.prod(shape, dtype=np.int64))))
         if batch is None:
             raise ReplayError("gradient_batch needs at least one argument (it sets the batch size)")
         packed = np.empty((batch, int(self.in_sizes.sum())), t.dtype)
@@ -264,7 +185,7 @@ def gradient_batch(t, *args, n_threads=None):
     status = np.empty(batch, np.int64)
     if batch:
         chunks = max(1, min(batch, (n_threads or get_num_threads()) * 4))
-        _gradient_batch(
+        S.gradient_batch_kernel(
             t.entries, t.bufs, t.ipool, t.data[: t.n_data], t.n_entries, t.n_bufs,
             plan.emask, plan.need, plan.roots, plan.seed, plan.in_offs, plan.in_sizes, packed,
             plan.out_offs, plan.out_sizes, vals, plan.g_offs, plan.g_sizes, grads, status, chunks, 0, True,
@@ -273,39 +194,3 @@ def gradient_batch(t, *args, n_threads=None):
     if err is not None:
         raise err
     return plan.unpack(vals, grads)
-
-
-def refresh() -> bool:
-    """Rewrite :data:`SWEEPS_FINGERPRINT` in this file to the current sweeps' fingerprint.
-    Returns True if the file changed."""
-    import re
-    from pathlib import Path
-
-    path = Path(__file__)
-    text = path.read_text()
-    new = re.sub(
-        r'^SWEEPS_FINGERPRINT = "[0-9a-f]*"$',
-        f'SWEEPS_FINGERPRINT = "{S.FINGERPRINT}"',
-        text,
-        count=1,
-        flags=re.M,
-    )
-    if new == text:
-        return False
-    path.write_text(new)
-    return True
-
-
-if __name__ == "__main__":
-    import sys
-
-    if "--check" in sys.argv[1:]:
-        if not is_fresh():
-            print("tape/batch.py is stale: run `python -m tape.batch --refresh`", file=sys.stderr)
-            sys.exit(1)
-        print("tape/batch.py matches the generated sweeps")
-    elif "--refresh" in sys.argv[1:]:
-        print("updated tape/batch.py" if refresh() else "tape/batch.py already up to date")
-    else:
-        print("usage: python -m tape.batch --check | --refresh", file=sys.stderr)
-        sys.exit(2)

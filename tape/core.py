@@ -474,6 +474,23 @@ class Tape:
         g = self.gradient(*args)
         return self._outputs(), g
 
+    def gradient_batch(self, *args, n_threads=None):
+        """Per-instance values and gradients over a leading batch axis of every argument, in
+        parallel on the CPU (:func:`tape.batch.gradient_batch`)."""
+        from tape.batch import gradient_batch
+
+        return gradient_batch(self, *args, n_threads=n_threads)
+
+    def to(self, device, **kwargs):
+        """``"cuda"`` / ``"cuda:N"``: a :class:`tape.cuda.CudaTape` replaying this tape on an
+        NVIDIA GPU (values and gradients stay on the device; needs the ``cuda`` extra).
+        ``"cpu"``: the tape itself."""
+        if str(device) == "cpu":
+            return self
+        from tape.cuda import to_device
+
+        return to_device(self, device, **kwargs)
+
     def kernel_args(self) -> KernelArgs:
         """The tape's arrays and counts as the compiled sweeps take them (see
         :class:`KernelArgs`). The arrays are the tape's own: writes are seen by both."""

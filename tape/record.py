@@ -11,7 +11,7 @@ from tape._tensor import Tensor, _buffer_in, _check_dtype, float32, float64, no_
 from tape.core import Tape
 
 
-def record(fn, *example_args, wrt=None, dtype=None) -> Tape:
+def record(fn, *example_args, wrt=None, dtype=None, device=None) -> Tape:
     """Trace ``fn(*example_args)`` once into a replayable :class:`~tape.core.Tape`.
 
     Parameters
@@ -26,6 +26,8 @@ def record(fn, *example_args, wrt=None, dtype=None) -> Tape:
         floating-point argument.
     dtype : float64 or float32, optional
         Arena dtype; default float32 if every floating argument is float32, else float64.
+    device : str, optional
+        ``"cuda"`` returns the tape moved to the GPU (:meth:`Tape.to`); default CPU.
 
     Returns
     -------
@@ -89,4 +91,4 @@ def record(fn, *example_args, wrt=None, dtype=None) -> Tape:
         t.outputs = [o._buf if isinstance(o, Tensor) and o._resolve()[0] is t else _buffer_in(t, o, False) for o in outs]
     t._out_single = single
     t.leaves, t.leaf_bufs = [], {}  # the captured constants' values are in the arena
-    return t
+    return t if device in (None, "cpu") else t.to(device)

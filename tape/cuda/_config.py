@@ -29,10 +29,17 @@ MIN_RUN = 8
 """A run of fewer small entries than this between large ones is not worth its own launch
 (a launch costs about as much as several grid barriers): it joins the large launch."""
 
-KERNEL_JIT = dict(cache=not SIMULATOR)
-"""Options of the kernels in ``tape/cuda/_generated/kernels.py``. They are cached: that file is
-generated and carries a fingerprint of every source compiled in (the same scheme as the CPU
-sweeps), so a rule change rewrites it and Numba recompiles."""
+LAUNCH_BOUNDS = (MAX_THREADS, 3)
+"""At most MAX_THREADS threads per block, at least 3 blocks per SM: caps registers at
+65536 / (3 * 256) = 85 per thread. Uncapped, ptxas (sm_90) gave the sweep kernel 150 registers
+(one 256-thread block per SM: 12.5% occupancy, too few loads in flight for streaming entries);
+capped at 80 it spilled ~380 bytes, in the large op paths rather than the streaming loops.
+Measured statically only (no GPU was available): revisit with benchmarks/gpu_check.py."""
+
+KERNEL_JIT = {} if SIMULATOR else dict(cache=True, launch_bounds=LAUNCH_BOUNDS)
+"""Options of the kernels in ``tape/cuda/_generated/kernels.py`` (the simulator takes neither).
+They are cached: that file is generated and carries a fingerprint of every source compiled in
+(the same scheme as the CPU sweeps), so a rule change rewrites it and Numba recompiles."""
 
 DEVICE_JIT = dict(device=True)
 """Options of the device functions (rules, loops, op kernels)."""

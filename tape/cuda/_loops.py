@@ -7,7 +7,7 @@ Every entry function has the signature ``(ph, i, prog, A, base, step, t0, ts, so
 ``prog``, ``A``
     The packed tape and the arena.
 ``base``, ``step``
-    Arena element ``e`` is ``A[e * step + base]``: ``(0, 1)`` for a single replay, ``(b, n)``
+    Arena element ``e`` is ``A[ix(e, step, base)]``: ``(0, 1)`` for a single replay, ``(b, n)``
     for instance ``b`` of ``n`` interleaved instances (batched replay).
 ``t0``, ``ts``
     This thread's first element and the stride (``cuda.grid(1)``, ``cuda.gridsize(1)`` for a
@@ -19,18 +19,19 @@ Every entry function has the signature ``(ph, i, prog, A, base, step, t0, ts, so
     A shared float64 array of the block's size, for block reductions.
 
 Accumulation into adjoints is race-free by construction: where each element of an adjoint
-has one writer in a phase (same-shape elementwise inputs, gathers by output, matrix
+has one writer in a phase (same-shape elementwise inputs, reductions' inputs, matrix
 products by output element) the loops add plainly; where several elements of the output
 feed one input element (broadcasting, ``take`` with repeated indices, a strided copy with a
 zero stride) they use ``cuda.atomic.add``; a scalar broadcast input sums in a block reduction
-first (one atomic per block instead of one per element).
+first (one atomic per block instead of one per element). Two inputs of one entry may view
+the same memory, so each input's adjoint gets its own phase.
 """
 
 from __future__ import annotations
 
 import math
 
-from numba import cuda
+from numba import cuda, int64, uint64
 
 from tape._layout import (
     B_KIND,
@@ -63,39 +64,60 @@ R_PROD = 3
 # ---------------------------------------------------------------- the packed tape
 
 
+# Indices go through uint64: Numba wraps negative signed indices around (a compare and a
+# select per access), which made a third of the kernels' code. Every index here is >= 0.
+
+
+@_dev
+def ix(e, step, base):
+    """Arena index of element ``e`` (see the module docstring)."""
+    return uint64(e * step + base)
+
+
+@_dev
+def udiv(a, b):
+    """``a // b`` for ``a >= 0, b > 0`` without the sign fix-ups of Python's floor division."""
+    return int64(uint64(a) // uint64(b))
+
+
 @_dev
 def ent(prog, i, c):
-    return prog[prog[H_ENTRIES] + i * ENTRY_COLS + c]
+    return prog[uint64(prog[uint64(H_ENTRIES)] + i * ENTRY_COLS + c)]
+
+
+@_dev
+def _brow(prog, b, c):
+    return prog[uint64(prog[uint64(H_BUFS)] + b * BUF_COLS + c)]
 
 
 @_dev
 def boff(prog, b):
-    return prog[prog[H_BUFS] + b * BUF_COLS + B_OFF]
+    return _brow(prog, b, B_OFF)
 
 
 @_dev
 def bsize(prog, b):
-    return prog[prog[H_BUFS] + b * BUF_COLS + B_SIZE]
+    return _brow(prog, b, B_SIZE)
 
 
 @_dev
 def active(prog, b):
-    return prog[prog[H_BUFS] + b * BUF_COLS + B_KIND] != CONST
+    return _brow(prog, b, B_KIND) != CONST
 
 
 @_dev
 def ip(prog, k):
-    return prog[prog[H_IPOOL] + k]
+    return prog[uint64(prog[uint64(H_IPOOL)] + k)]
 
 
 @_dev
 def goff(prog):
-    return prog[H_GRAD]
+    return prog[uint64(H_GRAD)]
 
 
 @_dev
 def woff(prog):
-    return prog[H_WORK]
+    return prog[uint64(H_WORK)]
 
 
 @_dev
@@ -107,7 +129,7 @@ def bcast(prog, p, k, j):
     r = j
     for d in range(nd - 1, -1, -1):
         s = ip(prog, p + 2 + d)
-        q = r // s
+        q = udiv(r, s)
         off += (r - q * s) * ip(prog, p + 2 + nd * (1 + k) + d)
         r = q
     return off
@@ -163,7 +185,8 @@ def block_reduce(sh, v, kind):
 
 @_dev
 def add_scalar(A, idx, acc, solo, sh):
-    """``A[idx] += sum of acc over the block`` (one atomic per block); plain in solo mode."""
+    """``A[idx] += sum of acc over the block`` (one atomic per block); plain in solo mode.
+    ``idx`` is an arena index (:func:`ix`)."""
     if solo:
         A[idx] += acc
     else:
@@ -180,10 +203,24 @@ def accumulate(A, idx, v, atomic):
         A[idx] += v
 
 
-# ---------------------------------------------------------------- unary
-# The same-shape loops are unrolled by four with the loads of a group before its stores: all
-# buffers are views of one arena, so the compiler may not move a load above a store, and a
-# plain loop would wait a full memory latency per element.
+# ---------------------------------------------------------------- elementwise
+# One call site per rule and loop (the rules inline their libdevice math: every extra copy is
+# kilobytes of PTX and seconds of ptxas). Instead of unrolling, each loop loads the next
+# element's operands before it works on the current one: all buffers are views of one arena,
+# so the compiler may not move a load above a store, and a plain loop would wait a full
+# memory latency per element.
+
+
+@_dev
+def in_off(mode, prog, p, k, j):
+    """Offset into input ``k`` of output element ``j`` under broadcasting ``mode``."""
+    if mode == SAME:
+        return j
+    if mode == SCALAR0:
+        return 0 if k == 0 else j
+    if mode == SCALAR1:
+        return j if k == 0 else 0
+    return bcast(prog, p, k, j)
 
 
 @_dev
@@ -192,19 +229,15 @@ def unary_fwd(f, ph, i, prog, A, base, step, t0, ts, solo, sh):
     o = ent(prog, i, E_OUT)
     y = boff(prog, o)
     n = bsize(prog, o)
-    j = t0
-    while j + 3 * ts < n:
-        a0 = A[(x + j) * step + base]
-        a1 = A[(x + j + ts) * step + base]
-        a2 = A[(x + j + 2 * ts) * step + base]
-        a3 = A[(x + j + 3 * ts) * step + base]
-        A[(y + j) * step + base] = f(a0)
-        A[(y + j + ts) * step + base] = f(a1)
-        A[(y + j + 2 * ts) * step + base] = f(a2)
-        A[(y + j + 3 * ts) * step + base] = f(a3)
-        j += 4 * ts
-    while j < n:
-        A[(y + j) * step + base] = f(A[(x + j) * step + base])
+    u = 0.0
+    j = t0  # the element being loaded; the one before it is computed
+    while j < n + ts:
+        un = 0.0
+        if j < n:
+            un = A[ix(x + j, step, base)]
+        if j != t0:
+            A[ix(y + j - ts, step, base)] = f(u)
+        u = un
         j += ts
 
 
@@ -219,29 +252,23 @@ def unary_rev(r, ph, i, prog, A, base, step, t0, ts, solo, sh):
     gx = goff(prog) + x
     gy = goff(prog) + y
     n = bsize(prog, o)
+    u = 0.0
+    v = 0.0
+    g = 0.0
     j = t0
-    while j + 3 * ts < n:
-        e0 = j
-        e1 = j + ts
-        e2 = j + 2 * ts
-        e3 = j + 3 * ts
-        c0 = r(A[(x + e0) * step + base], A[(y + e0) * step + base], A[(gy + e0) * step + base])
-        c1 = r(A[(x + e1) * step + base], A[(y + e1) * step + base], A[(gy + e1) * step + base])
-        c2 = r(A[(x + e2) * step + base], A[(y + e2) * step + base], A[(gy + e2) * step + base])
-        c3 = r(A[(x + e3) * step + base], A[(y + e3) * step + base], A[(gy + e3) * step + base])
-        h0 = A[(gx + e0) * step + base]
-        h1 = A[(gx + e1) * step + base]
-        h2 = A[(gx + e2) * step + base]
-        h3 = A[(gx + e3) * step + base]
-        A[(gx + e0) * step + base] = h0 + c0
-        A[(gx + e1) * step + base] = h1 + c1
-        A[(gx + e2) * step + base] = h2 + c2
-        A[(gx + e3) * step + base] = h3 + c3
-        j += 4 * ts
-    while j < n:
-        A[(gx + j) * step + base] += r(
-            A[(x + j) * step + base], A[(y + j) * step + base], A[(gy + j) * step + base]
-        )
+    while j < n + ts:
+        un = 0.0
+        vn = 0.0
+        gn = 0.0
+        if j < n:
+            un = A[ix(x + j, step, base)]
+            vn = A[ix(y + j, step, base)]
+            gn = A[ix(gy + j, step, base)]
+        if j != t0:
+            A[ix(gx + j - ts, step, base)] += r(u, v, g)
+        u = un
+        v = vn
+        g = gn
         j += ts
 
 
@@ -257,38 +284,20 @@ def binary_fwd(f, ph, i, prog, A, base, step, t0, ts, solo, sh):
     n = bsize(prog, o)
     p = ent(prog, i, E_ATTR)
     mode = ip(prog, p)
-    if mode == SAME:
-        j = t0
-        while j + 3 * ts < n:
-            u0 = A[(a + j) * step + base]
-            u1 = A[(a + j + ts) * step + base]
-            u2 = A[(a + j + 2 * ts) * step + base]
-            u3 = A[(a + j + 3 * ts) * step + base]
-            v0 = A[(b + j) * step + base]
-            v1 = A[(b + j + ts) * step + base]
-            v2 = A[(b + j + 2 * ts) * step + base]
-            v3 = A[(b + j + 3 * ts) * step + base]
-            A[(y + j) * step + base] = f(u0, v0)
-            A[(y + j + ts) * step + base] = f(u1, v1)
-            A[(y + j + 2 * ts) * step + base] = f(u2, v2)
-            A[(y + j + 3 * ts) * step + base] = f(u3, v3)
-            j += 4 * ts
-        while j < n:
-            A[(y + j) * step + base] = f(A[(a + j) * step + base], A[(b + j) * step + base])
-            j += ts
-    elif mode == SCALAR0:
-        s = A[a * step + base]
-        for j in range(t0, n, ts):
-            A[(y + j) * step + base] = f(s, A[(b + j) * step + base])
-    elif mode == SCALAR1:
-        s = A[b * step + base]
-        for j in range(t0, n, ts):
-            A[(y + j) * step + base] = f(A[(a + j) * step + base], s)
-    else:
-        for j in range(t0, n, ts):
-            o0 = bcast(prog, p, 0, j)
-            o1 = bcast(prog, p, 1, j)
-            A[(y + j) * step + base] = f(A[(a + o0) * step + base], A[(b + o1) * step + base])
+    u = 0.0
+    v = 0.0
+    j = t0
+    while j < n + ts:
+        un = 0.0
+        vn = 0.0
+        if j < n:
+            un = A[ix(a + in_off(mode, prog, p, 0, j), step, base)]
+            vn = A[ix(b + in_off(mode, prog, p, 1, j), step, base)]
+        if j != t0:
+            A[ix(y + j - ts, step, base)] = f(u, v)
+        u = un
+        v = vn
+        j += ts
 
 
 @_dev
@@ -307,55 +316,46 @@ def _binary_rev_one(r, k, i, prog, A, base, step, t0, ts, solo, sh):
     n = bsize(prog, o)
     p = ent(prog, i, E_ATTR)
     mode = ip(prog, p)
-    if mode == SAME:
-        j = t0
-        while j + 1 * ts < n:
-            e1 = j + ts
-            c0 = r(A[(a + j) * step + base], A[(b + j) * step + base],
-                   A[(y + j) * step + base], A[(gy + j) * step + base])  # fmt: skip
-            c1 = r(A[(a + e1) * step + base], A[(b + e1) * step + base],
-                   A[(y + e1) * step + base], A[(gy + e1) * step + base])  # fmt: skip
-            h0 = A[(gk + j) * step + base]
-            h1 = A[(gk + e1) * step + base]
-            A[(gk + j) * step + base] = h0 + c0
-            A[(gk + e1) * step + base] = h1 + c1
-            j += 2 * ts
-        while j < n:
-            A[(gk + j) * step + base] += r(A[(a + j) * step + base], A[(b + j) * step + base],
-                                           A[(y + j) * step + base], A[(gy + j) * step + base])  # fmt: skip
-            j += ts
-    elif mode == SCALAR0 or mode == SCALAR1:
-        s_is0 = mode == SCALAR0
-        if s_is0:
-            s = A[a * step + base]
-        else:
-            s = A[b * step + base]
-        if s_is0 == (k == 0):
-            # the scalar input: its adjoint sums over the whole output
-            acc = 0.0
-            for j in range(t0, n, ts):
-                if s_is0:
-                    acc += r(s, A[(b + j) * step + base], A[(y + j) * step + base], A[(gy + j) * step + base])
-                else:
-                    acc += r(A[(a + j) * step + base], s, A[(y + j) * step + base], A[(gy + j) * step + base])
-            add_scalar(A, gk * step + base, acc, solo, sh)
-        else:
-            for j in range(t0, n, ts):
-                if s_is0:
-                    c = r(s, A[(b + j) * step + base], A[(y + j) * step + base], A[(gy + j) * step + base])
-                else:
-                    c = r(A[(a + j) * step + base], s, A[(y + j) * step + base], A[(gy + j) * step + base])
-                A[(gk + j) * step + base] += c
-    else:
-        # several output elements may read one input element: atomics unless one writer
-        atomic = (not solo) and bsize(prog, target) < n
-        for j in range(t0, n, ts):
-            o0 = bcast(prog, p, 0, j)
-            o1 = bcast(prog, p, 1, j)
-            c = r(A[(a + o0) * step + base], A[(b + o1) * step + base],
-                  A[(y + j) * step + base], A[(gy + j) * step + base])  # fmt: skip
-            ok = o0 if k == 0 else o1
-            accumulate(A, (gk + ok) * step + base, c, atomic)
+    # a scalar broadcast input sums over the whole output (block reduction, one atomic per
+    # block); a GENERAL broadcast input smaller than the output gets atomics; otherwise each
+    # of its elements has one writer
+    scalar = (mode == SCALAR0 and k == 0) or (mode == SCALAR1 and k == 1)
+    atomic = (not solo) and mode != SAME and bsize(prog, target) < n
+    acc = 0.0
+    u = 0.0
+    v = 0.0
+    w = 0.0
+    g = 0.0
+    dst = 0
+    j = t0
+    while j < n + ts:
+        un = 0.0
+        vn = 0.0
+        wn = 0.0
+        gn = 0.0
+        dn = 0
+        if j < n:
+            o0 = in_off(mode, prog, p, 0, j)
+            o1 = in_off(mode, prog, p, 1, j)
+            un = A[ix(a + o0, step, base)]
+            vn = A[ix(b + o1, step, base)]
+            wn = A[ix(y + j, step, base)]
+            gn = A[ix(gy + j, step, base)]
+            dn = o0 if k == 0 else o1
+        if j != t0:
+            c = r(u, v, w, g)
+            if scalar:
+                acc += c
+            else:
+                accumulate(A, ix(gk + dst, step, base), c, atomic)
+        u = un
+        v = vn
+        w = wn
+        g = gn
+        dst = dn
+        j += ts
+    if scalar:
+        add_scalar(A, ix(gk, step, base), acc, solo, sh)
 
 
 @_dev
@@ -368,7 +368,7 @@ def binary_rev(r0, r1, d0, d1, ph, i, prog, A, base, step, t0, ts, solo, sh):
         _binary_rev_one(r1, 1, i, prog, A, base, step, t0, ts, solo, sh)
 
 
-# ---------------------------------------------------------------- ternary
+# ---------------------------------------------------------------- ternary (SAME or GENERAL)
 
 
 @_dev
@@ -380,18 +380,13 @@ def ternary_fwd(f, ph, i, prog, A, base, step, t0, ts, solo, sh):
     y = boff(prog, o)
     n = bsize(prog, o)
     p = ent(prog, i, E_ATTR)
-    if ip(prog, p) == SAME:
-        for j in range(t0, n, ts):
-            A[(y + j) * step + base] = f(
-                A[(a + j) * step + base], A[(b + j) * step + base], A[(c + j) * step + base]
-            )
-    else:
-        for j in range(t0, n, ts):
-            A[(y + j) * step + base] = f(
-                A[(a + bcast(prog, p, 0, j)) * step + base],
-                A[(b + bcast(prog, p, 1, j)) * step + base],
-                A[(c + bcast(prog, p, 2, j)) * step + base],
-            )
+    mode = ip(prog, p)
+    for j in range(t0, n, ts):
+        A[ix(y + j, step, base)] = f(
+            A[ix(a + in_off(mode, prog, p, 0, j), step, base)],
+            A[ix(b + in_off(mode, prog, p, 1, j), step, base)],
+            A[ix(c + in_off(mode, prog, p, 2, j), step, base)],
+        )
 
 
 @_dev
@@ -411,24 +406,17 @@ def _ternary_rev_one(r, k, i, prog, A, base, step, t0, ts, solo, sh):
     gk = goff(prog) + boff(prog, target)
     n = bsize(prog, o)
     p = ent(prog, i, E_ATTR)
-    if ip(prog, p) == SAME:
-        for j in range(t0, n, ts):
-            A[(gk + j) * step + base] += r(
-                A[(a + j) * step + base], A[(b + j) * step + base], A[(c + j) * step + base],
-                A[(y + j) * step + base], A[(gy + j) * step + base],
-            )  # fmt: skip
-    else:
-        atomic = (not solo) and bsize(prog, target) < n
-        for j in range(t0, n, ts):
-            o0 = bcast(prog, p, 0, j)
-            o1 = bcast(prog, p, 1, j)
-            o2 = bcast(prog, p, 2, j)
-            v = r(
-                A[(a + o0) * step + base], A[(b + o1) * step + base], A[(c + o2) * step + base],
-                A[(y + j) * step + base], A[(gy + j) * step + base],
-            )  # fmt: skip
-            ok = o0 if k == 0 else (o1 if k == 1 else o2)
-            accumulate(A, (gk + ok) * step + base, v, atomic)
+    mode = ip(prog, p)
+    atomic = (not solo) and mode != SAME and bsize(prog, target) < n
+    for j in range(t0, n, ts):
+        v = r(
+            A[ix(a + in_off(mode, prog, p, 0, j), step, base)],
+            A[ix(b + in_off(mode, prog, p, 1, j), step, base)],
+            A[ix(c + in_off(mode, prog, p, 2, j), step, base)],
+            A[ix(y + j, step, base)],
+            A[ix(gy + j, step, base)],
+        )
+        accumulate(A, ix(gk + in_off(mode, prog, p, k, j), step, base), v, atomic)
 
 
 @_dev

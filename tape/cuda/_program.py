@@ -33,6 +33,7 @@ import numpy as np
 from tape import registry
 from tape._generated import sweeps as S
 from tape._layout import (
+    ACTIVE,
     B_ALIAS,
     B_KIND,
     B_OFF,
@@ -44,7 +45,6 @@ from tape._layout import (
     E_OUT,
     ENTRY_COLS,
     LEAF,
-    ACTIVE,
 )
 
 # header slots

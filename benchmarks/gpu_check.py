@@ -1,0 +1,459 @@
+"""Device check for tape's GPU path, on a machine with an NVIDIA GPU.
+
+    python benchmarks/gpu_check.py            # the full check, a few minutes (first run compiles)
+    python benchmarks/gpu_check.py --quick    # smaller sizes, fewer repeats
+    python benchmarks/gpu_check.py --only parity,latency
+
+Prints, section by section:
+
+(a) parity: every op of the registry, forward values and gradients of a small tape replayed
+    on the GPU (one launch per run of entries, and one launch per phase) and batched (one
+    thread per instance), against the CPU sweeps;
+(b) bandwidth: large elementwise entries, forward and reverse, in GB/s and as a fraction of
+    the device's peak memory bandwidth (from its memory clock and bus width), next to a
+    device-to-device copy;
+(c) batched replay: gradients of a Rosenbrock-10 tape for 10^6 instances per second, next
+    to ``jax.vmap(jax.grad(f))`` and ``torch.func.vmap(torch.func.grad(f))`` on the same GPU
+    when those are installed with GPU support;
+(d) latency: one replay (forward + backward) of a 50-entry tape of small buffers, with the
+    values already on the device and with the host round trip.
+
+Targets on an H200 (issue 4): (b) >= 60% of peak; (c) at least as fast as jax.vmap(jax.grad).
+Each section catches its own errors and the script goes on; the exit status is 1 if parity
+failed. The first run compiles the kernels (NVVM, then the driver's PTX JIT): about a minute
+each; later runs load them from Numba's cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+TINY = False  # --tiny: sizes for a smoke test of this script under the CUDA simulator
+
+
+def _hr(title):
+    print(f"\n=== {title} " + "=" * max(0, 70 - len(title)), flush=True)
+
+
+def _sync():
+    from numba import cuda
+
+    cuda.synchronize()
+
+
+def _time(fn, reps, warmup=2):
+    """Median seconds per call of ``fn`` (synchronised)."""
+    for _ in range(warmup):
+        fn()
+    _sync()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def device_info():
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    peak = None
+    try:
+        peak = 2.0 * dev.MEMORY_CLOCK_RATE * 1e3 * dev.GLOBAL_MEMORY_BUS_WIDTH / 8.0
+    except Exception:  # noqa: BLE001
+        pass
+    return name, dev.compute_capability, dev.MULTIPROCESSOR_COUNT, peak
+
+
+# ---------------------------------------------------------------- (a) parity
+
+
+def _elementwise_cases(rng):
+    import tape as tp
+    from tape import _tensor as T
+    from tape.registry import OPS
+
+    shapes = {
+        "unary": [((37,),), ((),)],
+        "binary": [((37,), (37,)), ((), (33,)), ((33,), ()), ((5, 1), (1, 7)), ((3, 6), (6,))],
+        "ternary": [((20,), (20,), (20,)), ((4, 1), (1, 5), ())],
+    }
+    for op in OPS:
+        if op.kind == "kernel":
+            continue
+        for shp in shapes[op.kind]:
+            lo, hi = op.domain
+            xs = [rng.uniform(lo, hi, s) for s in shp]
+            if op.name == "where":
+                xs[0] = (rng.uniform(size=shp[0]) > 0.5).astype(float)
+            if op.name == "clip":
+                xs[0] = rng.uniform(-2, 2, shp[0])
+                xs[1] = rng.uniform(-1.0, -0.5, shp[1])
+                xs[2] = rng.uniform(0.5, 1.0, shp[2])
+            w = rng.uniform(0.5, 1.5, np.broadcast_shapes(*shp))
+            wrt = [k for k, d in enumerate(op.differentiable) if d]
+            name = op.name
+            t = tp.record(
+                lambda *a, name=name, w=w: (T.elementwise(name, *a) * w).sum(), *xs, wrt=wrt
+            )
+            yield f"{op.name} {' '.join(str(s) for s in shp)}", t, xs
+
+
+def _kernel_cases(rng):
+    import tape as tp
+
+    x = rng.uniform(0.5, 1.5, (6, 50, 4))
+    x[0, 1, :] = x[0, 0, :]
+    xz = x.copy()
+    xz[1, 2, 1] = 0.0
+    xz[2, 0, :] = 0.0
+    for name in ("sum", "max", "min", "prod"):
+        f = getattr(tp, name)
+        arg = xz if name == "prod" else x
+        for axis in (None, 1, (0, 2)):
+            yield (
+                f"{name} axis={axis}",
+                tp.record(lambda a, f=f, axis=axis: (f(a, axis=axis) * 1.3).sum(), arg),
+                [arg],
+            )
+    a, b = rng.standard_normal((30, 20)), rng.standard_normal((20, 10))
+    c = rng.standard_normal((4, 30, 20))
+    yield (
+        "matmul 2d / batched / a@a",
+        tp.record(
+            lambda a, b, c: (
+                (a @ b).sum() + ((c @ b) ** 2).sum() + (a[:20] @ a[:20].T @ a[:20]).sum()
+            ),
+            a,
+            b,
+            c,
+        ),
+        [a, b, c],
+    )
+    m = rng.standard_normal((12, 9))
+    y = rng.standard_normal((12, 3))
+    yield "copy transpose/slice/concat/broadcast", tp.record(
+        lambda m, y: (tp.transpose(m) * 2.0).sum() + (m[::-1, ::2] ** 2).sum()
+        + (tp.concatenate([m, y], axis=1) ** 3).sum() + (tp.broadcast_to(m[:, :1], (12, 9)) * m).sum(),
+        m, y,
+    ), [m, y]  # fmt: skip
+    idx = np.array([0, 5, 5, -1, 11, 3], np.int64)
+    yield (
+        "take (repeated, negative)",
+        tp.record(
+            lambda m, i: (tp.take(m, i, axis=0) ** 2).sum() + tp.take(m, i[:3], axis=1).sum(),
+            m,
+            idx,
+        ),
+        [m, idx],
+    )
+
+
+def parity(quick):
+    import tape as tp  # noqa: F401
+    from tape.batch import gradient_batch as cpu_batch
+    from tape.cuda import CudaTape, gradient_batch
+
+    rng = np.random.default_rng(0)
+    failures = 0
+    worst = 0.0
+    n = 0
+
+    def compare(label, got, want):
+        nonlocal failures, worst
+        got = got if isinstance(got, tuple) else (got,)
+        want = want if isinstance(want, tuple) else (want,)
+        err = 0.0
+        for g, w in zip(got, want):
+            g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+            if g.size:
+                err = max(err, float(np.max(np.abs(g - w) / (1e-12 + np.abs(w)))))
+        ok = err <= 1e-9 and all(
+            np.allclose(g, w, rtol=1e-9, atol=1e-12) for g, w in zip(got, want)
+        )
+        worst = max(worst, err)
+        if not ok:
+            failures += 1
+            print(f"  FAIL {label}: max relative error {err:.2e}", flush=True)
+        return ok
+
+    cases = list(_elementwise_cases(rng)) + list(_kernel_cases(rng))
+    if TINY:
+        cases = cases[::9]
+    for label, t, xs in cases:
+        for coop in (True, False):
+            mode = "coop" if coop else "per-phase"
+            ct = CudaTape(t, cooperative=coop, blocks=None if coop else 7)
+            compare(f"{label} [{mode}] forward", ct.forward(*xs), t.forward(*xs))
+            if t.wrt:
+                compare(f"{label} [{mode}] gradient", ct.gradient(*xs), t.gradient(*xs))
+            n += 1
+        if t.wrt:
+            B = 3 if TINY else 64 if quick else 257
+            args = [
+                np.stack([x * (1 + 0.01 * b) if x.dtype.kind == "f" else x for b in range(B)])
+                for x in xs
+            ]
+            v, g = gradient_batch(t, *args)
+            v2, g2 = cpu_batch(t, *args)
+            compare(
+                f"{label} [batch]",
+                (v,) + (g if isinstance(g, tuple) else (g,)),
+                (v2,) + (g2 if isinstance(g2, tuple) else (g2,)),
+            )
+    print(
+        f"  {n} tapes x 2 launch modes + batched: {failures} failure(s); worst relative error {worst:.2e}"
+    )
+    return failures == 0
+
+
+# ---------------------------------------------------------------- (b) bandwidth
+
+
+def bandwidth(quick, peak):
+    from numba import cuda
+
+    import tape as tp
+    from tape.cuda import CudaTape
+    from tape.cuda._program import FWD, REV
+
+    n = 64 if TINY else (1 << 24) if quick else (1 << 26)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(n)
+    w = rng.standard_normal(n)
+    # entries: 0 mul (binary, SAME), 1 exp (unary), 2 sum
+    t = tp.record(lambda x, w: tp.exp(x * w).sum(), x, w)
+    ct = CudaTape(t)
+    ct.gradient(x, w)
+    reps = 1 if TINY else 5 if quick else 10
+
+    a = cuda.to_device(x)
+    b = cuda.device_array_like(a)
+    s_copy = _time(lambda: b.copy_to_device(a), reps)
+    rows = [("device-to-device copy (read+write)", 16 * n, s_copy)]
+    sweep = ct._sweep
+    grid = ct.blocks
+    T = ct.threads
+    for label, i, mode, nbytes in (
+        ("mul  forward  (2 reads, 1 write)", 0, FWD, 24 * n),
+        ("exp  forward  (1 read, 1 write)", 1, FWD, 16 * n),
+        ("exp  reverse  (4 reads, 1 write)", 1, REV, 40 * n),
+        ("mul  reverse  (2 phases: 2 x (5 reads, 1 write))", 0, REV, 96 * n),
+    ):
+        s = _time(lambda i=i, mode=mode: sweep(grid, T, ct.prog, ct.arena, mode, i, i + 1), reps)
+        rows.append((label, nbytes, s))
+    print(f"  n = {n:,} float64 elements; cooperative grid {grid} blocks x {T} threads")
+    for label, nbytes, s in rows:
+        gbs = nbytes / s / 1e9
+        frac = f"{100 * nbytes / s / peak:5.1f}% of peak" if peak else ""
+        print(f"  {label:50s} {s * 1e3:8.3f} ms  {gbs:8.1f} GB/s  {frac}")
+    s_grad = _time(lambda: ct.replay(), reps)
+    print(f"  whole gradient replay (3 entries + zero + seed): {s_grad * 1e3:.3f} ms")
+
+
+# ---------------------------------------------------------------- (c) batched replay
+
+
+def batched(quick):
+    import tape as tp
+    from tape.batch import _plan
+    from tape.cuda import CudaBatch
+
+    def rosen(x):
+        return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+    n = 40 if TINY else 10**5 if quick else 10**6
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((n, 10))
+    t = tp.record(rosen, X[0])
+    cb = CudaBatch(t, n)
+    cb.load(_plan(t).pack_args([X]))
+    reps = 1 if TINY else 5 if quick else 10
+    s = _time(lambda: cb.run(), reps)
+    v, g = cb.results()
+    ref = np.array([t.gradient(X[b]) for b in range(0, n, max(1, n // 50))])
+    err = np.max(np.abs(g[:: max(1, n // 50)][: len(ref)] - ref))
+    print(f"  tape (Rosenbrock-10, {t.n_entries} entries): {n:,} instances in {s * 1e3:.3f} ms "
+          f"= {n / s:,.0f} instances/s (max |error| vs CPU on a sample: {err:.1e})")  # fmt: skip
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
+        if not gpus:
+            raise RuntimeError("jax has no GPU device")
+        jax.config.update("jax_enable_x64", True)
+
+        def jrosen(x):
+            return jnp.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+        f = jax.jit(jax.vmap(jax.grad(jrosen)))
+        Xj = jax.device_put(jnp.asarray(X), gpus[0])
+        f(Xj).block_until_ready()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            f(Xj).block_until_ready()
+            ts.append(time.perf_counter() - t0)
+        sj = float(np.median(ts))
+        print(f"  jax.vmap(jax.grad) (jit, float64): {sj * 1e3:.3f} ms = {n / sj:,.0f} instances/s "
+              f"-> tape / jax = {sj / s:.2f}x")  # fmt: skip
+    except Exception as e:  # noqa: BLE001
+        print(f"  jax: not measured ({type(e).__name__}: {e})")
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch has no CUDA device")
+
+        def trosen(x):
+            return torch.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+        f = torch.func.vmap(torch.func.grad(trosen))
+        Xt = torch.as_tensor(X, device="cuda")
+        f(Xt)
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            f(Xt)
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+        st = float(np.median(ts))
+        print(f"  torch.func.vmap(grad) (float64): {st * 1e3:.3f} ms = {n / st:,.0f} instances/s "
+              f"-> tape / torch = {st / s:.2f}x")  # fmt: skip
+    except Exception as e:  # noqa: BLE001
+        print(f"  torch: not measured ({type(e).__name__}: {e})")
+
+
+# ---------------------------------------------------------------- (d) latency
+
+
+def latency(quick):
+    import tape as tp
+    from tape.cuda import CudaTape
+
+    rng = np.random.default_rng(3)
+    x0 = rng.standard_normal(16)
+
+    def chain(x):
+        y = x
+        for k in range(20):
+            y = tp.tanh(y * 0.9 + 0.1) if k % 2 else tp.sin(y) * y
+        return (y * y).sum()
+
+    t = tp.record(chain, x0)
+    print(f"  tape: {t.n_entries} entries, buffers of 16 elements")
+    reps = 2 if TINY else 50 if quick else 200
+    for coop in (True, False):
+        ct = CudaTape(t, cooperative=coop)
+        np.testing.assert_allclose(ct.gradient(x0), t.gradient(x0), rtol=1e-10)
+        s_dev = _time(lambda: ct.replay(), reps)
+        s_host = _time(lambda: ct.gradient(x0), reps)
+        print(f"  {'one launch per run' if coop else 'one launch per phase':22s}: "
+              f"device-resident replay {s_dev * 1e6:8.1f} us, with host copies {s_host * 1e6:8.1f} us "
+              f"({len(ct.runs)} run(s))")  # fmt: skip
+    s_cpu = _time(lambda: t.gradient(x0), reps, warmup=5)
+    print(f"  CPU t.gradient for comparison: {s_cpu * 1e6:.1f} us")
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
+    ap.add_argument("--only", default="parity,bandwidth,batched,latency")
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # simulator smoke test
+    args = ap.parse_args(argv)
+    global TINY
+    TINY = args.tiny
+    only = set(args.only.split(","))
+
+    from tape.cuda import available
+
+    if not available():
+        print("no CUDA GPU available: this check needs a real NVIDIA GPU (the simulator tests "
+              "are in tests/test_cuda_sim.py)")  # fmt: skip
+        return 2
+    import numba
+
+    import tape
+
+    try:
+        name, cc, sms, peak = device_info()
+    except Exception as e:  # noqa: BLE001  (the simulator's fake device)
+        name, cc, sms, peak = f"unknown device ({e})", (0, 0), 0, None
+    _hr("device")
+    print(f"  {name}, compute capability {cc[0]}.{cc[1]}, {sms} SMs, peak memory bandwidth "
+          f"{peak / 1e9:,.0f} GB/s" if peak else f"  {name} (peak bandwidth unknown)")  # fmt: skip
+    try:
+        from importlib.metadata import version
+
+        ncv = version("numba-cuda")
+    except Exception:  # noqa: BLE001
+        ncv = "?"
+    print(f"  numba {numba.__version__}, numba-cuda {ncv}, tape {tape.__version__}")
+    t0 = time.perf_counter()
+    ok = True
+    t_start = time.perf_counter()
+    _hr("compile (first use; cached afterwards)")
+    try:
+        import tape as tp
+        from tape.cuda import CudaTape, gradient_batch
+
+        t = tp.record(lambda x: (tp.exp(x) * x).sum(), np.ones(4))
+        ct = CudaTape(t)
+        ct.gradient(np.ones(4))
+        t1 = time.perf_counter()
+        print(f"  sweep kernel: {t1 - t0:.1f} s")
+        gradient_batch(t, np.ones((3, 4)))
+        t2 = time.perf_counter()
+        print(f"  batch kernel: {t2 - t1:.1f} s")
+        try:
+            k = ct._sweep.kernel
+            print(f"  sweep kernel: {k.regs_per_thread} registers/thread, cooperative={k.cooperative}, "
+                  f"max co-resident blocks of {ct.threads}: {ct.blocks}")  # fmt: skip
+        except Exception as e:  # noqa: BLE001
+            print(f"  (kernel attributes unavailable: {e})")
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        ok = False
+    sections = [("parity", "(a) parity with the CPU sweeps, every op", lambda: parity(args.quick)),
+                ("bandwidth", "(b) bandwidth of large elementwise entries", lambda: bandwidth(args.quick, peak)),
+                ("batched", "(c) batched replay throughput", lambda: batched(args.quick)),
+                ("latency", "(d) latency of a 50-entry tape", lambda: latency(args.quick))]  # fmt: skip
+    for key, title, fn in sections:
+        if key not in only:
+            continue
+        _hr(title)
+        t0 = time.perf_counter()
+        try:
+            r = fn()
+            if key == "parity" and r is False:
+                ok = False
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+            if key == "parity":
+                ok = False
+        print(f"  [{time.perf_counter() - t0:.1f} s]", flush=True)
+    print(f"\ntotal {time.perf_counter() - t_start:.1f} s; parity {'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Compile every GPU kernel to PTX without a GPU (``cuda.compile_ptx``).
+
+The simulator runs kernels as Python and checks no types; compiling to PTX runs Numba's type
+inference and NVVM on every kernel and every rule, catching what the simulator lets through.
+Needs the CUDA toolkit wheels (``pip install 'numba-cuda[cu12]'``: NVVM and libdevice) and
+must run in a process **without** ``NUMBA_ENABLE_CUDASIM``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+KERNELS = ("sweep", "step", "batch")
+
+
+@contextlib.contextmanager
+def _target_cc(cc):
+    """Compile device functions for ``cc`` even where no GPU is present: numba-cuda asks the
+    current device for its compute capability when a kernel calls a device function."""
+    import numba.cuda.dispatcher as D
+
+    class _Device:
+        compute_capability = cc
+
+    saved = D.get_current_device
+    D.get_current_device = lambda: _Device()
+    try:
+        yield
+    finally:
+        D.get_current_device = saved
+
+
+def signatures(dtype):
+    from numba import types as nbt
+
+    f = nbt.float64 if dtype == "float64" else nbt.float32
+    i64 = nbt.int64
+    return {
+        "sweep": (i64[::1], f[::1], i64, i64, i64),
+        "step": (i64[::1], f[::1], i64, i64, i64),
+        "batch": (i64[::1], f[::1], f[::1], i64, i64),
+    }
+
+
+def compile_all(cc=(9, 0), dtypes=("float64", "float32")):
+    """PTX of every kernel for every dtype: ``{(kernel, dtype): (ptx, seconds)}``."""
+    from numba import cuda
+
+    from tape.cuda._config import LAUNCH_BOUNDS
+    from tape.cuda._generated import kernels as K
+
+    out = {}
+    with _target_cc(cc):
+        for dt in dtypes:
+            for name, sig in signatures(dt).items():
+                t0 = time.perf_counter()
+                ptx, _ = cuda.compile_ptx(
+                    getattr(K, name).py_func, sig, cc=cc, launch_bounds=LAUNCH_BOUNDS
+                )
+                out[(name, dt)] = (ptx, time.perf_counter() - t0)
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    dts = tuple(sys.argv[1:]) or ("float64", "float32")
+    for (name, dt), (ptx, s) in compile_all(dtypes=dts).items():
+        print(f"{name:6s} {dt:8s} {len(ptx):9d} chars of PTX in {s:6.1f} s")

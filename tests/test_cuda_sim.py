@@ -1,0 +1,488 @@
+"""The GPU path (tape.cuda) without a GPU: Numba's CUDA simulator, PTX compilation, and the
+real-GPU tests (marked ``gpu``, skipped without one).
+
+The simulator must be switched on before numba is imported, so in the normal test run
+:func:`test_simulator_suite` runs this file again in a subprocess with
+``NUMBA_ENABLE_CUDASIM=1``, where the simulator tests below are collected instead; the CPU
+suite's own process never imports ``numba.cuda``. To see them one by one::
+
+    NUMBA_ENABLE_CUDASIM=1 python -m pytest tests/test_cuda_sim.py -v
+
+Every op of the registry runs forward and reverse on the simulated device and is compared
+with the CPU sweeps on the same tape (tiny sizes: a simulated thread is a Python thread).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_NUMBA_CUDA = importlib.util.find_spec("numba_cuda") is not None
+IN_SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+needs_numba_cuda = pytest.mark.skipif(
+    not HAS_NUMBA_CUDA, reason="numba-cuda is not installed (pip install -e '.[cuda]')"
+)
+
+
+def _looks_like_gpu():
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidiactl")
+
+
+def _run(args, env_extra, timeout):
+    env = dict(os.environ, **env_extra)
+    env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+if not IN_SIM:
+    # ------------------------------------------------------------ normal test process
+
+    @needs_numba_cuda
+    def test_simulator_suite():
+        """Every simulator test below, in a subprocess with the simulator on."""
+        r = _run(
+            [
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:randomly",
+                str(Path(__file__)),
+            ],
+            {"NUMBA_ENABLE_CUDASIM": "1"},
+            timeout=1500,
+        )
+        tail = (r.stdout[-6000:] + "\n" + r.stderr[-3000:]).strip()
+        print(tail)
+        assert r.returncode == 0, f"simulator tests failed:\n{tail}"
+
+    @needs_numba_cuda
+    def test_ptx_compiles_for_cc90():
+        """Every kernel, with every rule and op kernel inlined, compiles to PTX for sm_90: Numba's
+        type inference and NVVM catch what the simulator lets through. Needs the toolkit
+        wheels (numba-cuda[cu12]); skipped without them."""
+        code = (
+            "import sys\n"
+            "try:\n"
+            "    from numba.cuda.cudadrv import nvvm\n"
+            "    nvvm.NVVM()\n"
+            "except Exception as e:\n"
+            "    print('SKIP', type(e).__name__, e); sys.exit(0)\n"
+            "from tape.cuda._ptx import compile_all\n"
+            "for (k, dt), (ptx, s) in compile_all(dtypes=('float64',)).items():\n"
+            "    assert '.entry' in ptx, k\n"
+            "    print(k, dt, len(ptx), round(s, 1))\n"
+        )
+        r = _run(["-c", code], {"NUMBA_ENABLE_CUDASIM": "0"}, timeout=1200)
+        if r.stdout.startswith("SKIP"):
+            pytest.skip(f"CUDA toolkit (NVVM) not available: {r.stdout.strip()}")
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+
+    @needs_numba_cuda
+    def test_cpu_path_never_imports_numba_cuda():
+        code = (
+            "import sys, numpy as np, tape as tp\n"
+            "from tape.batch import gradient_batch\n"
+            "t = tp.record(lambda x: (x * x).sum(), np.ones(3))\n"
+            "t.gradient(np.ones(3)); gradient_batch(t, np.ones((2, 3)))\n"
+            "assert not any(m == 'numba.cuda' or m.startswith('numba.cuda.') or m.startswith('tape.cuda')"
+            " for m in sys.modules), sorted(m for m in sys.modules if 'cuda' in m)\n"
+        )
+        r = _run(["-c", code], {}, timeout=600)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    @needs_numba_cuda
+    @pytest.mark.skipif(_looks_like_gpu(), reason="a GPU is present")
+    def test_no_gpu_error_says_how_to_use_the_simulator():
+        code = (
+            "import numpy as np, tape as tp\n"
+            "from tape.cuda import CudaTape\n"
+            "t = tp.record(lambda x: (x * x).sum(), np.ones(3))\n"
+            "try:\n"
+            "    CudaTape(t)\n"
+            "except RuntimeError as e:\n"
+            "    assert 'NUMBA_ENABLE_CUDASIM' in str(e), e; print('ok')\n"
+        )
+        r = _run(["-c", code], {"NUMBA_ENABLE_CUDASIM": "0"}, timeout=600)
+        assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+    # ------------------------------------------------------------ real GPU
+
+    def _gpu():
+        if not HAS_NUMBA_CUDA or not _looks_like_gpu():
+            pytest.skip("no NVIDIA GPU")
+        from numba import cuda
+
+        if not cuda.is_available():
+            pytest.skip("no usable CUDA GPU")
+
+    @pytest.mark.gpu
+    def test_gpu_rosenbrock_gradient_and_batch():
+        _gpu()
+        import tape as tp
+        from tape.batch import gradient_batch as cpu_batch
+        from tape.cuda import CudaTape, gradient_batch
+
+        def rosen(x):
+            return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+        rng = np.random.default_rng(0)
+        t = tp.record(rosen, rng.standard_normal(1000))
+        x = rng.standard_normal(1000)
+        ct = CudaTape(t)
+        np.testing.assert_allclose(ct.gradient(x), t.gradient(x), rtol=1e-12, atol=1e-9)
+        t10 = tp.record(rosen, rng.standard_normal(10))
+        X = rng.standard_normal((4096, 10))
+        v, g = gradient_batch(t10, X)
+        v2, g2 = cpu_batch(t10, X)
+        np.testing.assert_allclose(g, g2, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(v, v2, rtol=1e-12)
+
+    @pytest.mark.gpu
+    def test_gpu_large_entries_multi_block():
+        _gpu()
+        import tape as tp
+        from tape.cuda import CudaTape
+
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal(200_000)
+        w = rng.standard_normal((300, 200))
+        t = tp.record(
+            lambda x, w: (tp.tanh(x) * x).sum() + tp.max(w, axis=0).sum() + (w @ w.T).prod(),
+            x,
+            w * 0.01,
+        )
+        for coop in (True, False):
+            ct = CudaTape(t, cooperative=coop)
+            for a, b in zip(ct.gradient(x, w * 0.01), t.gradient(x, w * 0.01)):
+                np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+
+else:
+    # ------------------------------------------------------------ under the simulator
+    import tape as tp
+    from tape import _tensor as T
+    from tape.cuda import CudaTape, gradient_batch
+    from tape.registry import OPS
+
+    THREADS = 8  # every simulated thread is a Python thread: keep blocks small
+
+    ELEMENTWISE = [op for op in OPS if op.kind != "kernel"]
+    SHAPES = {
+        "unary": [((5,),), ((),)],
+        "binary": [((5,), (5,)), ((), (4,)), ((4,), ()), ((3, 1), (1, 4)), ((2, 3), (3,))],
+        "ternary": [((4,), (4,), (4,)), ((3, 1), (1, 4), ())],
+    }
+
+    def sample(op, shapes, rng):
+        lo, hi = op.domain
+        xs = [rng.uniform(lo, hi, s) for s in shapes]
+        if op.name == "where":
+            xs[0] = (rng.uniform(size=shapes[0]) > 0.5).astype(float)
+        if op.name == "clip":
+            xs[0] = rng.uniform(-2, 2, shapes[0])
+            xs[1] = rng.uniform(-1.0, -0.5, shapes[1])
+            xs[2] = rng.uniform(0.5, 1.0, shapes[2])
+        return xs
+
+    def weighted(out_shape, rng):
+        # a non-uniform output adjoint: sum(f(...) * w)
+        return rng.uniform(0.5, 1.5, out_shape)
+
+    def check(t, args, rtol=1e-12, atol=1e-12, **kw):
+        """The device replay of ``t`` against the CPU sweeps: forward values and gradients."""
+        ct = CudaTape(t, threads=kw.pop("threads", THREADS), **kw)
+        want_v = t.forward(*args)
+        got_v = ct.forward(*args)
+        np.testing.assert_allclose(got_v, want_v, rtol=rtol, atol=atol)
+        if t.wrt:
+            want = t.gradient(*args)
+            got = ct.gradient(*args)
+            want = want if isinstance(want, tuple) else (want,)
+            got = got if isinstance(got, tuple) else (got,)
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+        return ct
+
+    @pytest.mark.parametrize("op", ELEMENTWISE, ids=lambda o: o.name)
+    def test_elementwise_op_matches_cpu(op, rng):
+        for shapes in SHAPES[op.kind]:
+            xs = sample(op, shapes, rng)
+            out_shape = np.broadcast_shapes(*shapes)
+            w = weighted(out_shape, rng)
+            wrt = [k for k, d in enumerate(op.differentiable) if d]
+            t = tp.record(lambda *a: (T.elementwise(op.name, *a) * w).sum(), *xs, wrt=wrt)
+            check(t, xs)
+
+    def _reduction_cases():
+        for name in ("sum", "max", "min", "prod"):
+            for axis, keep in ((None, False), (0, False), (1, True), ((0, 2), False), (-1, False)):
+                yield name, axis, keep
+
+    @pytest.mark.parametrize("name,axis,keep", list(_reduction_cases()))
+    def test_reduction_matches_cpu(name, axis, keep, rng):
+        x = rng.uniform(0.5, 1.5, (3, 4, 2))
+        if name in ("max", "min"):
+            x[0, 1, :] = x[0, 0, :]  # ties share the adjoint
+        if name == "prod":
+            x[1, 2, 1] = 0.0  # one zero in a group
+            x[2, 0, :] = 0.0  # two zeros
+        f = getattr(tp, name)
+        out_shape = np.asarray(getattr(np, name)(x, axis=axis, keepdims=keep)).shape
+        w = weighted(out_shape, rng)
+        t = tp.record(lambda a: (f(a, axis=axis, keepdims=keep) * w).sum(), x)
+        check(t, [x])
+
+    @pytest.mark.parametrize("name", ["sum", "max", "min", "prod"])
+    def test_reduction_split_over_blocks(name, rng):
+        # without grid barriers (one launch per phase), a full reduction is split over the
+        # blocks and the partials combined in a second phase; the simulator runs several blocks
+        x = rng.uniform(0.5, 1.5, (40,))
+        x[7] = x[3] if name in ("max", "min") else x[7]
+        f = getattr(tp, name)
+        t = tp.record(lambda a: f(a * a) + f(a.reshape(5, 8), axis=0).sum(), x)
+        check(t, [x], cooperative=False, blocks=3)
+
+    def test_broadcast_and_scatter_accumulate_across_blocks(rng):
+        # atomics: a scalar and a row broadcast against a matrix, a gather with repeated rows
+        x = rng.standard_normal((6, 5))
+        s = rng.standard_normal(())
+        r = rng.standard_normal((5,))
+        idx = np.array([0, 2, 2, 5, -1, 0, 0], np.int64)
+        t = tp.record(
+            lambda x, s, r, i: ((x * s + r) ** 2).sum() + (tp.take(x, i, axis=0) * 1.5).sum()
+            + tp.broadcast_to(r, (4, 5)).prod(),
+            x, s, r, idx,
+        )  # fmt: skip
+        check(t, [x, s, r, idx], cooperative=False, blocks=3)
+        check(t, [x, s, r, idx])
+
+    def test_movement_ops_match_cpu(rng):
+        x = rng.standard_normal((3, 4))
+        y = rng.standard_normal((3, 2))
+        w = rng.standard_normal((2, 3, 4))
+
+        def f(x, y):
+            a = tp.transpose(x) * 2.0  # strided copy
+            b = x[::-1, ::2]  # negative strides
+            c = tp.concatenate([x, y], axis=1)
+            d = tp.stack([x, x * x], axis=0)
+            e = tp.broadcast_to(x[:, :1], (3, 4))
+            return a.sum() + (b * b).sum() + (c**3).sum() + (d * w).sum() + (e * x).sum()
+
+        t = tp.record(f, x, y)
+        check(t, [x, y])
+
+    def test_take_matches_cpu_and_checks_indices(rng):
+        x = rng.standard_normal((5, 5))
+        idx = np.array([[4, 0], [-1, 4]], np.int64)
+        t = tp.record(
+            lambda x, i: (tp.take(x, i, axis=0) ** 2).sum() + tp.take(x, i[0], axis=1).sum(), x, idx
+        )
+        ct = check(t, [x, idx])
+        with pytest.raises(IndexError, match="take"):
+            ct.gradient(x, np.array([[5, 0], [0, 0]]))
+        with pytest.raises(IndexError):
+            ct.forward(x, np.array([[0, -6], [0, 0]]))
+        # the failure is not sticky
+        np.testing.assert_allclose(ct.gradient(x, idx), t.gradient(x, idx), rtol=1e-12)
+
+    def test_matmul_matches_cpu(rng):
+        a = rng.standard_normal((3, 4))
+        b = rng.standard_normal((4, 2))
+        c = rng.standard_normal((2, 3, 4))
+        v = rng.standard_normal(4)
+        sq = rng.standard_normal((3, 3))
+
+        def f(a, b, c, v, sq):
+            return (
+                (a @ b).sum() * 0.5
+                + ((c @ b) ** 2).sum()  # batched, B shared by the batch
+                + (v @ b).sum()
+                + (a @ v).sum()  # 1-D operands
+                + (sq @ sq).sum()  # both inputs one buffer: two reverse phases
+                + tp.outer(v, v).sum()
+            )
+
+        t = tp.record(f, a, b, c, v, sq)
+        check(t, [a, b, c, v, sq])
+        check(t, [a, b, c, v, sq], cooperative=False, blocks=2)
+
+    def test_overlapping_views_of_one_input(rng):
+        # x[1:] and x[:-1] view the same adjoint memory: the reverse takes one input per phase
+        def rosen(x):
+            return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+        x = rng.standard_normal(12)
+        check(tp.record(rosen, x), [x])
+        check(tp.record(lambda x: (x[1:] * x[:-1]).sum(), x), [x], cooperative=False, blocks=2)
+
+    def test_runs_of_small_and_large_entries(rng):
+        # `small` decides which entries share a launch; every split gives the same result
+        x = rng.standard_normal(40)
+        y = rng.standard_normal(3)
+
+        def f(x, y):
+            a = tp.tanh(x) * 2.0
+            b = (y * y).sum()
+            c = tp.exp(y).sum() * b
+            return (a * a).sum() * c + tp.sin(x).sum()
+
+        t = tp.record(f, x, y)
+        for small, min_run in ((8, 1), (8, 3), (1000, 8), (0, 1)):
+            ct = check(t, [x, y], small=small, min_run=min_run)
+            if small == 8 and min_run == 1:
+                assert len(ct.runs) > 1
+
+    def test_float32_tape(rng):
+        x = rng.standard_normal(7).astype(np.float32)
+        t = tp.record(lambda x: (tp.tanh(x) * tp.exp(x * 0.5)).sum() + tp.max(x), x)
+        assert t.dtype == np.float32
+        check(t, [x], rtol=1e-5, atol=1e-6)
+
+    def test_zero_and_accumulate_semantics(rng):
+        x = rng.standard_normal(6)
+        t = tp.record(lambda x: (x * tp.sin(x)).sum(), x)
+        ct = CudaTape(t, threads=THREADS)
+        g1 = t.gradient(x)
+        ct.forward(x)
+        ct.zero_grad()
+        ct.backward()
+        np.testing.assert_allclose(ct.grads[0], g1, rtol=1e-12)
+        ct.backward()  # leaf gradients accumulate
+        np.testing.assert_allclose(ct.grads[0], 2 * g1, rtol=1e-12)
+        ct.zero_grad()
+        np.testing.assert_allclose(ct.grads[0], 0.0)
+        ct.backward()
+        ct.backward()
+        np.testing.assert_allclose(ct.gradient(x), g1, rtol=1e-12)  # gradient() zeroes first
+        # the host tape is untouched by device replays
+        t.zero_grad()
+        np.testing.assert_allclose(t.grads[0], 0.0)
+
+    def test_backward_with_seed_for_vector_output(rng):
+        x = rng.standard_normal((2, 3))
+        t = tp.record(lambda x: tp.exp(x) * x.sum(axis=0), x)
+        ct = CudaTape(t, threads=THREADS)
+        u = rng.standard_normal((2, 3))
+        np.testing.assert_allclose(ct.forward(x), t.forward(x), rtol=1e-12)
+        ct.zero_grad()
+        ct.backward(u)
+        t.zero_grad()
+        t.backward(u)
+        np.testing.assert_allclose(ct.grads[0], t.grads[0], rtol=1e-12)
+        with pytest.raises(RuntimeError, match="not a scalar"):
+            ct.backward()
+        with pytest.raises(RuntimeError, match="scalar"):
+            ct.gradient(x)
+
+    def test_device_arrays_without_copy(rng):
+        x = rng.standard_normal(5)
+        t = tp.record(lambda x: (x**3).sum(), x)
+        ct = CudaTape(t, threads=THREADS)
+        ct.gradient(x)
+        dg = ct.device_grads[0]
+        np.testing.assert_allclose(dg.copy_to_host(), 3 * x**2, rtol=1e-12)
+        ct.backward()  # the view sees the accumulation: it is the arena itself
+        np.testing.assert_allclose(dg.copy_to_host(), 6 * x**2, rtol=1e-12)
+        # inputs written on the device, replayed with no host transfer
+        x2 = rng.standard_normal(5)
+        ct.device_inputs[0].copy_to_device(x2)
+        ct.replay()
+        np.testing.assert_allclose(ct.device_grads[0].copy_to_host(), 3 * x2**2, rtol=1e-12)
+        np.testing.assert_allclose(ct.device_value().copy_to_host(), (x2**3).sum(), rtol=1e-12)
+        # a device array as an argument
+        from numba import cuda
+
+        np.testing.assert_allclose(ct.gradient(cuda.to_device(x)), 3 * x**2, rtol=1e-12)
+
+    def test_replay_argument_errors(rng):
+        t = tp.record(lambda x, y: (x * y).sum(), np.ones(3), np.ones(3))
+        ct = CudaTape(t, threads=THREADS)
+        with pytest.raises(tp.ReplayError, match="takes 2 arguments"):
+            ct.forward(np.ones(3))
+        with pytest.raises(tp.ReplayError, match="shape"):
+            ct.forward(np.ones(3), np.ones(4))
+
+    # ------------------------------------------------------------ batched replay
+
+    def test_gradient_batch_matches_cpu_per_instance(rng):
+        def rosen(x):
+            return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+
+        t = tp.record(rosen, np.zeros(6))
+        X = rng.standard_normal((21, 6))
+        v, g = gradient_batch(t, X, threads=THREADS)
+        assert v.shape == (21,) and g.shape == (21, 6)
+        np.testing.assert_allclose(g, np.array([t.gradient(x) for x in X]), rtol=1e-12)
+        np.testing.assert_allclose(v, np.array([t.forward(x) for x in X]), rtol=1e-12)
+
+    def test_gradient_batch_every_op_kind(rng):
+        # reductions, copies, gathers, matmul and broadcasting, one thread per instance
+        w = rng.standard_normal((3, 4))
+
+        def f(x, y, i):
+            z = tp.tanh(x @ w) * y  # (2, 4) * (4,)
+            return (tp.max(z, axis=1).sum() + tp.prod(tp.take(z, i, axis=1) + 2.0)
+                    + tp.transpose(z).sum() * tp.min(x) + tp.where(x > 0, x, 0.0).sum())  # fmt: skip
+
+        x0, y0, i0 = rng.standard_normal((2, 3)), rng.standard_normal(4), np.array([0, 3, 3])
+        t = tp.record(f, x0, y0, i0)
+        B = 9
+        X = rng.standard_normal((B, 2, 3))
+        Y = rng.standard_normal((B, 4))
+        idx = rng.integers(-4, 4, (B, 3))
+        v, (gx, gy) = gradient_batch(t, X, Y, idx, threads=THREADS)
+        for b in range(B):
+            want = t.gradient(X[b], Y[b], idx[b])
+            np.testing.assert_allclose(gx[b], want[0], rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(gy[b], want[1], rtol=1e-12, atol=1e-14)
+            np.testing.assert_allclose(v[b], t.forward(X[b], Y[b], idx[b]), rtol=1e-12)
+        bad = idx.copy()
+        bad[4, 1] = 7
+        with pytest.raises(IndexError, match="instance 4"):
+            gradient_batch(t, X, Y, bad, threads=THREADS)
+        v3, _ = gradient_batch(t, X, Y, idx, threads=THREADS)  # not sticky
+        np.testing.assert_allclose(v3, v)
+
+    def test_gradient_batch_float32_and_odd_sizes(rng):
+        x0 = np.ones(4, np.float32)
+        t = tp.record(lambda x: (tp.sigmoid(x) * x).sum(), x0)
+        for B in (1, 5):
+            X = rng.standard_normal((B, 4)).astype(np.float32)
+            v, g = gradient_batch(t, X, threads=4)
+            assert v.dtype == np.float32 and g.dtype == np.float32
+            np.testing.assert_allclose(
+                g, np.array([t.gradient(x) for x in X]), rtol=1e-5, atol=1e-6
+            )
+            np.testing.assert_allclose(v, np.array([t.forward(x) for x in X]), rtol=1e-5)
+
+    # ------------------------------------------------------------ the generated file
+
+    def test_generated_kernels_are_fresh():
+        from tape.cuda import _codegen
+
+        assert _codegen.TARGET.read_text() == _codegen.generate(), (
+            "tape/cuda/_generated/kernels.py is stale: run `python -m tape.cuda._codegen`"
+        )
+
+    def test_every_registry_op_has_a_gpu_path():
+        from tape.cuda._kernels import GPU_KERNELS
+        from tape.cuda._program import gpu_spec
+
+        for op in OPS:
+            fwd, rev, _, _ = gpu_spec(op)
+            assert fwd >= 1 and rev >= (1 if any(op.differentiable) else 0), op.name
+            if op.kind == "kernel":
+                assert op.name in GPU_KERNELS
