@@ -16,7 +16,7 @@ def demo():
     import numpy as np
 
     t0 = time.perf_counter()
-    print("tape demo: compiling the sweeps (tens of seconds on the first run, cached after) ...")
+    print("tape demo: compiling the sweeps (about a minute on the first run, cached after) ...")
     import tape as torch  # the lessons' own spelling
 
     torch.warmup()
