@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from tape._fingerprint import PKG, fingerprint
+from tape._fingerprint import PKG, fingerprint, write_or_check
 
 TARGET = PKG / "_generated" / "sweeps.py"
 
@@ -279,16 +279,7 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    text = generate()
-    if "--check" in argv:
-        if not TARGET.exists() or TARGET.read_text() != text:
-            print(f"{TARGET} is stale: run `python -m tape._codegen`", file=sys.stderr)
-            return 1
-        print("generated sweeps are up to date")
-        return 0
-    TARGET.write_text(text)
-    print(f"wrote {TARGET}")
-    return 0
+    return write_or_check(TARGET, generate(), argv, "python -m tape._codegen", "generated sweeps")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Fingerprint of every source compiled into the generated sweeps (see :mod:`tape._codegen`)."""
+"""Fingerprint of every source compiled into the generated sweeps (see :mod:`tape._codegen`),
+and the write-or-check step both code generators (CPU and GPU) share."""
 
 import hashlib
 from pathlib import Path
@@ -14,3 +15,23 @@ def fingerprint() -> str:
         h.update(f.name.encode())
         h.update(f.read_bytes())
     return h.hexdigest()
+
+
+def write_or_check(target: Path, text: str, argv, command: str, what: str) -> int:
+    """``--check`` in ``argv``: exit status 1 if ``target`` differs from ``text``; otherwise
+    write ``target`` (creating its package folder)."""
+    import sys
+
+    if "--check" in argv:
+        if not target.exists() or target.read_text() != text:
+            print(f"{target} is stale: run `{command}`", file=sys.stderr)
+            return 1
+        print(f"{what} are up to date")
+        return 0
+    target.parent.mkdir(exist_ok=True)
+    init = target.parent / "__init__.py"
+    if not init.exists():
+        init.write_text("")
+    target.write_text(text)
+    print(f"wrote {target}")
+    return 0

@@ -288,11 +288,6 @@ def ternary_rev(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, grad):
 
 
 @_jit
-def no_rule3(x0, y, gy):
-    return 0.0
-
-
-@_jit
 def no_rule4(x0, x1, y, gy):
     return 0.0
 

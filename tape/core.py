@@ -525,9 +525,6 @@ class Tape:
             + item * self.n_data * (2 if self.grad is not None else 1)
         )
 
-    def _buf_label(self, b):
-        return f"%{b}"
-
     def __repr__(self):
         return (
             f"<Tape {self.n_entries} entries, {self.n_bufs} buffers, {self.dtype}, "

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "923bdbb3c9f3d22c2e563c06f54795c7e1da597bdffdab90c778c74ed2be2cc8"
+FINGERPRINT = "7aa8b186906e516caa9bbeffa2d79997536f89ffcfc731d6e5c8a7eaecdb8dcd"
 
 import numpy as np
 from numba import njit, prange

@@ -56,6 +56,11 @@ def tape_eager(f, params, consts):
     B = backend("tape")
     cs = [tp.tensor(c) if np.asarray(c).dtype.kind == "f" else np.asarray(c) for c in consts]
     ps = [tp.tensor(p, requires_grad=True) for p in params]
+    return _eager(f, B, ps, cs, tp.no_grad)
+
+
+def _eager(f, B, ps, cs, no_grad):
+    """Eager (PyTorch-style) gradient and value of ``f`` for tape and torch alike."""
 
     def grad():
         for p in ps:
@@ -65,7 +70,7 @@ def tape_eager(f, params, consts):
         return [p.grad for p in ps]
 
     def value():
-        with tp.no_grad():
+        with no_grad():
             return f(B, ps, cs)
 
     return Impl(grad=grad, value=value)
@@ -94,19 +99,7 @@ def torch_eager(f, params, consts):
     torch = B.torch
     ps = [torch.tensor(np.asarray(p), dtype=torch.float64, requires_grad=True) for p in params]
     cs = [B.const(c) for c in consts]
-
-    def grad():
-        for p in ps:
-            p.grad = None
-        loss = f(B, ps, cs)
-        loss.backward()
-        return [p.grad for p in ps]
-
-    def value():
-        with torch.no_grad():
-            return f(B, ps, cs)
-
-    return Impl(grad=grad, value=value)
+    return _eager(f, B, ps, cs, torch.no_grad)
 
 
 def autograd_grad(f, params, consts):

@@ -296,21 +296,10 @@ def reverse_phase(op, {ARGS}):
 
 
 def main(argv=None) -> int:
+    from tape._fingerprint import write_or_check
+
     argv = sys.argv[1:] if argv is None else argv
-    text = generate()
-    if "--check" in argv:
-        if not TARGET.exists() or TARGET.read_text() != text:
-            print(f"{TARGET} is stale: run `python -m tape.cuda._codegen`", file=sys.stderr)
-            return 1
-        print("generated GPU kernels are up to date")
-        return 0
-    TARGET.parent.mkdir(exist_ok=True)
-    init = TARGET.parent / "__init__.py"
-    if not init.exists():
-        init.write_text("")
-    TARGET.write_text(text)
-    print(f"wrote {TARGET}")
-    return 0
+    return write_or_check(TARGET, generate(), argv, "python -m tape.cuda._codegen", "generated GPU kernels")
 
 
 if __name__ == "__main__":

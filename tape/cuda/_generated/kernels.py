@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "3cf8c0a101adb21d54529047c05bdf53b78a939bd8025fe42b01a23c46dba628"
+FINGERPRINT = "097e3e7a04a42b13a3bd728749e2fb0f4172a5afdcc4be6ed6c5c5fb50f68eeb"
 
 from numba import cuda, float64
 
