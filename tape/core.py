@@ -598,6 +598,9 @@ class Tape:
         t.inputs, t.input_names, t.wrt, t.outputs = meta["inputs"], meta["input_names"], meta["wrt"], meta["outputs"]
         t.input_dtypes = [np.dtype(d) for d in meta["input_dtypes"]]
         t._out_single = meta["out_single"]
+        from tape._validate import check_tape
+
+        check_tape(t)
         return t
 
     def __getstate__(self):

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "7aa8b186906e516caa9bbeffa2d79997536f89ffcfc731d6e5c8a7eaecdb8dcd"
+FINGERPRINT = "ac3ca91b231b02fa3269d60a421348f6e4e6d15ea0dda6826eddcded4eec3c1a"
 
 import numpy as np
 from numba import njit, prange
@@ -15,6 +15,7 @@ from tape import _loops as L
 from tape._config import SWEEP_JIT
 from tape._layout import B_ALIAS, B_KIND, B_OFF, B_SIZE, E_IN0, E_OUT, E_ATTR, ACTIVE, LEAF
 from tape.registry import BY_NAME
+from tape.ops.guard import guard_fwd
 from tape.ops.linalg import matmul_fwd, matmul_rev
 from tape.ops.movement import copy_fwd, copy_rev, take_fwd, take_rev
 from tape.ops.reduce import sum_fwd, sum_rev, max_fwd, max_rev, min_fwd, min_rev, prod_fwd, prod_rev
@@ -497,6 +498,10 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
                 return status
         elif op == 40:  # prod
             status = prod_fwd(i, entries, bufs, ipool, data)
+            if status >= 0:
+                return status
+        elif op == 41:  # guard
+            status = guard_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
     return -1

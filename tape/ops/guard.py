@@ -1,0 +1,52 @@
+"""Guards: where a traced value left the tape during :func:`tape.record`.
+
+A Python ``if`` on a tensor, ``float(x)``, ``x.item()`` or ``np.asarray(x)`` inside a recorded
+function hands a value to Python, and whatever Python did with it (a branch taken, a loop
+count, a shape) is frozen into the tape. Each such place records a ``guard`` entry: input 0
+is the traced value, input 1 a constant holding what it was at record time. At replay the
+guard compares the two and, when they differ, stops the forward sweep by returning its entry
+index as the sweep's status (as a gather with a bad index does); the replay then retraces,
+raises or warns (``tape.record(..., on_change=...)``). A guard has no adjoint.
+
+Attribute block: ``[mode]``:
+
+``EQUAL``
+    every element of input 0 equals input 1's (NaN matches NaN): an escaped value.
+``TRUTH``
+    input 0 (one element) is nonzero exactly when input 1 is: a Python ``bool``.
+``INT``
+    ``int()`` of every element of input 0 equals input 1's: ``int(x)`` and ``__index__``.
+"""
+
+from numba import njit
+
+from tape import registry
+from tape._config import KERNEL_JIT
+from tape._layout import E_ATTR, E_IN0, E_IN1
+from tape._loops import view
+
+EQUAL, TRUTH, INT = 0, 1, 2
+MODES = {EQUAL: "value", TRUTH: "truth value", INT: "integer value"}
+
+
+@njit(**KERNEL_JIT)
+def guard_fwd(i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    ref = view(bufs, data, entries[i, E_IN1])
+    mode = ipool[entries[i, E_ATTR]]
+    if mode == TRUTH:
+        if (x[0] != 0.0) != (ref[0] != 0.0):
+            return i
+        return -1
+    for j in range(x.shape[0]):
+        v = x[j]
+        r = ref[j]
+        if mode == INT:
+            if not (v == v and abs(v) < 9.2e18) or int(v) != r:
+                return i
+        elif v != r and not (v != v and r != r):
+            return i
+    return -1
+
+
+registry.kernel("guard", guard_fwd, None, module=__name__, n_inputs=2, differentiable=(False, False))
