@@ -42,7 +42,10 @@ from tape._tensor import (
     zeros,
     zeros_like,
 )
-from tape.core import KernelArgs, ReplayError, Tape, load
+from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
+from tape._anomaly import AnomalyError, detect_anomaly
+from tape._replay import GuardError, ReplayError
+from tape.core import GuardWarning, KernelArgs, Tape, load
 from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all
 from tape.record import record
@@ -56,7 +59,7 @@ long = int64
 bool = bool_  # noqa: A001
 
 __all__ = [
-    "Tape", "KernelArgs", "sweeps", "Tensor", "GradFn", "ReplayError", "GradcheckError", "record", "load", "gradcheck",
+    "Tape", "KernelArgs", "sweeps", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck",
     "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "float64", "float32", "int64", "int32", "bool_", "warmup",

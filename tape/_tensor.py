@@ -10,9 +10,14 @@ first time the tape uses it; ``backward`` runs the compiled reverse sweep and ad
 buffers' adjoints to each leaf's ``.grad``.
 
 A tape lives as long as some tensor computed on it: a training loop that builds a fresh loss
-each iteration frees the previous graph when the previous loss is dropped. A graph is *not*
-freed by ``backward``: calling ``backward`` twice on one graph accumulates twice (PyTorch's
-``retain_graph=True`` behaviour).
+each iteration frees the previous graph when the previous loss is dropped. As in PyTorch, a
+second ``backward`` through the same graph raises unless the first passed
+``retain_graph=True``.
+
+In-place writes (``-=``, ``zero_()``, ``copy_``, ``fill_``, writes through ``.data``) bump a
+tensor's version counter, shared with its views and detached aliases. A tape that copied the
+tensor at an older version copies it again before the next op reads it; a graph already built
+keeps the copy it used, so its ``backward`` gives the gradient of what was computed.
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ import weakref
 
 import numpy as np
 
-from tape import registry
+from tape import _anomaly, registry
+from tape._generated import sweeps as S
 from tape._layout import ACTIVE, B_KIND, CONST, GENERAL, LEAF, SAME
+from tape._source import user_line
 from tape.core import Tape, resolve
+from tape.ops.guard import EQUAL, INT, TRUTH
 
 float64 = np.dtype(np.float64)
 float32 = np.dtype(np.float32)
@@ -104,14 +112,16 @@ class Tensor:
     """
 
     __slots__ = (
-        "_tape", "_buf", "_value", "_base", "_last", "shape", "dtype", "_rg", "grad", "_op", "__weakref__",
+        "_tape", "_buf", "_value", "_base", "_last", "shape", "dtype", "_rg", "grad", "_op", "_ver",
+        "__weakref__",
     )  # fmt: skip
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
-    def __init__(self, value, requires_grad=False):
+    def __init__(self, value, requires_grad=False, _ver=None):
         self._tape = None
         self._buf = -1
         self._value = value
+        self._ver = [0] if _ver is None else _ver  # version counter, shared by memory aliases
         self._base = None  # (leaf, offset) for a view of a leaf not yet used by any tape
         self._last = None  # weakref to the open eager tape this leaf was last copied into
         self.shape = value.shape
@@ -135,6 +145,7 @@ class Tensor:
         t._rg = requires_grad
         t.grad = None
         t._op = op
+        t._ver = None
         return t
 
     # ------------------------------------------------------------ autograd attributes
@@ -197,20 +208,50 @@ class Tensor:
         return tp.value(b)
 
     def numpy(self) -> np.ndarray:
-        """The value as a NumPy array (shares memory for owned values, a copy otherwise)."""
+        """The value as a NumPy array (shares memory for owned values, a copy otherwise).
+
+        Inside :func:`tape.record` the value leaves the tape: a guard is recorded, checked at
+        every replay (see README, "When replay is safe").
+        """
+        if self._tape is None:
+            return self._value
+        v = self._peek()
+        self._guard(EQUAL, v)
+        return v
+
+    def _peek(self):
+        """The value as a fresh NumPy array, without recording a guard (internal reads)."""
         if self._tape is None:
             return self._value
         return self._arena_value().astype(self.dtype, copy=True)
+
+    def _guard(self, mode, value):
+        """Inside a recording, record that this tensor's value left the tape as ``value``."""
+        tp = self._tape
+        if tp is None:
+            return
+        tp, b = self._resolve()
+        if not tp.recording:
+            return
+        ref = tp.new_buffer(self.shape if mode != TRUTH else (), CONST, np.asarray(value, tp.dtype))
+        out = tp.new_buffer((), CONST)
+        i = tp.add_entry(_GUARD, [b, ref], out, [mode])
+        tp.sources[i] = user_line()
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
-    def item(self):
-        """The value of a one-element tensor as a Python number."""
+    def _scalar(self, what):
         if self.numel() != 1:
-            raise ValueError(f"item(): only one-element tensors can be converted to Python scalars, got shape {self.shape}")
-        return self.numpy().reshape(()).item()
+            raise ValueError(f"{what}: only one-element tensors can be converted to Python scalars, got shape {self.shape}")
+        return self._peek().reshape(()).item()
+
+    def item(self):
+        """The value of a one-element tensor as a Python number (a guard inside a recording)."""
+        v = self._scalar("item()")
+        self._guard(EQUAL, v)
+        return v
 
     def tolist(self):
         return self.numpy().tolist()
@@ -219,17 +260,21 @@ class Tensor:
         return float(self.item())
 
     def __int__(self):
-        return int(self.item())
+        v = int(self._scalar("int()"))
+        self._guard(INT, v)
+        return v
 
     def __index__(self):
         if self.dtype.kind not in "iu":
             raise TypeError("only integer tensors can be used as an index")
-        return int(self.item())
+        return self.__int__()
 
     def __bool__(self):
         if self.numel() != 1:
             raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
-        return bool(self.item())
+        v = bool(self._peek().reshape(()).item())
+        self._guard(TRUTH, float(v))
+        return v
 
     def __len__(self):
         if not self.shape:
@@ -250,20 +295,53 @@ class Tensor:
         gradient, rather than frozen at its recorded value.
         """
         if self._tape is None:
-            return Tensor(self._value)
+            return Tensor(self._value, _ver=self._ver)  # same memory: same version counter
         tp = self._resolve()[0]
         if tp.recording:
             return apply("stop_gradient", [self], self.shape, dtype=self.dtype)
-        return Tensor(self.numpy())
+        return Tensor(self._peek())
 
     @property
     def data(self) -> Tensor:
+        """The value as a tensor outside the graph, sharing memory (and the version counter)
+        with this one: in-place writes through it are seen by every later expression."""
         return self.detach()
+
+    @data.setter
+    def data(self, value):
+        if self._tape is not None:
+            raise RuntimeError("cannot assign .data of a tensor computed in a graph")
+        v = np.array(value.numpy() if isinstance(value, Tensor) else value, dtype=self.dtype)
+        self._value = v
+        self.shape = v.shape
+        self._bump()
+
+    def _bump(self):
+        self._ver[0] += 1
 
     def zero_(self):
         """Fill with zeros in place (owned tensors, such as ``.grad``); returns ``self``."""
         self._inplace_check()
         self._value[...] = 0
+        self._bump()
+        return self
+
+    def fill_(self, value):
+        """Fill with ``value`` in place; returns ``self``."""
+        self._inplace_check()
+        self._value[...] = value.item() if isinstance(value, Tensor) else value
+        self._bump()
+        return self
+
+    def copy_(self, src):
+        """Copy ``src`` (broadcast to this shape) into this tensor in place; returns ``self``."""
+        self._inplace_check()
+        v = src._peek() if isinstance(src, Tensor) else np.asarray(src)
+        try:
+            self._value[...] = np.broadcast_to(v, self.shape)
+        except ValueError:
+            raise ValueError(f"copy_: cannot copy a tensor of shape {np.shape(v)} into shape {self.shape}") from None
+        self._bump()
         return self
 
     def _inplace_check(self):
@@ -277,8 +355,9 @@ class Tensor:
 
     def _inplace(self, other, fn):
         self._inplace_check()
-        other = other.numpy() if isinstance(other, Tensor) else other
+        other = other._peek() if isinstance(other, Tensor) else other
         fn(self._value, other, out=self._value, casting="same_kind")
+        self._bump()
         return self
 
     def __iadd__(self, other):
@@ -325,9 +404,9 @@ class Tensor:
         """Accumulate d(self)/d(leaf) into ``.grad`` of every leaf that requires grad.
 
         ``gradient`` is the adjoint of ``self`` (needed unless ``self`` has one element).
-        The graph is kept: a second call accumulates again (``retain_graph`` is accepted for
-        compatibility and changes nothing). Higher-order gradients (``create_graph``) are not
-        supported.
+        As in PyTorch, a second backward through any part of the same graph raises unless the
+        first passed ``retain_graph=True`` (then it accumulates again). Higher-order gradients
+        (``create_graph``) are not supported.
         """
         if create_graph:
             raise NotImplementedError("create_graph=True (higher-order gradients) is not supported")
@@ -341,7 +420,7 @@ class Tensor:
                 )
             seed = np.ones(1)
         else:
-            seed = np.asarray(gradient.numpy() if isinstance(gradient, Tensor) else gradient, np.float64)
+            seed = np.asarray(gradient._peek() if isinstance(gradient, Tensor) else gradient, np.float64)
             if seed.shape != self.shape:
                 raise RuntimeError(f"backward: gradient has shape {seed.shape}, the tensor has shape {self.shape}")
         if self._tape is None:
@@ -355,8 +434,21 @@ class Tensor:
                 "backward() inside tape.record(): record the function, then call backward() or "
                 "gradient() on the returned Tape"
             )
+        roots = np.array([b], np.int64)
+        _, need = S.reach(tp.entries, tp.bufs, tp.n_entries, roots)
+        n = tp.n_bufs
+        freed = tp.freed_mask()
+        if (need[:n] & freed[:n]).any():
+            raise RuntimeError(
+                "Trying to backward through the graph a second time (or directly access saved "
+                "tensors after they have already been freed). Specify retain_graph=True if you "
+                "need to backward through the graph a second time or if you need to access "
+                "saved tensors after calling backward."
+            )
         tp.closed = True  # leaves start their next expression on a fresh tape
-        need = tp.run_backward([b], seed, zero_leaves=True)
+        need = tp.run_backward(roots, seed, zero_leaves=True)
+        if not retain_graph:
+            freed[:n] |= need[:n] & (tp.bufs[:n, B_KIND] == ACTIVE)
         for leaf, lb in tp.leaves:
             if need[lb] and leaf._op is None and tp.bufs[lb, B_KIND] == LEAF:
                 leaf._accumulate(tp.adjoint(lb))
@@ -370,7 +462,7 @@ class Tensor:
     # ------------------------------------------------------------ display
 
     def __repr__(self):
-        v = self.numpy()
+        v = self._peek()
         body = np.array2string(v, separator=", ", prefix="tensor(", precision=4)
         extra = []
         if self.dtype not in (float64, int64, bool_):
@@ -432,15 +524,20 @@ def _buffer_in(target: Tape, x, grad_on):
             return x._buf
         key = id(x)
         b = target.leaf_bufs.get(key)
+        ver = x._ver[0] if x._ver is not None else 0
+        if b is not None and target.leaf_vers.get(key, 0) != ver:
+            b = None  # written in place since this tape copied it: copy the new value
         if b is None and x._base is not None:
             leaf, off = x._base
             b = target.alias(_buffer_in(target, leaf, grad_on), x.shape, off)
             target.leaf_bufs[key] = b
+            target.leaf_vers[key] = ver
             target.leaves.append((x, b))  # keeps x alive; not a leaf, so it gets no .grad
         elif b is None:
             kind = LEAF if (x._rg and grad_on and not target.recording and x._tape is None) else CONST
             b = target.new_buffer(x.shape, kind, x._arena_value())
             target.leaf_bufs[key] = b
+            target.leaf_vers[key] = ver
             target.leaves.append((x, b))  # keeps x alive, so its id stays unique
         return b
     if isinstance(x, (float, int)):
@@ -495,18 +592,25 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
                 active = True
                 break
     kind = ACTIVE if active else CONST
+    first = target.n_entries
     if parts is None:
         out = target.emit(op.code, ins, shape, kind, ints)
     else:
         out = target.new_buffer(shape, kind)
-        first = target.n_entries
         for pos, pints in parts:
             target.add_entry(op.code, [ins[k] for k in pos], out, pints)
         target.run_forward(first, target.n_entries)
+    if target.recording or _anomaly.enabled():
+        src = user_line()
+        for i in range(first, target.n_entries):
+            target.sources[i] = src
+        if _anomaly.enabled():
+            _anomaly.check_entries(target, target.data, first, target.n_entries)
     return Tensor._traced(target, out, shape, dtype, active, name)
 
 
 _BY_NAME = registry.BY_NAME
+_GUARD = registry.BY_NAME["guard"].code
 
 
 REUSE_LIMIT = 4096
@@ -588,7 +692,7 @@ def view(x, shape, offset=0) -> Tensor:
     tp = x._tape
     if tp is None:
         flat = x._value.reshape(-1)
-        out = Tensor(flat[offset : offset + math.prod(shape)].reshape(shape))
+        out = Tensor(flat[offset : offset + math.prod(shape)].reshape(shape), _ver=x._ver)
         if x._rg and is_grad_enabled():
             # A view of a leaf joins a tape only when an op uses it (then as an alias of the
             # leaf's buffer there), so slicing a parameter starts no graph of its own.

@@ -19,7 +19,8 @@ from numba import get_num_threads
 
 from tape._generated import sweeps as S
 from tape._layout import B_OFF, B_SIZE
-from tape.core import ReplayError
+from tape._replay import GuardError
+from tape.core import register_extension
 
 __all__ = ["gradient_batch", "BatchPlan"]
 
@@ -71,75 +72,49 @@ class BatchPlan:
         """Validate ``args`` (each with a leading batch axis) and concatenate each instance's
         inputs into one row of a ``(batch, n_inputs)`` array of the tape's dtype."""
         t = self.tape
-        n = len(t.inputs)
-        if len(args) != n:
-            names = ", ".join(t.input_names)
-            raise ReplayError(
-                f"this tape takes {n} argument{'s' * (n != 1)} ({names}), each with a leading "
-                f"batch axis; got {len(args)}"
-            )
-        arrs = []
-        batch = None
-        for k, a in enumerate(args):
-            a = t._coerce(k, a) if type(a) is not np.ndarray else a
-            shape = t.shapes[t.inputs[k]]
-            if a.ndim != len(shape) + 1 or a.shape[1:] != shape:
-                raise ReplayError(
-                    f"argument {k} ({t.input_names[k]}): expected shape (batch, "
-                    f"{', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), got {a.shape}"
-                )
-            if batch is None:
-                batch = a.shape[0]
-            elif a.shape[0] != batch:
-                raise ReplayError(
-                    f"argument {k} ({t.input_names[k]}): batch size {a.shape[0]} differs from "
-                    f"argument 0's {batch}"
-                )
-            if a.dtype != t.dtype and not t._castable(k, a.dtype):
-                raise ReplayError(
-                    f"argument {k} ({t.input_names[k]}): cannot use values of dtype {a.dtype} "
-                    f"for an input recorded as {t.input_dtypes[k]}"
-                )
-            arrs.append(a.reshape(batch, int(np.prod(shape, dtype=np.int64))))
-        if batch is None:
-            raise ReplayError("gradient_batch needs at least one argument (it sets the batch size)")
+        batch, arrs = t.signature.check_batch(args)
         packed = np.empty((batch, int(self.in_sizes.sum())), t.dtype)
         s = 0
         for a, m in zip(arrs, self.in_sizes):
-            packed[:, s : s + m] = a
+            packed[:, s : s + m] = a.reshape(batch, int(m))
             s += m
-        return packed
+        return packed, arrs
 
     def unpack(self, vals, grads):
         """Per-instance values ``(batch,)`` and gradients (one ``(batch, *shape)`` array per
         differentiated input; a single array when there is one) from the packed rows."""
         t = self.tape
         batch = vals.shape[0]
-        values = vals[:, 0].copy()
+        out_dt = t.output_dtypes[0] if t.output_dtypes else t.dtype
+        values = vals[:, 0].astype(out_dt)
         out = []
         s = 0
         for k, m in zip(t.wrt, self.g_sizes):
-            out.append(grads[:, s : s + m].reshape((batch,) + t.shapes[t.inputs[k]]))
+            g = grads[:, s : s + m].reshape((batch,) + t.shapes[t.inputs[k]])
+            out.append(g.astype(t.input_dtypes[k], copy=False))
             s += m
         return values, (out[0] if len(out) == 1 else tuple(out))
 
-    def failure(self, status, first_entry_of):
-        """The IndexError to raise for the first failed instance, or None."""
-        bad = np.nonzero(status >= 0)[0]
-        if bad.size == 0:
-            return None
-        b = int(bad[0])
-        i = int(first_entry_of(b))
-        return IndexError(
-            f"instance {b}: entry {i} ({self._op_name(i)}) rejected its data "
-            "(an index out of bounds; indices are checked at every replay)"
-        )
-
-    def _op_name(self, i):
-        from tape import registry
-        from tape._layout import E_OP
-
-        return registry.OPS[self.tape.entries[i, E_OP]].name
+    def redo_failed(self, failed, arrs, vals, grads):
+        """Replay the instances a batched sweep stopped on, one by one, through
+        :meth:`tape.Tape.value_and_grad`: a failed guard then follows the tape's ``on_change``
+        policy (retrace, raise or warn) instead of returning the recorded path's numbers, and a
+        bad gather index raises naming the instance. Fills their rows of ``vals``/``grads``."""
+        t = self.tape
+        for b in failed:
+            inst = [a[b] for a in arrs]
+            try:
+                v, g = t.value_and_grad(*inst)
+            except IndexError as e:
+                raise IndexError(f"instance {b}: {e}") from None
+            except GuardError as e:
+                raise GuardError(f"instance {b}: {e}", e.entry, e.source) from None
+            vals[b] = np.ravel(v)
+            gs = [g] if len(t.wrt) == 1 else list(g)
+            s = 0
+            for x in gs:
+                grads[b, s : s + x.size] = np.ravel(x)
+                s += x.size
 
 
 def _plan(t):
@@ -178,7 +153,7 @@ def gradient_batch(t, *args, n_threads=None):
     the arenas, so ``t.grads`` and ``t.forward`` results are left as they were.
     """
     plan = _plan(t)
-    packed = plan.pack_args(args)
+    packed, arrs = plan.pack_args(args)
     batch = packed.shape[0]
     vals = np.empty((batch, int(plan.out_sizes.sum())), t.dtype)
     grads = np.zeros((batch, int(plan.g_sizes.sum())), t.dtype)
@@ -190,7 +165,10 @@ def gradient_batch(t, *args, n_threads=None):
             plan.emask, plan.need, plan.roots, plan.seed, plan.in_offs, plan.in_sizes, packed,
             plan.out_offs, plan.out_sizes, vals, plan.g_offs, plan.g_sizes, grads, status, chunks, 0, True,
         )  # fmt: skip
-    err = plan.failure(status, lambda b: status[b])
-    if err is not None:
-        raise err
+    failed = np.nonzero(status >= 0)[0]
+    if failed.size:
+        plan.redo_failed(failed, arrs, vals, grads)
     return plan.unpack(vals, grads)
+
+
+register_extension("gradient_batch", gradient_batch)

@@ -11,12 +11,15 @@ from __future__ import annotations
 import io
 import json
 import math
+import threading
+import warnings
 from typing import NamedTuple
 
 import numpy as np
 
-from tape import registry
+from tape import _anomaly, registry
 from tape._generated import sweeps as S
+from tape._replay import GuardError, ReplayError, Signature, buffer_reader, failure, is_guard
 from tape._layout import (
     ACTIVE,
     B_ALIAS,
@@ -34,6 +37,42 @@ from tape._layout import (
 )
 
 FORMAT_VERSION = 1
+
+_EXTENSIONS: dict = {}
+"""Replays that sit on top of the tape register themselves here (``"gradient_batch"`` by
+:mod:`tape.batch`, ``"to_cuda"`` by :mod:`tape.cuda`), so this module imports neither."""
+
+
+def register_extension(name, fn):
+    _EXTENSIONS[name] = fn
+
+
+class GuardWarning(RuntimeWarning):
+    """A replay continued on the recorded path past a failed guard (``on_change="warn"``)."""
+
+
+class _Miss(Exception):
+    """A retraced variant's guard failed: try the next variant (internal)."""
+
+
+class _Workspace:
+    """One replay's private memory: a value arena (a copy of the tape's recorded values,
+    constants included) and an adjoint arena, with views of the arguments, outputs and
+    gradients."""
+
+    __slots__ = ("data", "grad", "in_views", "out_views", "grad_views")
+
+    def __init__(self, t):
+        self.data = t.data[: t.n_data].copy()
+        self.grad = np.zeros(t.n_data, t.dtype)
+
+        def view(arena, b):
+            off, size = t.bufs[b, B_OFF], t.bufs[b, B_SIZE]
+            return arena[off : off + size].reshape(t.shapes[b])
+
+        self.in_views = [view(self.data, b) for b in t.inputs]
+        self.out_views = [view(self.data, b) for b in t.outputs]
+        self.grad_views = [view(self.grad, t.inputs[k]) for k in t.wrt]
 
 
 class KernelArgs(NamedTuple):
@@ -67,10 +106,6 @@ def _grow(a, n, fill=0):
     return new
 
 
-class ReplayError(ValueError):
-    """Raised when replay arguments do not match the recorded signature."""
-
-
 class Tape:
     """A recorded computation: a Wengert list over a flat value arena and adjoint arena.
 
@@ -97,6 +132,8 @@ class Tape:
         self._interned: dict[tuple, int] = {}  # int block (shape, attributes) -> ipool position
         self._consts: dict = {}  # Python number -> its read-only CONST buffer
         self.leaf_bufs: dict[int, int] = {}  # id(leaf tensor) -> its buffer in this tape
+        self.leaf_vers: dict[int, int] = {}  # id(leaf tensor) -> its version when copied in
+        self._freed = None  # eager: bool per buffer, True once a backward without retain_graph used it
         self.leaves: list = []  # [(leaf tensor, buffer)] of eager leaves copied in
         self.recording = False
         self.closed = False  # set by an eager backward: new leaf expressions start elsewhere
@@ -107,8 +144,20 @@ class Tape:
         self.input_dtypes: list = []
         self.wrt: list[int] = []
         self.outputs: list[int] = []
+        self.output_dtypes: list = []
         self._out_single = True
         self._replay = None
+        # source lines: entry -> "file:line" of the user's code (recordings; eager entries in
+        # anomaly mode), kept by save/load, shown by print(t) and in error messages
+        self.sources: dict[int, str] = {}
+        # what to do when a guard fails at replay (see tape.record)
+        self.on_change = "retrace"
+        self._retrace = None  # callable(*args) -> a new Tape of the same function, set by record
+        self._variants: list[Tape] = []  # retraced tapes, most recently used first
+        self.max_variants = 8
+        self.retraces = 0
+        self._warned: set = set()
+        self._tls = threading.local()  # per-thread default workspace and last variant
 
     # ------------------------------------------------------------ building
 
@@ -221,25 +270,13 @@ class Tape:
         self.n_entries = i + 1
         self.shapes.append(shape)
         if status >= 0:
-            raise IndexError(self._describe_failure(status))
+            raise failure(self, status, buffer_reader(self, self.data))
         return b
 
     def run_forward(self, start, stop):
         status = S.forward_sweep(self.entries, self.bufs, self.ipool, self.data, start, stop)
         if status >= 0:
-            raise IndexError(self._describe_failure(status))
-
-    def _describe_failure(self, i):
-        op = registry.OPS[self.entries[i, E_OP]].name
-        if op == "take":
-            rows = self.ipool[self.entries[i, E_ATTR]]
-            idx = self.value(self.entries[i, E_IN0 + 1]).ravel()
-            bad = [v for v in idx if v != int(v) or not -rows <= v < rows]
-            return (
-                f"entry {i} (take): index {bad[0]:g} is out of bounds for an axis of size {rows}"
-                " (indices are checked at every replay)"
-            )
-        return f"entry {i} ({op}) rejected its input data"
+            raise failure(self, status, buffer_reader(self, self.data))
 
     def value(self, b):
         """The current value of buffer ``b`` as a view of the arena (shape restored)."""
@@ -263,6 +300,11 @@ class Tape:
         """Reverse sweep from ``roots`` (buffer ids) seeded with ``seeds`` (concatenated).
         Returns the mask of buffers the roots depend on."""
         self.ensure_grad()
+        if _anomaly.enabled():
+            return _anomaly.backward(
+                self, self.data, self.grad, np.asarray(roots, np.int64),
+                np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
+            )  # fmt: skip
         return S.backward(
             self.entries,
             self.bufs,
@@ -311,15 +353,38 @@ class Tape:
         self.entries[ne : ne + len(ent)] = ent
         self.n_entries = ne + len(ent)
         self.shapes.extend(other.shapes)
+        for i, src in other.sources.items():
+            self.sources[i + ne] = src
         for leaf, b in other.leaves:
             self.leaves.append((leaf, b + nb))
-            self.leaf_bufs.setdefault(id(leaf), b + nb)
+            if id(leaf) not in self.leaf_bufs:
+                self.leaf_bufs[id(leaf)] = b + nb
+                self.leaf_vers[id(leaf)] = other.leaf_vers.get(id(leaf), 0)
+        if other._freed is not None:
+            self.freed_mask()[nb : nb + other.n_bufs] = other._freed[: other.n_bufs]
         other._merged = (self, nb)
         other.entries = other.bufs = other.ipool = other.data = other.grad = None
-        other.leaves, other.leaf_bufs, other.shapes = [], {}, []
+        other.leaves, other.leaf_bufs, other.leaf_vers, other.shapes = [], {}, {}, []
         return nb
 
+    def freed_mask(self):
+        """Eager graphs: per buffer, whether a ``backward`` without ``retain_graph`` went
+        through it (a second one raises, as in PyTorch). Grown with the buffer table."""
+        m = self._freed
+        cap = self.bufs.shape[0]
+        if m is None or m.shape[0] < cap:
+            new = np.zeros(cap, np.bool_)
+            if m is not None:
+                new[: m.shape[0]] = m
+            self._freed = m = new
+        return m
+
     # ------------------------------------------------------------ replay
+    #
+    # The program (entries, bufs, ipool and the recorded values in ``data``) is shared and
+    # never written by a replay; every replay runs on a workspace, a private copy of the value
+    # arena and an adjoint arena. Each thread has its own default workspace, so the replay
+    # methods are safe to call from many threads at once (the sweeps release the GIL).
 
     def _check_replay(self):
         if not self.inputs and not self.outputs:
@@ -329,157 +394,229 @@ class Tape:
             )
         if self._replay is None:
             self._prepare_replay()
+        return self._replay
 
     def _prepare_replay(self):
-        self.ensure_grad()
-        views = [self.value(b) for b in self.inputs]
+        sig = Signature(self)
         self._replay = dict(
-            in_views=views,
-            out_views=[self.value(b) for b in self.outputs],
-            grad_views=[self.adjoint(self.inputs[k]) for k in self.wrt],
+            sig=sig,
             roots=np.asarray(self.outputs, np.int64),
-            seed=np.ones(sum(int(self.bufs[b, B_SIZE]) for b in self.outputs), self.dtype),
-            fast=[(v.shape, np.dtype(d)) for v, d in zip(views, self.input_dtypes)],
+            seed=np.ones(max(sig.n_seed, 1), self.dtype)[: sig.n_seed],
+            fast=[(s, d) for s, d in zip(sig.shapes, sig.dtypes)],
+            grad_dtypes=[np.dtype(self.input_dtypes[k]) for k in self.wrt],
+            out_dtypes=[np.dtype(d) for d in (self.output_dtypes or [self.dtype] * len(self.outputs))],
         )
 
-    def _load_args(self, args):
-        r = self._replay
-        views = r["in_views"]
+    @property
+    def signature(self) -> Signature:
+        """The replay signature (argument names, shapes, dtypes; see :mod:`tape._replay`)."""
+        return self._check_replay()["sig"]
+
+    def _workspace(self):
+        """This thread's default workspace (made on first use)."""
+        ws = getattr(self._tls, "ws", None)
+        if ws is None:
+            ws = self._tls.ws = _Workspace(self)
+        return ws
+
+    def workspace(self) -> KernelArgs:
+        """A private set of value and adjoint arenas with the tape's program, for calling the
+        sweeps from your own ``@njit`` code without sharing memory with other replays (one per
+        thread). Its arrays are fresh; :meth:`input_slice` tells where to write arguments."""
+        r = self._check_replay()
+        ws = _Workspace(self)
+        return KernelArgs(
+            self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+            self.n_entries, self.n_bufs, r["roots"], r["seed"],
+        )  # fmt: skip
+
+    def _load_args(self, ws, args):
+        views = ws.in_views
         if len(args) != len(views):
-            n = len(views)
-            raise ReplayError(f"this tape takes {n} argument{'s' * (n != 1)} ({', '.join(self.input_names)}), got {len(args)}")
-        fast = r["fast"]  # (shape, dtype) per input: arrays that match need no checks
+            self._replay["sig"].check_count(args)
+        fast = self._replay["fast"]  # (shape, dtype) per input: arrays that match need no checks
         for k in range(len(views)):
             a = args[k]
             if type(a) is not np.ndarray or (a.shape, a.dtype) != fast[k]:
-                a = self._check_arg(k, a, views[k])
+                a = self._replay["sig"].check_arg(k, a)
             views[k][...] = a
 
-    def _check_arg(self, k, a, view):
-        if type(a) is not np.ndarray:
-            a = self._coerce(k, a)
-        if a.shape != view.shape:
-            raise ReplayError(f"argument {k} ({self.input_names[k]}): expected shape {view.shape}, got {a.shape}")
-        if a.dtype != self.input_dtypes[k] and not self._castable(k, a.dtype):
-            raise ReplayError(
-                f"argument {k} ({self.input_names[k]}): cannot use values of dtype {a.dtype} "
-                f"for an input recorded as {self.input_dtypes[k]}"
-            )
-        return a
+    def _run(self, args, grad):
+        """Load ``args`` into this thread's workspace and replay (forward, and with ``grad``
+        zero + backward). Returns ``(tape, workspace)`` of the tape that ran: this one or, after
+        a failed guard, a retraced variant."""
+        r = self._replay
+        if r is None:
+            r = self._check_replay()
+        ws = self._workspace()
+        self._load_args(ws, args)
+        if _anomaly.enabled():
+            status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
+        elif grad:
+            status = S.forward_backward(
+                self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+                self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
+            )  # fmt: skip
+        else:
+            status = S.forward_sweep(self.entries, self.bufs, self.ipool, ws.data, 0, self.n_entries)
+        if status < 0:
+            self._tls.active = None
+            return self, ws
+        return self._recover(status, ws, args, grad)
 
-    def _coerce(self, k, a):
-        from tape._tensor import Tensor
-
-        if isinstance(a, Tensor):
-            a = a.numpy()
+    def _recover(self, status, ws, args, grad):
+        """A sweep stopped at entry ``status``: raise, or follow the ``on_change`` policy."""
+        if not is_guard(self, status):
+            raise failure(self, status, buffer_reader(self, ws.data))
+        policy = self.on_change
+        if policy == "_variant":
+            raise _Miss
+        if policy == "warn":
+            return self._resume_past_guards(status, ws, grad)
+        if policy != "retrace" or self._retrace is None:
+            err = failure(self, status, buffer_reader(self, ws.data))
+            if policy == "retrace":
+                err.args = (
+                    err.args[0] + " (this tape cannot retrace: it has no function, as a tape "
+                    "loaded from a file or unpickled; record it again with tape.record)",
+                )
+            raise err
+        for k, v in enumerate(self._variants):
+            try:
+                _, vws = v._run(args, grad)
+            except _Miss:
+                continue
+            self._variants.insert(0, self._variants.pop(k))  # most recently used first
+            self._tls.active = v
+            return v, vws
+        v = self._retrace(*args)
+        v.on_change = "_variant"
+        self.retraces += 1
         try:
-            a = np.asarray(a)
-        except Exception as e:  # noqa: BLE001  (ragged lists and the like)
-            raise ReplayError(f"argument {k} ({self.input_names[k]}): not numeric data ({e})") from None
-        return a
+            _, vws = v._run(args, grad)
+        except _Miss:
+            raise GuardError(
+                "the function took another path when traced again at the same arguments (its "
+                "control flow depends on something other than its arguments)"
+            ) from None
+        self._variants.insert(0, v)
+        del self._variants[self.max_variants :]
+        self._tls.active = v
+        return v, vws
 
-    def _castable(self, k, dt):
-        want = np.dtype(self.input_dtypes[k])
-        if dt.kind not in "biuf":
-            return False
-        if want.kind in "iub":
-            return dt.kind in "iub"
-        return True
+    def _resume_past_guards(self, status, ws, grad):
+        """``on_change="warn"``: warn once per guard, then continue on the recorded path."""
+        r = self._replay
+        while status >= 0:
+            if not is_guard(self, status):
+                raise failure(self, status, buffer_reader(self, ws.data))
+            if status not in self._warned:
+                self._warned.add(status)
+                warnings.warn(str(failure(self, status, buffer_reader(self, ws.data))) + " (continuing on "
+                              "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
+            status = S.forward_sweep(self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries)
+        if grad:
+            S.backward(
+                self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+                self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
+            )  # fmt: skip
+        self._tls.active = None
+        return self, ws
+
+    def _last(self):
+        """The tape (this one or a variant) and workspace of this thread's last replay."""
+        v = getattr(self._tls, "active", None)
+        tp = self if v is None else v
+        return tp, tp._workspace()
 
     def forward(self, *args):
         """Replay the recorded computation on new arguments (same shapes as recorded).
 
-        Returns the output(s) as NumPy values (copies); a scalar output comes back as a NumPy
-        scalar.
+        Returns the output(s) as NumPy values (copies, in the dtype the function returned); a
+        scalar output comes back as a NumPy scalar.
         """
-        self._check_replay()
-        self._load_args(args)
-        self.run_forward(0, self.n_entries)
-        return self._outputs()
+        tp, ws = self._run(args, False)
+        return tp._outputs(ws)
 
-    def _outputs(self):
-        outs = [v.copy()[()] if v.ndim == 0 else v.copy() for v in self._replay["out_views"]]
+    def _outputs(self, ws):
+        outs = []
+        for v, d in zip(ws.out_views, self._replay["out_dtypes"]):
+            v = v.astype(d, copy=True)
+            outs.append(v[()] if v.ndim == 0 else v)
         return outs[0] if self._out_single else tuple(outs)
 
     def backward(self, seed=None):
-        """Reverse sweep over the last forward replay, accumulating into :attr:`grads`.
+        """Reverse sweep over this thread's last forward replay, accumulating into
+        :attr:`grads`.
 
         ``seed`` is the adjoint of the output (default 1 for a scalar output; required
         otherwise), or a sequence of them for several outputs.
         """
         self._check_replay()
-        self.run_backward(self._replay["roots"], self._seed(seed), zero_leaves=False)
-
-    def _seed(self, seed):
-        if seed is None:
-            if self._replay["seed"].shape[0] != 1:
-                shapes = [self.shapes[b] for b in self.outputs]
-                raise RuntimeError(
-                    f"backward: the output is not a scalar (shapes {shapes}); pass seed= with the output's shape"
-                )
-            return self._replay["seed"]
-        seeds = [seed] if self._out_single else list(seed)
-        if len(seeds) != len(self.outputs):
-            raise ValueError(f"backward: expected {len(self.outputs)} seeds, got {len(seeds)}")
-        flat = []
-        for b, s in zip(self.outputs, seeds):
-            s = np.asarray(s, self.dtype)
-            if s.shape != self.shapes[b]:
-                raise ValueError(f"backward: seed of shape {s.shape} for an output of shape {self.shapes[b]}")
-            flat.append(s.ravel())
-        return np.concatenate(flat) if flat else np.zeros(0, self.dtype)
+        tp, ws = self._last()
+        r = tp._replay
+        seeds = r["seed"] if seed is None and r["sig"].n_seed == 1 else r["sig"].seeds(seed)
+        if _anomaly.enabled():
+            _anomaly.backward(tp, ws.data, ws.grad, r["roots"], seeds, False)
+            return
+        S.backward(
+            tp.entries, tp.bufs, tp.ipool, ws.data, ws.grad,
+            tp.n_entries, tp.n_bufs, r["roots"], seeds, False,
+        )  # fmt: skip
 
     @property
     def grads(self):
-        """Accumulated gradients, one array per differentiated argument: views of the adjoint
-        arena (they change with every backward; copy them to keep them)."""
+        """Accumulated gradients of this thread's replays, one array per differentiated
+        argument: views of the adjoint workspace (they change with every backward; copy them to
+        keep them), or copies when the argument's dtype differs from the arena's."""
         self._check_replay()
-        return list(self._replay["grad_views"])
+        tp, ws = self._last()
+        return [v if v.dtype == d else v.astype(d) for v, d in zip(ws.grad_views, tp._replay["grad_dtypes"])]
 
     def zero_grad(self):
-        """Zero the accumulated gradients."""
+        """Zero this thread's accumulated gradients."""
         self._check_replay()
-        for v in self._replay["grad_views"]:
-            v[...] = 0.0
+        for tp in [self, *self._variants]:
+            if getattr(tp._tls, "ws", None) is not None:
+                for v in tp._tls.ws.grad_views:
+                    v[...] = 0.0
 
     def gradient(self, *args, out=None):
         """Gradient of the scalar output at ``args``: zero, forward, backward in one compiled
         call. Returns one array per differentiated argument (a single array if there is one),
-        fresh copies unless ``out`` (arrays of the same shapes) is given to fill."""
+        in each argument's recorded dtype, fresh copies unless ``out`` (arrays of the same
+        shapes) is given to fill."""
         r = self._replay
         if r is None:
-            self._check_replay()
-            r = self._replay
-        if r["seed"].shape[0] != 1:
-            raise RuntimeError("gradient() needs a scalar output; use forward() and backward(seed=...)")
-        self._load_args(args)
-        status = S.forward_backward(
-            self.entries, self.bufs, self.ipool, self.data, self.grad,
-            self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
-        )  # fmt: skip
-        if status >= 0:
-            raise IndexError(self._describe_failure(status))
-        views = r["grad_views"]
+            r = self._check_replay()
+        if r["sig"].n_seed != 1:
+            r["sig"].require_scalar()
+        tp, ws = self._run(args, True)
+        return tp._grads_out(ws, out)
+
+    def _grads_out(self, ws, out):
+        views = ws.grad_views
         if out is not None:
             outs = [out] if len(views) == 1 and isinstance(out, np.ndarray) else list(out)
             for o, v in zip(outs, views):
                 o[...] = v
             return out
+        dts = self._replay["grad_dtypes"]
         if len(views) == 1:
-            return views[0].copy()
-        return tuple([v.copy() for v in views])
+            return views[0].astype(dts[0], copy=True)
+        return tuple([v.astype(d, copy=True) for v, d in zip(views, dts)])
 
     def value_and_grad(self, *args):
         """``(value, gradient)`` of the scalar output at ``args`` (see :meth:`gradient`)."""
-        g = self.gradient(*args)
-        return self._outputs(), g
+        r = self._check_replay()
+        r["sig"].require_scalar("value_and_grad()")
+        tp, ws = self._run(args, True)
+        return tp._outputs(ws), tp._grads_out(ws, None)
 
     def gradient_batch(self, *args, n_threads=None):
         """Per-instance values and gradients over a leading batch axis of every argument, in
         parallel on the CPU (:func:`tape.batch.gradient_batch`)."""
-        from tape.batch import gradient_batch
-
-        return gradient_batch(self, *args, n_threads=n_threads)
+        return _EXTENSIONS["gradient_batch"](self, *args, n_threads=n_threads)
 
     def to(self, device, **kwargs):
         """``"cuda"`` / ``"cuda:N"``: a :class:`tape.cuda.CudaTape` replaying this tape on an
@@ -487,17 +624,28 @@ class Tape:
         ``"cpu"``: the tape itself."""
         if str(device) == "cpu":
             return self
-        from tape.cuda import to_device
+        if not str(device).startswith("cuda"):
+            raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+        import importlib
 
-        return to_device(self, device, **kwargs)
+        importlib.import_module("tape.cuda")  # registers "to_cuda"
+        return _EXTENSIONS["to_cuda"](self, device, **kwargs)
+
+    def is_guard(self, status) -> bool:
+        """Whether a sweep status (the entry index a sweep stopped at, as returned by
+        ``tape.sweeps.forward_backward``) is a failed guard: the replay's arguments would take
+        another path than the recorded one (see README, "When replay is safe")."""
+        return is_guard(self, int(status))
 
     def kernel_args(self) -> KernelArgs:
-        """The tape's arrays and counts as the compiled sweeps take them (see
-        :class:`KernelArgs`). The arrays are the tape's own: writes are seen by both."""
-        self._check_replay()
-        r = self._replay
+        """The tape's program and this thread's default workspace, as the compiled sweeps take
+        them (see :class:`KernelArgs`). The arenas are the ones :meth:`forward`,
+        :meth:`gradient` and :attr:`grads` use on this thread: writes are seen by both. Use
+        :meth:`workspace` for arenas of your own."""
+        r = self._check_replay()
+        ws = self._workspace()
         return KernelArgs(
-            self.entries, self.bufs, self.ipool, self.data, self.grad,
+            self.entries, self.bufs, self.ipool, ws.data, ws.grad,
             self.n_entries, self.n_bufs, r["roots"], r["seed"],
         )  # fmt: skip
 
@@ -538,13 +686,25 @@ class Tape:
             lines.append(
                 f"  input {k} {self.input_names[k]}: %{b} {self.shapes[b]} {kinds[self.bufs[b, B_KIND]]}"
             )
+        guards = []
         for i in range(self.n_entries):
             e = self.entries[i]
             ins = ", ".join(f"%{b}" for b in e[E_IN0 : E_IN0 + 3] if b >= 0)
             name = registry.OPS[e[E_OP]].name
-            lines.append(f"  {i:4d}  %{e[E_OUT]:<4d} {str(self.shapes[e[E_OUT]]):<12} = {name}({ins})")
+            src = self.sources.get(i)
+            line = f"  {i:4d}  %{e[E_OUT]:<4d} {str(self.shapes[e[E_OUT]]):<12} = {name}({ins})"
+            lines.append(f"{line:<60}  # {src}" if src else line)
+            if is_guard(self, i):
+                guards.append(i)
         if self.outputs:
             lines.append("  outputs: " + ", ".join(f"%{b} {self.shapes[b]}" for b in self.outputs))
+        if guards:
+            from tape.ops.guard import MODES
+
+            lines.append(f"  guards ({len(guards)}; on_change={self.on_change!r}):")
+            for i in guards:
+                mode = MODES[int(self.ipool[self.entries[i, E_ATTR]])]
+                lines.append(f"    entry {i}: {mode} of %{self.entries[i, E_IN0]} at {self.sources.get(i, '?')}")
         return "\n".join(lines)
 
     # ------------------------------------------------------------ persistence
@@ -564,6 +724,9 @@ class Tape:
             out_single=self._out_single,
             shapes=[list(s) for s in self.shapes],
             op_names={str(c): registry.OPS[c].name for c in ops},
+            output_dtypes=[np.dtype(d).str for d in self.output_dtypes],
+            sources={str(i): src for i, src in self.sources.items()},
+            on_change=self.on_change,
         )
         return dict(
             entries=self.entries[: self.n_entries].copy(),
@@ -598,6 +761,7 @@ class Tape:
         t.inputs, t.input_names, t.wrt, t.outputs = meta["inputs"], meta["input_names"], meta["wrt"], meta["outputs"]
         t.input_dtypes = [np.dtype(d) for d in meta["input_dtypes"]]
         t._out_single = meta["out_single"]
+        _load_optional_meta(t, meta)
         from tape._validate import check_tape
 
         check_tape(t)
@@ -620,6 +784,24 @@ class Tape:
             file = io.BytesIO(file)
         with np.load(file, allow_pickle=False) as z:
             return cls._from_state({k: z[k] for k in z.files})
+
+
+def _load_optional_meta(t, meta):
+    """Meta keys a tape file may lack (older files): source lines, output dtypes, policy."""
+    try:
+        t.output_dtypes = [np.dtype(str(d)) for d in meta.get("output_dtypes", [])]
+        srcs = meta.get("sources", {})
+        t.sources = {int(i): str(v) for i, v in srcs.items()} if isinstance(srcs, dict) else {}
+        on_change = meta.get("on_change", "retrace")
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"corrupt tape file: bad optional metadata ({e})") from None
+    if on_change not in ("retrace", "raise", "warn"):
+        raise ValueError(f"corrupt tape file: on_change={on_change!r}")
+    if t.output_dtypes and (
+        len(t.output_dtypes) != len(t.outputs) or any(d.kind not in "biuf" for d in t.output_dtypes)
+    ):
+        raise ValueError("corrupt tape file: output_dtypes does not match the outputs")
+    t.on_change = on_change
 
 
 def resolve(tape, buf):

@@ -11,7 +11,10 @@ from tape._tensor import Tensor, _buffer_in, _check_dtype, float32, float64, no_
 from tape.core import Tape
 
 
-def record(fn, *example_args, wrt=None, dtype=None, device=None) -> Tape:
+ON_CHANGE = ("retrace", "raise", "warn")
+
+
+def record(fn, *example_args, wrt=None, dtype=None, device=None, on_change="retrace") -> Tape:
     """Trace ``fn(*example_args)`` once into a replayable :class:`~tape.core.Tape`.
 
     Parameters
@@ -28,6 +31,19 @@ def record(fn, *example_args, wrt=None, dtype=None, device=None) -> Tape:
         Arena dtype; default float32 if every floating argument is float32, else float64.
     device : str, optional
         ``"cuda"`` returns the tape moved to the GPU (:meth:`Tape.to`); default CPU.
+    on_change : {"retrace", "raise", "warn"}
+        What a replay does when a guard fails, that is when a value that left the tape during
+        recording (a Python ``if`` or ``while`` on a tensor, ``float(x)``, ``int(x)``,
+        ``x.item()``, ``np.asarray(x)``, ``x.numpy()``, ``x.tolist()``) differs at the new
+        arguments, so ``fn`` would take another path:
+
+        - ``"retrace"`` (default): trace ``fn`` again at the new arguments and replay that;
+          up to ``t.max_variants`` (8) traced variants are kept, most recently used first, so
+          code alternating between paths does not retrace every call. ``t.retraces`` counts.
+        - ``"raise"``: raise :class:`tape.GuardError` naming the guard, the op, the recorded
+          and the new value and the ``file:line`` that made it.
+        - ``"warn"``: warn once per guard (:class:`tape.GuardWarning`) and continue on the
+          recorded path.
 
     Returns
     -------
@@ -39,8 +55,11 @@ def record(fn, *example_args, wrt=None, dtype=None, device=None) -> Tape:
     -----
     Values the function closes over (arrays, tensors, model parameters) are captured as
     constants at record time. Integer arguments (for example gather indices) are replayed as
-    data and checked for range at every replay.
+    data and checked for range at every replay. Every entry keeps the ``file:line`` of the code
+    that recorded it (``print(t)``, error and anomaly messages).
     """
+    if on_change not in ON_CHANGE and on_change != "_variant":
+        raise ValueError(f"record: on_change must be one of {ON_CHANGE}, got {on_change!r}")
     vals = []
     for k, a in enumerate(example_args):
         v = a.numpy() if isinstance(a, Tensor) else np.asarray(a)
@@ -90,5 +109,14 @@ def record(fn, *example_args, wrt=None, dtype=None, device=None) -> Tape:
         # outputs not computed on this tape (constants, values of other graphs) are copied in
         t.outputs = [o._buf if isinstance(o, Tensor) and o._resolve()[0] is t else _buffer_in(t, o, False) for o in outs]
     t._out_single = single
-    t.leaves, t.leaf_bufs = [], {}  # the captured constants' values are in the arena
+    t.output_dtypes = [o.dtype if isinstance(o, Tensor) else np.asarray(o).dtype for o in outs]
+    t.leaves, t.leaf_bufs, t.leaf_vers = [], {}, {}  # the captured constants' values are in the arena
+    t.on_change = on_change
+    in_dtypes = list(t.input_dtypes)
+
+    def retrace(*args):
+        args = [np.asarray(a).astype(d, copy=False) for a, d in zip(args, in_dtypes)]
+        return record(fn, *args, wrt=wrt, dtype=t.dtype, on_change="_variant")
+
+    t._retrace = retrace
     return t if device in (None, "cpu") else t.to(device)

@@ -23,6 +23,7 @@ the CPU rules translated to device functions (:mod:`tape.cuda._rules`); structur
 GPU kernels in :mod:`tape.cuda._kernels`.
 """
 
+from tape.core import register_extension
 from tape.cuda._replay import CudaBatch, CudaTape, available, gradient_batch
 
 __all__ = ["CudaTape", "CudaBatch", "gradient_batch", "available", "to_device"]
@@ -40,3 +41,6 @@ def to_device(t, device="cuda", **kwargs):
             cuda.select_device(int(dev.split(":", 1)[1]))
         return CudaTape(t, **kwargs)
     raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
+
+
+register_extension("to_cuda", to_device)
