@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tape import registry
+from tape._generated import sweeps as S
+from tape._layout import B_KIND, B_OFF, B_SIZE, CONST, E_IN0, E_OP, E_OUT
 from tape._tensor import Tensor
 from tape.record import record
 
@@ -22,21 +25,62 @@ def _numpy_args(inputs):
     return out
 
 
-def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64, n_directions=3, seed=0):
+def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64, n_directions=3,
+              seed=0, n_points=1, scale=0.5):  # fmt: skip
     """Compare the tape's gradient of ``fn`` with central finite differences, in float64.
 
     ``fn`` takes tensors and returns a tensor (any shape). For inputs and outputs of at most
     ``max_full`` elements the full Jacobian is compared element by element; larger ones are
     compared along ``n_directions`` random projections ``<u, J v>`` (the dot-product test).
 
-    Returns True, or raises :class:`GradcheckError` naming the input, the worst element, the
-    analytic and the numeric value.
+    With ``n_points`` > 1 the check also runs at ``n_points - 1`` random points near the inputs
+    (each floating input plus ``scale`` times standard normal noise), and at each of them the
+    tape recorded at ``inputs`` is replayed and compared with a fresh recording there: a
+    recording that froze a path (a branch or value that depends on the inputs) disagrees.
+
+    Returns True, or raises :class:`GradcheckError` naming the point, the input, the worst
+    element, the analytic and the numeric value, and the first tape entry whose own local
+    derivative disagrees with finite differences (the op and ``file:line`` that recorded it).
     """
-    args = _numpy_args(inputs)
-    t = record(fn, *args, wrt=wrt, dtype=np.float64)
+    base = _numpy_args(inputs)
+    t0 = record(fn, *base, wrt=wrt, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    for point in range(max(1, int(n_points))):
+        if point == 0:
+            args, t = base, t0
+        else:
+            args = [a + scale * rng.standard_normal(a.shape) if a.dtype.kind == "f" else a for a in base]
+            t = record(fn, *args, wrt=wrt, dtype=np.float64)
+            _compare_replay(t0, t, args, point)
+        try:
+            _check_point(t, args, eps, atol, rtol, max_full, n_directions, rng)
+        except GradcheckError as e:
+            where = "" if point == 0 else f"at random point {point} (seed={seed}, scale={scale}): "
+            raise GradcheckError(where + str(e) + _first_bad_entry(t, args, eps, atol, rtol, rng)) from None
+    return True
+
+
+def _compare_replay(t0, t, args, point):
+    """The tape recorded at the first point, replayed at ``args``, against a fresh recording."""
+    v0, v = t0.forward(*args), t.forward(*args)
+    same = np.allclose(np.asarray(v0, np.float64), np.asarray(v, np.float64), rtol=1e-9, atol=1e-12, equal_nan=True)
+    if same and t.signature.n_seed == 1:
+        ga, gb = t0.gradient(*args), t.gradient(*args)
+        ga = ga if isinstance(ga, tuple) else (ga,)
+        gb = gb if isinstance(gb, tuple) else (gb,)
+        same = all(np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True) for a, b in zip(ga, gb))
+    if not same:
+        raise GradcheckError(
+            f"at random point {point}: the tape recorded at the inputs, replayed here, disagrees "
+            "with a fresh recording here: the recording froze something that depends on the "
+            "inputs (a value that left the tape without a guard, such as a NumPy array computed "
+            "outside tape ops, or state outside the function)"
+        )
+
+
+def _check_point(t, args, eps, atol, rtol, max_full, n_directions, rng):
     y0 = np.asarray(t.forward(*args), np.float64)
     n_out = y0.size
-    rng = np.random.default_rng(seed)
 
     def f(xs):
         return np.asarray(t.forward(*xs), np.float64).ravel()
@@ -75,7 +119,55 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64
                 xm[k] = xm[k] - eps * v
                 numv = float(np.dot(u, (f(xp) - f(xm)) / (2 * eps)))
                 _compare(np.array([[ana]]), np.array([[numv]]), atol, rtol, k, "<u, J v> (random projection)", None, None)
-    return True
+
+
+def _first_bad_entry(t, args, eps, atol, rtol, rng):
+    """Check each entry's own derivative (its reverse rule against finite differences of its
+    forward rule, on the values of this point) and describe the first that disagrees."""
+    t.forward(*args)
+    ka = t.kernel_args()
+    data = ka.data.copy()
+    entries, bufs = t.entries, t.bufs
+
+    def region(b):
+        o = int(bufs[b, B_OFF])
+        return slice(o, o + int(bufs[b, B_SIZE]))
+
+    for i in range(t.n_entries):
+        op = registry.OPS[entries[i, E_OP]]
+        out = int(entries[i, E_OUT])
+        diff = op.differentiable
+        ins = []
+        for k in range(E_IN0, E_OUT):
+            b = int(entries[i, k])
+            if b >= 0 and k - E_IN0 < len(diff) and diff[k - E_IN0] and bufs[b, B_KIND] != CONST and b not in ins:
+                ins.append(b)
+        if not ins or bufs[out, B_KIND] == CONST or not op.rev[0]:
+            continue
+        u = rng.standard_normal(int(bufs[out, B_SIZE]))
+        vs = {b: rng.standard_normal(int(bufs[b, B_SIZE])) for b in ins}
+        grad = np.zeros_like(data)
+        grad[region(out)] = u
+        emask = np.zeros(t.n_entries, np.bool_)
+        emask[i] = True
+        S.reverse_sweep(entries, bufs, t.ipool, data, grad, emask, i, i + 1)
+        ana = sum(float(np.dot(grad[region(b)], vs[b])) for b in ins)
+        ys = []
+        for sign in (1.0, -1.0):
+            d = data.copy()
+            for b in ins:
+                d[region(b)] += sign * eps * vs[b]
+            S.forward_sweep(entries, bufs, t.ipool, d, i, i + 1)
+            ys.append(d[region(out)].copy())
+        num = float(np.dot(u, (ys[0] - ys[1]) / (2 * eps)))
+        if not abs(ana - num) <= atol + rtol * abs(num):
+            src = t.sources.get(i, "")
+            return (
+                f"\nfirst entry whose local derivative disagrees: entry {i} ({op.name})"
+                + (f" recorded at {src}" if src else "")
+                + f": <u, J v> analytic {ana!r}, numeric {num!r}"
+            )
+    return "\n(every entry's local derivative agrees with finite differences: the disagreement comes from how the entries are combined)"
 
 
 def _compare(ana, num, atol, rtol, k, what, xshape, yshape):

@@ -95,11 +95,17 @@ def test_unscaled_gradient_scenario():
     np.testing.assert_allclose(B.grad.numpy(), 3 * B.numpy() ** 2)
 
 
-def test_backward_twice_on_one_graph_accumulates_twice():
-    # documented behaviour: the graph is kept, a second backward adds the gradient again
+def test_backward_twice_on_one_graph_raises_unless_retained():
+    # PyTorch's error: the graph is spent after a backward without retain_graph=True
     w = torch.tensor(2.0, requires_grad=True)
     loss = (3 * w - 1).square()
     loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    assert w.grad.item() == 30.0
+    w.grad = None
+    loss = (3 * w - 1).square()
+    loss.backward(retain_graph=True)
     loss.backward()
     assert w.grad.item() == 60.0
 

@@ -184,6 +184,12 @@ KERNEL_CASES = {
         (lambda a, b: tp.outer(a, b), lambda a, b: np.outer(a, b), [_r(3), _r(2)]),
         (lambda a: a @ a, lambda a: a @ a, [_r(3, 3)]),
     ],
+    "guard": [
+        # a Python branch on a traced value records a guard; eager ignores it
+        (lambda x: x * 2 if x.sum() > 0 else x * 3, lambda x: x * 2 if x.sum() > 0 else x * 3, [_r(3, 4, lo=0.5)]),
+        (lambda x: x * 2 if x.sum() > 0 else x * 3, lambda x: x * 2 if x.sum() > 0 else x * 3, [-_r(3, 4, lo=0.5)]),
+        (lambda x: x[: int(x[0] > 0) + 1] * 2, lambda x: x[: int(x[0] > 0) + 1] * 2, [_r(3, lo=0.5)]),
+    ],
 }
 x_mask = np.array([[True, False, True], [False, True, True]])
 

@@ -143,14 +143,19 @@ def test_save_load_and_pickle(tmp_path, rng):
     assert str(t3) == str(t2)
 
 
-def test_recorded_control_flow_is_frozen():
+def test_recorded_control_flow_is_guarded():
     def f(x):
-        if x.sum() > 0:  # Python branch: decided at record time
+        if x.sum() > 0:  # Python branch: a guard entry checks it at every replay
             return (x * 2).sum()
         return (x * 3).sum()
 
     t = tp.record(f, np.ones(2))
-    np.testing.assert_allclose(t.gradient(-np.ones(2)), [2.0, 2.0])
+    np.testing.assert_allclose(t.gradient(-np.ones(2)), [3.0, 3.0])  # retraced
+    np.testing.assert_allclose(t.gradient(np.ones(2)), [2.0, 2.0])
+    assert t.retraces == 1
+    strict = tp.record(f, np.ones(2), on_change="raise")
+    with pytest.raises(tp.GuardError, match="truth value"):
+        strict.gradient(-np.ones(2))
 
 
 def test_where_is_nan_safe():

@@ -264,7 +264,7 @@ def _index_tensor(index, n, axis):
     if isinstance(index, T.Tensor):
         if index.dtype.kind not in "iu":
             raise IndexError(f"tensors used as indices must be integer tensors, got {index.dtype}")
-        vals = index.numpy()
+        vals = index._peek()  # a check now, not an escape: the kernel checks at every replay
         idx = index
     else:
         vals = np.asarray(index)
