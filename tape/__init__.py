@@ -45,6 +45,7 @@ from tape._tensor import (
 from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
 from tape._anomaly import AnomalyError, detect_anomaly
 from tape._replay import GuardError, ReplayError
+from tape import core as _core
 from tape.core import GuardWarning, KernelArgs, Tape, load
 from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all
@@ -64,6 +65,16 @@ __all__ = [
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "float64", "float32", "int64", "int32", "bool_", "warmup",
 ] + list(_functional_all)  # fmt: skip
+
+
+def _to_cuda(t, device, **kwargs):
+    # tape.cuda (and numba.cuda) load only when a tape is first moved to a GPU
+    from tape.cuda import to_device
+
+    return to_device(t, device, **kwargs)
+
+
+_core.register_extension("to_cuda", _to_cuda)
 
 
 def _check_fresh():

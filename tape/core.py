@@ -626,9 +626,6 @@ class Tape:
             return self
         if not str(device).startswith("cuda"):
             raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
-        import importlib
-
-        importlib.import_module("tape.cuda")  # registers "to_cuda"
         return _EXTENSIONS["to_cuda"](self, device, **kwargs)
 
     def is_guard(self, status) -> bool:

@@ -23,7 +23,6 @@ the CPU rules translated to device functions (:mod:`tape.cuda._rules`); structur
 GPU kernels in :mod:`tape.cuda._kernels`.
 """
 
-from tape.core import register_extension
 from tape.cuda._replay import CudaBatch, CudaTape, available, gradient_batch
 
 __all__ = ["CudaTape", "CudaBatch", "gradient_batch", "available", "to_device"]
@@ -42,5 +41,3 @@ def to_device(t, device="cuda", **kwargs):
         return CudaTape(t, **kwargs)
     raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
 
-
-register_extension("to_cuda", to_device)
