@@ -17,6 +17,8 @@ from tape._generated import sweeps as S
 from tape._layout import B_KIND, B_OFF, B_SIZE, CONST, E_IN0, E_OP, E_OUT
 
 _state = threading.local()
+ON = 0  # threads inside detect_anomaly(), all together: the replay path tests this global first
+_lock = threading.Lock()
 
 
 class AnomalyError(RuntimeError):
@@ -30,7 +32,7 @@ class AnomalyError(RuntimeError):
 
 
 def enabled() -> bool:
-    return getattr(_state, "depth", 0) > 0
+    return ON > 0 and getattr(_state, "depth", 0) > 0
 
 
 class detect_anomaly:
@@ -53,12 +55,18 @@ class detect_anomaly:
         self.check_nan = check_nan
 
     def __enter__(self):
+        global ON
         self._prev = getattr(_state, "depth", 0)
         _state.depth = self._prev + (1 if self.check_nan else 0)
+        with _lock:
+            ON += 1
         return self
 
     def __exit__(self, *exc):
+        global ON
         _state.depth = self._prev
+        with _lock:
+            ON -= 1
         return False
 
     def __call__(self, fn):

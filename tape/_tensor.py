@@ -600,7 +600,7 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
         for pos, pints in parts:
             target.add_entry(op.code, [ins[k] for k in pos], out, pints)
         target.run_forward(first, target.n_entries)
-    if target.recording or _anomaly.enabled():
+    if target.recording or (_anomaly.ON and _anomaly.enabled()):
         src = user_line()
         for i in range(first, target.n_entries):
             target.sources[i] = src

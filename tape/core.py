@@ -450,7 +450,7 @@ class Tape:
             r = self._check_replay()
         ws = self._workspace()
         self._load_args(ws, args)
-        if _anomaly.enabled():
+        if _anomaly.ON and _anomaly.enabled():
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
         elif grad:
             status = S.forward_backward(
@@ -460,7 +460,8 @@ class Tape:
         else:
             status = S.forward_sweep(self.entries, self.bufs, self.ipool, ws.data, 0, self.n_entries)
         if status < 0:
-            self._tls.active = None
+            if self._variants:
+                self._tls.active = None
             return self, ws
         return self._recover(status, ws, args, grad)
 
@@ -603,8 +604,9 @@ class Tape:
             return out
         dts = self._replay["grad_dtypes"]
         if len(views) == 1:
-            return views[0].astype(dts[0], copy=True)
-        return tuple([v.astype(d, copy=True) for v, d in zip(views, dts)])
+            v = views[0]
+            return v.copy() if v.dtype == dts[0] else v.astype(dts[0])
+        return tuple([v.copy() if v.dtype == d else v.astype(d) for v, d in zip(views, dts)])
 
     def value_and_grad(self, *args):
         """``(value, gradient)`` of the scalar output at ``args`` (see :meth:`gradient`)."""
@@ -735,6 +737,17 @@ class Tape:
 
     @classmethod
     def _from_state(cls, st):
+        """A tape from the arrays and metadata :meth:`_state` makes. Tape files and pickles
+        are untrusted input: anything malformed raises ``ValueError`` before compiled code
+        sees the tape (:mod:`tape._validate`)."""
+        from tape._validate import check_state, malformed
+
+        with malformed():
+            check_state(st, FORMAT_VERSION)
+            return cls._parse_state(st)
+
+    @classmethod
+    def _parse_state(cls, st):
         meta = json.loads(str(st["meta"]))
         if meta.get("version") != FORMAT_VERSION:
             raise ValueError(f"unsupported tape format version {meta.get('version')}")
@@ -779,8 +792,11 @@ class Tape:
         """Load a tape saved with :meth:`save`."""
         if isinstance(file, (bytes, bytearray)):
             file = io.BytesIO(file)
-        with np.load(file, allow_pickle=False) as z:
-            return cls._from_state({k: z[k] for k in z.files})
+        from tape._validate import malformed
+
+        with malformed(), np.load(file, allow_pickle=False) as z:  # a broken archive: ValueError
+            st = {k: z[k] for k in z.files}
+        return cls._from_state(st)
 
 
 def _load_optional_meta(t, meta):
