@@ -158,6 +158,7 @@ class Tape:
         self.retraces = 0
         self._warned: set = set()
         self._tls = threading.local()  # per-thread default workspace and last variant
+        self._variants_lock = threading.Lock()
 
     # ------------------------------------------------------------ building
 
@@ -482,17 +483,19 @@ class Tape:
                     "loaded from a file or unpickled; record it again with tape.record)",
                 )
             raise err
-        for k, v in enumerate(self._variants):
+        for v in list(self._variants):  # a snapshot: other threads may reorder the list
             try:
                 _, vws = v._run(args, grad)
             except _Miss:
                 continue
-            self._variants.insert(0, self._variants.pop(k))  # most recently used first
+            with self._variants_lock:  # most recently used first
+                if v in self._variants:
+                    self._variants.remove(v)
+                    self._variants.insert(0, v)
             self._tls.active = v
             return v, vws
         v = self._retrace(*args)
         v.on_change = "_variant"
-        self.retraces += 1
         try:
             _, vws = v._run(args, grad)
         except _Miss:
@@ -500,8 +503,10 @@ class Tape:
                 "the function took another path when traced again at the same arguments (its "
                 "control flow depends on something other than its arguments)"
             ) from None
-        self._variants.insert(0, v)
-        del self._variants[self.max_variants :]
+        with self._variants_lock:
+            self.retraces += 1
+            self._variants.insert(0, v)
+            del self._variants[self.max_variants :]
         self._tls.active = v
         return v, vws
 

@@ -390,3 +390,20 @@ def test_gradcheck_reports_agreeing_entries_when_only_the_combination_is_wrong()
     x = np.array([0.3, 0.7])
     t = tp.record(lambda x: tp.sin(x * 2.0).sum(), x)
     assert "every entry" in _first_bad_entry(t, [x], 1e-6, 1e-5, 1e-3, np.random.default_rng(0))
+
+
+def test_threads_retracing_alternating_paths_agree_with_fresh_recordings():
+    t = tp.record(_branchy, np.ones(3))
+    xs = [np.ones(3), -np.ones(3), np.array([0.5, -2.0, 0.1])]
+    want = [_fresh(_branchy, x) for x in xs]
+    bad = []
+
+    def work(k, j):
+        i = (k + j) % len(xs)
+        v, g = t.value_and_grad(xs[i])
+        if v != want[i][0] or not np.array_equal(g, want[i][1]):
+            bad.append(i)
+
+    _hammer(4, 200, work)
+    assert not bad
+    assert 1 <= t.retraces <= 8
