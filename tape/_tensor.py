@@ -29,7 +29,6 @@ import weakref
 import numpy as np
 
 from tape import _anomaly, registry
-from tape._generated import sweeps as S
 from tape._layout import ACTIVE, B_KIND, CONST, GENERAL, LEAF, SAME
 from tape._source import user_line
 from tape.core import Tape, resolve
@@ -435,10 +434,7 @@ class Tensor:
                 "gradient() on the returned Tape"
             )
         roots = np.array([b], np.int64)
-        _, need = S.reach(tp.entries, tp.bufs, tp.n_entries, roots)
-        n = tp.n_bufs
-        freed = tp.freed_mask()
-        if (need[:n] & freed[:n]).any():
+        if tp._freed is not None and tp.reaches_freed(roots):
             raise RuntimeError(
                 "Trying to backward through the graph a second time (or directly access saved "
                 "tensors after they have already been freed). Specify retain_graph=True if you "
@@ -448,7 +444,7 @@ class Tensor:
         tp.closed = True  # leaves start their next expression on a fresh tape
         need = tp.run_backward(roots, seed, zero_leaves=True)
         if not retain_graph:
-            freed[:n] |= need[:n] & (tp.bufs[:n, B_KIND] == ACTIVE)
+            tp.mark_freed(need)
         for leaf, lb in tp.leaves:
             if need[lb] and leaf._op is None and tp.bufs[lb, B_KIND] == LEAF:
                 leaf._accumulate(tp.adjoint(lb))

@@ -47,6 +47,9 @@ def register_extension(name, fn):
     _EXTENSIONS[name] = fn
 
 
+_PREPARE_LOCK = threading.Lock()
+
+
 class GuardWarning(RuntimeWarning):
     """A replay continued on the recorded path past a failed guard (``on_change="warn"``)."""
 
@@ -157,8 +160,8 @@ class Tape:
         self.max_variants = 8
         self.retraces = 0
         self._warned: set = set()
-        self._tls = threading.local()  # per-thread default workspace and last variant
-        self._variants_lock = threading.Lock()
+        self._tls = None  # per-thread default workspace and last variant (made for replay)
+        self._variants_lock = None
 
     # ------------------------------------------------------------ building
 
@@ -362,23 +365,33 @@ class Tape:
                 self.leaf_bufs[id(leaf)] = b + nb
                 self.leaf_vers[id(leaf)] = other.leaf_vers.get(id(leaf), 0)
         if other._freed is not None:
-            self.freed_mask()[nb : nb + other.n_bufs] = other._freed[: other.n_bufs]
+            moved = np.zeros(nb + other.n_bufs, np.bool_)
+            k = min(other.n_bufs, other._freed.shape[0])
+            moved[nb : nb + k] = other._freed[:k]
+            self.mark_freed(moved)
         other._merged = (self, nb)
         other.entries = other.bufs = other.ipool = other.data = other.grad = None
         other.leaves, other.leaf_bufs, other.leaf_vers, other.shapes = [], {}, {}, []
         return nb
 
-    def freed_mask(self):
-        """Eager graphs: per buffer, whether a ``backward`` without ``retain_graph`` went
-        through it (a second one raises, as in PyTorch). Grown with the buffer table."""
+    def mark_freed(self, need):
+        """Eager graphs: the buffers in ``need`` (a reverse sweep's mask) were used by a
+        ``backward`` without ``retain_graph``; a later one through them raises, as in PyTorch."""
         m = self._freed
-        cap = self.bufs.shape[0]
-        if m is None or m.shape[0] < cap:
-            new = np.zeros(cap, np.bool_)
-            if m is not None:
-                new[: m.shape[0]] = m
-            self._freed = m = new
-        return m
+        if m is None:
+            self._freed = need
+            return
+        if m.shape[0] < need.shape[0]:
+            m = self._freed = np.concatenate([m, np.zeros(need.shape[0] - m.shape[0], np.bool_)])
+        m[: need.shape[0]] |= need
+
+    def reaches_freed(self, roots) -> bool:
+        """Whether a reverse sweep from ``roots`` would go through an intermediate that a
+        ``backward`` without ``retain_graph`` already used (leaves and constants do not count:
+        separate graphs may share them)."""
+        _, need = S.reach(self.entries, self.bufs, self.n_entries, roots)
+        n = min(self.n_bufs, self._freed.shape[0])
+        return bool((need[:n] & self._freed[:n] & (self.bufs[:n, B_KIND] == ACTIVE)).any())
 
     # ------------------------------------------------------------ replay
     #
@@ -394,10 +407,14 @@ class Tape:
                 "signature (inputs and outputs)"
             )
         if self._replay is None:
-            self._prepare_replay()
+            with _PREPARE_LOCK:  # one thread makes the per-thread state all threads share
+                if self._replay is None:
+                    self._prepare_replay()
         return self._replay
 
     def _prepare_replay(self):
+        self._tls = threading.local()
+        self._variants_lock = threading.Lock()
         sig = Signature(self)
         self._replay = dict(
             sig=sig,
