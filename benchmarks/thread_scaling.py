@@ -29,8 +29,16 @@ def _mlp(W1, W2, X):
 
 def problems(rng):
     yield "rosenbrock n=1,000", tp.record(_rosen, np.zeros(1000)), (rng.standard_normal(1000),)
-    yield "rosenbrock n=100,000", tp.record(_rosen, np.zeros(100_000)), (rng.standard_normal(100_000),)
-    args = (rng.standard_normal((64, 256)), rng.standard_normal((256, 1)), rng.standard_normal((512, 64)))
+    yield (
+        "rosenbrock n=100,000",
+        tp.record(_rosen, np.zeros(100_000)),
+        (rng.standard_normal(100_000),),
+    )
+    args = (
+        rng.standard_normal((64, 256)),
+        rng.standard_normal((256, 1)),
+        rng.standard_normal((512, 64)),
+    )
     yield "mlp 512x64-256-1", tp.record(_mlp, *args, wrt=(0, 1)), args
 
 
@@ -70,7 +78,9 @@ def check_identical(t, args):
     for th in threads:
         th.join()
     for g in out:
-        for a, b in zip(g if isinstance(g, tuple) else (g,), ref if isinstance(ref, tuple) else (ref,)):
+        for a, b in zip(
+            g if isinstance(g, tuple) else (g,), ref if isinstance(ref, tuple) else (ref,)
+        ):
             assert np.array_equal(a, b), "threaded replay differs from serial"
 
 

@@ -16,9 +16,13 @@ Record once, replay many::
 See README.md for the full tour.
 """
 
+from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
+from tape import core as _core
 from tape import ops as _ops  # noqa: F401  (fills the registry before anything compiles)
+from tape._anomaly import AnomalyError, detect_anomaly
 from tape._generated import sweeps
 from tape._generated import sweeps as _sweeps
+from tape._replay import GuardError, ReplayError
 from tape._tensor import (
     GradFn,
     Tensor,
@@ -42,10 +46,6 @@ from tape._tensor import (
     zeros,
     zeros_like,
 )
-from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
-from tape._anomaly import AnomalyError, detect_anomaly
-from tape._replay import GuardError, ReplayError
-from tape import core as _core
 from tape.core import GuardWarning, KernelArgs, Tape, load
 from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all

@@ -128,7 +128,9 @@ def forward(t, data, start, stop):
 def backward(t, data, grad, roots, seeds, zero_leaves):
     """Checked :func:`tape.sweeps.backward`; returns the buffer mask like it."""
     if not np.isfinite(seeds).all():
-        raise AnomalyError("backward: the seed (output adjoint) contains nan or inf", -1, "", "", "backward")
+        raise AnomalyError(
+            "backward: the seed (output adjoint) contains nan or inf", -1, "", "", "backward"
+        )
     emask, need = S.reach(t.entries, t.bufs, t.n_entries, roots)
     S.zero_adjoints(t.bufs, grad, need, t.n_bufs, zero_leaves)
     s = 0

@@ -120,9 +120,7 @@ class Signature:
             shape = self.shapes[k]
             if a.ndim != len(shape) + 1 or a.shape[1:] != shape:
                 want = ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "")
-                raise ReplayError(
-                    f"{self._name(k)}: expected shape (batch, {want}), got {a.shape}"
-                )
+                raise ReplayError(f"{self._name(k)}: expected shape (batch, {want}), got {a.shape}")
             if batch is None:
                 batch = a.shape[0]
             elif a.shape[0] != batch:
@@ -151,7 +149,9 @@ class Signature:
         for shape, s in zip(self.out_shapes, seeds):
             s = np.asarray(s, self.dtype)
             if s.shape != shape:
-                raise ValueError(f"backward: seed of shape {s.shape} for an output of shape {shape}")
+                raise ValueError(
+                    f"backward: seed of shape {s.shape} for an output of shape {shape}"
+                )
             flat.append(s.ravel())
         return np.concatenate(flat) if flat else np.zeros(0, self.dtype)
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from tape import _anomaly, registry
 from tape._generated import sweeps as S
-from tape._replay import GuardError, ReplayError, Signature, buffer_reader, failure, is_guard
 from tape._layout import (
     ACTIVE,
     B_ALIAS,
@@ -35,6 +34,7 @@ from tape._layout import (
     ENTRY_COLS,
     LEAF,
 )
+from tape._replay import GuardError, Signature, buffer_reader, failure, is_guard
 
 FORMAT_VERSION = 1
 

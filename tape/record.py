@@ -10,7 +10,6 @@ from tape._layout import CONST, LEAF
 from tape._tensor import Tensor, _buffer_in, _check_dtype, float32, float64, no_grad
 from tape.core import Tape
 
-
 ON_CHANGE = ("retrace", "raise", "warn")
 
 

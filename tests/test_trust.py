@@ -27,7 +27,9 @@ def test_inplace_update_of_a_leaf_is_seen_by_the_next_expression():
     assert loss_a.item() == 5.0  # the old graph keeps the value it computed
 
 
-@pytest.mark.parametrize("write", ["zero_", "data_inplace", "data_assign", "copy_", "fill_", "view"])
+@pytest.mark.parametrize(
+    "write", ["zero_", "data_inplace", "data_assign", "copy_", "fill_", "view"]
+)
 def test_every_inplace_write_bumps_the_version(write):
     w = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
     keep = (w * 3).sum()  # noqa: F841  (an open graph holding a copy of w)
@@ -102,7 +104,7 @@ def test_threaded_replays_are_bit_identical_to_serial():
     X = rng.standard_normal((16, 50))
     t = tp.record(_rosen, X[0])
     serial = [t.value_and_grad(x) for x in X]
-    for (v, g), x in zip(serial, X):
+    for (_v, g), x in zip(serial, X):
         np.testing.assert_allclose(g, _rosen_grad(x), rtol=1e-12)
     bad = []
 
@@ -196,7 +198,12 @@ def _fresh(fn, x):
 def test_guards_retrace_to_the_right_path(fn):
     x0 = np.array([1.0, 2.0, 3.0])
     t = tp.record(fn, x0)
-    for x in [np.array([-1.0, -2.0, 0.5]), np.array([0.1, 0.2, 0.3]), x0, np.array([-3.0, 1.0, 1.0])]:
+    for x in [
+        np.array([-1.0, -2.0, 0.5]),
+        np.array([0.1, 0.2, 0.3]),
+        x0,
+        np.array([-3.0, 1.0, 1.0]),
+    ]:
         v, g = t.value_and_grad(x)
         fv, fg = _fresh(fn, x)
         assert v == fv
