@@ -16,9 +16,11 @@ Record once, replay many::
 See README.md for the full tour.
 """
 
+from tape import ops as _ops  # noqa: F401  (fills the registry before anything compiles)
+
+# isort: split
 from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
 from tape import core as _core
-from tape import ops as _ops  # noqa: F401  (fills the registry before anything compiles)
 from tape._anomaly import AnomalyError, detect_anomaly
 from tape._generated import sweeps
 from tape._generated import sweeps as _sweeps
