@@ -19,6 +19,13 @@ Kinds of op:
     integer pool. ``status`` is ``-1`` on success, or ``i`` when the entry found bad data (an
     out-of-range gather index) and the sweep must stop.
 
+Every op also has a ``check(t, i, entry)``: a plain Python function that raises ``ValueError``
+unless entry ``i`` of tape ``t`` (its attribute block, its buffers' sizes) keeps the op's
+kernels inside their buffers. :func:`tape._validate.check_tape` runs it on tapes that come from
+files or pickles, after checking every buffer index, so the check may index ``t.bufs`` with the
+entry's buffers. Elementwise kinds share the checks in :mod:`tape._validate` (which see only
+the block and the sizes); a kernel op must bring its own, written from its kernels' code.
+
 This module imports no Numba.
 """
 
@@ -55,6 +62,9 @@ class Op:
         Module that defined the op (for the code generator's imports).
     code : int
         Op code, assigned at registration.
+    check : callable or None
+        ``check(t, i, entry)``: raises ``ValueError`` unless entry ``i`` of tape ``t`` keeps
+        this op's kernels inside their buffers (see the module docstring).
     """
 
     name: str
@@ -70,6 +80,7 @@ class Op:
     doc: str = ""
     code: int = -1
     extra: dict = field(default_factory=dict)
+    check: Callable | None = None
 
     @property
     def arity(self) -> int:
@@ -89,13 +100,21 @@ def _register(op: Op) -> Op:
     return op
 
 
-def elementwise(kind, name, fwd, *rev, ref=None, domain=(-2.0, 2.0), doc="", module="", names=None):
+def elementwise(
+    kind, name, fwd, *rev, ref=None, domain=(-2.0, 2.0), doc="", module="", names=None, check=None
+):
     """Register an elementwise op from its scalar rules.
 
     ``names`` gives the attribute names under which ``module`` holds the rules (the code
     generator imports them from there); by default ``<name>_fwd`` and ``<name>_rev<k>``.
+    ``check`` (validation of the op's entries in loaded tapes) defaults to the shared check of
+    ``kind`` in :data:`tape._validate.ELEMENTWISE_CHECKS`.
     """
     n = ELEMENTWISE_ARITY[kind]
+    if check is None:
+        from tape._validate import ELEMENTWISE_CHECKS  # no cycle: it imports this module lazily
+
+        check = ELEMENTWISE_CHECKS[kind]
     if len(rev) != n:
         raise ValueError(f"{name}: {kind} op needs {n} reverse rules (None where not differentiable)")
     fwd_name = f"{name}_fwd"
@@ -113,12 +132,15 @@ def elementwise(kind, name, fwd, *rev, ref=None, domain=(-2.0, 2.0), doc="", mod
             fwd_name=fwd_name,
             rev_names=rev_names,
             doc=doc,
+            check=check,
         )
     )
 
 
-def kernel(name, fwd, rev, *, module, n_inputs, differentiable, doc=""):
-    """Register a structural op from its compiled entry kernels (``rev`` may be ``None``)."""
+def kernel(name, fwd, rev, *, module, n_inputs, differentiable, check=None, doc=""):
+    """Register a structural op from its compiled entry kernels (``rev`` may be ``None``) and
+    ``check``, the validation of its entries (see the module docstring; a tape using a kernel
+    op without one cannot be loaded, and the tests fail)."""
     return _register(
         Op(
             name=name,
@@ -131,5 +153,6 @@ def kernel(name, fwd, rev, *, module, n_inputs, differentiable, doc=""):
             rev_names=(None if rev is None else rev.py_func.__name__,),
             doc=doc,
             extra={"n_inputs": n_inputs},
+            check=check,
         )
     )

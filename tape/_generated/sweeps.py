@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ac3ca91b231b02fa3269d60a421348f6e4e6d15ea0dda6826eddcded4eec3c1a"
+FINGERPRINT = "b107cbfb7d7af046157b3b6b919835d2a162da44c90dbbaeaeaea1bce6b43527"
 
 import numpy as np
 from numba import njit, prange

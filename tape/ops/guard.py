@@ -20,6 +20,7 @@ Attribute block: ``[mode]``:
 
 from numba import njit
 
+from tape import _validate as V
 from tape import registry
 from tape._config import KERNEL_JIT
 from tape._layout import E_ATTR, E_IN0, E_IN1
@@ -49,4 +50,23 @@ def guard_fwd(i, entries, bufs, ipool, data):
     return -1
 
 
-registry.kernel("guard", guard_fwd, None, module=__name__, n_inputs=2, differentiable=(False, False))
+def check(t, i, e):
+    """Validation of a guard entry: ``TRUTH`` reads one element of each input, the other
+    modes compare input 0 with input 1 element by element."""
+    x, ref = e[E_IN0], e[E_IN1]
+    (mode,) = V.block(t, i, 0, 1, "the guard mode")
+    if mode not in MODES:
+        V.fail(t, i, f"guard mode {mode}, expected one of {sorted(MODES)}")
+    if mode == TRUTH:
+        for k, b in enumerate((x, ref)):
+            if V.size(t, b) < 1:
+                V.fail(t, i, f"a truth-value guard reads input {k} (buffer {b}), which is empty")
+    else:
+        n = V.size(t, x)
+        V.equal_sizes(t, i, "input 1 (the recorded value)", ref, n, "it is compared with input 0")
+
+
+registry.kernel(
+    "guard", guard_fwd, None, module=__name__, n_inputs=2, differentiable=(False, False),
+    check=check,
+)  # fmt: skip

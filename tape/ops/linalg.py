@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 import tape
+from tape import _validate as V
 from tape import registry
 from tape._config import KERNEL_JIT
 from tape._layout import E_ATTR, E_IN0, E_IN1, E_OUT
@@ -65,9 +66,29 @@ def matmul_rev(i, entries, bufs, ipool, data, grad):
             gb += np.dot(a.T, gy)
 
 
+def check(t, i, e):
+    """Validation of a ``matmul`` entry: the output is ``batch`` matrices of ``m x n``;
+    input 0 is read as ``batch`` matrices of ``m x k`` starting ``stride_a`` apart, input 1
+    as ``k x n`` matrices ``stride_b`` apart. (The CPU kernels skip empty products; the GPU's
+    reverse still visits every element of the input adjoints, so both extents are checked
+    whenever they are nonempty.)"""
+    a, b, y = e[E_IN0], e[E_IN1], e[E_OUT]
+    names = ("batch", "m", "k", "n", "stride_a", "stride_b")
+    ints = V.block(t, i, 0, 6, ", ".join(names))
+    for name, v in zip(names, ints):
+        V.count(t, i, v, name, hi=1 << 62)
+    nb, m, k, n, sa, sb = ints
+    V.equal_sizes(t, i, "the output", y, nb * m * n, f"{nb} matrices of {m} x {n}")
+    if nb and m * k:
+        V.inside(t, i, "input 0", a, (0, (nb - 1) * sa + m * k - 1))
+    if nb and k * n:
+        V.inside(t, i, "input 1", b, (0, (nb - 1) * sb + k * n - 1))
+
+
 registry.kernel(
-    "matmul", matmul_fwd, matmul_rev, module=__name__, n_inputs=2, differentiable=(True, True)
-)
+    "matmul", matmul_fwd, matmul_rev, module=__name__, n_inputs=2, differentiable=(True, True),
+    check=check,
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- front end

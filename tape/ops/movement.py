@@ -21,9 +21,10 @@ import numpy as np
 from numba import njit
 
 import tape
+from tape import _validate as V
 from tape import registry
 from tape._config import KERNEL_JIT
-from tape._layout import E_ATTR, E_IN0, E_IN1, E_OUT
+from tape._layout import B_OFF, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape._loops import active, strided_offsets, view
 
 _jit = njit(**KERNEL_JIT)
@@ -103,8 +104,63 @@ def take_rev(i, entries, bufs, ipool, data, grad):
             gx[r * inner + t] += gy[j * inner + t]
 
 
-registry.kernel("copy", copy_fwd, copy_rev, module=__name__, n_inputs=1, differentiable=(True,))
-registry.kernel("take", take_fwd, take_rev, module=__name__, n_inputs=2, differentiable=(True, False))
+def check_copy(t, i, e):
+    """Validation of a ``copy`` entry: element ``idx`` of ``shape`` moves from input offset
+    ``in_off + idx . in_strides`` to output offset ``out_off + idx . out_strides``; a copy
+    writes distinct output elements, so no more than the output holds."""
+    x, y = e[E_IN0], e[E_OUT]
+    (nd,) = V.block(t, i, 0, 1, "the number of axes")
+    V.count(t, i, nd, "the number of axes")
+    ints = V.block(t, i, 1, 3 * nd + 2, f"a shape, 2 offsets and 2 x {nd} strides")
+    ds = ints[:nd]
+    in_off, in_st = ints[nd], ints[nd + 1 : 2 * nd + 1]
+    out_off, out_st = ints[2 * nd + 1], ints[2 * nd + 2 :]
+    n = V.dims(t, i, ds, "the copied shape")
+    if n > V.size(t, y):
+        V.fail(t, i, f"copies {n} elements into an output (buffer {y}) of {V.size(t, y)}")
+    V.inside(t, i, "the input", x, V.span(ds, in_st, in_off))
+    V.inside(t, i, "the output", y, V.span(ds, out_st, out_off))
+
+
+def check_take(t, i, e):
+    """Validation of a ``take`` entry: the input is ``n_rows`` rows of ``inner``, the output
+    one row per index. The forward kernel checks the indices it reads; the reverse kernel
+    reads them again unchecked, so they must be the values the forward checked (no later
+    entry may write them) and, since a reverse sweep may run on the arena as loaded, the
+    saved values must be in range too."""
+    x, idx, y = e[E_IN0], e[E_IN1], e[E_OUT]
+    n_rows, inner = V.block(t, i, 0, 2, "n_rows and inner")
+    V.count(t, i, n_rows, "n_rows", hi=1 << 62)
+    V.count(t, i, inner, "inner", hi=1 << 62)
+    V.equal_sizes(t, i, "input 0", x, n_rows * inner, f"it is read as {n_rows} rows of {inner}")
+    n_idx = V.size(t, idx)
+    V.equal_sizes(t, i, "the output", y, n_idx * inner, f"{n_idx} indices, rows of {inner}")
+    j = V.later_writer(t, i, idx)
+    if j >= 0:
+        V.fail(
+            t, i,
+            f"entry {j} writes the memory of its index buffer {idx} after the indices are "
+            "checked (the reverse sweep reads them unchecked)",
+        )  # fmt: skip
+    off = int(t.bufs[idx, B_OFF])
+    v = t.data[off : off + n_idx]
+    with np.errstate(invalid="ignore"):
+        ok = (v == np.floor(v)) & (v >= -n_rows) & (v < n_rows)
+    if not ok.all():
+        k = int(np.flatnonzero(~ok)[0])
+        V.fail(
+            t, i, f"index {v[k]:g} (element {k} of buffer {idx}) is out of range for {n_rows} rows"
+        )  # fmt: skip
+
+
+registry.kernel(
+    "copy", copy_fwd, copy_rev, module=__name__, n_inputs=1, differentiable=(True,),
+    check=check_copy,
+)  # fmt: skip
+registry.kernel(
+    "take", take_fwd, take_rev, module=__name__, n_inputs=2, differentiable=(True, False),
+    check=check_take,
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- front end

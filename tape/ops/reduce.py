@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 import tape
+from tape import _validate as V
 from tape import registry
 from tape._config import KERNEL_JIT
 from tape._layout import E_ATTR, E_IN0, E_OUT
@@ -191,13 +192,31 @@ def prod_rev(i, entries, bufs, ipool, data, grad):
             gx[j] += gy[k] * nonzero_prod[k]
 
 
+def check(t, i, e):
+    """Validation of a reduction entry (see :func:`tape._validate.check_tape`), read off the
+    kernels above: input element ``idx`` (C order over ``in_shape``, so the input must hold
+    exactly that many) goes to output offset ``idx . out_strides``; ``sum`` walks rows of the
+    innermost axis and, when the output stride along them is 0, touches each row's output
+    offset even if the rows are empty."""
+    x, y = e[E_IN0], e[E_OUT]
+    (nd,) = V.block(t, i, 0, 1, "the number of axes")
+    V.count(t, i, nd, "the number of axes")
+    ints = V.block(t, i, 1, 2 * nd, f"{nd} input extents and {nd} output strides")
+    ds, st = ints[:nd], ints[nd:]
+    n = V.dims(t, i, ds, "the input shape")
+    V.equal_sizes(t, i, "the input", x, n, f"the block's input shape is {tuple(ds)}")
+    V.inside(t, i, "the output", y, V.span(ds, st))
+    if nd and st[-1] == 0:
+        V.inside(t, i, "the output", y, V.span(ds[:-1], st[:-1]))
+
+
 for _name, _f, _r in (
     ("sum", sum_fwd, sum_rev),
     ("max", max_fwd, max_rev),
     ("min", min_fwd, min_rev),
     ("prod", prod_fwd, prod_rev),
 ):
-    registry.kernel(_name, _f, _r, module=__name__, n_inputs=1, differentiable=(True,))
+    registry.kernel(_name, _f, _r, module=__name__, n_inputs=1, differentiable=(True,), check=check)
 
 
 # ---------------------------------------------------------------- front end
