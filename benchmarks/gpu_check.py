@@ -268,7 +268,6 @@ def bandwidth(quick, peak):
 
 def batched(quick):
     import tape as tp
-    from tape.batch import _plan
     from tape.cuda import CudaBatch
 
     def rosen(x):
@@ -279,7 +278,7 @@ def batched(quick):
     X = rng.standard_normal((n, 10))
     t = tp.record(rosen, X[0])
     cb = CudaBatch(t, n)
-    cb.load(_plan(t).pack_args([X]))
+    cb.load(X)
     reps = 1 if TINY else 5 if quick else 10
     s = _time(lambda: cb.run(), reps)
     v, g = cb.results()

@@ -468,6 +468,203 @@ else:
             )
             np.testing.assert_allclose(v, np.array([t.forward(x) for x in X]), rtol=1e-5)
 
+    # ------------------------------------------------------------ one semantics with the CPU
+
+    def test_zero_adjoint_never_evaluates_a_rule(rng):
+        # where(x > 0, sqrt(x), 0) at x = 0: the sqrt rule gives 0 * inf there; the masked
+        # accumulate discards it, as on the CPU. A NaN adjoint still propagates.
+        x = np.array([0.0, 1.0, 4.0, 0.0, 2.0])
+        w = np.array([1.0, 2.0, np.nan, 1.0, 1.0])
+        f = lambda x: (tp.where(x > 0, tp.sqrt(x), 0.0) * w).sum() + tp.sqrt(x[1:3]).sum()
+        t = tp.record(f, x)
+        want = t.gradient(x)
+        assert want[0] == 0.0 and want[3] == 0.0 and np.isnan(want[2])
+        for kw in ({}, {"cooperative": False, "blocks": 2}):
+            np.testing.assert_array_equal(CudaTape(t, threads=THREADS, **kw).gradient(x), want)
+        X = np.stack([x, x[::-1], x + 1.0])
+        _, g = gradient_batch(t, X, threads=THREADS)
+        np.testing.assert_array_equal(g, np.array([t.gradient(xb) for xb in X]))
+
+    def test_results_in_the_recorded_dtypes(rng):
+        # a float32 argument on a float64 arena (a float64 constant joined it): float32
+        # gradients, as on the CPU; outputs in the dtype the function returned
+        c = np.array([1.0, 2.0, 3.0])
+        x = np.array([0.5, -1.0, 2.0], np.float32)
+        t = tp.record(lambda x: (x * c).sum(), x)
+        assert t.dtype == np.float64
+        ct = CudaTape(t, threads=THREADS)
+        for got, want in ((ct.gradient(x), t.gradient(x)), (ct.grads[0], t.grads[0])):
+            assert got.dtype == want.dtype == np.float32
+            np.testing.assert_array_equal(got, want)
+        v, g = ct.value_and_grad(x)
+        wv, wg = t.value_and_grad(x)
+        assert np.asarray(v).dtype == np.asarray(wv).dtype and g.dtype == wg.dtype
+        vb, gb = gradient_batch(t, np.stack([x, 2 * x]), threads=THREADS)
+        wb = t.gradient_batch(np.stack([x, 2 * x]))
+        assert vb.dtype == wb[0].dtype and gb.dtype == wb[1].dtype == np.float32
+        np.testing.assert_array_equal(gb, wb[1])
+
+    # ------------------------------------------------------------ guards
+
+    def _branchy(x):
+        if x.sum() > 0:
+            return (x * x).sum()
+        return (x * x * x).sum()
+
+    def _while(y):
+        while y.sum() < 10:
+            y = y * 2
+        return (y * y).sum()
+
+    def _escape_float(x):
+        return (x * float(x[0])).sum()
+
+    def _escape_int(x):
+        return (x * int(x[1] * 2)).sum()
+
+    def _escape_array(x):
+        return (x * np.asarray(x)).sum()
+
+    GUARDED = [_branchy, _while, _escape_float, _escape_int, _escape_array]
+    POINTS = [
+        np.array([-1.0, -2.0, 0.5]),
+        np.array([0.1, 0.2, 0.3]),
+        np.array([1.0, 2.0, 3.0]),
+        np.array([-3.0, 1.0, 1.0]),
+    ]
+
+    def _fresh(fn, x):
+        return tp.record(fn, x).value_and_grad(x)
+
+    @pytest.mark.parametrize("fn", GUARDED, ids=lambda f: f.__name__)
+    def test_guards_retrace_on_device(fn):
+        # a guard that fails on the device: the call runs on the CPU tape, which retraces
+        t = tp.record(fn, POINTS[2])
+        ct = CudaTape(t, threads=THREADS)
+        for x in POINTS:
+            fv, fg = _fresh(fn, x)
+            v, g = ct.value_and_grad(x)
+            assert v == fv
+            np.testing.assert_array_equal(g, fg)
+            np.testing.assert_array_equal(ct.grads[0], fg)  # the device holds this call's
+            assert ct.device_value().copy_to_host()[0] == fv
+            assert ct.forward(x) == fv
+        assert t.retraces >= 1
+
+    def test_guards_in_every_launch_plan():
+        # the guard stops a later launch (runs of small and large entries) or a one-launch-
+        # per-phase replay; every thread leaves together and the next replay is clean
+        def f(x):
+            y = tp.tanh(x) * 2.0
+            z = (y * y).sum()
+            if z > 1.0:
+                return (tp.sin(x) * z).sum()
+            return (tp.cos(x) * z).sum()
+
+        x1 = np.linspace(-0.5, 1.0, 12)
+        x2 = x1 * 0.01
+        t = tp.record(f, x1)
+        for kw in ({"small": 4, "min_run": 1}, {"cooperative": False, "blocks": 2}, {}):
+            ct = CudaTape(t, threads=THREADS, **kw)
+            for x in (x1, x2, x1):
+                fv, fg = _fresh(f, x)
+                v, g = ct.value_and_grad(x)
+                np.testing.assert_allclose(v, fv, rtol=1e-12)
+                np.testing.assert_allclose(g, fg, rtol=1e-12)
+
+    def test_guard_raise_on_device_is_the_cpu_error():
+        t = tp.record(_branchy, np.ones(3), on_change="raise")
+        ct = CudaTape(t, threads=THREADS)
+        with pytest.raises(tp.GuardError) as cpu:
+            t.gradient(-np.ones(3))
+        for call in (ct.gradient, ct.forward, ct.value_and_grad):
+            with pytest.raises(tp.GuardError) as gpu:
+                call(-np.ones(3))
+            assert str(gpu.value) == str(cpu.value)
+            assert gpu.value.entry == cpu.value.entry and gpu.value.source == cpu.value.source
+        np.testing.assert_array_equal(ct.gradient(np.ones(3)), 2 * np.ones(3))  # not sticky
+
+    def test_guard_on_a_loaded_tape_raises_on_device():
+        import pickle
+
+        u = pickle.loads(pickle.dumps(tp.record(_branchy, np.ones(3))))
+        ct = CudaTape(u, threads=THREADS)
+        np.testing.assert_array_equal(ct.gradient(np.ones(3)), 2 * np.ones(3))
+        with pytest.raises(tp.GuardError, match="cannot retrace"):
+            ct.gradient(-np.ones(3))
+
+    def test_guard_warn_on_device_warns_and_stays_on_the_recorded_path():
+        import warnings
+
+        t = tp.record(_branchy, np.ones(3), on_change="warn")
+        ct = CudaTape(t, threads=THREADS)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            g1 = ct.gradient(-np.ones(3))
+            g2 = ct.gradient(-2 * np.ones(3))
+        assert sum(issubclass(x.category, tp.GuardWarning) for x in w) == 1
+        np.testing.assert_array_equal(g1, -2 * np.ones(3))  # d/dx sum(x*x): recorded path
+        np.testing.assert_array_equal(g2, -4 * np.ones(3))
+
+    def test_device_state_after_a_call_on_the_cpu():
+        t = tp.record(_branchy, np.ones(3))
+        ct = CudaTape(t, threads=THREADS)
+        xn = np.array([-1.0, -2.0, 0.5])
+        fv, fg = _fresh(_branchy, xn)
+        assert ct.forward(xn) == fv  # ran on the CPU tape (retraced)
+        ct.zero_grad()
+        ct.backward()  # the CPU tape's reverse sweep, added to the device gradients
+        np.testing.assert_array_equal(ct.grads[0], fg)
+        ct.backward()
+        np.testing.assert_array_equal(ct.device_grads[0].copy_to_host(), 2 * fg)
+        # inputs written on the device, replayed: the guard fails there too
+        ct.device_inputs[0].copy_to_device(xn)
+        ct.replay()
+        np.testing.assert_array_equal(ct.grads[0], fg)
+        assert ct.device_value().copy_to_host()[0] == fv
+        # back on the recorded path, everything runs on the device again
+        x = np.array([1.0, 2.0, 3.0])
+        np.testing.assert_array_equal(ct.gradient(x), 2 * x)
+        ct.backward()
+        np.testing.assert_array_equal(ct.grads[0], 4 * x)
+
+    def test_gradient_batch_redoes_instances_that_leave_the_path():
+        X = np.array([[1.0, 2.0, 3.0], [-1.0, -2.0, -3.0], [0.5, 0.5, -2.0], [2.0, -1.0, 0.0]])
+        t = tp.record(_branchy, X[0])
+        vals, grads = gradient_batch(t, X, threads=THREADS)
+        for b, x in enumerate(X):
+            fv, fg = _fresh(_branchy, x)
+            assert vals[b] == fv
+            np.testing.assert_array_equal(grads[b], fg)
+        strict = tp.record(_branchy, X[0], on_change="raise")
+        with pytest.raises(tp.GuardError, match="instance 1"):
+            gradient_batch(strict, X, threads=THREADS)
+        vals, _ = gradient_batch(strict, X[[0, 3]], threads=THREADS)  # not sticky
+        np.testing.assert_array_equal(vals, [14.0, 5.0])
+
+    def test_gradient_batch_guards_gathers_and_float32(rng):
+        def f(x, i):
+            y = tp.take(x, i, axis=0) * 2.0
+            if y.sum() > 0:
+                return (y * y).sum()
+            return tp.exp(y).sum()
+
+        x0 = np.array([0.5, 1.0, -0.25, 2.0], np.float32)
+        t = tp.record(f, x0, np.array([0, 3, 3]))
+        B = 7
+        X = rng.standard_normal((B, 4)).astype(np.float32)
+        idx = rng.integers(-4, 4, (B, 3))
+        v, g = gradient_batch(t, X, idx, threads=4)
+        wv, wg = t.gradient_batch(X, idx)
+        assert v.dtype == wv.dtype and g.dtype == wg.dtype == np.float32
+        np.testing.assert_allclose(v, wv, rtol=1e-6)
+        np.testing.assert_allclose(g, wg, rtol=1e-6)
+        assert t.retraces >= 1
+        bad = idx.copy()
+        bad[5, 2] = 4
+        with pytest.raises(IndexError, match="instance 5"):
+            gradient_batch(t, X, bad, threads=4)
+
     # ------------------------------------------------------------ the generated file
 
     def test_generated_kernels_are_fresh():
@@ -482,7 +679,7 @@ else:
         from tape.cuda._program import gpu_spec
 
         for op in OPS:
-            fwd, rev, _, _ = gpu_spec(op)
+            fwd, rev, _, _, _ = gpu_spec(op)
             assert fwd >= 1 and rev >= (1 if any(op.differentiable) else 0), op.name
             if op.kind == "kernel":
                 assert op.name in GPU_KERNELS

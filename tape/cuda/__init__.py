@@ -20,7 +20,10 @@ one kernel walks the packed tape with the whole grid on each entry and a barrier
 phase (a block barrier for runs of small entries, launched as one block; a grid barrier in a
 cooperative launch for large ones), so a replay is one launch for most tapes. The rules are
 the CPU rules translated to device functions (:mod:`tape.cuda._rules`); structural ops have
-GPU kernels in :mod:`tape.cuda._kernels`.
+GPU kernels in :mod:`tape.cuda._kernels`. The results are the CPU replay's: same semantics
+(``tests/test_conformance.py`` runs one table of cases on every backend), same argument
+checks and errors, same dtypes. A replay whose arguments leave the recorded path (a failed
+guard) raises or runs on the CPU tape, following ``on_change`` (see :class:`CudaTape`).
 """
 
 from tape.cuda._replay import CudaBatch, CudaTape, available, gradient_batch
@@ -40,4 +43,3 @@ def to_device(t, device="cuda", **kwargs):
             cuda.select_device(int(dev.split(":", 1)[1]))
         return CudaTape(t, **kwargs)
     raise ValueError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
-

@@ -1,5 +1,5 @@
 """GPU entry kernels of the structural ops (the ``kernel`` ops of the registry): reductions,
-strided copy, gather, matrix product.
+strided copy, gather, matrix product, guard.
 
 Each op is one :class:`GpuKernel` record in :data:`GPU_KERNELS`, keyed by the op's registry
 name: its forward and reverse phase functions (signature in :mod:`tape.cuda._loops`), how many
@@ -38,10 +38,11 @@ from tape.cuda._loops import (
     identity,
     ip,
     ix,
+    reject,
     udiv,
     woff,
 )
-from tape.cuda._program import H_STATUS, H_STATUS_INST
+from tape.ops.guard import INT, TRUTH
 
 _dev = cuda.jit(**DEVICE_JIT)
 
@@ -53,7 +54,8 @@ class GpuKernel:
     Attributes
     ----------
     fwd, rev : device functions
-        Phase functions ``(ph, i, prog, A, base, step, t0, ts, solo, sh)``.
+        Phase functions ``(ph, i, prog, A, base, step, t0, ts, solo, sh)``; ``rev`` is None
+        for an op without a reverse rule (``rev_phases`` 0).
     fwd_phases, rev_phases : int
         Number of phases (a barrier follows each).
     rev_inputs : tuple or None
@@ -61,14 +63,18 @@ class GpuKernel:
         that input has no adjoint), ``-1`` for "always run"; None: run every phase.
     work : callable or None
         ``work(n_out, parts) -> int``: scratch elements one entry needs.
+    checks : tuple
+        Forward phases that may reject the entry's data (calling
+        :func:`tape.cuda._loops.reject`): the kernels read the status after them and stop.
     """
 
     fwd: Callable
-    rev: Callable
+    rev: Callable | None
     fwd_phases: int
     rev_phases: int
     rev_inputs: tuple | None = None
     work: Callable | None = None
+    checks: tuple = ()
 
 
 # ---------------------------------------------------------------- reductions
@@ -397,9 +403,7 @@ def take_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
                 r = int(v)
                 ok = r == v
             if not ok:
-                cuda.atomic.min(prog, H_STATUS, i)
-                if solo:
-                    prog[H_STATUS_INST] = base
+                reject(i, prog, A, base, step, solo)
         return
     for e in range(t0, n_idx * inner, ts):
         j = e // inner
@@ -526,6 +530,32 @@ def matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
         A[ix(gb + bi * sb + q * n + c, step, base)] += acc
 
 
+# ---------------------------------------------------------------- guard
+# attribute block: [mode]; input 0 the traced value, input 1 its value at record time. The
+# same tests as tape/ops/guard.py; the output is never written and there is no reverse.
+
+
+@_dev
+def guard_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    x = boff(prog, ent(prog, i, E_IN0))
+    ref = boff(prog, ent(prog, i, E_IN1))
+    mode = ip(prog, ent(prog, i, E_ATTR))
+    n = 1 if mode == TRUTH else bsize(prog, ent(prog, i, E_IN0))
+    for j in range(t0, n, ts):
+        v = A[ix(x + j, step, base)]
+        r = A[ix(ref + j, step, base)]
+        if mode == TRUTH:
+            bad = (v != 0.0) != (r != 0.0)
+        elif mode == INT:
+            bad = not (v == v and abs(v) < 9.2e18)
+            if not bad:
+                bad = int(v) != r
+        else:
+            bad = v != r and not (v != v and r != r)  # NaN matches NaN
+        if bad:
+            reject(i, prog, A, base, step, solo)
+
+
 # ---------------------------------------------------------------- the table
 
 GPU_KERNELS = {
@@ -534,7 +564,8 @@ GPU_KERNELS = {
     "min": GpuKernel(min_fwd, _extreme_rev, 2, 3, work=_reduce_work),
     "prod": GpuKernel(prod_fwd, prod_rev, 2, 3, work=_reduce_work),
     "copy": GpuKernel(copy_fwd, copy_rev, 1, 1),
-    "take": GpuKernel(take_fwd, take_rev, 2, 1),
+    "take": GpuKernel(take_fwd, take_rev, 2, 1, checks=(0,)),
     "matmul": GpuKernel(matmul_fwd, matmul_rev, 1, 2, rev_inputs=(0, 1)),
+    "guard": GpuKernel(guard_fwd, None, 1, 0, checks=(0,)),
 }
 """The GPU path of every ``kernel`` op of the registry, by op name."""

@@ -22,9 +22,16 @@ Accumulation into adjoints is race-free by construction: where each element of a
 has one writer in a phase (same-shape elementwise inputs, reductions' inputs, matrix
 products by output element) the loops add plainly; where several elements of the output
 feed one input element (broadcasting, ``take`` with repeated indices, a strided copy with a
-zero stride) they use ``cuda.atomic.add``; a scalar broadcast input sums in a block reduction
+zero stride) they use ``cuda.atomic.add``; a one-element input sums in a block reduction
 first (one atomic per block instead of one per element). Two inputs of one entry may view
 the same memory, so each input's adjoint gets its own phase.
+
+The elementwise reverse loops accumulate as the CPU loops (:mod:`tape._loops`) do, through
+:func:`masked`: a zero output adjoint contributes exactly zero, whatever the rule computed
+(``where(x > 0, sqrt(x), 0)`` at ``x = 0`` has a zero gradient, not ``0 * inf = NaN``), and a
+NaN adjoint still propagates. Broadcasting follows the recorder's two layouts: ``SAME``
+(ternary entries whose inputs all have the output's size) and ``GENERAL`` blocks, walked as
+rows of the innermost axis as on the CPU.
 """
 
 from __future__ import annotations
@@ -46,11 +53,9 @@ from tape._layout import (
     E_OUT,
     ENTRY_COLS,
     SAME,
-    SCALAR0,
-    SCALAR1,
 )
 from tape.cuda._config import DEVICE_JIT
-from tape.cuda._program import H_BUFS, H_ENTRIES, H_GRAD, H_IPOOL, H_WORK
+from tape.cuda._program import H_BUFS, H_ENTRIES, H_FLAG, H_GRAD, H_IPOOL, H_STATUS, H_WORK
 
 _dev = cuda.jit(**DEVICE_JIT)
 
@@ -121,18 +126,38 @@ def woff(prog):
 
 
 @_dev
-def bcast(prog, p, k, j):
-    """Offset into input ``k`` of output element ``j`` of a GENERAL broadcast block at ``p``
-    (``[mode, nd, shape[nd], strides_0[nd], ...]``), computed without a table."""
+def in_off(mode, prog, p, k, j):
+    """Offset into input ``k`` of output element ``j``: ``j`` itself under ``SAME``; under a
+    ``GENERAL`` block at ``p`` (``[mode, nd, shape[nd], strides_0[nd], ...]``), the start of
+    ``j``'s row in input ``k`` plus its column times the row stride, as the CPU loops walk
+    it, computed without a table. Equal shapes and scalars are one row (``nd == 1``): no
+    division at all."""
+    if mode == SAME:
+        return j
     nd = ip(prog, p + 1)
-    off = 0
-    r = j
-    for d in range(nd - 1, -1, -1):
+    st = p + 2 + nd * (1 + k)  # input k's strides
+    if nd == 1:
+        return j * ip(prog, st)
+    m = ip(prog, p + 1 + nd)  # row length: the innermost axis
+    r = udiv(j, m)
+    off = (j - r * m) * ip(prog, st + nd - 1)
+    for d in range(nd - 2, -1, -1):
         s = ip(prog, p + 2 + d)
         q = udiv(r, s)
-        off += (r - q * s) * ip(prog, p + 2 + nd * (1 + k) + d)
+        off += (r - q * s) * ip(prog, st + d)
         r = q
     return off
+
+
+@_dev
+def reject(i, prog, A, base, step, solo):
+    """Entry ``i`` found bad data (a gather index out of bounds, a failed guard): record it
+    in ``prog[H_STATUS]`` (the earliest such entry wins), and in batched replay (``solo``)
+    raise this instance's flag, so that only this instance stops and the host can tell which
+    instances to redo."""
+    cuda.atomic.min(prog, H_STATUS, i)
+    if solo:
+        A[ix(prog[uint64(H_FLAG)], step, base)] = 1.0
 
 
 # ---------------------------------------------------------------- reductions
@@ -212,15 +237,12 @@ def accumulate(A, idx, v, atomic):
 
 
 @_dev
-def in_off(mode, prog, p, k, j):
-    """Offset into input ``k`` of output element ``j`` under broadcasting ``mode``."""
-    if mode == SAME:
-        return j
-    if mode == SCALAR0:
-        return 0 if k == 0 else j
-    if mode == SCALAR1:
-        return j if k == 0 else 0
-    return bcast(prog, p, k, j)
+def masked(c, g):
+    """What a reverse rule's value ``c`` adds to an adjoint where the output adjoint is ``g``:
+    the CPU loops' select (:mod:`tape._loops`), so that both targets give the same numbers. A
+    select, not a product: ``c`` may be inf or NaN where an unused branch's rule was evaluated
+    (``0 * inf`` would be NaN); a NaN ``g`` is not zero and propagates."""
+    return c if g != 0.0 else 0.0
 
 
 @_dev
@@ -265,7 +287,7 @@ def unary_rev(r, ph, i, prog, A, base, step, t0, ts, solo, sh):
             vn = A[ix(y + j, step, base)]
             gn = A[ix(gy + j, step, base)]
         if j != t0:
-            A[ix(gx + j - ts, step, base)] += r(u, v, g)
+            A[ix(gx + j - ts, step, base)] += masked(r(u, v, g), g)
         u = un
         v = vn
         g = gn
@@ -316,11 +338,11 @@ def _binary_rev_one(r, k, i, prog, A, base, step, t0, ts, solo, sh):
     n = bsize(prog, o)
     p = ent(prog, i, E_ATTR)
     mode = ip(prog, p)
-    # a scalar broadcast input sums over the whole output (block reduction, one atomic per
-    # block); a GENERAL broadcast input smaller than the output gets atomics; otherwise each
+    # a one-element input sums over the whole output (block reduction, one atomic per
+    # block); another input smaller than the output (broadcast) gets atomics; otherwise each
     # of its elements has one writer
-    scalar = (mode == SCALAR0 and k == 0) or (mode == SCALAR1 and k == 1)
-    atomic = (not solo) and mode != SAME and bsize(prog, target) < n
+    scalar = bsize(prog, target) == 1
+    atomic = (not solo) and bsize(prog, target) < n
     acc = 0.0
     u = 0.0
     v = 0.0
@@ -343,7 +365,7 @@ def _binary_rev_one(r, k, i, prog, A, base, step, t0, ts, solo, sh):
             gn = A[ix(gy + j, step, base)]
             dn = o0 if k == 0 else o1
         if j != t0:
-            c = r(u, v, w, g)
+            c = masked(r(u, v, w, g), g)
             if scalar:
                 acc += c
             else:
@@ -407,16 +429,17 @@ def _ternary_rev_one(r, k, i, prog, A, base, step, t0, ts, solo, sh):
     n = bsize(prog, o)
     p = ent(prog, i, E_ATTR)
     mode = ip(prog, p)
-    atomic = (not solo) and mode != SAME and bsize(prog, target) < n
+    atomic = (not solo) and bsize(prog, target) < n
     for j in range(t0, n, ts):
+        g = A[ix(gy + j, step, base)]
         v = r(
             A[ix(a + in_off(mode, prog, p, 0, j), step, base)],
             A[ix(b + in_off(mode, prog, p, 1, j), step, base)],
             A[ix(c + in_off(mode, prog, p, 2, j), step, base)],
             A[ix(y + j, step, base)],
-            A[ix(gy + j, step, base)],
+            g,
         )
-        accumulate(A, ix(gk + in_off(mode, prog, p, k, j), step, base), v, atomic)
+        accumulate(A, ix(gk + in_off(mode, prog, p, k, j), step, base), masked(v, g), atomic)
 
 
 @_dev

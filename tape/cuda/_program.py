@@ -6,22 +6,27 @@ so the kernels take two arrays, not ten:
 ``prog`` : int64
     A header of :data:`HEADER` slots (the ``H_*`` names below: where each part starts), then
     the tape's ``entries`` and ``bufs`` rows (flattened), its integer pool, and per entry the
-    reach mask, the number of forward and reverse phases and the mask of reverse phases to run;
-    then the lists of adjoint ranges to zero, of seeds to add and (batched replay) of constant
-    ranges to copy into each instance. Two slots are written by the kernels: ``H_STATUS`` (the
-    first entry that rejected its data, :data:`OK` if none) and ``H_STATUS_INST``.
+    reach mask and its :data:`PHASE_COLS` phase numbers (forward phases, reverse phases, the
+    mask of reverse phases to run, the mask of forward phases after which the status must be
+    read); then the lists of adjoint ranges to zero, of seeds to add and (batched replay) of
+    constant ranges to copy into each instance. One slot is written by the kernels:
+    ``H_STATUS``, the first entry that rejected its data (a gather index out of bounds, a failed
+    guard), :data:`OK` if none.
 ``A`` : float (the tape's dtype)
     The arena: values ``[0, n_data)``, adjoints ``[H_GRAD, H_GRAD + n_data)`` (same layout as
-    the CPU ``data`` / ``grad``), scratch for reductions ``[H_WORK, ...)`` and the seed values.
-    Batched replay stores one such arena per instance, interleaved (element ``e`` of instance
-    ``b`` at ``e * n_instances + b``) so that the threads of a warp, one instance each, read
-    adjacent addresses.
+    the CPU ``data`` / ``grad``), scratch for reductions ``[H_WORK, ...)``, one status flag
+    (``H_FLAG``: batched replay sets it to 1 in the arena of an instance whose data an entry
+    rejected) and the seed values. Batched replay stores one such arena per instance,
+    interleaved (element ``e`` of instance ``b`` at ``e * n_instances + b``) so that the
+    threads of a warp, one instance each, read adjacent addresses.
 
 An entry runs as a fixed number of **phases** separated by barriers: a binary op's reverse
 has one per input (two inputs may view the same memory, as in ``x[1:] * x[:-1]``: one phase
 at a time, each element has one writer), a reduction gathers partial results in one phase
 and combines them in the next. The phase counts come from the op records: one per input for
 elementwise reverses, the ``GpuKernel`` spec (:mod:`tape.cuda._kernels`) for the others.
+Entries that can reject their data (``GpuKernel.checks``: ``take``, ``guard``) mark the forward
+phases after which the kernels read ``H_STATUS``; a tape without such entries never reads it.
 
 This module needs numpy and the CPU sweeps only.
 """
@@ -53,7 +58,7 @@ H_ENTRIES = 1  # entries rows, flattened (ENTRY_COLS ints each)
 H_BUFS = 2  # buffer rows, flattened (BUF_COLS ints each)
 H_IPOOL = 3  # the integer pool
 H_EMASK = 4  # per entry: 1 if the roots depend on it (reverse sweep skips the others)
-H_PHASES = 5  # per entry: forward phases, reverse phases, reverse phase mask (3 ints)
+H_PHASES = 5  # per entry: PHASE_COLS ints (see the module docstring)
 H_ZACT = 6  # (offset, size) pairs: intermediate adjoints zeroed before each reverse sweep
 H_N_ZACT = 7
 H_ZLEAF = 8  # (offset, size) pairs: leaf adjoints (zeroed by zero_grad / gradient)
@@ -65,9 +70,14 @@ H_N_INIT = 13
 H_GRAD = 14  # arena offset of the adjoint region
 H_WORK = 15  # arena offset of the reduction scratch
 H_STATUS = 16  # written by kernels: first entry that rejected its data, OK if none
-H_STATUS_INST = 17  # written by the batched kernel: an instance that failed
+H_FLAG = 17  # arena offset of the per-instance status flag (batched replay)
 H_N_WORK = 18
+H_N_CHECKS = 19  # number of entries that can reject their data (0: no status to read)
 HEADER = 20
+
+PHASE_COLS = 4
+"""Ints per entry in the phase table: forward phases, reverse phases, mask of the reverse
+phases to run, mask of the forward phases after which the status is read."""
 
 OK = 1 << 62
 """``prog[H_STATUS]`` when no entry rejected its data."""
@@ -83,16 +93,17 @@ BACKWARD = ZERO_ACT | SEED | REV
 
 
 def gpu_spec(op):
-    """Phase counts of ``op`` on the GPU: ``(fwd_phases, rev_phases, rev_inputs, work)``.
+    """Phase counts of ``op`` on the GPU: ``(fwd_phases, rev_phases, rev_inputs, work,
+    checks)``.
 
     ``rev_inputs[p]`` is the input whose adjoint reverse phase ``p`` writes (the phase is
     skipped when that input has no adjoint) or ``-1`` (always run); ``work(n_out, parts)`` the
-    scratch an entry needs.
+    scratch an entry needs; ``checks`` the forward phases that may reject the entry's data.
     """
     if op.kind != "kernel":
         n = op.arity
         rev = tuple(k if op.differentiable[k] else None for k in range(n))
-        return 1, n, rev, None
+        return 1, n, rev, None, ()
     from tape.cuda._kernels import GPU_KERNELS
 
     g = GPU_KERNELS.get(op.name)
@@ -101,7 +112,7 @@ def gpu_spec(op):
             f"op {op.name!r} has no GPU kernel: add a GpuKernel for it to "
             "tape/cuda/_kernels.py and run `python -m tape.cuda._codegen`"
         )
-    return g.fwd_phases, g.rev_phases, g.rev_inputs, g.work
+    return g.fwd_phases, g.rev_phases, g.rev_inputs, g.work, g.checks
 
 
 def _ranges(bufs, ids):
@@ -132,11 +143,12 @@ class Program:
         self.n_entries, self.n_bufs, self.n_data = ne, nb, t.n_data
         self.roots = np.asarray(t.outputs if roots is None else roots, np.int64)
         emask, need = S.reach(t.entries, t.bufs, ne, self.roots)
-        phases = np.zeros((ne, 3), np.int64)
+        phases = np.zeros((ne, PHASE_COLS), np.int64)
         work = 0
+        n_checks = 0
         for i in range(ne):
             op = registry.OPS[entries[i, E_OP]]
-            fwd, rev, rev_inputs, wfn = gpu_spec(op)
+            fwd, rev, rev_inputs, wfn, checks = gpu_spec(op)
             mask = 0
             for p in range(rev):
                 k = rev_inputs[p] if rev_inputs is not None else -1
@@ -145,7 +157,9 @@ class Program:
                 if k >= 0 and bufs[entries[i, E_IN0 + k], B_KIND] == CONST:
                     continue
                 mask |= 1 << p
-            phases[i] = fwd, rev, mask
+            check = sum(1 << p for p in checks)
+            n_checks += check != 0
+            phases[i] = fwd, rev, mask, check
             if wfn is not None:
                 n_out = int(bufs[entries[i, E_OUT], B_SIZE])
                 parts = max(1, n_blocks // max(n_out, 1))
@@ -157,9 +171,11 @@ class Program:
         inputs = set(int(b) for b in getattr(t, "inputs", []))
         init = [b for b in owners if b not in outs and b not in inputs and bufs[b, B_SIZE] > 0]
         self.n_work = work
+        self.n_checks = n_checks
         self.grad_off = t.n_data
         self.work_off = 2 * t.n_data
-        self.seed_off = 2 * t.n_data + work
+        self.flag_off = 2 * t.n_data + work
+        self.seed_off = self.flag_off + 1
         self.n_seed = int(sum(bufs[r, B_SIZE] for r in self.roots))
         self.n_arena = self.seed_off + self.n_seed
         seeds = []
@@ -200,8 +216,9 @@ class Program:
         prog[H_GRAD] = self.grad_off
         prog[H_WORK] = self.work_off
         prog[H_N_WORK] = work
+        prog[H_N_CHECKS] = n_checks
         prog[H_STATUS] = OK
-        prog[H_STATUS_INST] = -1
+        prog[H_FLAG] = self.flag_off
         self.prog = prog
         self.emask = emask[:ne]
         self.need = need
@@ -215,7 +232,8 @@ class Program:
         )
 
     def arena(self, t):
-        """A fresh host arena: the tape's values, zero adjoints and scratch, seeds of one."""
+        """A fresh host arena: the tape's values, zero adjoints, scratch and flag, seeds of
+        one."""
         A = np.zeros(self.n_arena, t.dtype)
         A[: self.n_data] = t.data[: self.n_data]
         A[self.seed_off :] = 1.0
@@ -255,6 +273,7 @@ __all__ = [
     "segments",
     "gpu_spec",
     "OK",
+    "PHASE_COLS",
     "FWD",
     "ZERO_ACT",
     "ZERO_LEAF",

@@ -1,4 +1,14 @@
-"""Replay a recorded tape on an NVIDIA GPU: :class:`CudaTape` and :func:`gradient_batch`."""
+"""Replay a recorded tape on an NVIDIA GPU: :class:`CudaTape` and :func:`gradient_batch`.
+
+Arguments, seeds and failures go through the replay signature shared with the CPU replays
+(:mod:`tape._replay`), so the GPU accepts the same arguments, returns results in the same
+dtypes and fails with the same messages; this module adds only what is about device arrays.
+
+A replay that a guard stops (its arguments would take another path than the recorded one)
+is not answered from the recorded path: with ``on_change="raise"`` it raises
+:class:`tape.GuardError`; otherwise that call runs on the CPU tape, which retraces (or warns
+and continues, ``on_change="warn"``), and its results are written back to the device.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +16,9 @@ import numpy as np
 from numba import cuda
 from numba import types as nbt
 
-from tape._layout import B_OFF, B_SIZE, E_OP
+from tape._layout import B_OFF, B_SIZE
+from tape._replay import ReplayError, failure, is_guard
 from tape.batch import _plan as _batch_plan
-from tape.core import ReplayError
 from tape.cuda import _config as C
 from tape.cuda._program import (
     BACKWARD,
@@ -16,8 +26,8 @@ from tape.cuda._program import (
     GRADIENT,
     H_PHASES,
     H_STATUS,
-    H_STATUS_INST,
     OK,
+    PHASE_COLS,
     REV,
     SEED,
     ZERO_ACT,
@@ -134,9 +144,10 @@ class _Launcher:
 class CudaTape:
     """A recorded tape replaying on the GPU; values and adjoints stay on the device.
 
-    ``forward``, ``backward``, ``gradient``, ``zero_grad`` and ``grads`` mean what they mean
-    on :class:`tape.Tape`; the arguments and returned arrays are NumPy arrays (copied across),
-    and :attr:`device_grads`, :meth:`device_value`, :attr:`arena` give the device arrays
+    ``forward``, ``backward``, ``gradient``, ``value_and_grad``, ``zero_grad`` and ``grads``
+    mean what they mean on :class:`tape.Tape`; the arguments and returned arrays are NumPy
+    arrays (copied across; results in the dtypes the CPU replay returns), and
+    :attr:`device_grads`, :meth:`device_value`, :attr:`arena` give the device arrays
     themselves, without a copy, for use in your own ``numba.cuda`` kernels.
 
     Parameters
@@ -165,11 +176,21 @@ class CudaTape:
     entries), a run of large entries one cooperative launch of ``blocks`` blocks whose threads
     stride over each entry's elements (grid barriers between entries). ``gradient`` is one
     launch for a tape of one run.
+
+    Guards: a tape recorded through a Python ``if`` on a tensor (or ``float(x)``, ...) checks
+    at every replay that the new arguments take the recorded path. When they do not, the call
+    (``forward``, ``gradient``, ``value_and_grad``, ``replay``) raises
+    :class:`tape.GuardError` if ``t.on_change == "raise"``, and otherwise **runs on the CPU
+    tape** (``t.forward`` / ``t.value_and_grad``, which retrace or warn as ``on_change``
+    says; the CPU tape's replay state on this thread changes as if it had been called). Its
+    outputs and gradients are then written to the device, and a following :meth:`backward`
+    also runs on the CPU tape (adding to the device gradients), until the next replay that
+    passes its guards on the device. Those calls cost a host round trip and a CPU replay.
     """
 
     def __init__(self, t, threads=None, blocks=None, cooperative=True, small=None, min_run=None):
         require_device()
-        t._check_replay()
+        self._sig = sig = t.signature  # also checks that t was recorded
         self.tape = t
         self.dtype = t.dtype
         self.threads = _check_threads(threads)
@@ -196,7 +217,7 @@ class CudaTape:
         self.prog = cuda.to_device(p.prog)
         self.arena = cuda.to_device(p.arena(t))
         """The device arena: values ``[0, n_data)``, adjoints ``[n_data, 2 n_data)``, scratch,
-        seeds (see :mod:`tape.cuda._program`)."""
+        flag, seeds (see :mod:`tape.cuda._program`)."""
         self._inputs = [
             (int(t.bufs[b, B_OFF]), int(t.bufs[b, B_SIZE]), t.shapes[b]) for b in t.inputs
         ]
@@ -204,13 +225,19 @@ class CudaTape:
             (int(t.bufs[b, B_OFF]), int(t.bufs[b, B_SIZE]), t.shapes[b]) for b in t.outputs
         ]
         self._wrt = [self._inputs[k] for k in t.wrt]
+        self._fast = list(zip(sig.shapes, sig.dtypes))  # arguments that need no checks
+        self._grad_dtypes = [np.dtype(t.input_dtypes[k]) for k in t.wrt]
+        self._out_dtypes = [np.dtype(d) for d in (t.output_dtypes or [t.dtype] * len(t.outputs))]
         offs = [o for o, _, _ in self._inputs]
         sizes = [n for _, n, _ in self._inputs]
         self._contiguous_inputs = all(
             offs[k + 1] == offs[k] + sizes[k] for k in range(len(offs) - 1)
         )
         self._seed_is_one = True
-        self._has_take = any(t.entries[i, E_OP] == _op_code("take") for i in range(t.n_entries))
+        # entries that can stop a replay (gathers, guards): only then is there a status to read
+        self._checks = p.n_checks > 0
+        # the last replay ran on the CPU tape (a guard failed): backward() runs there too
+        self._host_last = False
 
     # ------------------------------------------------------------ launches
 
@@ -253,7 +280,7 @@ class CudaTape:
         step = self._step
         if mode & FWD:
             for i in range(start, stop):
-                for ph in range(int(prog[ph_at + 3 * i])):
+                for ph in range(int(prog[ph_at + PHASE_COLS * i])):
                     step(grid, self.threads, self.prog, self.arena, FWD, i, ph)
         if mode & (ZERO_ACT | ZERO_LEAF):
             step(grid, self.threads, self.prog, self.arena, mode & (ZERO_ACT | ZERO_LEAF), 0, 0)
@@ -263,68 +290,84 @@ class CudaTape:
             for i in range(stop - 1, start - 1, -1):
                 if not p.emask[i]:
                     continue
-                mask = int(prog[ph_at + 3 * i + 2])
-                for ph in range(int(prog[ph_at + 3 * i + 1])):
+                mask = int(prog[ph_at + PHASE_COLS * i + 2])
+                for ph in range(int(prog[ph_at + PHASE_COLS * i + 1])):
                     if (mask >> ph) & 1:
                         step(grid, self.threads, self.prog, self.arena, REV, i, ph)
 
-    def _check_status(self):
-        st = self.prog[H_STATUS : H_STATUS + 1].copy_to_host()
-        i = int(st[0])
-        if i != OK:
-            self.prog[H_STATUS : H_STATUS + 2].copy_to_device(np.array([OK, -1], np.int64))
-            raise IndexError(self._describe_failure(i))
+    # ------------------------------------------------------------ failures
 
-    def _describe_failure(self, i):
+    def _stopped_at(self):
+        """The entry that stopped the last replay, or None; the status is reset (a failure is
+        not sticky)."""
+        if not self._checks:
+            return None
+        i = int(self.prog[H_STATUS : H_STATUS + 1].copy_to_host()[0])
+        if i == OK:
+            return None
+        self.prog[H_STATUS : H_STATUS + 1].copy_to_device(np.array([OK], np.int64))
+        return i
+
+    def _read(self, b):
+        """Buffer ``b``'s values in the device arena (for failure messages)."""
+        off, size = int(self.tape.bufs[b, B_OFF]), int(self.tape.bufs[b, B_SIZE])
+        return self.arena[off : off + size].copy_to_host() if size else np.zeros(0, self.dtype)
+
+    def _on_host(self, i, args, grad):
+        """Entry ``i`` stopped the device replay on ``args``: raise (a bad gather index, or a
+        failed guard under ``on_change="raise"``) or run the call on the CPU tape and write
+        its results to the device. Returns ``(value, gradient or None)``."""
         t = self.tape
-        from tape import registry
-        from tape._layout import E_ATTR, E_IN1
+        if not is_guard(t, i) or t.on_change == "raise":
+            raise failure(t, i, self._read)
+        host = [self._host_arg(k, a) for k, a in enumerate(args)]
+        g = None
+        if grad:
+            v, g = t.value_and_grad(*host)
+            gs = [g] if len(self._wrt) == 1 else list(g)
+            for (off, size, _), x in zip(self._wrt, gs):
+                self._put(self.program.grad_off + off, size, x)
+        else:
+            v = t.forward(*host)
+        vs = [v] if self._sig.out_single else list(v)
+        for (off, size, _), x in zip(self._outputs, vs):
+            self._put(off, size, x)
+        self._host_last = True
+        return v, g
 
-        op = registry.OPS[t.entries[i, E_OP]].name
-        if op == "take":
-            rows = int(t.ipool[t.entries[i, E_ATTR]])
-            b = int(t.entries[i, E_IN1])
-            off, size = int(t.bufs[b, B_OFF]), int(t.bufs[b, B_SIZE])
-            idx = self.arena[off : off + size].copy_to_host()
-            bad = [v for v in idx if v != v or v != int(v) or not -rows <= v < rows]
-            if bad:
-                return (
-                    f"entry {i} (take): index {bad[0]:g} is out of bounds for an axis of size "
-                    f"{rows} (indices are checked at every replay)"
-                )
-        return f"entry {i} ({op}) rejected its input data"
+    def _put(self, off, size, x):
+        if size:
+            self.arena[off : off + size].copy_to_device(
+                np.ascontiguousarray(np.ravel(x), self.dtype)
+            )
+
+    def _host_arg(self, k, a):
+        d = _device_array(a) if type(a) is not np.ndarray else None
+        if d is None:
+            return a
+        return d.copy_to_host().astype(self._sig.dtypes[k], copy=False)
 
     # ------------------------------------------------------------ arguments
 
     def _load_args(self, args):
-        t = self.tape
+        sig = self._sig
         n = len(self._inputs)
         if len(args) != n:
-            raise ReplayError(
-                f"this tape takes {n} argument{'s' * (n != 1)} ({', '.join(t.input_names)}), got {len(args)}"
-            )
+            sig.check_count(args)
         host = []
         for k, (a, (off, size, shape)) in enumerate(zip(args, self._inputs)):
-            d = _device_array(a)
-            if d is not None:
-                if d.shape != shape or d.dtype != self.dtype:
-                    raise ReplayError(
-                        f"argument {k} ({t.input_names[k]}): a device array must have shape "
-                        f"{shape} and dtype {self.dtype}, got {d.shape} {d.dtype}"
-                    )
-                self.arena[off : off + size].copy_to_device(d.reshape(size) if size else d)
-                continue
             if type(a) is not np.ndarray:
-                a = t._coerce(k, a)
-            if a.shape != shape:
-                raise ReplayError(
-                    f"argument {k} ({t.input_names[k]}): expected shape {shape}, got {a.shape}"
-                )
-            if a.dtype != self.dtype and not t._castable(k, a.dtype):
-                raise ReplayError(
-                    f"argument {k} ({t.input_names[k]}): cannot use values of dtype {a.dtype} "
-                    f"for an input recorded as {t.input_dtypes[k]}"
-                )
+                d = _device_array(a)
+                if d is not None:
+                    if d.shape != shape or d.dtype != self.dtype:
+                        raise ReplayError(
+                            f"argument {k} ({sig.names[k]}): a device array must have shape "
+                            f"{shape} and dtype {self.dtype}, got {d.shape} {d.dtype}"
+                        )
+                    self.arena[off : off + size].copy_to_device(d.reshape(size) if size else d)
+                    continue
+            if type(a) is not np.ndarray or (a.shape, a.dtype) != self._fast[k]:
+                a = sig.check_arg(k, a)
             host.append((off, size, a))
         if not host:
             return
@@ -342,14 +385,15 @@ class CudaTape:
 
     def _outputs_host(self):
         outs = []
-        for off, size, shape in self._outputs:
+        for (off, size, shape), d in zip(self._outputs, self._out_dtypes):
             v = (
                 self.arena[off : off + size].copy_to_host().reshape(shape)
                 if size
                 else np.zeros(shape, self.dtype)
             )
+            v = v.astype(d, copy=False)
             outs.append(v[()] if v.ndim == 0 else v)
-        return outs[0] if self.tape._out_single else tuple(outs)
+        return outs[0] if self._sig.out_single else tuple(outs)
 
     # ------------------------------------------------------------ the replay API
 
@@ -358,26 +402,38 @@ class CudaTape:
         output(s) as NumPy values, like :meth:`tape.Tape.forward`."""
         self._load_args(args)
         self._run(FWD)
-        if self._has_take:
-            self._check_status()
+        i = self._stopped_at()
+        if i is not None:
+            return self._on_host(i, args, False)[0]
+        self._host_last = False
         return self._outputs_host()
 
     def backward(self, seed=None):
         """Reverse sweep over the last forward replay; leaf gradients accumulate on the device
         (like :meth:`tape.Tape.backward`)."""
-        if seed is None:
-            if self.program.n_seed != 1:
-                raise RuntimeError(
-                    "backward: the output is not a scalar; pass seed= with the output's shape"
-                )
+        if self._host_last:
+            self._backward_on_host(seed)
+            return
+        if seed is None and self.program.n_seed == 1:
             self._set_seed_one()
         else:
-            s = self.tape._seed(seed)
+            s = self._sig.seeds(seed)
             self.arena[self.program.seed_off : self.program.seed_off + s.shape[0]].copy_to_device(
                 np.ascontiguousarray(s, self.dtype)
             )
             self._seed_is_one = False
         self._run(BACKWARD)
+
+    def _backward_on_host(self, seed):
+        # the last forward ran on the CPU tape (another path than the device's): its reverse
+        # sweep runs there, and its contribution is added to the device gradients
+        t = self.tape
+        t.zero_grad()
+        t.backward(seed)
+        for (off, size, _), g in zip(self._wrt, t.grads):
+            if size:
+                dev = self.arena[self.program.grad_off + off : self.program.grad_off + off + size]
+                dev.copy_to_device(dev.copy_to_host() + np.ravel(g).astype(self.dtype))
 
     def _set_seed_one(self):
         if not self._seed_is_one:
@@ -387,24 +443,32 @@ class CudaTape:
             )
             self._seed_is_one = True
 
-    def gradient(self, *args):
-        """Zero the gradients, replay forward and backward: one array per differentiated
-        argument (a single array if there is one), copied to the host."""
+    def _value_and_grad(self, args):
+        """``(value or None, gradient)``: the value only when the call ran on the host."""
         if self.program.n_seed != 1:
-            raise RuntimeError(
-                "gradient() needs a scalar output; use forward() and backward(seed=...)"
-            )
+            self._sig.require_scalar()
         self._set_seed_one()
         self._load_args(args)
         self._run(GRADIENT)
-        if self._has_take:
-            self._check_status()
+        i = self._stopped_at()
+        if i is not None:
+            return self._on_host(i, args, True)
+        self._host_last = False
         g = self.grads
-        return g[0] if len(g) == 1 else tuple(g)
+        return None, g[0] if len(g) == 1 else tuple(g)
+
+    def gradient(self, *args):
+        """Zero the gradients, replay forward and backward: one array per differentiated
+        argument (a single array if there is one), copied to the host in each argument's
+        recorded dtype."""
+        return self._value_and_grad(args)[1]
 
     def value_and_grad(self, *args):
-        g = self.gradient(*args)
-        return self._outputs_host(), g
+        """``(value, gradient)`` of the scalar output at ``args`` (see :meth:`gradient`)."""
+        if self.program.n_seed != 1:
+            self._sig.require_scalar("value_and_grad()")
+        v, g = self._value_and_grad(args)
+        return (self._outputs_host() if v is None else v), g
 
     def zero_grad(self):
         """Zero the accumulated gradients (on the device)."""
@@ -412,20 +476,22 @@ class CudaTape:
 
     @property
     def grads(self):
-        """Accumulated gradients, copied to the host (one array per differentiated argument)."""
+        """Accumulated gradients, copied to the host (one array per differentiated argument,
+        in its recorded dtype)."""
         out = []
-        for off, size, shape in self._wrt:
+        for (off, size, shape), d in zip(self._wrt, self._grad_dtypes):
             g0 = self.program.grad_off + off
-            out.append(
+            g = (
                 self.arena[g0 : g0 + size].copy_to_host().reshape(shape)
                 if size
                 else np.zeros(shape, self.dtype)
             )
+            out.append(g.astype(d, copy=False))
         return out
 
     @property
     def device_grads(self):
-        """The gradients as device arrays (views of :attr:`arena`, no copy)."""
+        """The gradients as device arrays (views of :attr:`arena`, no copy; arena dtype)."""
         out = []
         for off, size, shape in self._wrt:
             g0 = self.program.grad_off + off
@@ -451,10 +517,19 @@ class CudaTape:
 
     def replay(self, backward=True):
         """Forward (and, by default, zero + backward) on the values already in the device input
-        buffers: no host transfer at all."""
+        buffers: no host transfer at all (unless a guard fails: see the class notes)."""
         if backward:
             self._set_seed_one()
         self._run(GRADIENT if backward else FWD)
+        i = self._stopped_at()
+        if i is not None:
+            args = [
+                self.arena[o : o + n].copy_to_host().reshape(s).astype(d, copy=False)
+                for (o, n, s), d in zip(self._inputs, self._sig.dtypes)
+            ]
+            self._on_host(i, args, backward)
+            return
+        self._host_last = False
 
     def gradient_batch(self, *args, threads=None):
         """Batched replay on the GPU (see :func:`gradient_batch`)."""
@@ -490,21 +565,22 @@ def _device_array(a):
     return None
 
 
-def _op_code(name):
-    from tape import registry
-
-    return registry.BY_NAME[name].code
-
-
 # ---------------------------------------------------------------- batched replay
 
 
 class CudaBatch:
     """Batched replay of one tape on the GPU: ``n`` independent instances, one thread each.
 
-    Made once per (tape, batch size); :meth:`run` replays on the arguments in place. The
-    arena of instance ``b`` is interleaved in :attr:`arena` (element ``e`` at
+    Made once per (tape, batch size); :meth:`load` checks and copies the arguments,
+    :meth:`run` replays, :meth:`results` returns what :func:`tape.batch.gradient_batch`
+    returns. The arena of instance ``b`` is interleaved in :attr:`arena` (element ``e`` at
     ``e * n + b``), so that a warp reads 32 adjacent values.
+
+    An instance stopped by an entry (a gather index out of bounds, a guard whose recorded
+    path the instance leaves) is redone alone on the CPU tape by :meth:`results`, as
+    :func:`tape.batch.gradient_batch` does: a guard then follows the tape's ``on_change``
+    policy, a bad index raises naming the instance. Its results are written back to the
+    device arena.
     """
 
     def __init__(self, t, n, threads=None):
@@ -520,11 +596,21 @@ class CudaBatch:
         self._batch = _Launcher(K.batch, (i64[::1], arr, arr, i64, i64))
         self.prog = cuda.to_device(p.prog)
         self.template = cuda.to_device(p.arena(t))
-        self.rows = p.seed_off  # values, adjoints and scratch of one instance
+        self.rows = p.seed_off  # values, adjoints, scratch and flag of one instance
         self.arena = cuda.device_array(self.rows * max(self.n, 1), t.dtype)
+        self._arrs = None  # the host arguments of the last load (for redoing instances)
 
-    def load(self, packed):
-        """Copy packed arguments ``(n, n_inputs)`` (host) into the instances' input rows."""
+    def load(self, *args):
+        """Check the arguments (each with a leading batch axis of length ``n``, as for
+        :func:`gradient_batch`) and copy them into the instances' input rows."""
+        packed, arrs = self.plan.pack_args(args)
+        if packed.shape[0] != self.n:
+            raise ReplayError(
+                f"batch size {packed.shape[0]}, but this CudaBatch was made for {self.n}"
+            )
+        self._load(packed, arrs)
+
+    def _load(self, packed, arrs):
         pl = self.plan
         s = 0
         n = self.n
@@ -534,12 +620,24 @@ class CudaBatch:
                 rows = np.ascontiguousarray(packed[:, s : s + size].T)
                 self.arena[off * n : (off + size) * n].copy_to_device(rows.reshape(-1))
             s += size
+        self._arrs = arrs
 
     def run(self, mode=GRADIENT):
         if self.n == 0:
             return
         blocks = (self.n + self.threads - 1) // self.threads
         self._batch(blocks, self.threads, self.prog, self.template, self.arena, self.n, mode)
+
+    def stopped(self):
+        """Instances of the last :meth:`run` that an entry stopped, as an index array; the
+        status is reset (a failure is not sticky)."""
+        if not self.program.n_checks or self.n == 0:
+            return np.zeros(0, np.int64)
+        if int(self.prog[H_STATUS : H_STATUS + 1].copy_to_host()[0]) == OK:
+            return np.zeros(0, np.int64)
+        self.prog[H_STATUS : H_STATUS + 1].copy_to_device(np.array([OK], np.int64))
+        f = self.program.flag_off * self.n
+        return np.nonzero(self.arena[f : f + self.n].copy_to_host())[0]
 
     def _rows(self, offs, sizes, region):
         n = self.n
@@ -549,19 +647,29 @@ class CudaBatch:
             out.append(self.arena[off * n : (off + size) * n].copy_to_host().reshape(size, n).T)
         return np.concatenate(out, axis=1) if out else np.zeros((n, 0), self.tape.dtype)
 
+    def _put_rows(self, offs, sizes, region, rows):
+        n = self.n
+        s = 0
+        for off, size in zip(offs, sizes):
+            off, size = int(off) + region, int(size)
+            if size:
+                block = np.ascontiguousarray(rows[:, s : s + size].T, self.tape.dtype)
+                self.arena[off * n : (off + size) * n].copy_to_device(block.reshape(-1))
+            s += size
+
     def results(self):
-        """``(values, grads)`` as :func:`tape.batch.gradient_batch` returns them."""
+        """``(values, grads)`` of the last :meth:`run`, as :func:`tape.batch.gradient_batch`
+        returns them (stopped instances redone on the CPU tape)."""
         pl = self.plan
-        st = self.prog[H_STATUS : H_STATUS_INST + 1].copy_to_host()
-        if int(st[0]) != OK:
-            self.prog[H_STATUS : H_STATUS_INST + 1].copy_to_device(np.array([OK, -1], np.int64))
-            raise IndexError(
-                f"instance {int(st[1])}: entry {int(st[0])} ({pl._op_name(int(st[0]))}) rejected its "
-                "data (an index out of bounds; indices are checked at every replay)"
-            )
+        g0 = self.program.grad_off
         vals = self._rows(pl.out_offs, pl.out_sizes, 0)
-        grads = self._rows(pl.g_offs, pl.g_sizes, self.program.grad_off)
-        return pl.unpack(vals, np.ascontiguousarray(grads))
+        grads = np.ascontiguousarray(self._rows(pl.g_offs, pl.g_sizes, g0))
+        failed = self.stopped()
+        if failed.size:
+            pl.redo_failed(failed, self._arrs, vals, grads)
+            self._put_rows(pl.out_offs, pl.out_sizes, 0, vals)
+            self._put_rows(pl.g_offs, pl.g_sizes, g0, grads)
+        return pl.unpack(vals, grads)
 
     def device_grads(self):
         """Per differentiated argument, a device array ``(size, n)`` (instance-minor: the
@@ -577,15 +685,18 @@ class CudaBatch:
 
 def gradient_batch(t, *args, threads=None):
     """Per-instance value and gradient of a recorded tape with a scalar output, on the GPU
-    (one thread per instance). Same arguments and results as :func:`tape.batch.gradient_batch`.
+    (one thread per instance). Same arguments, results and failures as
+    :func:`tape.batch.gradient_batch` (instances that leave the recorded path are redone on
+    the CPU tape, see :class:`CudaBatch`).
     """
     plan = _batch_plan(t)
-    packed = plan.pack_args(args)
+    packed, arrs = plan.pack_args(args)
     n = packed.shape[0]
+    threads = _check_threads(threads)
     cache = getattr(t, "_cuda_batch", None)
-    if cache is None or cache.n != n or cache.plan is not plan:
+    if cache is None or cache.n != n or cache.plan is not plan or cache.threads != threads:
         cache = CudaBatch(t, n, threads=threads)
         t._cuda_batch = cache
-    cache.load(packed)
+    cache._load(packed, arrs)
     cache.run()
     return cache.results()

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "097e3e7a04a42b13a3bd728749e2fb0f4172a5afdcc4be6ed6c5c5fb50f68eeb"
+FINGERPRINT = "e4cdf5aeae436de69a1cd0f59ef4294e4edaed1b2720e9b19030cffd729995e1"
 
 from numba import cuda, float64
 
@@ -18,8 +18,9 @@ from tape.cuda import _loops as L
 from tape.cuda._config import DEVICE_JIT, KERNEL_JIT, MAX_THREADS
 from tape.cuda._kernels import GPU_KERNELS
 from tape.cuda._program import (
-    FWD, H_EMASK, H_GRAD, H_INIT, H_N_ENTRIES, H_N_INIT, H_N_SEEDS, H_N_ZACT, H_N_ZLEAF,
-    H_PHASES, H_SEEDS, H_STATUS, H_ZACT, H_ZLEAF, OK, REV, SEED, ZERO_ACT, ZERO_LEAF,
+    FWD, H_EMASK, H_FLAG, H_GRAD, H_INIT, H_N_CHECKS, H_N_ENTRIES, H_N_INIT, H_N_SEEDS,
+    H_N_ZACT, H_N_ZLEAF, H_PHASES, H_SEEDS, H_STATUS, H_ZACT, H_ZLEAF, OK, PHASE_COLS, REV,
+    SEED, ZERO_ACT, ZERO_LEAF,
 )
 from tape.cuda._rules import device_rule, no_rule4, no_rule5
 from tape.registry import BY_NAME
@@ -109,6 +110,7 @@ k_min_fwd = GPU_KERNELS["min"].fwd
 k_min_rev = GPU_KERNELS["min"].rev
 k_prod_fwd = GPU_KERNELS["prod"].fwd
 k_prod_rev = GPU_KERNELS["prod"].rev
+k_guard_fwd = GPU_KERNELS["guard"].fwd
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -196,6 +198,8 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_min_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 40:  # prod
         k_prod_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 41:  # guard
+        k_guard_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -288,8 +292,9 @@ def sweep(prog, A, mode, start, stop):
     ``mode`` bits (:mod:`tape.cuda._program`): ``FWD`` forward sweep, ``ZERO_ACT`` /
     ``ZERO_LEAF`` zero the intermediate / leaf adjoints, ``SEED`` add the seeds to the roots'
     adjoints, ``REV`` reverse sweep. Writes ``A`` and, on an entry that rejects its data,
-    ``prog[H_STATUS]`` (then returns). With more than one block this is a cooperative launch:
-    a grid-wide barrier follows every phase; with one block, a block barrier.
+    ``prog[H_STATUS]`` (then returns, as does every later launch of the replay). With more
+    than one block this is a cooperative launch: a grid-wide barrier follows every phase;
+    with one block, a block barrier.
     """
     sh = cuda.shared.array(MAX_THREADS, float64)
     t0 = cuda.grid(1)
@@ -297,18 +302,39 @@ def sweep(prog, A, mode, start, stop):
     one = cuda.gridDim.x == 1
     g = cuda.cg.this_grid()
     pp = prog[H_PHASES]
+    checks = prog[H_N_CHECKS] != 0
+    # The status is read between two barriers, and written only in a checked phase: every
+    # thread sees the same value and all of them return together (a thread returning alone
+    # would leave the others waiting at the next barrier).
+    if checks:
+        # an earlier launch of this replay may have stopped
+        failed = prog[H_STATUS] != OK
+        if one:
+            cuda.syncthreads()
+        else:
+            g.sync()
+        if failed:
+            return
     if mode & FWD:
         for i in range(start, stop):
             op = L.ent(prog, i, E_OP)
-            for ph in range(prog[pp + 3 * i]):
+            ck = prog[pp + PHASE_COLS * i + 3]
+            for ph in range(prog[pp + PHASE_COLS * i]):
                 forward_phase(op, ph, i, prog, A, 0, 1, t0, ts, False, sh)
                 if one:
                     cuda.syncthreads()
                 else:
                     g.sync()
-                # a gather checks its indices in phase 0: stop before they are used
-                if prog[H_STATUS] != OK:
-                    return
+                # an entry that checks its data (a gather's indices, a guard) stops the
+                # replay before the data is used
+                if (ck >> ph) & 1:
+                    failed = prog[H_STATUS] != OK
+                    if one:
+                        cuda.syncthreads()
+                    else:
+                        g.sync()
+                    if failed:
+                        return
     if mode & (ZERO_ACT | ZERO_LEAF):
         if mode & ZERO_ACT:
             _zero(prog, A, 0, 1, t0, ts, H_ZACT, H_N_ZACT)
@@ -336,8 +362,8 @@ def sweep(prog, A, mode, start, stop):
             if prog[em + i] == 0:
                 continue
             op = L.ent(prog, i, E_OP)
-            pm = prog[pp + 3 * i + 2]
-            for ph in range(prog[pp + 3 * i + 1]):
+            pm = prog[pp + PHASE_COLS * i + 2]
+            for ph in range(prog[pp + PHASE_COLS * i + 1]):
                 if (pm >> ph) & 1:
                     reverse_phase(op, ph, i, prog, A, 0, 1, t0, ts, False, sh)
                     if one:
@@ -382,12 +408,15 @@ def batch(prog, T, A, n, mode):
     Instance ``b``'s arena is interleaved in ``A`` (element ``e`` at ``A[e * n + b]``); its
     inputs must be in place. ``T`` is the single-replay arena: constants are copied from it,
     seeds read from it. ``mode`` as for :func:`sweep`. An instance whose entry rejects its
-    data records the entry in ``prog[H_STATUS]`` (and itself in ``prog[H_STATUS_INST]``).
+    data stops there, with its flag (arena element ``prog[H_FLAG]``) set to 1; the entry goes
+    to ``prog[H_STATUS]`` (the earliest over all instances). The other instances run on.
     """
     sh = cuda.shared.array(1, float64)  # unused: one thread per instance needs no reductions
     b = cuda.grid(1)
     if b >= n:
         return
+    flag = prog[H_FLAG] * n + b
+    A[flag] = 0.0
     q = prog[H_INIT]
     for z in range(prog[H_N_INIT]):
         o = prog[q + 2 * z]
@@ -397,9 +426,10 @@ def batch(prog, T, A, n, mode):
     if mode & FWD:
         for i in range(prog[H_N_ENTRIES]):
             op = L.ent(prog, i, E_OP)
-            for ph in range(prog[pp + 3 * i]):
+            ck = prog[pp + PHASE_COLS * i + 3]
+            for ph in range(prog[pp + PHASE_COLS * i]):
                 forward_phase(op, ph, i, prog, A, b, n, 0, 1, True, sh)
-                if prog[H_STATUS] != OK:
+                if (ck >> ph) & 1 and A[flag] != 0.0:
                     return
     if mode & ZERO_ACT:
         _zero(prog, A, b, n, 0, 1, H_ZACT, H_N_ZACT)
@@ -419,7 +449,7 @@ def batch(prog, T, A, n, mode):
             if prog[em + i] == 0:
                 continue
             op = L.ent(prog, i, E_OP)
-            pm = prog[pp + 3 * i + 2]
-            for ph in range(prog[pp + 3 * i + 1]):
+            pm = prog[pp + PHASE_COLS * i + 2]
+            for ph in range(prog[pp + PHASE_COLS * i + 1]):
                 if (pm >> ph) & 1:
                     reverse_phase(op, ph, i, prog, A, b, n, 0, 1, True, sh)
