@@ -323,6 +323,18 @@ def test_empty_broadcast_cannot_loop_without_bound():
     )
 
 
+def test_empty_rows_still_touch_their_start():
+    # (3, 0) * (3, 1): rows of length 0, but the binary kernels read the stride-0 operand's
+    # row start (and the reverse writes its adjoint there) before looping over the row
+    st = _state(tp.record(_broadcast, np.zeros((3, 0)), np.ones((3, 1))))
+    i = _entry(st, "mul")  # [GENERAL, 2, 3, 0, strides_0 (0, 1), strides_1 (1, 0)]
+    _rejects(_attr(st, i, 6, 5), rf"entry {i} \(mul\): reaches offsets 0\.\.10 of input 1")
+    # the same for sum's rows: (3, 0) summed over axis 1 adds an empty row into each output
+    st = _state(tp.record(lambda x: x.sum(axis=1).sum(), np.zeros((3, 0))))
+    i = _entry(st, "sum")  # [2, 3, 0, out_strides (1, 0)]
+    _rejects(_attr(st, i, 3, 5), rf"entry {i} \(sum\): reaches offsets 0\.\.10 of the output")
+
+
 def test_ternary_broadcast_block():
     st = _state(tp.record(lambda x, y: tp.where(x > 1.0, x, y).sum(), X31, Y14))
     i = _entry(st, "where")  # [GENERAL, 2, 3, 4, s0, s1, s2]

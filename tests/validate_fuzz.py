@@ -6,12 +6,20 @@ compiled sweeps fails the test instead of killing pytest)::
     python tests/validate_fuzz.py --n 1000 --seed 0
 
 Each mutation sets a random field of ``entries`` / ``bufs`` / ``ipool`` to a random or extreme
-value, truncates an array, edits the JSON metadata or a value of the arena (1 to 3 of these at
-once). ``tape.load`` must then raise ``ValueError`` or return a tape whose replays
-(``backward`` on the loaded values, ``gradient`` / ``forward``, now and then
-``gradient_batch``) either work or raise a Python exception; anything else, such as a
-segfault, is a failure. Before each mutation a line describing it goes to stderr (flushed), so
-the last line names the culprit of a crash. The last line on stdout is a JSON summary.
+value or to a value borrowed from elsewhere in the same tape, truncates an array, edits the
+JSON metadata or a value of the arena (1 to 3 of these at once). ``tape.load`` must then raise
+``ValueError`` or return a tape whose replays (``backward`` on the loaded values,
+``gradient`` / ``forward``, now and then ``gradient_batch``) either work or raise a Python
+exception; anything else, such as a segfault, is a failure. Before each mutation a line
+describing it goes to stderr (flushed), so the last line names the culprit of a crash. The
+last line on stdout is a JSON summary.
+
+An out-of-bounds access need not crash. For a stricter run, compile the sweeps with Numba's
+bounds checking (in a cache of their own: it takes minutes) and count its ``IndexError`` as a
+failure::
+
+    NUMBA_BOUNDSCHECK=1 NUMBA_CACHE_DIR=/tmp/tape-boundscheck \
+        python tests/validate_fuzz.py --n 5000 --boundscheck
 """
 
 from __future__ import annotations
@@ -114,6 +122,26 @@ def _mutate_field(rng, st):
     return f"field: {key}{where} = {v}"
 
 
+def _mutate_borrow(rng, st):
+    """A value that is valid somewhere else in the same tape: another entry's buffer or
+    attribute position, another buffer's offset or (consistent) size and shape. These pass
+    the range checks and must be caught by the size and block checks."""
+    e, b = st["entries"].copy(), st["bufs"].copy()
+    if e.ndim != 2 or b.ndim != 2 or len(e) < 2 or len(b) < 2:
+        return "borrow: nothing to borrow"
+    if rng.random() < 0.6:
+        i, j = (int(v) for v in rng.integers(len(e), size=2))
+        c = int(rng.integers(1, 6))
+        e[i, c] = e[j, c] if rng.random() < 0.5 or c == 5 else int(rng.integers(len(b)))
+        st["entries"] = e
+        return f"borrow: entries[{i}, {c}] = {e[i, c]} (from entry {j})"
+    i, j = (int(v) for v in rng.integers(len(b), size=2))
+    cols = [[0], [1, 2, 3], [0, 1, 2, 3]][int(rng.integers(3))]
+    b[i, cols] = b[j, cols]
+    st["bufs"] = b
+    return f"borrow: bufs[{i}, {cols}] from buffer {j}"
+
+
 def _mutate_truncate(rng, st):
     key = ["entries", "bufs", "ipool", "data"][int(rng.integers(4))]
     a = st[key]
@@ -202,15 +230,20 @@ def _edit_meta_value(rng, meta, key, nb):
 
 
 MUTATIONS = [
-    (_mutate_field, 0.55),
-    (_mutate_truncate, 0.1),
-    (_mutate_meta, 0.25),
+    (_mutate_field, 0.4),
+    (_mutate_borrow, 0.2),
+    (_mutate_truncate, 0.08),
+    (_mutate_meta, 0.22),
     (_mutate_data, 0.1),
 ]
 
 
-def _replay(t, args, rng, stats):
-    """Replays of a loaded tape; Python exceptions are fine, a crash is not."""
+BOUNDSCHECK_MESSAGE = "index is out of bounds"  # Numba's, under NUMBA_BOUNDSCHECK=1
+
+
+def _replay(t, args, rng, stats, line, errors, boundscheck):
+    """Replays of a loaded tape; Python exceptions are fine, a crash is not (nor, with
+    ``boundscheck``, an access that Numba's bounds checking caught)."""
     calls = []
     scalar = False
     try:
@@ -233,6 +266,8 @@ def _replay(t, args, rng, stats):
             call()
             stats["replay_ok"] += 1
         except Exception as e:  # noqa: BLE001  (any Python exception is an acceptable outcome)
+            if boundscheck and isinstance(e, IndexError) and str(e) == BOUNDSCHECK_MESSAGE:
+                errors.append(f"{line}: {what} indexed out of bounds")
             name = f"{what}: {type(e).__name__}"
             stats["replay_raised"][name] = stats["replay_raised"].get(name, 0) + 1
             if what == "forward":
@@ -246,6 +281,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000, help="number of mutated tapes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--boundscheck",
+        action="store_true",
+        help="count Numba's bounds-check IndexError as a failure (run with NUMBA_BOUNDSCHECK=1)",
+    )
     opts = ap.parse_args(argv)
     warnings.simplefilter("ignore")  # guard warnings, stale-sweep warnings while developing
     rng = np.random.default_rng(opts.seed)
@@ -282,7 +322,7 @@ def main(argv=None) -> int:
             errors.append(f"{line}: tape.load raised {type(e).__name__}: {e}")
             continue
         stats["loaded"] += 1
-        _replay(t, args, rng, stats)
+        _replay(t, args, rng, stats, line, errors, opts.boundscheck)
     stats["errors"] = errors
     print(json.dumps(stats))
     return 1 if errors else 0
