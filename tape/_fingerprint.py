@@ -5,7 +5,9 @@ import hashlib
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent
-SOURCES = ["registry.py", "_layout.py", "_config.py", "_loops.py", "_codegen.py", "_fingerprint.py"]
+SOURCES = [
+    "registry.py", "_layout.py", "_config.py", "_masked.py", "_loops.py", "_codegen.py", "_fingerprint.py",
+]
 
 
 def fingerprint() -> str:

@@ -14,6 +14,7 @@ A NaN adjoint still propagates.
 import numpy as np
 from numba import njit
 
+from tape import _masked
 from tape._config import KERNEL_JIT
 from tape._layout import (
     B_KIND,
@@ -35,6 +36,7 @@ _jit = njit(**KERNEL_JIT)
 # function passed as a run-time argument to a separately compiled loop would make the sweep
 # uncacheable (Numba embeds the dispatcher's address).
 _loop = njit(inline="always", **KERNEL_JIT)
+masked = _loop(_masked.masked)
 
 
 @_jit
@@ -112,7 +114,7 @@ def unary_rev(r, i, entries, bufs, data, grad):
     gx = view(bufs, grad, a)
     for j in range(y.shape[0]):
         v = r(x[j], y[j], gy[j])
-        gx[j] += v if gy[j] != 0.0 else 0.0
+        gx[j] += masked(v, gy[j])
 
 
 # ---------------------------------------------------------------- binary
@@ -203,29 +205,29 @@ def _bcast_rev_row(r, first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
             a1 = x1[b1 : b1 + m]
             for j in range(m):
                 v = r(a0[j], a1[j], yr[j], gyr[j])
-                gk[j] += v if gyr[j] != 0.0 else 0.0
+                gk[j] += masked(v, gyr[j])
         elif s1 == 0:
             a0 = x0[b0 : b0 + m]
             c1 = x1[b1]
             for j in range(m):
                 v = r(a0[j], c1, yr[j], gyr[j])
-                gk[j] += v if gyr[j] != 0.0 else 0.0
+                gk[j] += masked(v, gyr[j])
         else:
             c0 = x0[b0]
             a1 = x1[b1 : b1 + m]
             for j in range(m):
                 v = r(c0, a1[j], yr[j], gyr[j])
-                gk[j] += v if gyr[j] != 0.0 else 0.0
+                gk[j] += masked(v, gyr[j])
     elif sk == 0:
         acc = 0.0
         for j in range(m):
             v = r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j])
-            acc += v if gyr[j] != 0.0 else 0.0
+            acc += masked(v, gyr[j])
         g[bk] += acc
     else:
         for j in range(m):
             v = r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j])
-            g[bk + j * sk] += v if gyr[j] != 0.0 else 0.0
+            g[bk + j * sk] += masked(v, gyr[j])
 
 
 # ---------------------------------------------------------------- ternary
@@ -256,7 +258,7 @@ def _ternary_rev_one(r, k, x0, x1, x2, y, gy, gk, ipool, p):
     if ipool[p] == SAME:
         for j in range(n):
             v = r(x0[j], x1[j], x2[j], y[j], gy[j])
-            gk[j] += v if gy[j] != 0.0 else 0.0
+            gk[j] += masked(v, gy[j])
     else:
         o0 = bcast_offsets(ipool, p, 0)
         o1 = bcast_offsets(ipool, p, 1)
@@ -264,7 +266,7 @@ def _ternary_rev_one(r, k, x0, x1, x2, y, gy, gk, ipool, p):
         ok = bcast_offsets(ipool, p, k)
         for j in range(n):
             v = r(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
-            gk[ok[j]] += v if gy[j] != 0.0 else 0.0
+            gk[ok[j]] += masked(v, gy[j])
 
 
 @_loop

@@ -63,9 +63,10 @@ class _Workspace:
     constants included) and an adjoint arena, with views of the arguments, outputs and
     gradients."""
 
-    __slots__ = ("data", "grad", "in_views", "out_views", "grad_views")
+    __slots__ = ("data", "grad", "in_views", "out_views", "grad_views", "ok")
 
     def __init__(self, t):
+        self.ok = False  # the last forward on this workspace ran to the end
         self.data = t.data[: t.n_data].copy()
         self.grad = np.zeros(t.n_data, t.dtype)
 
@@ -467,6 +468,9 @@ class Tape:
         if r is None:
             r = self._check_replay()
         ws = self._workspace()
+        ws.ok = False  # until the sweep finishes: a backward over a half-run forward is refused
+        if self._variants:
+            self._tls.active = None
         self._load_args(ws, args)
         if _anomaly.ON and _anomaly.enabled():
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
@@ -478,8 +482,7 @@ class Tape:
         else:
             status = S.forward_sweep(self.entries, self.bufs, self.ipool, ws.data, 0, self.n_entries)
         if status < 0:
-            if self._variants:
-                self._tls.active = None
+            ws.ok = True
             return self, ws
         return self._recover(status, ws, args, grad)
 
@@ -538,6 +541,7 @@ class Tape:
                 warnings.warn(str(failure(self, status, buffer_reader(self, ws.data))) + " (continuing on "
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
             status = S.forward_sweep(self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries)
+        ws.ok = True
         if grad:
             S.backward(
                 self.entries, self.bufs, self.ipool, ws.data, ws.grad,
@@ -577,6 +581,11 @@ class Tape:
         """
         self._check_replay()
         tp, ws = self._last()
+        if not ws.ok:
+            raise RuntimeError(
+                "backward: no complete forward replay on this thread to go back through (the "
+                "last one raised, or none ran): call forward(*args) first"
+            )
         r = tp._replay
         seeds = r["seed"] if seed is None and r["sig"].n_seed == 1 else r["sig"].seeds(seed)
         if _anomaly.enabled():

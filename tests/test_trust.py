@@ -414,3 +414,27 @@ def test_threads_retracing_alternating_paths_agree_with_fresh_recordings():
     _hammer(4, 200, work)
     assert not bad
     assert 1 <= t.retraces <= 8
+
+
+def test_backward_after_a_failed_forward_raises_instead_of_reading_bad_indices():
+    t = tp.record(lambda x, idx: x[idx].sum(), np.ones(5), np.array([0, 1]))
+    with pytest.raises(IndexError, match="out of bounds"):
+        t.forward(np.ones(5), np.array([0, 10**9]))
+    with pytest.raises(RuntimeError, match="no complete forward"):
+        t.backward()
+    for bad in [5, -6, 2**62, -(2**62)]:
+        with pytest.raises(IndexError):
+            t.forward(np.ones(5), np.array([0, bad]))
+    t.forward(np.ones(5), np.array([4, 4]))
+    t.zero_grad()
+    t.backward()
+    np.testing.assert_array_equal(t.grads[0], [0, 0, 0, 0, 2])
+
+
+def test_backward_after_a_failed_guard_raises():
+    t = tp.record(_branchy, np.ones(3), on_change="raise")
+    t.forward(np.ones(3))
+    with pytest.raises(tp.GuardError):
+        t.forward(-np.ones(3))
+    with pytest.raises(RuntimeError, match="no complete forward"):
+        t.backward()

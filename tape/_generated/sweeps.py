@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b107cbfb7d7af046157b3b6b919835d2a162da44c90dbbaeaeaea1bce6b43527"
+FINGERPRINT = "42ec5808ddec3406f59956bdb7ef456d760672b392f9a74a708932b870cd7444"
 
 import numpy as np
 from numba import njit, prange

@@ -26,7 +26,7 @@ from pathlib import Path
 CUDA = Path(__file__).resolve().parent
 PKG = CUDA.parent
 TARGET = CUDA / "_generated" / "kernels.py"
-SOURCES = [PKG / "registry.py", PKG / "_layout.py"] + [
+SOURCES = [PKG / "registry.py", PKG / "_layout.py", PKG / "_masked.py"] + [
     CUDA / f
     for f in ("_config.py", "_program.py", "_rules.py", "_loops.py", "_kernels.py", "_codegen.py")
 ]

@@ -40,6 +40,7 @@ import math
 
 from numba import cuda, int64, uint64
 
+from tape import _masked
 from tape._layout import (
     B_KIND,
     B_OFF,
@@ -236,13 +237,7 @@ def accumulate(A, idx, v, atomic):
 # memory latency per element.
 
 
-@_dev
-def masked(c, g):
-    """What a reverse rule's value ``c`` adds to an adjoint where the output adjoint is ``g``:
-    the CPU loops' select (:mod:`tape._loops`), so that both targets give the same numbers. A
-    select, not a product: ``c`` may be inf or NaN where an unused branch's rule was evaluated
-    (``0 * inf`` would be NaN); a NaN ``g`` is not zero and propagates."""
-    return c if g != 0.0 else 0.0
+masked = _dev(_masked.masked)  # the CPU loops' accumulate rule, compiled for the device
 
 
 @_dev

@@ -70,12 +70,10 @@ def take_fwd(i, entries, bufs, ipool, data):
     inner = ipool[p + 1]
     for j in range(idx.shape[0]):
         v = idx[j]
-        r = int(v)
-        if r != v:
+        # the range first: int() of NaN, inf or a huge float is undefined behaviour
+        if not (v >= -n_rows and v < n_rows):
             return i
-        if r < 0:
-            r += n_rows
-        if r < 0 or r >= n_rows:
+        if int(v) != v:
             return i
     for j in range(idx.shape[0]):
         r = int(idx[j])

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "e4cdf5aeae436de69a1cd0f59ef4294e4edaed1b2720e9b19030cffd729995e1"
+FINGERPRINT = "01a8f956322512e5e2432032969c69d62470e5496a313b9e2e84e69faa261e4e"
 
 from numba import cuda, float64
 
