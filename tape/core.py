@@ -137,7 +137,9 @@ class Tape:
         self._consts: dict = {}  # Python number -> its read-only CONST buffer
         self.leaf_bufs: dict[int, int] = {}  # id(leaf tensor) -> its buffer in this tape
         self.leaf_vers: dict[int, int] = {}  # id(leaf tensor) -> its version when copied in
-        self._freed = None  # eager: bool per buffer, True once a backward without retain_graph used it
+        self._freed = (
+            None  # eager: bool per buffer, True once a backward without retain_graph used it
+        )
         self.leaves: list = []  # [(leaf tensor, buffer)] of eager leaves copied in
         self.recording = False
         self.closed = False  # set by an eager backward: new leaf expressions start elsewhere
@@ -423,7 +425,12 @@ class Tape:
             seed=np.ones(max(sig.n_seed, 1), self.dtype)[: sig.n_seed],
             fast=[(s, d) for s, d in zip(sig.shapes, sig.dtypes)],
             grad_dtypes=[np.dtype(self.input_dtypes[k]) for k in self.wrt],
-            out_dtypes=[np.dtype(d) for d in (self.output_dtypes or [self.dtype] * len(self.outputs))],
+            # gradient()'s fast path: a scalar output, gradients in the arena dtype
+            simple=sig.n_seed == 1
+            and all(np.dtype(self.input_dtypes[k]) == self.dtype for k in self.wrt),
+            out_dtypes=[
+                np.dtype(d) for d in (self.output_dtypes or [self.dtype] * len(self.outputs))
+            ],
         )
 
     @property
@@ -480,7 +487,9 @@ class Tape:
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
         else:
-            status = S.forward_sweep(self.entries, self.bufs, self.ipool, ws.data, 0, self.n_entries)
+            status = S.forward_sweep(
+                self.entries, self.bufs, self.ipool, ws.data, 0, self.n_entries
+            )
         if status < 0:
             ws.ok = True
             return self, ws
@@ -540,7 +549,9 @@ class Tape:
                 self._warned.add(status)
                 warnings.warn(str(failure(self, status, buffer_reader(self, ws.data))) + " (continuing on "
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
-            status = S.forward_sweep(self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries)
+            status = S.forward_sweep(
+                self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries
+            )
         ws.ok = True
         if grad:
             S.backward(
@@ -603,7 +614,10 @@ class Tape:
         keep them), or copies when the argument's dtype differs from the arena's."""
         self._check_replay()
         tp, ws = self._last()
-        return [v if v.dtype == d else v.astype(d) for v, d in zip(ws.grad_views, tp._replay["grad_dtypes"])]
+        return [
+            v if v.dtype == d else v.astype(d)
+            for v, d in zip(ws.grad_views, tp._replay["grad_dtypes"])
+        ]
 
     def zero_grad(self):
         """Zero this thread's accumulated gradients."""
@@ -621,6 +635,21 @@ class Tape:
         r = self._replay
         if r is None:
             r = self._check_replay()
+        if r["simple"] and out is None and not self._variants and not _anomaly.ON:
+            # the common call, inlined (a replay from Python costs little more than the sweep)
+            ws = getattr(self._tls, "ws", None) or self._workspace()
+            ws.ok = False
+            self._load_args(ws, args)
+            status = S.forward_backward(
+                self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+                self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
+            )  # fmt: skip
+            if status < 0:
+                ws.ok = True
+                v = ws.grad_views
+                return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+            tp, ws = self._recover(status, ws, args, True)
+            return tp._grads_out(ws, out)
         if r["sig"].n_seed != 1:
             r["sig"].require_scalar()
         tp, ws = self._run(args, True)
@@ -698,10 +727,9 @@ class Tape:
     def nbytes(self) -> int:
         """Bytes in use by the tape's arrays (entries, buffers, pool, value and adjoint arenas)."""
         item = self.dtype.itemsize
-        return (
-            8 * (self.n_entries * ENTRY_COLS + self.n_bufs * BUF_COLS + self.n_ipool)
-            + item * self.n_data * (2 if self.grad is not None else 1)
-        )
+        return 8 * (
+            self.n_entries * ENTRY_COLS + self.n_bufs * BUF_COLS + self.n_ipool
+        ) + item * self.n_data * (2 if self.grad is not None else 1)
 
     def __repr__(self):
         return (
@@ -734,7 +762,9 @@ class Tape:
             lines.append(f"  guards ({len(guards)}; on_change={self.on_change!r}):")
             for i in guards:
                 mode = MODES[int(self.ipool[self.entries[i, E_ATTR]])]
-                lines.append(f"    entry {i}: {mode} of %{self.entries[i, E_IN0]} at {self.sources.get(i, '?')}")
+                lines.append(
+                    f"    entry {i}: {mode} of %{self.entries[i, E_IN0]} at {self.sources.get(i, '?')}"
+                )
         return "\n".join(lines)
 
     # ------------------------------------------------------------ persistence
@@ -787,7 +817,9 @@ class Tape:
         # op codes are stored by name: a tape saved by another version of the registry still loads
         for name in meta["op_names"].values():
             if name not in registry.BY_NAME:
-                raise ValueError(f"the saved tape uses op {name!r}, which this version of tape does not have")
+                raise ValueError(
+                    f"the saved tape uses op {name!r}, which this version of tape does not have"
+                )
         remap = {int(c): registry.BY_NAME[n].code for c, n in meta["op_names"].items()}
         if len(entries):
             entries[:, E_OP] = [remap[int(c)] for c in entries[:, E_OP]]
@@ -799,7 +831,12 @@ class Tape:
         t.data = np.array(st["data"], t.dtype)
         t.n_data = len(t.data)
         t.shapes = [tuple(s) for s in meta["shapes"]]
-        t.inputs, t.input_names, t.wrt, t.outputs = meta["inputs"], meta["input_names"], meta["wrt"], meta["outputs"]
+        t.inputs, t.input_names, t.wrt, t.outputs = (
+            meta["inputs"],
+            meta["input_names"],
+            meta["wrt"],
+            meta["outputs"],
+        )
         t.input_dtypes = [np.dtype(d) for d in meta["input_dtypes"]]
         t._out_single = meta["out_single"]
         _load_optional_meta(t, meta)
