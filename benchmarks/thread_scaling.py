@@ -5,6 +5,12 @@ workspace and the compiled sweeps release the GIL, so threads can overlap. Repor
 per second with 1 and 2 threads and their ratio (the 2-thread speedup), for problems whose
 replay is short (Python overhead dominates) and long (the sweeps dominate), after checking
 that the threaded gradients are bit-identical to serial ones.
+
+Tapes with matmul call BLAS, which runs its own threads: with as many replay threads as cores,
+run with one BLAS thread (``OPENBLAS_NUM_THREADS=1``, or ``threadpoolctl``), or the two kinds
+of threads compete for the cores. Replays of a few microseconds do not speed up from Python
+threads: the Python part of each call (argument checks, copies) holds the GIL, and handing the
+GIL between threads costs more than the sweep saves; batch them (``t.gradient_batch``) instead.
 """
 
 from __future__ import annotations
