@@ -136,7 +136,7 @@ def test_threaded_batched_replays_are_bit_identical_to_serial():
         if not (np.array_equal(v, v0) and np.array_equal(g, g0)):
             bad.append(j)
 
-    _hammer(4, 250, work)
+    _hammer(4, 1000, work)
     assert not bad
 
 
