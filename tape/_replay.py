@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tape import registry
-from tape._layout import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OP
+from tape._layout import B_OFF, B_SIZE, E_OP
 
 
 class ReplayError(ValueError):
@@ -165,68 +165,25 @@ class Signature:
 
 # ---------------------------------------------------------------- failures
 
-GUARD = registry.BY_NAME["guard"].code
-TAKE = registry.BY_NAME["take"].code
-
 
 def is_guard(t, i) -> bool:
     """Whether entry ``i`` of ``t`` is a guard (a failed status there means another path)."""
-    return 0 <= i < t.n_entries and t.entries[i, E_OP] == GUARD
+    return 0 <= i < t.n_entries and registry.OPS[t.entries[i, E_OP]].guard
 
 
 def failure(t, i, read, instance=None):
     """The exception for a sweep stopped at entry ``i``: :class:`GuardError` for a guard,
-    ``IndexError`` for a gather index out of bounds. ``read(b)`` returns buffer ``b``'s flat
-    values in the arena the sweep ran on (host or device)."""
+    ``IndexError`` for an op that rejected its data (a gather index out of bounds), with the
+    text of the op's ``describe_failure`` (:class:`tape.registry.Op`). ``read(b)`` returns
+    buffer ``b``'s flat values in the arena the sweep ran on (host or device)."""
     where = "" if instance is None else f"instance {instance}: "
-    op = t.entries[i, E_OP]
+    op = registry.OPS[t.entries[i, E_OP]]
     src = t.sources.get(i, "")
     at = f" at {src}" if src else ""
-    if op == GUARD:
-        from tape.ops.guard import MODES
-
-        mode = int(t.ipool[t.entries[i, E_ATTR]])
-        b = int(t.entries[i, E_IN0])
-        made_by = _producer(t, b, i)
-        now = np.asarray(read(b))
-        was = np.asarray(read(int(t.entries[i, E_IN1])))
-        return GuardError(
-            f"{where}guard at entry {i} ({MODES[mode]} of %{b}, made by {made_by}) recorded{at}: "
-            f"recorded {_short(was)}, now {_short(now)}. The recorded tape follows another path "
-            "here; retrace (on_change='retrace'), or make the choice with tape.where",
-            entry=i,
-            source=src,
-        )
-    name = registry.OPS[op].name
-    if op == TAKE:
-        rows = int(t.ipool[t.entries[i, E_ATTR]])
-        idx = np.asarray(read(int(t.entries[i, E_IN1]))).ravel()
-        bad = [v for v in idx if v != v or v != int(v) or not -rows <= v < rows]
-        if bad:
-            return IndexError(
-                f"{where}entry {i} (take){at}: index {bad[0]:g} is out of bounds for an axis of "
-                f"size {rows} (indices are checked at every replay)"
-            )
-    return IndexError(f"{where}entry {i} ({name}){at} rejected its input data")
-
-
-def _producer(t, b, before):
-    """The op that wrote buffer ``b`` (or its alias root), for messages."""
-    root = int(t.bufs[b, 5]) if t.bufs[b, 5] >= 0 else b
-    for j in range(before - 1, -1, -1):
-        out = int(t.entries[j, 4])
-        if out == b or out == root:
-            return f"{registry.OPS[t.entries[j, E_OP]].name} at entry {j}"
-    if b in t.inputs:
-        return f"argument {t.inputs.index(b)}"
-    return "a constant"
-
-
-def _short(a):
-    a = np.asarray(a)
-    if a.size == 1:
-        return f"{a.reshape(()).item():.17g}"
-    return np.array2string(a.ravel(), threshold=6, precision=6)
+    text = op.describe_failure(t, i, read, at) if op.describe_failure is not None else None
+    if op.guard:
+        return GuardError(where + text, entry=i, source=src)
+    return IndexError(where + (text or f"entry {i} ({op.name}){at} rejected its input data"))
 
 
 def buffer_reader(t, data):

@@ -32,7 +32,9 @@ from tape import _anomaly, registry
 from tape._layout import ACTIVE, B_KIND, CONST, GENERAL, LEAF, SAME
 from tape._source import user_line
 from tape.core import Tape, resolve
-from tape.ops.guard import EQUAL, INT, TRUTH
+from tape.ops.elementwise import STOP_GRADIENT
+from tape.ops.guard import EQUAL, GUARD, INT, TRUTH
+from tape.ops.movement import COPY, c_strides, copy_block
 
 float64 = np.dtype(np.float64)
 float32 = np.dtype(np.float32)
@@ -164,7 +166,9 @@ class Tensor:
                 f"only tensors of floating point dtype can require gradients (this one is {self.dtype})"
             )
         if self._op is not None and not requires_grad:
-            raise RuntimeError("you can only change requires_grad flags of leaf tensors; use detach()")
+            raise RuntimeError(
+                "you can only change requires_grad flags of leaf tensors; use detach()"
+            )
         self._rg = bool(requires_grad)
         return self
 
@@ -234,7 +238,7 @@ class Tensor:
             return
         ref = tp.new_buffer(self.shape if mode != TRUTH else (), CONST, np.asarray(value, tp.dtype))
         out = tp.new_buffer((), CONST)
-        i = tp.add_entry(_GUARD, [b, ref], out, [mode])
+        i = tp.add_entry(GUARD.code, [b, ref], out, [mode])
         tp.sources[i] = user_line()
 
     def __array__(self, dtype=None, copy=None):
@@ -243,7 +247,9 @@ class Tensor:
 
     def _scalar(self, what):
         if self.numel() != 1:
-            raise ValueError(f"{what}: only one-element tensors can be converted to Python scalars, got shape {self.shape}")
+            raise ValueError(
+                f"{what}: only one-element tensors can be converted to Python scalars, got shape {self.shape}"
+            )
         return self._peek().reshape(()).item()
 
     def item(self):
@@ -270,7 +276,9 @@ class Tensor:
 
     def __bool__(self):
         if self.numel() != 1:
-            raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+            raise RuntimeError(
+                f"the truth value of a tensor with {self.numel()} elements is ambiguous"
+            )
         v = bool(self._peek().reshape(()).item())
         self._guard(TRUTH, float(v))
         return v
@@ -297,7 +305,7 @@ class Tensor:
             return Tensor(self._value, _ver=self._ver)  # same memory: same version counter
         tp = self._resolve()[0]
         if tp.recording:
-            return apply("stop_gradient", [self], self.shape, dtype=self.dtype)
+            return apply(STOP_GRADIENT, [self], self.shape, dtype=self.dtype)
         return Tensor(self._peek())
 
     @property
@@ -339,13 +347,17 @@ class Tensor:
         try:
             self._value[...] = np.broadcast_to(v, self.shape)
         except ValueError:
-            raise ValueError(f"copy_: cannot copy a tensor of shape {np.shape(v)} into shape {self.shape}") from None
+            raise ValueError(
+                f"copy_: cannot copy a tensor of shape {np.shape(v)} into shape {self.shape}"
+            ) from None
         self._bump()
         return self
 
     def _inplace_check(self):
         if self._tape is not None:
-            raise RuntimeError("in-place operations are not supported on tensors computed in a graph")
+            raise RuntimeError(
+                "in-place operations are not supported on tensors computed in a graph"
+            )
         if self._rg and is_grad_enabled():
             raise RuntimeError(
                 "a leaf tensor that requires grad is being used in an in-place operation; "
@@ -385,8 +397,10 @@ class Tensor:
         if dtype == self.dtype:
             return self
         if dtype.kind == "f" and self.dtype.kind == "f" and (self._rg or self._tape is not None):
-            out = apply("copy", [self], self.shape, _identity_copy_block(self.shape), dtype=dtype)
-            return out
+            st = c_strides(self.shape)
+            return apply(
+                COPY, [self], self.shape, copy_block(self.shape, 0, st, 0, st), dtype=dtype
+            )
         return Tensor(self.numpy().astype(dtype))
 
     astype = to
@@ -410,7 +424,9 @@ class Tensor:
         if create_graph:
             raise NotImplementedError("create_graph=True (higher-order gradients) is not supported")
         if not self._rg:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(
+                "element 0 of tensors does not require grad and does not have a grad_fn"
+            )
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError(
@@ -419,9 +435,13 @@ class Tensor:
                 )
             seed = np.ones(1)
         else:
-            seed = np.asarray(gradient._peek() if isinstance(gradient, Tensor) else gradient, np.float64)
+            seed = np.asarray(
+                gradient._peek() if isinstance(gradient, Tensor) else gradient, np.float64
+            )
             if seed.shape != self.shape:
-                raise RuntimeError(f"backward: gradient has shape {seed.shape}, the tensor has shape {self.shape}")
+                raise RuntimeError(
+                    f"backward: gradient has shape {seed.shape}, the tensor has shape {self.shape}"
+                )
         if self._tape is None:
             if self._base is not None:  # a view of a leaf: route through one entry
                 return (self * 1.0).backward(seed.reshape(self.shape))
@@ -470,13 +490,6 @@ class Tensor:
         return f"tensor({body}{''.join(', ' + e for e in extra)})"
 
 
-def _identity_copy_block(shape):
-    from tape.ops.movement import c_strides
-
-    st = c_strides(shape)
-    return [len(shape), *shape, 0, *st, 0, *st]
-
-
 # ---------------------------------------------------------------- recording
 
 
@@ -500,13 +513,20 @@ def _float_dtype(ts):
     return best
 
 
-def result_dtype(ts, *, name=""):
-    """The dtype of an arithmetic result, as PyTorch: the widest float tensor; Python floats do
-    not widen a float32 tensor; integers and bools give int64 (true division gives float64)."""
+def result_dtype(ts, rule="promote"):
+    """The dtype of an op's result on inputs ``ts`` under the op's dtype rule
+    (:attr:`tape.registry.Op.dtype`). ``"promote"``, as PyTorch: the widest float tensor;
+    Python floats do not widen a float32 tensor; integers and bools give int64. ``"float"``:
+    the same, but integers give float64 (true division). ``"bool"``: bool.
+    ``("like", positions)``: promote over the inputs at ``positions``."""
+    if rule == "bool":
+        return bool_
+    if rule.__class__ is tuple:
+        ts = [ts[k] for k in rule[1]]
     f = _float_dtype(ts)
     if f is not None:
         return f
-    if name == "div" or any(isinstance(t, (float, np.floating)) for t in ts):
+    if rule == "float" or any(isinstance(t, (float, np.floating)) for t in ts):
         return float64
     return int64
 
@@ -530,7 +550,9 @@ def _buffer_in(target: Tape, x, grad_on):
             target.leaf_vers[key] = ver
             target.leaves.append((x, b))  # keeps x alive; not a leaf, so it gets no .grad
         elif b is None:
-            kind = LEAF if (x._rg and grad_on and not target.recording and x._tape is None) else CONST
+            kind = (
+                LEAF if (x._rg and grad_on and not target.recording and x._tape is None) else CONST
+            )
             b = target.new_buffer(x.shape, kind, x._arena_value())
             target.leaf_bufs[key] = b
             target.leaf_vers[key] = ver
@@ -542,14 +564,16 @@ def _buffer_in(target: Tape, x, grad_on):
     return target.new_buffer(v.shape, CONST, v)
 
 
-def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
-    """Record op ``name`` on ``inputs`` (Tensors, NumPy arrays or numbers) with output
-    ``shape`` and attribute block ``ints``; returns the output tensor.
+def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
+    """Record ``op`` (a :class:`tape.registry.Op`, or its name) on ``inputs`` (Tensors, NumPy
+    arrays or numbers) with output ``shape`` and attribute block ``ints``; returns the output
+    tensor, of ``dtype`` (default: by the op's dtype rule).
 
     ``parts`` (for ops that write regions of one output, such as concatenation) is a list of
     ``(input_positions, ints)``: one entry each, all writing the same output buffer.
     """
-    op = _BY_NAME[name]
+    if op.__class__ is str:
+        op = _BY_NAME[op]
     diff = op.differentiable
     if parts is not None:
         diff = diff * len(inputs)
@@ -573,7 +597,7 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
         if d and t._rg and grad_on:
             need = True
     if dtype is None:
-        dtype = result_dtype(inputs, name=name)
+        dtype = result_dtype(inputs, op.dtype)
     if rec is None and not need:
         return _compute_constant(op, inputs, shape, ints, parts, dtype)
     target = rec if rec is not None else _union(eager, inputs)
@@ -602,11 +626,10 @@ def apply(name, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
             target.sources[i] = src
         if _anomaly.enabled():
             _anomaly.check_entries(target, target.data, first, target.n_entries)
-    return Tensor._traced(target, out, shape, dtype, active, name)
+    return Tensor._traced(target, out, shape, dtype, active, op.name)
 
 
 _BY_NAME = registry.BY_NAME
-_GUARD = registry.BY_NAME["guard"].code
 
 
 REUSE_LIMIT = 4096
@@ -632,7 +655,12 @@ def _union(tapes, inputs) -> Tape:
                 leaf = t._base[0] if t._base is not None else t
                 ref = leaf._last
                 tp = ref() if ref is not None else None
-                if tp is not None and not tp.closed and tp._merged is None and tp.n_entries < REUSE_LIMIT:
+                if (
+                    tp is not None
+                    and not tp.closed
+                    and tp._merged is None
+                    and tp.n_entries < REUSE_LIMIT
+                ):
                     return tp
                 leaves.append(leaf)
         tp = Tape(_float_dtype(inputs) or float64)
@@ -719,7 +747,9 @@ def reshape(x, *shape) -> Tensor:
             raise ValueError(f"reshape: cannot reshape a tensor of shape {x.shape} into {shape}")
         shape = tuple(n // rest if s == -1 else s for s in shape)
     if math.prod(shape) != n or any(s < 0 for s in shape):
-        raise ValueError(f"reshape: cannot reshape a tensor of shape {x.shape} ({n} elements) into {shape}")
+        raise ValueError(
+            f"reshape: cannot reshape a tensor of shape {x.shape} ({n} elements) into {shape}"
+        )
     return view(x, shape, 0)
 
 
@@ -767,23 +797,19 @@ def _shape_of(x):
     return np.shape(x)
 
 
-def elementwise(name, *args) -> Tensor:
-    """Record elementwise op ``name`` on ``args`` with NumPy broadcasting."""
+def elementwise(op, *args) -> Tensor:
+    """Record elementwise ``op`` (a :class:`tape.registry.Op`, or its name) on ``args`` with
+    NumPy broadcasting."""
+    if op.__class__ is str:
+        op = _BY_NAME[op]
     shapes = tuple([_shape_of(a) for a in args])
-    key = (name, shapes)
+    key = (op.code, shapes)
     hit = _bcast_cache.get(key)
     if hit is None:
-        hit = _bcast_cache[key] = _broadcast_block(name, shapes)
+        hit = _bcast_cache[key] = _broadcast_block(op.name, shapes)
     out_shape, ints = hit
-    dtype = None
-    if name in _COMPARISONS:
-        dtype = bool_
-    elif name == "where":
-        dtype = result_dtype(args[1:])
-    elif name == "clip":
-        dtype = result_dtype(args[:1]) if isinstance(args[0], Tensor) else None
     args = [_const(a) for a in args]
-    return apply(name, args, out_shape, ints, dtype=dtype)
+    return apply(op, args, out_shape, ints)
 
 
 def _const(a):
@@ -794,7 +820,9 @@ def _const(a):
     try:
         v = np.asarray(a)
     except Exception:  # noqa: BLE001
-        raise TypeError(f"expected a tensor, an array or a number, got {type(a).__name__}") from None
+        raise TypeError(
+            f"expected a tensor, an array or a number, got {type(a).__name__}"
+        ) from None
     _check_dtype(v.dtype)
     return tensor(v)
 
@@ -854,9 +882,6 @@ def _coalesce(dims, strides):
     return dims, strides
 
 
-_COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
-
-
 # ---------------------------------------------------------------- constructors
 
 
@@ -911,7 +936,9 @@ def full_like(x, fill_value, dtype=None, requires_grad=False) -> Tensor:
 
 
 def arange(start, stop=None, step=1, dtype=None, requires_grad=False) -> Tensor:
-    return tensor(np.arange(start, stop, step) if stop is not None else np.arange(start), requires_grad, dtype)
+    return tensor(
+        np.arange(start, stop, step) if stop is not None else np.arange(start), requires_grad, dtype
+    )
 
 
 def linspace(start, stop, num=50, dtype=None, requires_grad=False) -> Tensor:

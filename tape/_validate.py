@@ -171,6 +171,19 @@ def later_writer(t, i, b) -> int:
     return i + int(hit[0]) if hit.size else -1
 
 
+def producer(t, b, before) -> str:
+    """The op that wrote buffer ``b`` (or the buffer it views) last before entry ``before``,
+    for messages: ``"exp at entry 3"``, ``"argument 0"`` or ``"a constant"``."""
+    root = int(t.bufs[b, B_ALIAS]) if t.bufs[b, B_ALIAS] >= 0 else b
+    for j in range(before - 1, -1, -1):
+        out = int(t.entries[j, E_OUT])
+        if out == b or out == root:
+            return f"{_ops()[t.entries[j, E_OP]].name} at entry {j}"
+    if b in t.inputs:
+        return f"argument {t.inputs.index(b)}"
+    return "a constant"
+
+
 # ---------------------------------------------------------------- elementwise checks
 
 
@@ -397,10 +410,6 @@ def _check_aliases(t, B, nb):
         )
 
 
-def _n_inputs(op) -> int:
-    return op.arity if op.kind != "kernel" else int(op.extra["n_inputs"])
-
-
 def _check_entries(t):
     ops = _ops()
     ne, nb = int(t.n_entries), int(t.n_bufs)
@@ -410,7 +419,7 @@ def _check_entries(t):
     if bad.any():
         i = _first(bad)
         _bad(f"entry {i}: op code {code[i]}, expected 0..{len(ops) - 1}")
-    uses = np.array([_n_inputs(op) for op in ops], np.int64)[code]
+    uses = np.array([op.n_inputs for op in ops], np.int64)[code]
     for k in range(3):
         col = E[:, E_IN0 + k]
         used = uses > k

@@ -1,10 +1,11 @@
 """User-facing functions (``tp.exp``, ``tp.sum``, ``tp.softmax``, ...) and the ``Tensor``
 operators and methods.
 
-Every elementwise op in the registry becomes a function here automatically; composites
-(``mean``, ``var``, ``std``, ``norm``, ``logsumexp``, ``softmax``, ``log_softmax``) are
-written in terms of registered ops, so they need no rules of their own. Reductions accept
-NumPy's ``axis=`` and PyTorch's ``dim=``.
+Every elementwise op in the registry becomes a function here automatically, and the ``Tensor``
+operators and methods of registry ops come from their records (:class:`tape.registry.Op`);
+composites (``mean``, ``var``, ``std``, ``norm``, ``logsumexp``, ``softmax``,
+``log_softmax``) are written in terms of registered ops, so they need no rules of their own,
+and their methods are listed here. Reductions accept NumPy's ``axis=`` and PyTorch's ``dim=``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import numpy as np
 
 from tape import registry
+from tape._front import linalg, movement, reduce
 from tape._tensor import (
     Tensor,
     as_tensor,
@@ -23,7 +25,7 @@ from tape._tensor import (
     squeeze,
     unsqueeze,
 )
-from tape.ops import linalg, movement, reduce
+from tape.ops.elementwise import CLIP, POW, SQUARE
 
 __all__ = []  # filled below
 
@@ -31,7 +33,8 @@ __all__ = []  # filled below
 def _export(fn, name=None):
     name = name or fn.__name__
     globals()[name] = fn
-    __all__.append(name)
+    if name not in __all__:
+        __all__.append(name)
     return fn
 
 
@@ -41,17 +44,20 @@ def _make_elementwise(op):
     def fn(*args):
         if len(args) != n:
             raise TypeError(f"{op.name}() takes {n} argument{'s' * (n > 1)}, got {len(args)}")
-        return elementwise(op.name, *args)
+        return elementwise(op, *args)
 
     fn.__name__ = op.name
     fn.__qualname__ = op.name
     ref = getattr(op.ref, "__name__", "")
-    fn.__doc__ = f"Elementwise ``{op.name}`` (NumPy ``{ref}``), differentiable: {op.differentiable}."
+    fn.__doc__ = (
+        f"Elementwise ``{op.name}`` (NumPy ``{ref}``), differentiable: {op.differentiable}."
+    )
     return fn
 
 
+# (clip's function, below, replaces the generated one: its bounds are optional)
 for _op in registry.OPS:
-    if _op.kind in ("unary", "binary") or _op.name == "where":
+    if _op.kind != "kernel":
         _export(_make_elementwise(_op))
 
 exp, log, where = globals()["exp"], globals()["log"], globals()["where"]
@@ -90,7 +96,7 @@ def clip(x, min=None, max=None):
     x = as_tensor(x)
     lo = -np.inf if min is None else min
     hi = np.inf if max is None else max
-    return elementwise("clip", x, lo, hi)
+    return elementwise(CLIP, x, lo, hi)
 
 
 clamp = _export(clip, "clamp")
@@ -238,37 +244,27 @@ _export(permute)
 
 
 def _install():
+    """The ``Tensor`` operators and methods: each registry op's, as its record names them
+    (calling ``tape.<name>``), then the composites'."""
     T = Tensor
-    ew = elementwise
-    T.__add__ = lambda a, b: ew("add", a, b)
-    T.__radd__ = lambda a, b: ew("add", b, a)
-    T.__sub__ = lambda a, b: ew("sub", a, b)
-    T.__rsub__ = lambda a, b: ew("sub", b, a)
-    T.__mul__ = lambda a, b: ew("mul", a, b)
-    T.__rmul__ = lambda a, b: ew("mul", b, a)
-    T.__truediv__ = lambda a, b: ew("div", a, b)
-    T.__rtruediv__ = lambda a, b: ew("div", b, a)
-    T.__pow__ = _pow
-    T.__rpow__ = lambda a, b: ew("pow", b, a)
-    T.__neg__ = lambda a: ew("neg", a)
-    T.__pos__ = lambda a: a
-    T.__abs__ = lambda a: ew("abs", a)
-    T.__matmul__ = lambda a, b: linalg.matmul(a, b)
-    T.__rmatmul__ = lambda a, b: linalg.matmul(b, a)
-    T.__lt__ = lambda a, b: ew("less", a, b)
-    T.__le__ = lambda a, b: ew("less_equal", a, b)
-    T.__gt__ = lambda a, b: ew("greater", a, b)
-    T.__ge__ = lambda a, b: ew("greater_equal", a, b)
-    T.__eq__ = lambda a, b: ew("equal", a, b)
-    T.__ne__ = lambda a, b: ew("not_equal", a, b)
-    T.__getitem__ = movement.getitem
     for op in registry.OPS:
-        if op.kind == "unary":
-            setattr(T, op.name, globals()[op.name])
+        fn = globals().get(op.name)
+        if fn is None and (op.operators or op.reflected or op.method):
+            raise RuntimeError(
+                f"op {op.name!r} names Tensor operators or a method, but there is no tape.{op.name}"
+            )
+        for dunder in op.operators:
+            setattr(T, dunder, _operator(op, fn, False))
+        for dunder in op.reflected:
+            setattr(T, dunder, _operator(op, fn, True))
+        if op.method:
+            setattr(T, op.name, fn)
+    T.__pow__ = _pow  # x ** 2 records a square
+    T.__pos__ = lambda a: a
+    T.__getitem__ = movement.getitem
     for name in (
-        "sum", "mean", "max", "min", "prod", "var", "std", "norm", "logsumexp", "softmax",
-        "log_softmax", "clip", "clamp", "matmul", "dot", "outer", "flatten", "squeeze",
-        "unsqueeze", "broadcast_to", "take", "maximum", "minimum", "amax", "amin",
+        "mean", "var", "std", "norm", "logsumexp", "softmax", "log_softmax", "clamp", "dot",
+        "outer", "flatten", "squeeze", "unsqueeze", "broadcast_to", "amax", "amin",
     ):  # fmt: skip
         setattr(T, name, globals()[name])
     T.reshape = lambda x, *shape: reshape(x, *shape)
@@ -279,10 +275,22 @@ def _install():
     T.mT = property(lambda x: movement.swapaxes(x, -1, -2))
 
 
+def _operator(op, fn, reflected):
+    """The operator method recording ``op``: elementwise ops record directly (operators are
+    the hot path of eager code), kernel ops call their front end ``fn``."""
+    if op.kind == "kernel":
+        return (lambda a, b: fn(b, a)) if reflected else fn
+    if op.arity == 1:
+        return lambda a: elementwise(op, a)
+    if reflected:
+        return lambda a, b: elementwise(op, b, a)
+    return lambda a, b: elementwise(op, a, b)
+
+
 def _pow(a, b):
     if isinstance(b, (int, float)) and not isinstance(b, bool) and b == 2:
-        return elementwise("square", a)
-    return elementwise("pow", a, b)
+        return elementwise(SQUARE, a)
+    return elementwise(POW, a, b)
 
 
 def _tensor_transpose(x, *axes):

@@ -1,9 +1,12 @@
 """The op registry: the instruction set of the tape.
 
-Every op is one :class:`Op` record. Op codes are assigned in registration order (the order of the
-modules imported by :mod:`tape.ops`), and the code generator (:mod:`tape._codegen`) turns the
-registry into the compiled forward and reverse sweeps. Tests iterate the registry, so a new op
-is picked up by them without further changes.
+Every op is one :class:`Op` record, and the record is the only place an op is described: its
+rules, its result dtype, the ``Tensor`` operators and method it provides, how a failed status
+reads, its GPU kernel, and how the tests sample its inputs. Op codes are assigned in
+registration order (the order of the modules imported by :mod:`tape.ops`), and the code
+generator (:mod:`tape._codegen`) turns the registry into the compiled forward and reverse
+sweeps. Tests iterate the registry, so a new op is picked up by them without further changes;
+:func:`missing_facts` says what a record lacks (a test runs it on every op).
 
 Kinds of op:
 
@@ -31,13 +34,16 @@ This module imports no Numba.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 ELEMENTWISE_ARITY = {"unary": 1, "binary": 2, "ternary": 3}
 
+DTYPE_RULES = ("promote", "bool", "float")
+"""Result dtype rules (:attr:`Op.dtype`); ``("like", positions)`` is the fourth."""
 
-@dataclass
+
+@dataclass(eq=False)
 class Op:
     """One instruction of the tape.
 
@@ -52,39 +58,93 @@ class Op:
     rev : tuple
         Reverse rules, one per input for elementwise kinds (``None`` where not differentiable);
         one entry kernel for ``kernel``.
-    ref : callable or None
-        NumPy reference of the forward rule, used by the tests.
-    domain : tuple of float
-        Interval the tests sample inputs from (away from kinks and poles).
+    n_inputs : int
+        Inputs one entry reads (the arity for elementwise kinds).
     differentiable : tuple of bool
         Which inputs carry gradients.
+    ref : callable or None
+        NumPy reference of the forward rule, used by the tests.
+    dtype : str or tuple
+        The result dtype, from the dtype of the inputs (:func:`tape._tensor.result_dtype`):
+        ``"promote"`` (the widest float tensor; integers give int64), ``"float"`` (the same,
+        but integers give float64: true division), ``"bool"`` (comparisons), or
+        ``("like", positions)``: promote over the inputs at ``positions`` only (``where``
+        takes its dtype from the two branches, ``clip`` from ``x``).
+    operators, reflected : tuple of str
+        ``Tensor`` operators that record this op: ``operators`` with the tensor as the first
+        argument (``__add__``, ``__lt__``, ``__neg__``), ``reflected`` with the tensor as the
+        second (``__radd__``).
+    method : bool
+        The front-end function ``tape.<name>`` is also a ``Tensor`` method.
+    guard : bool
+        The op is a guard: a failed status there means the replay takes another path
+        (:func:`tape._replay.is_guard`), raised as ``GuardError``.
+    describe_failure : callable or None
+        ``describe_failure(t, i, read, at) -> str or None``: what the data that made entry
+        ``i`` of ``t`` stop a sweep was (``read(b)`` gives buffer ``b``'s values in the arena
+        the sweep ran on; ``at`` is `` at file:line`` of the recording, or empty). None, or
+        no description: "entry i (name) rejected its input data".
+    gpu : str or None
+        Kernel ops: the key of the op's GPU kernel in
+        :data:`tape.cuda._kernels.GPU_KERNELS`, resolved only by the CUDA code (this module
+        never imports it).
+    check : callable or None
+        ``check(t, i, entry)``: raises ``ValueError`` unless entry ``i`` of tape ``t`` keeps
+        this op's kernels inside their buffers (see the module docstring).
+    domain : tuple
+        Test sampling: the interval ``(lo, hi)`` inputs are drawn from (away from poles).
+    domains : tuple or None
+        Test sampling: one interval per input, where they differ (``clip``'s bounds).
+    masks : tuple of int
+        Test sampling: inputs drawn as 0.0 / 1.0 (conditions).
+    kinks : tuple of tuple
+        Test sampling: coefficients ``c`` of the places ``sum(c[k] * x[k]) == 0`` where the
+        derivative jumps (``abs``: ``(1,)``; ``maximum``: ``(1, -1)``); finite differences
+        stay away from them.
+    tol : tuple
+        ``(rtol, atol)`` of forward values against ``ref`` and across backends.
+    fd_tol : tuple
+        ``(rtol, atol)`` of gradients against central finite differences.
     module : str
         Module that defined the op (for the code generator's imports).
     code : int
         Op code, assigned at registration.
-    check : callable or None
-        ``check(t, i, entry)``: raises ``ValueError`` unless entry ``i`` of tape ``t`` keeps
-        this op's kernels inside their buffers (see the module docstring).
     """
 
     name: str
     kind: str
     fwd: Callable
     rev: tuple
-    ref: Callable | None = None
-    domain: tuple = (-2.0, 2.0)
+    n_inputs: int = 0
     differentiable: tuple = ()
+    ref: Callable | None = None
+    dtype: str | tuple = "promote"
+    operators: tuple = ()
+    reflected: tuple = ()
+    method: bool = False
+    guard: bool = False
+    describe_failure: Callable | None = None
+    gpu: str | None = None
+    check: Callable | None = None
+    domain: tuple = (-2.0, 2.0)
+    domains: tuple | None = None
+    masks: tuple = ()
+    kinks: tuple = ()
+    tol: tuple = (1e-12, 1e-12)
+    fd_tol: tuple = (1e-3, 1e-5)
     module: str = ""
     fwd_name: str = ""
     rev_names: tuple = ()
     doc: str = ""
     code: int = -1
-    extra: dict = field(default_factory=dict)
-    check: Callable | None = None
 
     @property
     def arity(self) -> int:
         return ELEMENTWISE_ARITY.get(self.kind, 0)
+
+    def domain_of(self, k):
+        """The sampling interval of input ``k``."""
+        return self.domain if self.domains is None else self.domains[k]
 
 
 OPS: list[Op] = []
@@ -100,15 +160,14 @@ def _register(op: Op) -> Op:
     return op
 
 
-def elementwise(
-    kind, name, fwd, *rev, ref=None, domain=(-2.0, 2.0), doc="", module="", names=None, check=None
-):
+def elementwise(kind, name, fwd, *rev, module="", names=None, check=None, **facts):
     """Register an elementwise op from its scalar rules.
 
-    ``names`` gives the attribute names under which ``module`` holds the rules (the code
-    generator imports them from there); by default ``<name>_fwd`` and ``<name>_rev<k>``.
-    ``check`` (validation of the op's entries in loaded tapes) defaults to the shared check of
-    ``kind`` in :data:`tape._validate.ELEMENTWISE_CHECKS`.
+    ``facts`` are the record's other fields (``ref``, ``dtype``, ``operators``, ``method``,
+    ``domain``, ...: see :class:`Op`). The code generator imports the rules from ``module``
+    as ``<name>_fwd`` and ``<name>_rev<k>``. ``check`` (validation of the op's entries in
+    loaded tapes) defaults to the shared check of ``kind`` in
+    :data:`tape._validate.ELEMENTWISE_CHECKS`.
     """
     n = ELEMENTWISE_ARITY[kind]
     if check is None:
@@ -116,7 +175,9 @@ def elementwise(
 
         check = ELEMENTWISE_CHECKS[kind]
     if len(rev) != n:
-        raise ValueError(f"{name}: {kind} op needs {n} reverse rules (None where not differentiable)")
+        raise ValueError(
+            f"{name}: {kind} op needs {n} reverse rules (None where not differentiable)"
+        )
     fwd_name = f"{name}_fwd"
     rev_names = tuple(None if r is None else f"{name}_rev{k}" for k, r in enumerate(rev))
     return _register(
@@ -125,34 +186,103 @@ def elementwise(
             kind=kind,
             fwd=fwd,
             rev=tuple(rev),
-            ref=ref,
-            domain=domain,
+            n_inputs=n,
             differentiable=tuple(r is not None for r in rev),
             module=module,
             fwd_name=fwd_name,
             rev_names=rev_names,
-            doc=doc,
             check=check,
+            **facts,
         )
     )
 
 
-def kernel(name, fwd, rev, *, module, n_inputs, differentiable, check=None, doc=""):
-    """Register a structural op from its compiled entry kernels (``rev`` may be ``None``) and
+def kernel(name, fwd, rev, *, module, n_inputs, differentiable, check=None, gpu=None, **facts):
+    """Register a structural op from its compiled entry kernels (``rev`` may be ``None``),
     ``check``, the validation of its entries (see the module docstring; a tape using a kernel
-    op without one cannot be loaded, and the tests fail)."""
+    op without one cannot be loaded, and the tests fail), and ``gpu``, the key of its GPU
+    kernel (the CUDA code generator fails without one). ``facts``: the record's other
+    fields (see :class:`Op`)."""
     return _register(
         Op(
             name=name,
             kind="kernel",
             fwd=fwd,
             rev=(rev,),
+            n_inputs=n_inputs,
             differentiable=tuple(differentiable),
             module=module,
             fwd_name=fwd.__name__ if hasattr(fwd, "__name__") else fwd.py_func.__name__,
             rev_names=(None if rev is None else rev.py_func.__name__,),
-            doc=doc,
-            extra={"n_inputs": n_inputs},
             check=check,
+            gpu=gpu,
+            **facts,
         )
     )
+
+
+def _interval(d):
+    return (
+        isinstance(d, tuple)
+        and len(d) == 2
+        and all(isinstance(v, (int, float)) for v in d)
+        and d[0] < d[1]
+    )
+
+
+def missing_facts(op: Op) -> list[str]:
+    """What ``op``'s record lacks or gets wrong, as sentences (empty: nothing). The tests run
+    it on every registered op."""
+    out = []
+    n = op.n_inputs
+    if op.kind not in ELEMENTWISE_ARITY and op.kind != "kernel":
+        out.append(f"kind {op.kind!r} is not unary, binary, ternary or kernel")
+    if not callable(op.fwd):
+        out.append("no forward rule")
+    if len(op.differentiable) != n:
+        out.append(f"differentiable has {len(op.differentiable)} flags for {n} inputs")
+    if not callable(op.check):
+        out.append("no check (validation of its entries in loaded tapes)")
+    rule = op.dtype
+    like = isinstance(rule, tuple) and len(rule) == 2 and rule[0] == "like"
+    if like:
+        if not rule[1] or not all(isinstance(k, int) and 0 <= k < n for k in rule[1]):
+            out.append(f"dtype rule {rule!r} names inputs outside 0..{n - 1}")
+    elif rule not in DTYPE_RULES:
+        out.append(f"dtype rule {rule!r} is none of {DTYPE_RULES} or ('like', positions)")
+    for d in op.operators + op.reflected:
+        if not (isinstance(d, str) and d.startswith("__") and d.endswith("__")):
+            out.append(f"operator {d!r} is not a dunder name")
+    if op.reflected and n != 2:
+        out.append("reflected operators need two inputs")
+    if op.guard and not callable(op.describe_failure):
+        out.append("a guard needs describe_failure (the GuardError's text)")
+    if op.describe_failure is not None and not callable(op.describe_failure):
+        out.append("describe_failure is not callable")
+    if op.kind == "kernel":
+        if len(op.rev) != 1:
+            out.append("a kernel op has one reverse kernel (or None)")
+        if any(op.differentiable) and op.rev[0] is None:
+            out.append("differentiable inputs but no reverse kernel")
+        if not (isinstance(op.gpu, str) and op.gpu):
+            out.append("no GPU kernel (gpu=: its key in tape.cuda._kernels.GPU_KERNELS)")
+        return out
+    if len(op.rev) != n:
+        out.append(f"{len(op.rev)} reverse rules for {n} inputs")
+    if op.ref is None:
+        out.append("no NumPy reference (ref=) for the tests")
+    if not _interval(op.domain):
+        out.append(f"domain {op.domain!r} is not an interval (lo, hi) with lo < hi")
+    if op.domains is not None and (
+        len(op.domains) != n or not all(_interval(d) for d in op.domains)
+    ):
+        out.append(f"domains {op.domains!r} are not {n} intervals (lo, hi), one per input")
+    if not all(isinstance(k, int) and 0 <= k < n for k in op.masks):
+        out.append(f"masks {op.masks!r} name inputs outside 0..{n - 1}")
+    for c in op.kinks:
+        if len(c) != n or not any(c):
+            out.append(f"kink {c!r} needs {n} coefficients, not all zero")
+    for what, tol in (("tol", op.tol), ("fd_tol", op.fd_tol)):
+        if len(tol) != 2 or not all(isinstance(v, float) and v >= 0 for v in tol):
+            out.append(f"{what} {tol!r} is not (rtol, atol)")
+    return out

@@ -1,4 +1,5 @@
-"""Gradient checks users can call in their own tests."""
+"""Gradient checks users can call in their own tests, and the one sampler of op inputs the
+test suite uses (:func:`sample_inputs`)."""
 
 from __future__ import annotations
 
@@ -49,21 +50,27 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64
         if point == 0:
             args, t = base, t0
         else:
-            args = [a + scale * rng.standard_normal(a.shape) if a.dtype.kind == "f" else a for a in base]
+            args = [
+                a + scale * rng.standard_normal(a.shape) if a.dtype.kind == "f" else a for a in base
+            ]
             t = record(fn, *args, wrt=wrt, dtype=np.float64)
             _compare_replay(t0, t, args, point)
         try:
             _check_point(t, args, eps, atol, rtol, max_full, n_directions, rng)
         except GradcheckError as e:
             where = "" if point == 0 else f"at random point {point} (seed={seed}, scale={scale}): "
-            raise GradcheckError(where + str(e) + _first_bad_entry(t, args, eps, atol, rtol, rng)) from None
+            raise GradcheckError(
+                where + str(e) + _first_bad_entry(t, args, eps, atol, rtol, rng)
+            ) from None
     return True
 
 
 def _compare_replay(t0, t, args, point):
     """The tape recorded at the first point, replayed at ``args``, against a fresh recording."""
     v0, v = t0.forward(*args), t.forward(*args)
-    same = np.allclose(np.asarray(v0, np.float64), np.asarray(v, np.float64), rtol=1e-9, atol=1e-12, equal_nan=True)
+    same = np.allclose(
+        np.asarray(v0, np.float64), np.asarray(v, np.float64), rtol=1e-9, atol=1e-12, equal_nan=True
+    )
     if same and t.signature.n_seed == 1:
         ga, gb = t0.gradient(*args), t.gradient(*args)
         ga = ga if isinstance(ga, tuple) else (ga,)
@@ -118,7 +125,16 @@ def _check_point(t, args, eps, atol, rtol, max_full, n_directions, rng):
                 xp[k] = xp[k] + eps * v
                 xm[k] = xm[k] - eps * v
                 numv = float(np.dot(u, (f(xp) - f(xm)) / (2 * eps)))
-                _compare(np.array([[ana]]), np.array([[numv]]), atol, rtol, k, "<u, J v> (random projection)", None, None)
+                _compare(
+                    np.array([[ana]]),
+                    np.array([[numv]]),
+                    atol,
+                    rtol,
+                    k,
+                    "<u, J v> (random projection)",
+                    None,
+                    None,
+                )
 
 
 def _first_bad_entry(t, args, eps, atol, rtol, rng):
@@ -140,7 +156,13 @@ def _first_bad_entry(t, args, eps, atol, rtol, rng):
         ins = []
         for k in range(E_IN0, E_OUT):
             b = int(entries[i, k])
-            if b >= 0 and k - E_IN0 < len(diff) and diff[k - E_IN0] and bufs[b, B_KIND] != CONST and b not in ins:
+            if (
+                b >= 0
+                and k - E_IN0 < len(diff)
+                and diff[k - E_IN0]
+                and bufs[b, B_KIND] != CONST
+                and b not in ins
+            ):
                 ins.append(b)
         if not ins or bufs[out, B_KIND] == CONST or not op.rev[0]:
             continue
@@ -168,6 +190,37 @@ def _first_bad_entry(t, args, eps, atol, rtol, rng):
                 + f": <u, J v> analytic {ana!r}, numeric {num!r}"
             )
     return "\n(every entry's local derivative agrees with finite differences: the disagreement comes from how the entries are combined)"
+
+
+def sample_inputs(op, shapes, rng):
+    """Inputs of ``shapes`` (one per input) for elementwise ``op`` (a
+    :class:`tape.registry.Op`), drawn with ``rng`` as the record says: uniform on its domain
+    (``Op.domain``, or ``Op.domains`` per input), ``0.0`` / ``1.0`` for its ``masks``, and
+    moved at least ``0.09`` away from its ``kinks``, where finite differences would straddle
+    a jump of the derivative. Returns a list of float64 arrays."""
+    xs = []
+    for k, shape in enumerate(shapes):
+        if k in op.masks:
+            xs.append((rng.uniform(size=shape) > 0.5).astype(float))
+        else:
+            lo, hi = op.domain_of(k)
+            xs.append(rng.uniform(lo, hi, shape))
+    for coef in op.kinks:
+        j = max(k for k, c in enumerate(coef) if c)  # the input that moves
+        for _ in range(10):
+            near = np.abs(sum(c * x for c, x in zip(coef, xs) if c)) < 1e-2
+            if not near.any():
+                break
+            xs[j] = np.asarray(xs[j] + 0.1 * _any_to(near, np.shape(xs[j])))
+    return xs
+
+
+def _any_to(mask, shape):
+    """``mask``, broadcast from ``shape``, reduced back to ``shape`` by ``any``."""
+    lead = mask.ndim - len(shape)
+    m = mask.any(axis=tuple(range(lead))) if lead else mask
+    axes = tuple(k for k, n in enumerate(shape) if n == 1 and m.shape[k] != 1)
+    return m.any(axis=axes, keepdims=True) if axes else m
 
 
 def _compare(ana, num, atol, rtol, k, what, xshape, yshape):

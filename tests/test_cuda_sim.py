@@ -175,6 +175,7 @@ else:
     from tape import _tensor as T
     from tape.cuda import CudaTape, gradient_batch
     from tape.registry import OPS
+    from tape.testing import sample_inputs as sample
 
     THREADS = 8  # every simulated thread is a Python thread: keep blocks small
 
@@ -184,17 +185,6 @@ else:
         "binary": [((5,), (5,)), ((), (4,)), ((4,), ()), ((3, 1), (1, 4)), ((2, 3), (3,))],
         "ternary": [((4,), (4,), (4,)), ((3, 1), (1, 4), ())],
     }
-
-    def sample(op, shapes, rng):
-        lo, hi = op.domain
-        xs = [rng.uniform(lo, hi, s) for s in shapes]
-        if op.name == "where":
-            xs[0] = (rng.uniform(size=shapes[0]) > 0.5).astype(float)
-        if op.name == "clip":
-            xs[0] = rng.uniform(-2, 2, shapes[0])
-            xs[1] = rng.uniform(-1.0, -0.5, shapes[1])
-            xs[2] = rng.uniform(0.5, 1.0, shapes[2])
-        return xs
 
     def weighted(out_shape, rng):
         # a non-uniform output adjoint: sum(f(...) * w)
@@ -222,8 +212,9 @@ else:
             out_shape = np.broadcast_shapes(*shapes)
             w = weighted(out_shape, rng)
             wrt = [k for k, d in enumerate(op.differentiable) if d]
-            t = tp.record(lambda *a: (T.elementwise(op.name, *a) * w).sum(), *xs, wrt=wrt)
-            check(t, xs)
+            t = tp.record(lambda *a: (T.elementwise(op, *a) * w).sum(), *xs, wrt=wrt)
+            rtol, atol = op.tol
+            check(t, xs, rtol=rtol, atol=atol)
 
     def _reduction_cases():
         for name in ("sum", "max", "min", "prod"):
@@ -679,7 +670,9 @@ else:
         from tape.cuda._program import gpu_spec
 
         for op in OPS:
-            fwd, rev, _, _, _ = gpu_spec(op)
+            fwd, rev, _, _, checks = gpu_spec(op)
             assert fwd >= 1 and rev >= (1 if any(op.differentiable) else 0), op.name
             if op.kind == "kernel":
-                assert op.name in GPU_KERNELS
+                assert op.gpu in GPU_KERNELS, op.name
+                if checks:  # it may reject data: a failed status must say why
+                    assert op.describe_failure is not None, op.name

@@ -9,6 +9,7 @@ import pytest
 import tape as tp
 from tape.ops.elementwise import COMPARISONS
 from tape.registry import OPS
+from tape.testing import sample_inputs as sample
 
 UNARY_SHAPES = [(), (5,), (3, 4), (2, 1, 3)]
 BINARY_SHAPES = [
@@ -28,25 +29,12 @@ ELEMENTWISE = [op for op in OPS if op.kind != "kernel"]
 DIFFERENTIABLE = [op for op in ELEMENTWISE if any(op.differentiable)]
 
 
-def sample(op, shapes, rng):
-    lo, hi = op.domain
-    xs = [rng.uniform(lo, hi, s) for s in shapes]
-    if op.name == "where":
-        xs[0] = (rng.uniform(size=shapes[0]) > 0.5).astype(float)
-    if op.name == "clip":
-        xs[0] = rng.uniform(-2, 2, shapes[0])
-        xs[1] = rng.uniform(-1.0, -0.5, shapes[1])
-        xs[2] = rng.uniform(0.5, 1.0, shapes[2])
-    # keep finite differences away from kinks (|x| = 0, x0 = x1)
-    if op.name in ("abs", "relu"):
-        xs[0] = np.where(np.abs(xs[0]) < 1e-2, 0.5, xs[0])
-    if op.name in ("maximum", "minimum"):
-        xs[1] = np.where(np.abs(xs[0] - xs[1]) < 1e-2, xs[1] + 0.1, xs[1])
-    return xs
-
-
 def shapes_for(op):
-    return {"unary": [(s,) for s in UNARY_SHAPES], "binary": BINARY_SHAPES, "ternary": TERNARY_SHAPES}[op.kind]
+    return {
+        "unary": [(s,) for s in UNARY_SHAPES],
+        "binary": BINARY_SHAPES,
+        "ternary": TERNARY_SHAPES,
+    }[op.kind]
 
 
 def fn_of(op):
@@ -60,7 +48,8 @@ def test_elementwise_forward_matches_numpy(op, rng):
         got = fn_of(op)(*[tp.tensor(x) for x in xs])
         want = op.ref(*xs)
         assert got.shape == np.shape(want), (op.name, shapes)
-        np.testing.assert_allclose(got.numpy().astype(float), want, rtol=1e-12, atol=1e-12)
+        rtol, atol = op.tol
+        np.testing.assert_allclose(got.numpy().astype(float), want, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("op", DIFFERENTIABLE, ids=lambda o: o.name)
@@ -68,7 +57,8 @@ def test_elementwise_gradient_matches_finite_differences(op, rng):
     for shapes in shapes_for(op):
         xs = sample(op, shapes, rng)
         wrt = [k for k, d in enumerate(op.differentiable) if d]
-        assert tp.gradcheck(lambda *a: fn_of(op)(*a), *xs, wrt=wrt)
+        rtol, atol = op.fd_tol
+        assert tp.gradcheck(lambda *a: fn_of(op)(*a), *xs, wrt=wrt, atol=atol, rtol=rtol)
 
 
 @pytest.mark.parametrize("op", DIFFERENTIABLE, ids=lambda o: o.name)
@@ -102,7 +92,9 @@ def test_stop_gradient_passes_values_not_gradients(rng):
     np.testing.assert_allclose(x.grad.numpy(), 3 * x.numpy())
 
 
-@pytest.mark.parametrize("op", [o for o in NON_DIFFERENTIABLE if o.name in COMPARISONS], ids=lambda o: o.name)
+@pytest.mark.parametrize(
+    "op", [o for o in NON_DIFFERENTIABLE if o.name in COMPARISONS], ids=lambda o: o.name
+)
 def test_comparisons_are_bool_and_not_differentiable(op, rng):
     a = tp.tensor(rng.uniform(-1, 1, 5), requires_grad=True)
     b = tp.tensor(np.r_[a.numpy()[:2], rng.uniform(-1, 1, 3)])
@@ -129,6 +121,7 @@ def _r(*shape, seed=0, lo=-2.0, hi=2.0):
 
 
 # each case: (function of tensors, NumPy reference of the same, inputs)
+# fmt: off
 KERNEL_CASES = {
     "sum": [
         (lambda x: tp.sum(x), lambda x: np.sum(x), [_r(3, 4)]),
@@ -191,6 +184,7 @@ KERNEL_CASES = {
         (lambda x: x[: int(x[0] > 0) + 1] * 2, lambda x: x[: int(x[0] > 0) + 1] * 2, [_r(3, lo=0.5)]),
     ],
 }
+# fmt: on
 x_mask = np.array([[True, False, True], [False, True, True]])
 
 KERNELS = [op for op in OPS if op.kind == "kernel"]

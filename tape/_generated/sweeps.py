@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "42ec5808ddec3406f59956bdb7ef456d760672b392f9a74a708932b870cd7444"
+FINGERPRINT = "a3e1d21f857313bd258d972a8e6cd2bd8af8183005b50171b4c485737cf960ad"
 
 import numpy as np
 from numba import njit, prange

@@ -9,7 +9,8 @@ test) fails until it is regenerated, and the new text makes Numba recompile.
 
 Elementwise ops need nothing GPU-specific: their rules are translated to device functions
 (:mod:`tape.cuda._rules`). Kernel ops take their GPU phase functions from
-:data:`tape.cuda._kernels.GPU_KERNELS`; generation fails for an op without one.
+:data:`tape.cuda._kernels.GPU_KERNELS`, under the key their record names (``Op.gpu``);
+generation fails for an op without one.
 
 Usage::
 
@@ -267,16 +268,22 @@ def generate() -> str:
             # checked here so that generation fails for an op without a GPU path
             from tape.cuda._kernels import GPU_KERNELS
 
-            if op.name not in GPU_KERNELS:
+            if op.gpu is None:
                 raise NotImplementedError(
-                    f"op {op.name!r} has no GPU kernel: add a GpuKernel to tape/cuda/_kernels.py"
+                    f"op {op.name!r} has no GPU kernel: its record names none (registry.kernel("
+                    "..., gpu=key)); add a GpuKernel under that key to tape/cuda/_kernels.py"
+                )
+            if op.gpu not in GPU_KERNELS:
+                raise NotImplementedError(
+                    f"op {op.name!r}: its record names GPU kernel {op.gpu!r}, which "
+                    "tape/cuda/_kernels.py does not define (GPU_KERNELS)"
                 )
             f, r = f"k_{op.name}_fwd", f"k_{op.name}_rev"
-            rules.append(f'{f} = GPU_KERNELS["{op.name}"].fwd')
+            rules.append(f'{f} = GPU_KERNELS["{op.gpu}"].fwd')
             fwd.append(f"    {kw} op == {op.code}:{tag}")
             fwd.append(f"        {f}({ARGS})")
-            if GPU_KERNELS[op.name].rev is not None:
-                rules.append(f'{r} = GPU_KERNELS["{op.name}"].rev')
+            if GPU_KERNELS[op.gpu].rev is not None:
+                rules.append(f'{r} = GPU_KERNELS["{op.gpu}"].rev')
                 rev.append(f"    elif op == {op.code}:{tag}")
                 rev.append(f"        {r}({ARGS})")
             continue

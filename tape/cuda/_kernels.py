@@ -1,11 +1,12 @@
 """GPU entry kernels of the structural ops (the ``kernel`` ops of the registry): reductions,
 strided copy, gather, matrix product, guard.
 
-Each op is one :class:`GpuKernel` record in :data:`GPU_KERNELS`, keyed by the op's registry
-name: its forward and reverse phase functions (signature in :mod:`tape.cuda._loops`), how many
-phases each runs, which input each reverse phase writes, and the scratch it needs. The code
-generator fails on a registry op without one, and the tests run every op, so a new kernel op
-cannot ship without its GPU path.
+Each op is one :class:`GpuKernel` record in :data:`GPU_KERNELS`, under the key its registry
+record names (``registry.kernel(..., gpu=key)``, :attr:`tape.registry.Op.gpu`): its forward
+and reverse phase functions (signature in :mod:`tape.cuda._loops`), how many phases each
+runs, which input each reverse phase writes, and the scratch it needs. The code generator
+fails on a registry op without one, and the tests run every op, so a new kernel op cannot
+ship without its GPU path.
 
 Reductions are owned by blocks: the elements reducing into one output are split over
 ``parts`` blocks (``parts = max(1, n_blocks // n_out)``: a full reduction uses the whole grid),
@@ -568,4 +569,5 @@ GPU_KERNELS = {
     "matmul": GpuKernel(matmul_fwd, matmul_rev, 1, 2, rev_inputs=(0, 1)),
     "guard": GpuKernel(guard_fwd, None, 1, 0, checks=(0,)),
 }
-"""The GPU path of every ``kernel`` op of the registry, by op name."""
+"""The GPU path of every ``kernel`` op of the registry, by the key its record names
+(:attr:`tape.registry.Op.gpu`)."""

@@ -106,11 +106,12 @@ def gpu_spec(op):
         return 1, n, rev, None, ()
     from tape.cuda._kernels import GPU_KERNELS
 
-    g = GPU_KERNELS.get(op.name)
+    g = GPU_KERNELS.get(op.gpu)
     if g is None:
         raise NotImplementedError(
             f"op {op.name!r} has no GPU kernel: add a GpuKernel for it to "
-            "tape/cuda/_kernels.py and run `python -m tape.cuda._codegen`"
+            "tape/cuda/_kernels.py, name its key in the op's record (gpu=) and run "
+            "`python -m tape.cuda._codegen`"
         )
     return g.fwd_phases, g.rev_phases, g.rev_inputs, g.work, g.checks
 

@@ -6,8 +6,8 @@ case. Masks are written as selects (``gy if c else 0.0``), never as products, so
 ``NaN`` in an unselected branch cannot leak into a gradient.
 
 Adding an op here is the whole job: run ``python -m tape._codegen`` afterwards to regenerate the
-sweeps; the front-end function (``tp.<name>``), the ``Tensor`` method where one exists and the
-tests follow from the registry.
+sweeps; the front-end function (``tp.<name>``), the ``Tensor`` operators and method the line
+names, the result dtype and the tests follow from the op's record.
 """
 
 import numpy as np
@@ -54,28 +54,41 @@ def _cmp_ref(f):
     return lambda a, b: f(a, b).astype(np.float64)
 
 
-def unary(name, fwd, rev, ref, domain=(-2.0, 2.0)):
+def unary(name, fwd, rev, ref, domain=(-2.0, 2.0), **facts):
+    # every unary op is also a Tensor method (x.exp(), x.stop_gradient())
     rev = None if rev is None else _jit(rev)
-    return registry.elementwise("unary", name, _jit(fwd), rev, ref=ref, domain=domain, module=__name__)
+    return registry.elementwise(
+        "unary", name, _jit(fwd), rev, ref=ref, domain=domain, module=__name__, method=True, **facts
+    )
 
 
-def binary(name, fwd, rev0, rev1, ref, domain=(-2.0, 2.0)):
+def binary(name, fwd, rev0, rev1, ref, domain=(-2.0, 2.0), **facts):
     rev = (None if r is None else _jit(r) for r in (rev0, rev1))
-    return registry.elementwise("binary", name, _jit(fwd), *rev, ref=ref, domain=domain, module=__name__)
+    return registry.elementwise(
+        "binary", name, _jit(fwd), *rev, ref=ref, domain=domain, module=__name__, **facts
+    )
 
 
-def ternary(name, fwd, rev0, rev1, rev2, ref, domain=(-2.0, 2.0)):
+def ternary(name, fwd, rev0, rev1, rev2, ref, domain=(-2.0, 2.0), **facts):
     rev = (None if r is None else _jit(r) for r in (rev0, rev1, rev2))
-    return registry.elementwise("ternary", name, _jit(fwd), *rev, ref=ref, domain=domain, module=__name__)
+    return registry.elementwise(
+        "ternary", name, _jit(fwd), *rev, ref=ref, domain=domain, module=__name__, **facts
+    )
 
 
 sigmoid_scalar = _jit(_sigmoid)
 softplus_scalar = _jit(_softplus)
 
+# Keyword facts of a line (see tape.registry.Op): ``operators`` / ``reflected``, the Tensor
+# operators that record the op; ``method``, whether ``tape.<name>`` is a Tensor method too;
+# ``dtype``, the result dtype rule; ``kinks`` and ``masks``, how the tests sample inputs.
+KINK_AT_ZERO = ((1,),)  # the derivative jumps where x0 == 0
+KINK_AT_TIES = ((1, -1),)  # ... where x0 == x1
+
 # fmt: off
 # name        forward                         reverse (x0, y, gy) -> contribution      reference
-unary("neg",     lambda x0: -x0,              lambda x0, y, gy: -gy,                   np.negative)
-unary("abs",     lambda x0: np.abs(x0),       lambda x0, y, gy: gy * np.sign(x0),      np.abs)
+unary("neg",     lambda x0: -x0,              lambda x0, y, gy: -gy,                   np.negative, operators=("__neg__",))
+unary("abs",     lambda x0: np.abs(x0),       lambda x0, y, gy: gy * np.sign(x0),      np.abs, operators=("__abs__",), kinks=KINK_AT_ZERO)
 unary("square",  lambda x0: x0 * x0,          lambda x0, y, gy: 2.0 * x0 * gy,         np.square)
 unary("sqrt",    lambda x0: np.sqrt(x0),      lambda x0, y, gy: 0.5 * gy / y,          np.sqrt, (0.1, 3.0))
 unary("exp",     lambda x0: np.exp(x0),       lambda x0, y, gy: gy * y,                np.exp)
@@ -91,46 +104,61 @@ unary("cosh",    lambda x0: np.cosh(x0),      lambda x0, y, gy: gy * np.sinh(x0)
 unary("arctan",  lambda x0: np.arctan(x0),    lambda x0, y, gy: gy / (1.0 + x0 * x0),  np.arctan)
 unary("sigmoid", _sigmoid,                    lambda x0, y, gy: gy * y * (1.0 - y),    _ref_sigmoid, (-4.0, 4.0))
 unary("relu",    lambda x0: np.maximum(x0, 0.0),
-                                              lambda x0, y, gy: gy if x0 > 0.0 else 0.0, _ref_relu)
+                                              lambda x0, y, gy: gy if x0 > 0.0 else 0.0, _ref_relu, kinks=KINK_AT_ZERO)
 unary("softplus", _softplus,                  lambda x0, y, gy: gy * sigmoid_scalar(x0), _ref_softplus, (-4.0, 4.0))
 # The value, recomputed at every replay, with no gradient (``detach`` inside a recording).
 unary("stop_gradient", lambda x0: x0,         None,                                    _ref_identity)
 
 # name       forward                        reverse input 0 (x0, x1, y, gy)       reverse input 1                      reference
-binary("add",     lambda x0, x1: x0 + x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: gy,            np.add)
-binary("sub",     lambda x0, x1: x0 - x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: -gy,           np.subtract)
-binary("mul",     lambda x0, x1: x0 * x1,   lambda x0, x1, y, gy: gy * x1,        lambda x0, x1, y, gy: gy * x0,       np.multiply)
-binary("div",     lambda x0, x1: x0 / x1,   lambda x0, x1, y, gy: gy / x1,        lambda x0, x1, y, gy: -gy * y / x1,  np.divide, (0.5, 2.0))
+binary("add",     lambda x0, x1: x0 + x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: gy,            np.add,
+       operators=("__add__",), reflected=("__radd__",))
+binary("sub",     lambda x0, x1: x0 - x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: -gy,           np.subtract,
+       operators=("__sub__",), reflected=("__rsub__",))
+binary("mul",     lambda x0, x1: x0 * x1,   lambda x0, x1, y, gy: gy * x1,        lambda x0, x1, y, gy: gy * x0,       np.multiply,
+       operators=("__mul__",), reflected=("__rmul__",))
+# true division: integers divide to float64
+binary("div",     lambda x0, x1: x0 / x1,   lambda x0, x1, y, gy: gy / x1,        lambda x0, x1, y, gy: -gy * y / x1,  np.divide, (0.5, 2.0),
+       operators=("__truediv__",), reflected=("__rtruediv__",), dtype="float")
 binary("pow",     lambda x0, x1: x0 ** x1,
        lambda x0, x1, y, gy: 0.0 if x1 == 0.0 else gy * x1 * x0 ** (x1 - 1.0),
-       lambda x0, x1, y, gy: 0.0 if x0 == 0.0 else gy * y * np.log(x0),                                     np.power, (0.5, 2.0))
+       lambda x0, x1, y, gy: 0.0 if x0 == 0.0 else gy * y * np.log(x0),                                     np.power, (0.5, 2.0),
+       operators=("__pow__",), reflected=("__rpow__",))
 binary("maximum", lambda x0, x1: np.maximum(x0, x1),
        lambda x0, x1, y, gy: gy if x0 > x1 else (0.5 * gy if x0 == x1 else 0.0),
-       lambda x0, x1, y, gy: gy if x1 > x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.maximum)
+       lambda x0, x1, y, gy: gy if x1 > x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.maximum,
+       method=True, kinks=KINK_AT_TIES)
 binary("minimum", lambda x0, x1: np.minimum(x0, x1),
        lambda x0, x1, y, gy: gy if x0 < x1 else (0.5 * gy if x0 == x1 else 0.0),
-       lambda x0, x1, y, gy: gy if x1 < x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.minimum)
-# Comparisons give 1.0 / 0.0 (the front end types them as bool) and carry no gradient.
-binary("less",          lambda x0, x1: 1.0 if x0 < x1 else 0.0,  None, None, _cmp_ref(np.less))
-binary("less_equal",    lambda x0, x1: 1.0 if x0 <= x1 else 0.0, None, None, _cmp_ref(np.less_equal))
-binary("greater",       lambda x0, x1: 1.0 if x0 > x1 else 0.0,  None, None, _cmp_ref(np.greater))
-binary("greater_equal", lambda x0, x1: 1.0 if x0 >= x1 else 0.0, None, None, _cmp_ref(np.greater_equal))
-binary("equal",         lambda x0, x1: 1.0 if x0 == x1 else 0.0, None, None, _cmp_ref(np.equal))
-binary("not_equal",     lambda x0, x1: 1.0 if x0 != x1 else 0.0, None, None, _cmp_ref(np.not_equal))
+       lambda x0, x1, y, gy: gy if x1 < x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.minimum,
+       method=True, kinks=KINK_AT_TIES)
+# Comparisons give 1.0 / 0.0 (typed bool by their dtype rule) and carry no gradient.
+binary("less",          lambda x0, x1: 1.0 if x0 < x1 else 0.0,  None, None, _cmp_ref(np.less),          operators=("__lt__",), dtype="bool")
+binary("less_equal",    lambda x0, x1: 1.0 if x0 <= x1 else 0.0, None, None, _cmp_ref(np.less_equal),    operators=("__le__",), dtype="bool")
+binary("greater",       lambda x0, x1: 1.0 if x0 > x1 else 0.0,  None, None, _cmp_ref(np.greater),       operators=("__gt__",), dtype="bool")
+binary("greater_equal", lambda x0, x1: 1.0 if x0 >= x1 else 0.0, None, None, _cmp_ref(np.greater_equal), operators=("__ge__",), dtype="bool")
+binary("equal",         lambda x0, x1: 1.0 if x0 == x1 else 0.0, None, None, _cmp_ref(np.equal),         operators=("__eq__",), dtype="bool")
+binary("not_equal",     lambda x0, x1: 1.0 if x0 != x1 else 0.0, None, None, _cmp_ref(np.not_equal),     operators=("__ne__",), dtype="bool")
 
-# where(cond, a, b): the condition is data, not differentiable.
+# where(cond, a, b): the condition is data, not differentiable; the result has the branches'
+# dtype.
 ternary("where", lambda x0, x1, x2: x1 if x0 != 0.0 else x2,
         None,
         lambda x0, x1, x2, y, gy: gy if x0 != 0.0 else 0.0,
         lambda x0, x1, x2, y, gy: 0.0 if x0 != 0.0 else gy,
-        _ref_where)
+        _ref_where, dtype=("like", (1, 2)), masks=(0,))
 # clip(x, lo, hi) = minimum(maximum(x, lo), hi); each element's adjoint goes to the one input
-# whose value was selected (x on the closed interval [lo, hi]).
+# whose value was selected (x on the closed interval [lo, hi]). The result has x's dtype.
 ternary("clip", lambda x0, x1, x2: np.minimum(np.maximum(x0, x1), x2),
         lambda x0, x1, x2, y, gy: gy if (x0 >= x1 and x0 <= x2) else 0.0,
         lambda x0, x1, x2, y, gy: gy if (x0 < x1 and x1 <= x2) else 0.0,
         lambda x0, x1, x2, y, gy: gy if np.maximum(x0, x1) > x2 else 0.0,
-        np.clip)
+        np.clip, domains=((-2.0, 2.0), (-1.0, -0.5), (0.5, 1.0)),
+        dtype=("like", (0,)), method=True, kinks=((1, -1, 0), (1, 0, -1)))
 # fmt: on
 
-COMPARISONS = ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal")
+# The records other modules name (they import these, never spell the op names).
+STOP_GRADIENT = registry.BY_NAME["stop_gradient"]  # Tensor.detach inside a recording
+SQUARE = registry.BY_NAME["square"]  # x ** 2
+POW = registry.BY_NAME["pow"]
+CLIP = registry.BY_NAME["clip"]  # tape.clip, whose bounds may be None
+COMPARISONS = tuple(op.name for op in registry.OPS if op.dtype == "bool")

@@ -18,6 +18,7 @@ Attribute block: ``[mode]``:
     ``int()`` of every element of input 0 equals input 1's: ``int(x)`` and ``__index__``.
 """
 
+import numpy as np
 from numba import njit
 
 from tape import _validate as V
@@ -66,7 +67,27 @@ def check(t, i, e):
         V.equal_sizes(t, i, "input 1 (the recorded value)", ref, n, "it is compared with input 0")
 
 
-registry.kernel(
+def describe_failure(t, i, read, at):
+    """The ``GuardError`` text of a failed guard: which value left the tape, what made it,
+    and the recorded and the new value."""
+    mode = int(t.ipool[t.entries[i, E_ATTR]])
+    b = int(t.entries[i, E_IN0])
+    now = np.asarray(read(b))
+    was = np.asarray(read(int(t.entries[i, E_IN1])))
+    return (
+        f"guard at entry {i} ({MODES[mode]} of %{b}, made by {V.producer(t, b, i)}) "
+        f"recorded{at}: recorded {_short(was)}, now {_short(now)}. The recorded tape follows "
+        "another path here; retrace (on_change='retrace'), or make the choice with tape.where"
+    )
+
+
+def _short(a):
+    if a.size == 1:
+        return f"{a.reshape(()).item():.17g}"
+    return np.array2string(a.ravel(), threshold=6, precision=6)
+
+
+GUARD = registry.kernel(
     "guard", guard_fwd, None, module=__name__, n_inputs=2, differentiable=(False, False),
-    check=check,
+    check=check, gpu="guard", guard=True, describe_failure=describe_failure,
 )  # fmt: skip

@@ -3,16 +3,14 @@
 Attribute block: ``[nd, in_shape[nd], out_strides[nd]]``, where ``out_strides`` are the
 C-order strides of the kept-dims output with ``0`` on reduced axes, so input element ``j`` adds
 into output element ``offsets[j]``. Unit axes are dropped and neighbouring axes merged at record
-time (``(25, 10, 1000)`` summed over axis 2 is ``(250, 1000)`` with strides ``(1, 0)``). ``mean``, ``var``, ``std``, ``norm`` and ``logsumexp``
-are built from these in :mod:`tape.functional`.
+time (``(25, 10, 1000)`` summed over axis 2 is ``(250, 1000)`` with strides ``(1, 0)``) by
+the front end, :mod:`tape._front.reduce`. ``mean``, ``var``, ``std``, ``norm`` and
+``logsumexp`` are built from these in :mod:`tape.functional`.
 """
-
-import builtins
 
 import numpy as np
 from numba import njit
 
-import tape
 from tape import _validate as V
 from tape import registry
 from tape._config import KERNEL_JIT
@@ -210,74 +208,15 @@ def check(t, i, e):
         V.inside(t, i, "the output", y, V.span(ds[:-1], st[:-1]))
 
 
-for _name, _f, _r in (
-    ("sum", sum_fwd, sum_rev),
-    ("max", max_fwd, max_rev),
-    ("min", min_fwd, min_rev),
-    ("prod", prod_fwd, prod_rev),
-):
-    registry.kernel(_name, _f, _r, module=__name__, n_inputs=1, differentiable=(True,), check=check)
-
-
-# ---------------------------------------------------------------- front end
-
-
-def normalize_axes(op, axis, ndim):
-    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, validated."""
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    out = []
-    for a in axes:
-        if not isinstance(a, (int, np.integer)):
-            raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
-        if not -ndim <= a < builtins.max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
-            raise ValueError(f"{op}: axis {a} is out of range for a tensor with {ndim} dimensions")
-        out.append(int(a) % builtins.max(ndim, 1))
-    if len(set(out)) != len(out):
-        raise ValueError(f"{op}: repeated axis in {axis!r}")
-    return tuple(sorted(a for a in out if a < ndim))
-
-
-def reduced_shape(shape, axes, keepdims):
-    if keepdims:
-        return tuple(1 if k in axes else s for k, s in enumerate(shape))
-    return tuple(s for k, s in enumerate(shape) if k not in axes)
-
-
-def _reduce(op, x, axis, keepdims):
-    x = tape._tensor.as_tensor(x)
-    axes = normalize_axes(op, axis, x.ndim)
-    kept = reduced_shape(x.shape, axes, True)
-    if op in ("max", "min") and any(x.shape[a] == 0 for a in axes):
-        raise ValueError(f"{op}: cannot reduce over a zero-size axis of a tensor of shape {x.shape}")
-    strides = []
-    acc = 1
-    for k in range(len(kept) - 1, -1, -1):
-        strides.append(0 if k in axes else acc)
-        acc *= kept[k]
-    dims, ostrides = [], []
-    if x.ndim:
-        dims, (ostrides,) = tape._tensor._coalesce(list(x.shape), [list(reversed(strides))])
-    ints = [len(dims), *dims, *ostrides]
-    return tape._tensor.apply(op, [x], reduced_shape(x.shape, axes, keepdims), ints)
-
-
-def sum(x, axis=None, keepdims=False):
-    """Sum over ``axis`` (None: all axes; int or tuple). Like ``numpy.sum``."""
-    return _reduce("sum", x, axis, keepdims)
-
-
-def max(x, axis=None, keepdims=False):
-    """Maximum over ``axis``. The gradient goes to the maximal elements, split evenly on ties."""
-    return _reduce("max", x, axis, keepdims)
-
-
-def min(x, axis=None, keepdims=False):
-    """Minimum over ``axis``. The gradient goes to the minimal elements, split evenly on ties."""
-    return _reduce("min", x, axis, keepdims)
-
-
-def prod(x, axis=None, keepdims=False):
-    """Product over ``axis``; its gradient is exact when inputs contain zeros."""
-    return _reduce("prod", x, axis, keepdims)
+SUM, MAX, MIN, PROD = (
+    registry.kernel(
+        name, f, r, module=__name__, n_inputs=1, differentiable=(True,), check=check, gpu=name,
+        method=True,
+    )
+    for name, f, r in (
+        ("sum", sum_fwd, sum_rev),
+        ("max", max_fwd, max_rev),
+        ("min", min_fwd, min_rev),
+        ("prod", prod_fwd, prod_rev),
+    )
+)  # fmt: skip

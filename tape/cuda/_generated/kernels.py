@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "01a8f956322512e5e2432032969c69d62470e5496a313b9e2e84e69faa261e4e"
+FINGERPRINT = "59ef3edf1632c0d2cfd7c09c0406a04a53e3f20217f08affb8d96cebfe8f04bd"
 
 from numba import cuda, float64
 

@@ -1,0 +1,73 @@
+"""Front ends of the reductions (:mod:`tape.ops.reduce`): ``axis`` handling and the attribute
+block (unit axes dropped, neighbouring axes merged)."""
+
+import builtins
+
+import numpy as np
+
+from tape import _tensor as T
+from tape.ops.reduce import MAX, MIN, PROD, SUM
+
+
+def normalize_axes(op, axis, ndim):
+    """``axis`` (None, int or tuple) as a sorted tuple of non-negative ints, validated; ``op``
+    names the caller in messages."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        if not isinstance(a, (int, np.integer)):
+            raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
+        if not -ndim <= a < builtins.max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+            raise ValueError(f"{op}: axis {a} is out of range for a tensor with {ndim} dimensions")
+        out.append(int(a) % builtins.max(ndim, 1))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: repeated axis in {axis!r}")
+    return tuple(sorted(a for a in out if a < ndim))
+
+
+def reduced_shape(shape, axes, keepdims):
+    if keepdims:
+        return tuple(1 if k in axes else s for k, s in enumerate(shape))
+    return tuple(s for k, s in enumerate(shape) if k not in axes)
+
+
+def _reduce(op, x, axis, keepdims):
+    x = T.as_tensor(x)
+    axes = normalize_axes(op.name, axis, x.ndim)
+    kept = reduced_shape(x.shape, axes, True)
+    if op in (MAX, MIN) and any(x.shape[a] == 0 for a in axes):
+        raise ValueError(
+            f"{op.name}: cannot reduce over a zero-size axis of a tensor of shape {x.shape}"
+        )
+    strides = []
+    acc = 1
+    for k in range(len(kept) - 1, -1, -1):
+        strides.append(0 if k in axes else acc)
+        acc *= kept[k]
+    dims, ostrides = [], []
+    if x.ndim:
+        dims, (ostrides,) = T._coalesce(list(x.shape), [list(reversed(strides))])
+    ints = [len(dims), *dims, *ostrides]
+    return T.apply(op, [x], reduced_shape(x.shape, axes, keepdims), ints)
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001
+    """Sum over ``axis`` (None: all axes; int or tuple). Like ``numpy.sum``."""
+    return _reduce(SUM, x, axis, keepdims)
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001
+    """Maximum over ``axis``. The gradient goes to the maximal elements, split evenly on ties."""
+    return _reduce(MAX, x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001
+    """Minimum over ``axis``. The gradient goes to the minimal elements, split evenly on ties."""
+    return _reduce(MIN, x, axis, keepdims)
+
+
+def prod(x, axis=None, keepdims=False):
+    """Product over ``axis``; its gradient is exact when inputs contain zeros."""
+    return _reduce(PROD, x, axis, keepdims)
