@@ -21,6 +21,7 @@ from tape import ops as _ops  # noqa: F401  (fills the registry before anything 
 # isort: split
 from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
 from tape import core as _core
+from tape import kernels
 from tape._anomaly import AnomalyError, detect_anomaly
 from tape._generated import sweeps
 from tape._generated import sweeps as _sweeps
@@ -62,7 +63,7 @@ long = int64
 bool = bool_  # noqa: A001
 
 __all__ = [
-    "Tape", "KernelArgs", "sweeps", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck",
+    "Tape", "KernelArgs", "sweeps", "kernels", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck",
     "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "float64", "float32", "int64", "int32", "bool_", "warmup",

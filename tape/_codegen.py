@@ -42,158 +42,16 @@ from tape.registry import BY_NAME
 {rules}
 '''
 
-DRIVERS = '''
-
-@njit(**SWEEP_JIT)
-def reach(entries, bufs, n_entries, roots):
-    """Entries and buffers the ``roots`` depend on: ``(entry_mask, buf_mask)``.
-
-    Entries outside the mask are skipped by the reverse sweep, so other heads recorded on the
-    same tape (and their ``0 * inf``) never touch these gradients.
-    """
-    need = np.zeros(bufs.shape[0], np.bool_)
-    emask = np.zeros(n_entries, np.bool_)
-    for r in roots:
-        need[r] = True
-        if bufs[r, B_ALIAS] >= 0:
-            need[bufs[r, B_ALIAS]] = True
-    for i in range(n_entries - 1, -1, -1):
-        if not need[entries[i, E_OUT]]:
-            continue
-        emask[i] = True
-        for c in range(E_IN0, E_OUT):
-            b = entries[i, c]
-            if b >= 0:
-                need[b] = True
-                if bufs[b, B_ALIAS] >= 0:
-                    need[bufs[b, B_ALIAS]] = True
-    return emask, need
+DRIVERS = PKG / "_drivers.py"
+"""The drivers, a real (linted) module whose text below :data:`MARKER` is copied in."""
+MARKER = "# ---- copied into tape/_generated/sweeps.py from here on ----\n"
 
 
-@njit(**SWEEP_JIT)
-def zero_adjoints(bufs, grad, need, n_bufs, zero_leaves):
-    """Zero the adjoints of the needed intermediates (and of the leaves if ``zero_leaves``).
-    Writes ``grad``."""
-    for b in range(n_bufs):
-        if not need[b] or bufs[b, B_ALIAS] >= 0:
-            continue
-        k = bufs[b, B_KIND]
-        if k == ACTIVE or (zero_leaves and k == LEAF):
-            o = bufs[b, B_OFF]
-            grad[o : o + bufs[b, B_SIZE]] = 0.0
-
-
-@njit(**SWEEP_JIT)
-def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
-    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
-    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
-    mask of what the roots depend on."""
-    emask, need = reach(entries, bufs, n_entries, roots)
-    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
-    s = 0
-    for r in roots:
-        o = bufs[r, B_OFF]
-        n = bufs[r, B_SIZE]
-        g = grad[o : o + n]
-        for j in range(n):
-            g[j] += seeds[s + j]
-        s += n
-    reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
-    return need
-
-
-@njit(**SWEEP_JIT)
-def emit(entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind,
-         op, in0, in1, in2, attr):
-    """Eager mode's one step: add output buffer ``n_bufs`` and entry ``n_entries`` (the arrays
-    have room; the caller checked), then run the forward sweep over that entry. Writes
-    ``entries``, ``bufs`` and ``data``; returns the sweep's status."""
-    b = bufs[n_bufs]
-    b[0] = off
-    b[1] = size
-    b[2] = ndim
-    b[3] = shape
-    b[4] = kind
-    b[5] = -1
-    e = entries[n_entries]
-    e[0] = op
-    e[1] = in0
-    e[2] = in1
-    e[3] = in2
-    e[4] = n_bufs
-    e[5] = attr
-    return forward_sweep(entries, bufs, ipool, data, n_entries, n_entries + 1)
-
-
-@njit(parallel=True, **SWEEP_JIT)
-def gradient_batch_kernel(entries, bufs, ipool, data0, n_entries, n_bufs, emask, need, roots, seed,
-                          in_offs, in_sizes, args, out_offs, out_sizes, vals, g_offs, g_sizes,
-                          grads, status, n_chunks, i0, yes):
-    """Batched replay (:func:`tape.batch.gradient_batch`): ``args.shape[0]`` instances, row
-    ``b`` of ``args`` holding instance ``b``'s inputs concatenated. Writes ``vals[b]`` (the
-    outputs), ``grads[b]`` (the differentiated inputs' adjoints) and ``status[b]`` (``-1``, or
-    the entry that rejected the instance's data; its rows are then left untouched).
-
-    Chunks of instances run in parallel, each on private copies of the arenas, so no two
-    threads write the same memory. ``i0`` (0) and ``yes`` (True) are arguments, not literals,
-    so the sweeps are called with the signatures already compiled.
-    """
-    n = args.shape[0]
-    for c in prange(n_chunks):
-        lo = c * n // n_chunks
-        hi = (c + 1) * n // n_chunks
-        if lo >= hi:
-            continue
-        # constants stay in place; every entry rewrites its output; the reverse pass zeroes
-        # what it reads
-        data = data0.copy()
-        grad = np.zeros_like(data0)
-        for b in range(lo, hi):
-            a = args[b]
-            s = 0
-            for k in range(in_offs.shape[0]):
-                o = in_offs[k]
-                m = in_sizes[k]
-                data[o : o + m] = a[s : s + m]
-                s += m
-            st = forward_sweep(entries, bufs, ipool, data, i0, n_entries)
-            status[b] = st
-            if st >= 0:
-                continue
-            zero_adjoints(bufs, grad, need, n_bufs, yes)
-            s = 0
-            for r in roots:
-                o = bufs[r, B_OFF]
-                m = bufs[r, B_SIZE]
-                g = grad[o : o + m]
-                for j in range(m):
-                    g[j] += seed[s + j]
-                s += m
-            reverse_sweep(entries, bufs, ipool, data, grad, emask, i0, n_entries)
-            _gather(data, out_offs, out_sizes, vals[b])
-            _gather(grad, g_offs, g_sizes, grads[b])
-
-
-@njit(**SWEEP_JIT)
-def _gather(arena, offs, sizes, out):
-    s = 0
-    for k in range(offs.shape[0]):
-        o = offs[k]
-        m = sizes[k]
-        out[s : s + m] = arena[o : o + m]
-        s += m
-
-
-@njit(**SWEEP_JIT)
-def forward_backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
-    """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
-    Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""
-    status = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
-    if status >= 0:
-        return status
-    backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
-    return -1
-'''
+def drivers_text() -> str:
+    text = DRIVERS.read_text()
+    if MARKER not in text:
+        raise RuntimeError(f"{DRIVERS} lacks the marker line {MARKER.strip()!r}")
+    return text.split(MARKER, 1)[1]
 
 
 def generate() -> str:
@@ -273,7 +131,7 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
         if not emask[i]:
             continue
         op = entries[i, 0]
-''' + "\n".join(rev) + "\n" + DRIVERS
+''' + "\n".join(rev) + "\n\n" + drivers_text()
     return body
 
 

@@ -80,10 +80,11 @@ class _Workspace:
 
 
 class KernelArgs(NamedTuple):
-    """What the compiled sweeps take, for calling them from your own ``@njit`` code::
+    """A tape's program and one workspace, as the compiled drivers take them, for calling
+    them from your own ``@njit`` code::
 
-        ka = t.kernel_args()
-        tape.sweeps.forward_backward(*ka, True)  # zero, forward, backward; grads in ka.grad
+        ka = t.workspace()                # or t.kernel_args(): this thread's default one
+        status = tape.kernels.gradient(ka)  # zero, forward, backward; grads in ka.grad
 
     ``data[off:off + n]`` / ``grad[off:off + n]`` with ``(off, n) = t.input_slice(k)`` are
     argument ``k``'s value and gradient; write new argument values there before a replay.

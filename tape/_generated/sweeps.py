@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a3e1d21f857313bd258d972a8e6cd2bd8af8183005b50171b4c485737cf960ad"
+FINGERPRINT = "f265ad9b22eeaa1d6642cc45d7ea59ecb16e549fd4ac4efce27bbc79d66eb131"
 
 import numpy as np
 from numba import njit, prange
@@ -584,7 +584,6 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
         elif op == 40:  # prod
             prod_rev(i, entries, bufs, ipool, data, grad)
 
-
 @njit(**SWEEP_JIT)
 def reach(entries, bufs, n_entries, roots):
     """Entries and buffers the ``roots`` depend on: ``(entry_mask, buf_mask)``.
@@ -644,8 +643,24 @@ def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, 
 
 
 @njit(**SWEEP_JIT)
-def emit(entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind,
-         op, in0, in1, in2, attr):
+def emit(
+    entries,
+    bufs,
+    ipool,
+    data,
+    n_entries,
+    n_bufs,
+    off,
+    size,
+    ndim,
+    shape,
+    kind,
+    op,
+    in0,
+    in1,
+    in2,
+    attr,
+):
     """Eager mode's one step: add output buffer ``n_bufs`` and entry ``n_entries`` (the arrays
     have room; the caller checked), then run the forward sweep over that entry. Writes
     ``entries``, ``bufs`` and ``data``; returns the sweep's status."""
@@ -667,9 +682,31 @@ def emit(entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, 
 
 
 @njit(parallel=True, **SWEEP_JIT)
-def gradient_batch_kernel(entries, bufs, ipool, data0, n_entries, n_bufs, emask, need, roots, seed,
-                          in_offs, in_sizes, args, out_offs, out_sizes, vals, g_offs, g_sizes,
-                          grads, status, n_chunks, i0, yes):
+def gradient_batch_kernel(
+    entries,
+    bufs,
+    ipool,
+    data0,
+    n_entries,
+    n_bufs,
+    emask,
+    need,
+    roots,
+    seed,
+    in_offs,
+    in_sizes,
+    args,
+    out_offs,
+    out_sizes,
+    vals,
+    g_offs,
+    g_sizes,
+    grads,
+    status,
+    n_chunks,
+    i0,
+    yes,
+):
     """Batched replay (:func:`tape.batch.gradient_batch`): ``args.shape[0]`` instances, row
     ``b`` of ``args`` holding instance ``b``'s inputs concatenated. Writes ``vals[b]`` (the
     outputs), ``grads[b]`` (the differentiated inputs' adjoints) and ``status[b]`` (``-1``, or
@@ -726,7 +763,9 @@ def _gather(arena, offs, sizes, out):
 
 
 @njit(**SWEEP_JIT)
-def forward_backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
+def forward_backward(
+    entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves
+):
     """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
     Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""
     status = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
@@ -734,3 +773,31 @@ def forward_backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots,
         return status
     backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
     return -1
+
+
+# ---------------------------------------------------------------- one-value drivers
+
+
+@njit(**SWEEP_JIT)
+def ka_forward(ka):
+    """Forward replay over ``ka`` (a :class:`tape.KernelArgs`: ``t.kernel_args()`` or
+    ``t.workspace()``). Writes ``ka.data``. Returns ``-1``, or the entry that stopped the sweep
+    (a failed guard when ``t.is_guard(status)``, else a gather index out of bounds)."""
+    return forward_sweep(ka.entries, ka.bufs, ka.ipool, ka.data, 0, ka.n_entries)
+
+
+@njit(**SWEEP_JIT)
+def ka_backward(ka):
+    """Reverse sweep over the last forward on ``ka``, seeded with ``ka.seeds``: intermediate
+    adjoints are zeroed first, leaf gradients in ``ka.grad`` accumulate."""
+    backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries, ka.n_bufs, ka.roots,
+             ka.seeds, False)  # fmt: skip
+
+
+@njit(**SWEEP_JIT)
+def ka_gradient(ka):
+    """Zero the leaf gradients, replay forward and backward on ``ka``: the gradients of the
+    scalar output are in ``ka.grad`` (``t.input_slice(k)`` says where). Returns the forward
+    status as :func:`ka_forward` (``-1``: done; otherwise the gradients are untouched)."""
+    return forward_backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries,
+                            ka.n_bufs, ka.roots, ka.seeds, True)  # fmt: skip
