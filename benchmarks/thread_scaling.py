@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 import tape as tp
+from tape.bench.cli import _cpu_name
 
 
 def _rosen(x):
@@ -95,7 +96,7 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
     a = ap.parse_args(argv)
     rng = np.random.default_rng(0)
-    print(f"CPU: {_cpu()} ({os.cpu_count()} cpus)")
+    print(f"CPU: {_cpu_name()} ({os.cpu_count()} cpus)")
     print(f"{'problem':<24} {'1 thread /s':>12} {'2 threads /s':>13} {'speedup':>8}")
     for name, t, args in problems(rng):
         check_identical(t, args)
@@ -103,19 +104,6 @@ def main(argv=None):
         one = throughput(t, args, 1, a.seconds)
         two = throughput(t, args, 2, a.seconds)
         print(f"{name:<24} {one:>12.0f} {two:>13.0f} {two / one:>7.2f}x")
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

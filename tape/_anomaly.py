@@ -133,11 +133,7 @@ def backward(t, data, grad, roots, seeds, zero_leaves):
         )
     emask, need = S.reach(t.entries, t.bufs, t.n_entries, roots)
     S.zero_adjoints(t.bufs, grad, need, t.n_bufs, zero_leaves)
-    s = 0
-    for r in roots:
-        o, n = int(t.bufs[r, B_OFF]), int(t.bufs[r, B_SIZE])
-        grad[o : o + n] += seeds[s : s + n]
-        s += n
+    S.add_seeds(t.bufs, grad, roots, seeds)
     for i in range(t.n_entries - 1, -1, -1):
         if not emask[i]:
             continue

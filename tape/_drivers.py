@@ -59,12 +59,9 @@ def zero_adjoints(bufs, grad, need, n_bufs, zero_leaves):
 
 
 @njit(**SWEEP_JIT)
-def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
-    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
-    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
-    mask of what the roots depend on."""
-    emask, need = reach(entries, bufs, n_entries, roots)
-    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+def add_seeds(bufs, grad, roots, seeds):
+    """Add ``seeds`` (the roots' adjoints, concatenated) to the roots' adjoints. Writes
+    ``grad``."""
     s = 0
     for r in roots:
         o = bufs[r, B_OFF]
@@ -73,6 +70,16 @@ def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, 
         for j in range(n):
             g[j] += seeds[s + j]
         s += n
+
+
+@njit(**SWEEP_JIT)
+def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
+    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
+    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
+    mask of what the roots depend on."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+    add_seeds(bufs, grad, roots, seeds)
     reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
     return need
 
@@ -174,14 +181,7 @@ def gradient_batch_kernel(
             if st >= 0:
                 continue
             zero_adjoints(bufs, grad, need, n_bufs, yes)
-            s = 0
-            for r in roots:
-                o = bufs[r, B_OFF]
-                m = bufs[r, B_SIZE]
-                g = grad[o : o + m]
-                for j in range(m):
-                    g[j] += seed[s + j]
-                s += m
+            add_seeds(bufs, grad, roots, seed)
             reverse_sweep(entries, bufs, ipool, data, grad, emask, i0, n_entries)
             _gather(data, out_offs, out_sizes, vals[b])
             _gather(grad, g_offs, g_sizes, grads[b])

@@ -6,7 +6,11 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
+<<<<<<< HEAD
 FINGERPRINT = "f265ad9b22eeaa1d6642cc45d7ea59ecb16e549fd4ac4efce27bbc79d66eb131"
+=======
+FINGERPRINT = "d9eea85292363a197a3ca374f0df678c4cd40aee35b0e29cb5360de89ac845fd"
+>>>>>>> 44fd915 (One seed-adding driver for backward, batched replay and anomaly mode; thread_scaling reuses the bench's CPU name)
 
 import numpy as np
 from numba import njit, prange
@@ -624,12 +628,9 @@ def zero_adjoints(bufs, grad, need, n_bufs, zero_leaves):
 
 
 @njit(**SWEEP_JIT)
-def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
-    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
-    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
-    mask of what the roots depend on."""
-    emask, need = reach(entries, bufs, n_entries, roots)
-    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+def add_seeds(bufs, grad, roots, seeds):
+    """Add ``seeds`` (the roots' adjoints, concatenated) to the roots' adjoints. Writes
+    ``grad``."""
     s = 0
     for r in roots:
         o = bufs[r, B_OFF]
@@ -638,6 +639,16 @@ def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, 
         for j in range(n):
             g[j] += seeds[s + j]
         s += n
+
+
+@njit(**SWEEP_JIT)
+def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
+    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
+    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
+    mask of what the roots depend on."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+    add_seeds(bufs, grad, roots, seeds)
     reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
     return need
 
@@ -739,14 +750,7 @@ def gradient_batch_kernel(
             if st >= 0:
                 continue
             zero_adjoints(bufs, grad, need, n_bufs, yes)
-            s = 0
-            for r in roots:
-                o = bufs[r, B_OFF]
-                m = bufs[r, B_SIZE]
-                g = grad[o : o + m]
-                for j in range(m):
-                    g[j] += seed[s + j]
-                s += m
+            add_seeds(bufs, grad, roots, seed)
             reverse_sweep(entries, bufs, ipool, data, grad, emask, i0, n_entries)
             _gather(data, out_offs, out_sizes, vals[b])
             _gather(grad, g_offs, g_sizes, grads[b])
