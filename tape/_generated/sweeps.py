@@ -6,11 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-<<<<<<< HEAD
-FINGERPRINT = "f265ad9b22eeaa1d6642cc45d7ea59ecb16e549fd4ac4efce27bbc79d66eb131"
-=======
-FINGERPRINT = "d9eea85292363a197a3ca374f0df678c4cd40aee35b0e29cb5360de89ac845fd"
->>>>>>> 44fd915 (One seed-adding driver for backward, batched replay and anomaly mode; thread_scaling reuses the bench's CPU name)
+FINGERPRINT = "90c3eca1a0635d80526c44a8b0dd9154cefc668b108b06cf24c08592b13475f1"
 
 import numpy as np
 from numba import njit, prange
