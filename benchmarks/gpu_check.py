@@ -84,6 +84,7 @@ def _elementwise_cases(rng):
     import tape as tp
     from tape import _tensor as T
     from tape.registry import OPS
+    from tape.testing import sample_inputs
 
     shapes = {
         "unary": [((37,),), ((),)],
@@ -94,14 +95,7 @@ def _elementwise_cases(rng):
         if op.kind == "kernel":
             continue
         for shp in shapes[op.kind]:
-            lo, hi = op.domain
-            xs = [rng.uniform(lo, hi, s) for s in shp]
-            if op.name == "where":
-                xs[0] = (rng.uniform(size=shp[0]) > 0.5).astype(float)
-            if op.name == "clip":
-                xs[0] = rng.uniform(-2, 2, shp[0])
-                xs[1] = rng.uniform(-1.0, -0.5, shp[1])
-                xs[2] = rng.uniform(0.5, 1.0, shp[2])
+            xs = sample_inputs(op, shp, rng)
             w = rng.uniform(0.5, 1.5, np.broadcast_shapes(*shp))
             wrt = [k for k, d in enumerate(op.differentiable) if d]
             name = op.name
