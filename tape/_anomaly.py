@@ -16,7 +16,12 @@ from tape import registry
 from tape._generated import sweeps as S
 from tape._layout import B_KIND, B_OFF, B_SIZE, CONST, E_IN0, E_OP, E_OUT
 
-_state = threading.local()
+
+class _State(threading.local):
+    depth = 0  # nesting of detect_anomaly() in this thread (a class default: no getattr miss)
+
+
+_state = _State()
 ON = 0  # threads inside detect_anomaly(), all together: the replay path tests this global first
 _lock = threading.Lock()
 
@@ -32,7 +37,7 @@ class AnomalyError(RuntimeError):
 
 
 def enabled() -> bool:
-    return ON > 0 and getattr(_state, "depth", 0) > 0
+    return ON > 0 and _state.depth > 0
 
 
 class detect_anomaly:
@@ -56,7 +61,7 @@ class detect_anomaly:
 
     def __enter__(self):
         global ON
-        self._prev = getattr(_state, "depth", 0)
+        self._prev = _state.depth
         _state.depth = self._prev + (1 if self.check_nan else 0)
         with _lock:
             ON += 1
