@@ -42,6 +42,7 @@ int64 = np.dtype(np.int64)
 int32 = np.dtype(np.int32)
 bool_ = np.dtype(np.bool_)
 
+
 class _State(threading.local):
     """Per-thread state; class attributes are the defaults every thread starts with (a
     ``getattr`` with a default on a plain ``threading.local`` costs a caught AttributeError:
