@@ -423,7 +423,7 @@ class Tape:
         self._replay = dict(
             sig=sig,
             roots=np.asarray(self.outputs, np.int64),
-            seed=np.ones(max(sig.n_seed, 1), self.dtype)[: sig.n_seed],
+            seed=np.ones(sig.n_seed, self.dtype),
             fast=[(s, d) for s, d in zip(sig.shapes, sig.dtypes)],
             grad_dtypes=[np.dtype(self.input_dtypes[k]) for k in self.wrt],
             # gradient()'s fast path: a scalar output, gradients in the arena dtype
