@@ -162,11 +162,15 @@ def main(argv=None) -> int:
         + ", ".join(f"{k} {v}" if v else f"{k} (not installed: skipped)" for k, v in peers.items())
     )
     print("times: median of interleaved rounds; spread: half the interquartile range; "
-          "'vs tape' = tool time / tape replay time (>1: slower than tape)\n", flush=True)  # fmt: skip
+          "'vs tape' = tool time / tape replay time (>1: slower than tape); 'first' = build "
+          "(trace, record, jit) + first gradient call, in this process", flush=True)  # fmt: skip
 
     import tape
 
+    t0 = time.perf_counter()
     tape.warmup()  # compile or load the sweeps before anything is timed
+    print(f"tape's sweeps compiled or loaded from Numba's cache in {time.perf_counter() - t0:.1f} s "
+          "(before any 'first' below)\n", flush=True)  # fmt: skip
 
     cases = {}
     skipped = []

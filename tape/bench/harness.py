@@ -189,8 +189,11 @@ def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
         if progress:
             progress.show(f"{case.problem} {case.label}: setting up {tool}")
         try:
+            t0 = time.perf_counter()
             impl = build()
+            t1 = time.perf_counter()
             impl.grad()  # warm-up (jit compile, first-call caches)
+            t2 = time.perf_counter()
             if impl.value is not None:
                 impl.value()
         except Skip as e:
@@ -200,7 +203,9 @@ def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
             res["tools"][tool] = dict(status="error", error=f"{type(e).__name__}: {e}")
             continue
         impls[tool] = impl
-        res["tools"][tool] = dict(status="ok", note=impl.note)
+        # build (trace, record) and first gradient (compile, or load from a cache): what a
+        # user waits for before the first number, in this process
+        res["tools"][tool] = dict(status="ok", note=impl.note, setup_s=t1 - t0, first_s=t2 - t1)
 
     # ---- check
     if progress:
@@ -283,7 +288,7 @@ def _spread(d):
 
 def format_table(problem: Problem, results: list) -> str:
     ratio = problem.ratio
-    head = ["case", "tool", "gradient", "spread", "vs tape"]
+    head = ["case", "tool", "gradient", "spread", "vs tape", "first"]
     if ratio:
         head += ["objective", "grad/obj"]
     rows = []
@@ -305,6 +310,7 @@ def format_table(problem: Problem, results: list) -> str:
                 fmt_time(g["median_s"]),
                 _spread(g),
                 f"{g['vs_tape']:.2f}" if "vs_tape" in g else "-",
+                fmt_time(info["setup_s"] + info["first_s"]) if "first_s" in info else "-",
             ]
             if ratio:
                 o = info.get("objective")

@@ -116,7 +116,10 @@ def markdown(doc, plot=None, command=None) -> str:
         "(the hand-written one where there is one) to 1e-8 relative, elementwise, in float64; then "
         "each tool is warmed up and timed in interleaved rounds (median; spread = half the "
         "interquartile range). `vs tape` = tool time / tape replay time (above 1: slower than tape). "
-        "`grad/obj` = the tool's gradient time / its own objective time (ADBench's metric).",
+        "`grad/obj` = the tool's gradient time / its own objective time (ADBench's metric). "
+        "`first` = build (trace, record, jit) + the first gradient call in this process (compile "
+        "time for JAX and the hand-written njit; for tape, recording plus the first replay, after "
+        "its sweeps were compiled or loaded once at the start of the run).",
         "",
     ]
     tg = targets(results)
