@@ -7,6 +7,8 @@ import os
 import sys
 
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# files of the package that are user code of the library (the demo, the benchmark problems)
+_USER_CODE = (_PKG + "bench" + os.sep, _PKG + "__main__.py")
 
 
 def user_line() -> str:
@@ -14,7 +16,7 @@ def user_line() -> str:
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_PKG) or fn.startswith(_PKG + "bench" + os.sep):
+        if not fn.startswith(_PKG) or fn.startswith(_USER_CODE):
             return f"{os.path.basename(fn)}:{f.f_lineno}"
         f = f.f_back
     return ""
