@@ -14,7 +14,7 @@ import numpy as np
 
 from tape import registry
 from tape._generated import sweeps as S
-from tape._layout import B_KIND, B_OFF, B_SIZE, CONST, E_IN0, E_OP, E_OUT
+from tape._layout import B_KIND, CONST, E_IN0, E_OP, E_OUT
 
 
 class _State(threading.local):
@@ -85,8 +85,7 @@ class detect_anomaly:
 
 
 def _bad(arena, t, b):
-    o, n = int(t.bufs[b, B_OFF]), int(t.bufs[b, B_SIZE])
-    v = arena[o : o + n]
+    v = t.view(arena, b)
     return not np.isfinite(v).all(), v
 
 

@@ -70,13 +70,9 @@ class _Workspace:
         self.data = t.data[: t.n_data].copy()
         self.grad = np.zeros(t.n_data, t.dtype)
 
-        def view(arena, b):
-            off, size = t.bufs[b, B_OFF], t.bufs[b, B_SIZE]
-            return arena[off : off + size].reshape(t.shapes[b])
-
-        self.in_views = [view(self.data, b) for b in t.inputs]
-        self.out_views = [view(self.data, b) for b in t.outputs]
-        self.grad_views = [view(self.grad, t.inputs[k]) for k in t.wrt]
+        self.in_views = [t.view(self.data, b) for b in t.inputs]
+        self.out_views = [t.view(self.data, b) for b in t.outputs]
+        self.grad_views = [t.view(self.grad, t.inputs[k]) for k in t.wrt]
 
 
 class KernelArgs(NamedTuple):
@@ -286,14 +282,18 @@ class Tape:
         if status >= 0:
             raise failure(self, status, buffer_reader(self, self.data))
 
+    def view(self, arena, b):
+        """Buffer ``b`` in ``arena`` (the tape's value or adjoint arena, or a workspace's, all
+        laid out alike), as a view with its shape."""
+        off, size = self.bufs[b, B_OFF], self.bufs[b, B_SIZE]
+        return arena[off : off + size].reshape(self.shapes[b])
+
     def value(self, b):
         """The current value of buffer ``b`` as a view of the arena (shape restored)."""
-        off, size = self.bufs[b, B_OFF], self.bufs[b, B_SIZE]
-        return self.data[off : off + size].reshape(self.shapes[b])
+        return self.view(self.data, b)
 
     def adjoint(self, b):
-        off, size = self.bufs[b, B_OFF], self.bufs[b, B_SIZE]
-        return self.grad[off : off + size].reshape(self.shapes[b])
+        return self.view(self.grad, b)
 
     def ensure_grad(self):
         n = self.data.shape[0]
@@ -726,7 +726,9 @@ class Tape:
 
     @property
     def nbytes(self) -> int:
-        """Bytes in use by the tape's arrays (entries, buffers, pool, value and adjoint arenas)."""
+        """Bytes in use by the tape's arrays (entries, buffers, pool, value arena, and the
+        adjoint arena of an eager tape); each replay workspace adds a value and an adjoint
+        arena of ``n_data`` elements per thread."""
         item = self.dtype.itemsize
         return 8 * (
             self.n_entries * ENTRY_COLS + self.n_bufs * BUF_COLS + self.n_ipool
