@@ -171,19 +171,19 @@ def is_guard(t, i) -> bool:
     return 0 <= i < t.n_entries and registry.OPS[t.entries[i, E_OP]].guard
 
 
-def failure(t, i, read, instance=None):
+def failure(t, i, read):
     """The exception for a sweep stopped at entry ``i``: :class:`GuardError` for a guard,
     ``IndexError`` for an op that rejected its data (a gather index out of bounds), with the
     text of the op's ``describe_failure`` (:class:`tape.registry.Op`). ``read(b)`` returns
-    buffer ``b``'s flat values in the arena the sweep ran on (host or device)."""
-    where = "" if instance is None else f"instance {instance}: "
+    buffer ``b``'s flat values in the arena the sweep ran on (host or device). Batched replays
+    redo a failed instance alone and prefix the message with it (:mod:`tape.batch`)."""
     op = registry.OPS[t.entries[i, E_OP]]
     src = t.sources.get(i, "")
     at = f" at {src}" if src else ""
     text = op.describe_failure(t, i, read, at) if op.describe_failure is not None else None
     if op.guard:
-        return GuardError(where + text, entry=i, source=src)
-    return IndexError(where + (text or f"entry {i} ({op.name}){at} rejected its input data"))
+        return GuardError(text, entry=i, source=src)
+    return IndexError(text or f"entry {i} ({op.name}){at} rejected its input data")
 
 
 def buffer_reader(t, data):
