@@ -7,7 +7,7 @@ import numpy as np
 
 from tape import registry
 from tape._generated import sweeps as S
-from tape._layout import B_KIND, B_OFF, B_SIZE, CONST, E_IN0, E_OP, E_OUT
+from tape._layout import B_KIND, B_SIZE, CONST, E_IN0, E_OP, E_OUT
 from tape._tensor import Tensor
 from tape.record import record
 
@@ -145,9 +145,8 @@ def _first_bad_entry(t, args, eps, atol, rtol, rng):
     data = ka.data.copy()
     entries, bufs = t.entries, t.bufs
 
-    def region(b):
-        o = int(bufs[b, B_OFF])
-        return slice(o, o + int(bufs[b, B_SIZE]))
+    def flat(arena, b):  # buffer b of arena, as a writable flat view
+        return t.view(arena, b).reshape(-1)
 
     for i in range(t.n_entries):
         op = registry.OPS[entries[i, E_OP]]
@@ -169,18 +168,18 @@ def _first_bad_entry(t, args, eps, atol, rtol, rng):
         u = rng.standard_normal(int(bufs[out, B_SIZE]))
         vs = {b: rng.standard_normal(int(bufs[b, B_SIZE])) for b in ins}
         grad = np.zeros_like(data)
-        grad[region(out)] = u
+        flat(grad, out)[:] = u
         emask = np.zeros(t.n_entries, np.bool_)
         emask[i] = True
         S.reverse_sweep(entries, bufs, t.ipool, data, grad, emask, i, i + 1)
-        ana = sum(float(np.dot(grad[region(b)], vs[b])) for b in ins)
+        ana = sum(float(np.dot(flat(grad, b), vs[b])) for b in ins)
         ys = []
         for sign in (1.0, -1.0):
             d = data.copy()
             for b in ins:
-                d[region(b)] += sign * eps * vs[b]
+                flat(d, b)[:] += sign * eps * vs[b]
             S.forward_sweep(entries, bufs, t.ipool, d, i, i + 1)
-            ys.append(d[region(out)].copy())
+            ys.append(flat(d, out).copy())
         num = float(np.dot(u, (ys[0] - ys[1]) / (2 * eps)))
         if not abs(ana - num) <= atol + rtol * abs(num):
             src = t.sources.get(i, "")
