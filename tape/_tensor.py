@@ -233,7 +233,8 @@ class Tensor:
         return v
 
     def _peek(self):
-        """The value as a fresh NumPy array, without recording a guard (internal reads)."""
+        """The value as a NumPy array without recording a guard (internal reads): the owned
+        array itself, or a fresh copy of a traced value."""
         if self._tape is None:
             return self._value
         return self._arena_value().astype(self.dtype, copy=True)
