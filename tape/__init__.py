@@ -20,6 +20,7 @@ from tape import ops as _ops  # noqa: F401  (fills the registry before anything 
 
 # isort: split
 from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
+from tape import compiled
 from tape import core as _core
 from tape import kernels
 from tape._anomaly import AnomalyError, detect_anomaly
@@ -49,6 +50,7 @@ from tape._tensor import (
     zeros,
     zeros_like,
 )
+from tape.compiled import CompileError
 from tape.core import GuardWarning, KernelArgs, Tape, load
 from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all
@@ -63,7 +65,7 @@ long = int64
 bool = bool_  # noqa: A001
 
 __all__ = [
-    "Tape", "KernelArgs", "sweeps", "kernels", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck",
+    "Tape", "KernelArgs", "sweeps", "kernels", "compiled", "CompileError", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck",
     "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "float64", "float32", "int64", "int32", "bool_", "warmup",

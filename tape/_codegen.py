@@ -43,15 +43,21 @@ from tape.registry import BY_NAME
 '''
 
 DRIVERS = PKG / "_drivers.py"
-"""The drivers, a real (linted) module whose text below :data:`MARKER` is copied in."""
-MARKER = "# ---- copied into tape/_generated/sweeps.py from here on ----\n"
+"""The drivers, a real (linted) module in two parts, each below its marker line."""
+MARKER = "# ---- interpreter drivers: copied into tape/_generated/sweeps.py ----\n"
+SHARED_MARKER = (
+    "# ---- shared drivers: copied into the generated sweeps and every compiled tape ----\n"
+)
 
 
-def drivers_text() -> str:
+def drivers_text(shared_only=False) -> str:
+    """The drivers' text from the interpreter marker on (both parts), or from the shared
+    marker on (the part a compiled tape's module copies)."""
     text = DRIVERS.read_text()
-    if MARKER not in text:
-        raise RuntimeError(f"{DRIVERS} lacks the marker line {MARKER.strip()!r}")
-    return text.split(MARKER, 1)[1]
+    marker = SHARED_MARKER if shared_only else MARKER
+    if marker not in text:
+        raise RuntimeError(f"{DRIVERS} lacks the marker line {marker.strip()!r}")
+    return text.split(marker, 1)[1]
 
 
 def generate() -> str:

@@ -12,3 +12,8 @@ SWEEP_JIT = dict(cache=True, nogil=True, error_model="numpy")
 KERNEL_JIT = dict(nogil=True, error_model="numpy")
 """Options of the op kernels and scalar rules. They are compiled into the sweeps; their own
 cache would be stale the moment a rule changes, so they are not cached on their own."""
+
+COMPILED_JIT = dict(cache=True, nogil=True, error_model="numpy")
+"""Options of a compiled tape's module (:mod:`tape.compiled`): those of the sweeps. No
+``fastmath``: reassociation would let a fused loop compute something other than what was
+recorded (``(x + c) - c`` is not ``x``)."""

@@ -2,12 +2,17 @@
 eager mode's one-entry step, batched replay, and the drivers that take a tape's kernel
 arguments as one value (:mod:`tape.kernels`).
 
-This module is not imported. ``python -m tape._codegen`` copies its text below the marker line
-into ``tape/_generated/sweeps.py``, after the generated ``forward_sweep`` and
-``reverse_sweep`` these functions call: Numba's on-disk cache is keyed on the file of the
-cached function alone, so drivers compiled from a file of their own would keep calling stale
-sweeps after an op changed. It is a real module so that it is linted and read like one; the
-import of the generated sweeps below is there for the linter and is not copied.
+This module is not imported. Its text is copied, in two parts, into generated modules:
+
+- ``python -m tape._codegen`` copies both parts into ``tape/_generated/sweeps.py``, after the
+  generated ``forward_sweep`` and ``reverse_sweep`` of the interpreter;
+- :mod:`tape.compiled` copies the shared part into each compiled tape's module, after that
+  tape's own ``forward_sweep``, ``reach`` and ``reverse_pass``.
+
+Numba's on-disk cache is keyed on the file of the cached function alone, so drivers compiled
+from a file of their own would keep calling stale sweeps after an op changed. It is a real
+module so that it is linted and read like one; the import of the generated sweeps below is
+there for the linter and is not copied.
 """
 
 import numpy as np
@@ -18,7 +23,7 @@ from tape._generated.sweeps import forward_sweep, reverse_sweep
 from tape._layout import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, E_IN0, E_OUT, LEAF
 
 
-# ---- copied into tape/_generated/sweeps.py from here on ----
+# ---- interpreter drivers: copied into tape/_generated/sweeps.py ----
 @njit(**SWEEP_JIT)
 def reach(entries, bufs, n_entries, roots):
     """Entries and buffers the ``roots`` depend on: ``(entry_mask, buf_mask)``.
@@ -73,18 +78,6 @@ def add_seeds(bufs, grad, roots, seeds):
 
 
 @njit(**SWEEP_JIT)
-def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
-    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
-    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
-    mask of what the roots depend on."""
-    emask, need = reach(entries, bufs, n_entries, roots)
-    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
-    add_seeds(bufs, grad, roots, seeds)
-    reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
-    return need
-
-
-@njit(**SWEEP_JIT)
 def emit(
     entries,
     bufs,
@@ -123,6 +116,43 @@ def emit(
     return forward_sweep(entries, bufs, ipool, data, n_entries, n_entries + 1)
 
 
+@njit(**SWEEP_JIT)
+def reverse_pass(
+    entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves
+):
+    """Zero the needed intermediate adjoints (the leaves' too if ``zero_leaves``), add
+    ``seeds`` (the roots' adjoints, concatenated) and sweep back over the entries in ``emask``
+    (``emask`` and ``need`` come from :func:`reach`). Writes ``grad``."""
+    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+    add_seeds(bufs, grad, roots, seeds)
+    reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
+
+
+# ---- shared drivers: copied into the generated sweeps and every compiled tape ----
+@njit(**SWEEP_JIT)
+def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
+    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
+    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
+    mask of what the roots depend on."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds,
+                 zero_leaves)  # fmt: skip
+    return need
+
+
+@njit(**SWEEP_JIT)
+def forward_backward(
+    entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves
+):
+    """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
+    Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""
+    status = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
+    if status >= 0:
+        return status
+    backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
+    return -1
+
+
 @njit(parallel=True, **SWEEP_JIT)
 def gradient_batch_kernel(
     entries,
@@ -146,7 +176,6 @@ def gradient_batch_kernel(
     grads,
     status,
     n_chunks,
-    i0,
     yes,
 ):
     """Batched replay (:func:`tape.batch.gradient_batch`): ``args.shape[0]`` instances, row
@@ -155,8 +184,8 @@ def gradient_batch_kernel(
     the entry that rejected the instance's data; its rows are then left untouched).
 
     Chunks of instances run in parallel, each on private copies of the arenas, so no two
-    threads write the same memory. ``i0`` (0) and ``yes`` (True) are arguments, not literals,
-    so the sweeps are called with the signatures already compiled.
+    threads write the same memory. ``yes`` (True) is an argument, not a literal, so the sweeps
+    are called with the signatures already compiled.
     """
     n = args.shape[0]
     for c in prange(n_chunks):
@@ -176,13 +205,12 @@ def gradient_batch_kernel(
                 m = in_sizes[k]
                 data[o : o + m] = a[s : s + m]
                 s += m
-            st = forward_sweep(entries, bufs, ipool, data, i0, n_entries)
+            st = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
             status[b] = st
             if st >= 0:
                 continue
-            zero_adjoints(bufs, grad, need, n_bufs, yes)
-            add_seeds(bufs, grad, roots, seed)
-            reverse_sweep(entries, bufs, ipool, data, grad, emask, i0, n_entries)
+            reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots,
+                         seed, yes)  # fmt: skip
             _gather(data, out_offs, out_sizes, vals[b])
             _gather(grad, g_offs, g_sizes, grads[b])
 
@@ -195,19 +223,6 @@ def _gather(arena, offs, sizes, out):
         m = sizes[k]
         out[s : s + m] = arena[o : o + m]
         s += m
-
-
-@njit(**SWEEP_JIT)
-def forward_backward(
-    entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves
-):
-    """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
-    Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""
-    status = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
-    if status >= 0:
-        return status
-    backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
-    return -1
 
 
 # ---------------------------------------------------------------- one-value drivers

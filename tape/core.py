@@ -121,6 +121,10 @@ class Tape:
         ``float64`` (default) or ``float32``.
     """
 
+    _sweeps = S
+    """The compiled code replays run: the interpreter's sweeps, or this tape's compiled module
+    once :meth:`compile` ran."""
+
     def __init__(self, dtype=np.float64):
         self.dtype = np.dtype(dtype)
         self.entries = np.empty((8, ENTRY_COLS), np.int64)
@@ -162,6 +166,9 @@ class Tape:
         self._warned: set = set()
         self._tls = None  # per-thread default workspace and last variant (made for replay)
         self._variants_lock = None
+        # the compiled tier (tape.compiled): replays so far, and the count that promotes
+        self._n_replays = 0
+        self.compile_after = None
 
     # ------------------------------------------------------------ building
 
@@ -475,6 +482,9 @@ class Tape:
         r = self._replay
         if r is None:
             r = self._check_replay()
+        self._n_replays += 1
+        if self._n_replays == self.compile_after:
+            self._promote()
         ws = self._workspace()
         ws.ok = False  # until the sweep finishes: a backward over a half-run forward is refused
         if self._variants:
@@ -483,12 +493,12 @@ class Tape:
         if _anomaly.ON and _anomaly.enabled():
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
         elif grad:
-            status = S.forward_backward(
+            status = self._sweeps.forward_backward(
                 self.entries, self.bufs, self.ipool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
         else:
-            status = S.forward_sweep(
+            status = self._sweeps.forward_sweep(
                 self.entries, self.bufs, self.ipool, ws.data, 0, self.n_entries
             )
         if status < 0:
@@ -550,12 +560,12 @@ class Tape:
                 self._warned.add(status)
                 warnings.warn(str(failure(self, status, buffer_reader(self, ws.data))) + " (continuing on "
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
-            status = S.forward_sweep(
+            status = self._sweeps.forward_sweep(
                 self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries
             )
         ws.ok = True
         if grad:
-            S.backward(
+            self._sweeps.backward(
                 self.entries, self.bufs, self.ipool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
@@ -601,9 +611,11 @@ class Tape:
         r = tp._replay
         seeds = r["seed"] if seed is None and r["sig"].n_seed == 1 else r["sig"].seeds(seed)
         if _anomaly.enabled():
+            if tp._sweeps is not S:  # a compiled forward leaves intermediates unwritten
+                S.forward_sweep(tp.entries, tp.bufs, tp.ipool, ws.data, 0, tp.n_entries)
             _anomaly.backward(tp, ws.data, ws.grad, r["roots"], seeds, False)
             return
-        S.backward(
+        tp._sweeps.backward(
             tp.entries, tp.bufs, tp.ipool, ws.data, ws.grad,
             tp.n_entries, tp.n_bufs, r["roots"], seeds, False,
         )  # fmt: skip
@@ -638,10 +650,13 @@ class Tape:
             r = self._check_replay()
         if r["simple"] and out is None and not self._variants and not _anomaly.ON:
             # the common call, inlined (a replay from Python costs little more than the sweep)
+            self._n_replays += 1
+            if self._n_replays == self.compile_after:
+                self._promote()
             ws = getattr(self._tls, "ws", None) or self._workspace()
             ws.ok = False
             self._load_args(ws, args)
-            status = S.forward_backward(
+            status = self._sweeps.forward_backward(
                 self.entries, self.bufs, self.ipool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
@@ -690,6 +705,63 @@ class Tape:
         if not str(device).startswith("cuda"):
             raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
         return _EXTENSIONS["to_cuda"](self, device, **kwargs)
+
+    # ------------------------------------------------------------ compiled tier
+
+    def compile(self):
+        """Switch this tape's replays to code generated for its structure (:mod:`tape.compiled`):
+        straight-line entries, fused elementwise loops, adjoints in registers. Compiles now
+        (seconds for a new structure; a structure compiled before, in any process, loads from
+        Numba's cache) and returns the tape. Values and gradients are the interpreter's, to
+        rounding. Raises :class:`tape.compiled.CompileError` for tapes the tier does not take
+        (longer than ``tape.compiled.MAX_ENTRIES`` replayed entries)."""
+        self._check_replay()
+        if self._sweeps is S:
+            mod = _EXTENSIONS["compile"](self)
+            r = self._replay
+            ws = _Workspace(self)  # compile by running once on a scratch workspace
+            mod.forward_backward(
+                self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+                self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
+            )  # fmt: skip
+            self._sweeps = mod
+        self.compile_after = None
+        return self
+
+    def _promote(self):
+        """Automatic promotion (``tape.record(..., compile="auto")``): compile at the
+        ``compile_after``-th replay; a tape the tier does not take stays on the interpreter."""
+        self.compile_after = None
+        try:
+            self.compile()
+        except Exception as e:  # noqa: BLE001  (a replay must not fail because promotion did)
+            if type(e).__name__ != "CompileError":
+                warnings.warn(
+                    f"tape: compiling this tape failed, it stays on the interpreter ({e!r})",
+                    RuntimeWarning, stacklevel=4,
+                )  # fmt: skip
+
+    @property
+    def tier(self) -> str:
+        """``"compiled"`` after :meth:`compile` (or promotion), else ``"interpreter"``."""
+        return "interpreter" if self._sweeps is S else "compiled"
+
+    @property
+    def compiled_source(self):
+        """The generated source of the compiled tier (``None`` on the interpreter)."""
+        return None if self._sweeps is S else self._sweeps.SOURCE
+
+    @property
+    def kernels(self):
+        """``forward(ka)``, ``backward(ka)``, ``gradient(ka)`` for ``@njit`` code, of this
+        tape's tier: :mod:`tape.kernels` on the interpreter, the compiled module's own once
+        compiled (``tape.kernels`` still replays a compiled tape correctly, on the
+        interpreter)."""
+        if self._sweeps is S:
+            from tape import kernels
+
+            return kernels
+        return _EXTENSIONS["compiled_kernels"](self._sweeps)
 
     def is_guard(self, status) -> bool:
         """Whether a sweep status (the entry index a sweep stopped at, as returned by

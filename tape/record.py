@@ -13,7 +13,9 @@ from tape.core import Tape
 ON_CHANGE = ("retrace", "raise", "warn")
 
 
-def record(fn, *example_args, wrt=None, dtype=None, device=None, on_change="retrace") -> Tape:
+def record(
+    fn, *example_args, wrt=None, dtype=None, device=None, on_change="retrace", compile="auto"
+) -> Tape:
     """Trace ``fn(*example_args)`` once into a replayable :class:`~tape.core.Tape`.
 
     Parameters
@@ -43,6 +45,13 @@ def record(fn, *example_args, wrt=None, dtype=None, device=None, on_change="retr
           and the new value and the ``file:line`` that made it.
         - ``"warn"``: warn once per guard (:class:`tape.GuardWarning`) and continue on the
           recorded path.
+    compile : {"auto", True, False}
+        The compiled tier (:meth:`Tape.compile`, :mod:`tape.compiled`): code generated for
+        this tape's structure, with fused loops. ``True`` compiles now; ``"auto"`` (default)
+        compiles at the ``tape.compiled.AUTO_AFTER``-th (100th) replay, so a tape replayed
+        in a loop gets it and a tape replayed a few times pays no compile; ``False`` keeps
+        the interpreter. Tapes too long for the tier stay on the interpreter. Retraced
+        variants follow the same rule.
 
     Returns
     -------
@@ -59,6 +68,8 @@ def record(fn, *example_args, wrt=None, dtype=None, device=None, on_change="retr
     """
     if on_change not in ON_CHANGE and on_change != "_variant":
         raise ValueError(f"record: on_change must be one of {ON_CHANGE}, got {on_change!r}")
+    if compile not in ("auto", True, False):
+        raise ValueError(f"record: compile must be 'auto', True or False, got {compile!r}")
     vals = []
     for k, a in enumerate(example_args):
         v = a.numpy() if isinstance(a, Tensor) else np.asarray(a)
@@ -115,7 +126,13 @@ def record(fn, *example_args, wrt=None, dtype=None, device=None, on_change="retr
 
     def retrace(*args):
         args = [np.asarray(a).astype(d, copy=False) for a, d in zip(args, in_dtypes)]
-        return record(fn, *args, wrt=wrt, dtype=t.dtype, on_change="_variant")
+        return record(fn, *args, wrt=wrt, dtype=t.dtype, on_change="_variant", compile=compile)
 
     t._retrace = retrace
+    if compile is True:
+        t.compile()
+    elif compile == "auto":
+        from tape.compiled import AUTO_AFTER
+
+        t.compile_after = AUTO_AFTER
     return t if device in (None, "cpu") else t.to(device)

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "90c3eca1a0635d80526c44a8b0dd9154cefc668b108b06cf24c08592b13475f1"
+FINGERPRINT = "9a7d73484369e0bbdfac9861443285e78078de42e0744b46f237642247367255"
 
 import numpy as np
 from numba import njit, prange
@@ -638,18 +638,6 @@ def add_seeds(bufs, grad, roots, seeds):
 
 
 @njit(**SWEEP_JIT)
-def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
-    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
-    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
-    mask of what the roots depend on."""
-    emask, need = reach(entries, bufs, n_entries, roots)
-    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
-    add_seeds(bufs, grad, roots, seeds)
-    reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
-    return need
-
-
-@njit(**SWEEP_JIT)
 def emit(
     entries,
     bufs,
@@ -688,6 +676,43 @@ def emit(
     return forward_sweep(entries, bufs, ipool, data, n_entries, n_entries + 1)
 
 
+@njit(**SWEEP_JIT)
+def reverse_pass(
+    entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves
+):
+    """Zero the needed intermediate adjoints (the leaves' too if ``zero_leaves``), add
+    ``seeds`` (the roots' adjoints, concatenated) and sweep back over the entries in ``emask``
+    (``emask`` and ``need`` come from :func:`reach`). Writes ``grad``."""
+    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+    add_seeds(bufs, grad, roots, seeds)
+    reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
+
+
+# ---- shared drivers: copied into the generated sweeps and every compiled tape ----
+@njit(**SWEEP_JIT)
+def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
+    """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
+    concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
+    mask of what the roots depend on."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds,
+                 zero_leaves)  # fmt: skip
+    return need
+
+
+@njit(**SWEEP_JIT)
+def forward_backward(
+    entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves
+):
+    """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
+    Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""
+    status = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
+    if status >= 0:
+        return status
+    backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
+    return -1
+
+
 @njit(parallel=True, **SWEEP_JIT)
 def gradient_batch_kernel(
     entries,
@@ -711,7 +736,6 @@ def gradient_batch_kernel(
     grads,
     status,
     n_chunks,
-    i0,
     yes,
 ):
     """Batched replay (:func:`tape.batch.gradient_batch`): ``args.shape[0]`` instances, row
@@ -720,8 +744,8 @@ def gradient_batch_kernel(
     the entry that rejected the instance's data; its rows are then left untouched).
 
     Chunks of instances run in parallel, each on private copies of the arenas, so no two
-    threads write the same memory. ``i0`` (0) and ``yes`` (True) are arguments, not literals,
-    so the sweeps are called with the signatures already compiled.
+    threads write the same memory. ``yes`` (True) is an argument, not a literal, so the sweeps
+    are called with the signatures already compiled.
     """
     n = args.shape[0]
     for c in prange(n_chunks):
@@ -741,13 +765,12 @@ def gradient_batch_kernel(
                 m = in_sizes[k]
                 data[o : o + m] = a[s : s + m]
                 s += m
-            st = forward_sweep(entries, bufs, ipool, data, i0, n_entries)
+            st = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
             status[b] = st
             if st >= 0:
                 continue
-            zero_adjoints(bufs, grad, need, n_bufs, yes)
-            add_seeds(bufs, grad, roots, seed)
-            reverse_sweep(entries, bufs, ipool, data, grad, emask, i0, n_entries)
+            reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots,
+                         seed, yes)  # fmt: skip
             _gather(data, out_offs, out_sizes, vals[b])
             _gather(grad, g_offs, g_sizes, grads[b])
 
@@ -760,19 +783,6 @@ def _gather(arena, offs, sizes, out):
         m = sizes[k]
         out[s : s + m] = arena[o : o + m]
         s += m
-
-
-@njit(**SWEEP_JIT)
-def forward_backward(
-    entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves
-):
-    """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
-    Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""
-    status = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
-    if status >= 0:
-        return status
-    backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
-    return -1
 
 
 # ---------------------------------------------------------------- one-value drivers

@@ -1,0 +1,613 @@
+"""The compiled tier: Numba code specialised to one tape's structure.
+
+:meth:`tape.Tape.compile` (or ``tape.record(..., compile=True)``) generates a Python module for
+one tape and switches the tape's replays to it. The module has the interpreter's entry points
+with the interpreter's signatures (``forward_sweep``, ``reverse_pass`` and the shared drivers
+of :mod:`tape._drivers`: ``backward``, ``forward_backward``, ``gradient_batch_kernel``,
+``ka_forward`` ...), so every replay path (threads, workspaces, guards, batched replay, ``@njit``
+embedding) runs either tier without a second implementation.
+
+What the generated code does differently from the interpreter:
+
+- **Straight-line entries.** No dispatch on op codes; offsets and sizes are literals.
+- **Fusion.** A run of consecutive elementwise entries over the same number of elements (every
+  input either that long or a single value) becomes one loop, forward and reverse. Values
+  that never leave the run stay in registers: the forward loop stores only what later
+  entries, the outputs or the reverse loop read, and the reverse loop recomputes the cheap
+  ones. A full ``sum`` of a value of the run is folded into its loop.
+- **Adjoints in registers.** Inside a run, adjoints are local variables: they are never zeroed
+  or stored. An intermediate whose adjoint memory is written first by a fused run is
+  assigned, not zeroed and accumulated.
+- **Dead and constant entries removed.** Entries that no output or guard depends on, and
+  entries that depend on no argument (their values were computed at record time and are in
+  every workspace), are not replayed.
+
+Everything else (matrix products through BLAS, reductions over axes, gathers, guards,
+broadcasting elementwise entries) calls the interpreter's own kernel for that entry, so both
+tiers share one implementation of every rule. Results agree with the interpreter to rounding
+(the tests hold them to 1e-12 relative in float64): fused code adds an input's contributions
+in another order.
+
+After a compiled forward, the value arena holds the arguments, the outputs and the values
+later entries read; other intermediates are not written (``ka.data`` in ``@njit`` code).
+
+The source is written to a cache directory (``$TAPE_CACHE_DIR``, else
+``$XDG_CACHE_HOME/tape`` or ``~/.cache/tape``), named by a hash of its text, and compiled with
+Numba's ``cache=True``: a second process with the same tape structure loads the machine code
+instead of compiling it. ``t.compiled_source`` is the text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+import types
+from pathlib import Path
+
+import numpy as np
+
+from tape import registry
+from tape._codegen import drivers_text
+from tape._generated import sweeps as _S
+from tape.core import register_extension
+from tape._layout import (
+    ACTIVE,
+    B_ALIAS,
+    B_KIND,
+    B_OFF,
+    B_SIZE,
+    CONST,
+    E_ATTR,
+    E_IN0,
+    E_OP,
+    E_OUT,
+    LEAF,
+    SAME,
+)
+
+GENERATOR_VERSION = 1
+
+MAX_ENTRIES = 5000
+"""Tapes with more replayed entries than this are not compiled (:func:`compile_tape` raises
+:class:`CompileError`; automatic promotion leaves them on the interpreter): Numba's compile time
+grows with the length of straight-line code."""
+
+AUTO_AFTER = 100
+"""Automatic promotion: a tape recorded with ``compile="auto"`` (the default) is compiled at its
+``AUTO_AFTER``-th replay."""
+
+CHEAP = frozenset(
+    "neg abs square add sub mul div maximum minimum less less_equal greater greater_equal "
+    "equal not_equal where clip relu stop_gradient".split()
+)
+"""Elementwise ops a fused reverse loop recomputes from their inputs rather than storing their
+values in the forward loop (a load costs more than the arithmetic)."""
+
+_LOCK = threading.Lock()
+_MODULES: dict[str, types.ModuleType] = {}
+
+
+class CompileError(RuntimeError):
+    """A tape cannot be compiled (too long, or not a recorded tape)."""
+
+
+# ---------------------------------------------------------------- analysis
+
+
+class _Group:
+    """Consecutive flat elementwise entries over ``n`` elements, and an optional folded sum."""
+
+    def __init__(self, n):
+        self.n = n
+        self.entries: list[int] = []
+        self.fold = -1  # a full sum of a value of the group, folded into its loop
+
+
+class _Call:
+    """One entry replayed by the interpreter's kernel for its op."""
+
+    def __init__(self, i):
+        self.entries = [i]
+
+
+class _Plan:
+    """What the generator needs to know about a tape: live entries, fused groups, which
+    values and adjoints live in registers."""
+
+    def __init__(self, t):
+        n = t.n_entries
+        self.t = t
+        E = self.E = t.entries[:n]
+        B = self.B = t.bufs[: t.n_bufs]
+        self.ops = [registry.OPS[c] for c in E[:, E_OP]]
+        owner = self.owner = np.where(B[:, B_ALIAS] >= 0, B[:, B_ALIAS], np.arange(len(B)))
+        # views with the same memory are one operand (x[:-1] taken twice is one load)
+        same: dict[tuple, int] = {}
+        canon = [same.setdefault((int(owner[b]), int(B[b, B_OFF]), int(B[b, B_SIZE])), b)
+                 for b in range(len(B))]  # fmt: skip
+        self.ins = [[canon[b] for b in E[i, E_IN0:E_OUT] if b >= 0] for i in range(n)]
+
+        # values that depend on an argument; the others are in every workspace already
+        dyn = np.zeros(len(B), bool)
+        dyn[list(t.inputs)] = True
+        for i in range(n):
+            if any(dyn[owner[b]] for b in self.ins[i]):
+                dyn[E[i, E_OUT]] = True
+        # live entries: an output or a guard on a value that can change depends on them
+        need = np.zeros(len(B), bool)
+        self.root_owners = {int(owner[r]) for r in t.outputs}
+        need[list(self.root_owners)] = True
+        live = np.zeros(n, bool)
+        for i in range(n - 1, -1, -1):
+            o = E[i, E_OUT]
+            if dyn[o] and (need[o] or self.ops[i].guard):
+                live[i] = True
+                for b in self.ins[i]:
+                    need[owner[b]] = True
+        self.live = [i for i in range(n) if live[i]]
+        # the reverse sweep: entries the outputs depend on, with an adjoint to pass back
+        rneed = np.zeros(len(B), bool)
+        rneed[list(self.root_owners)] = True
+        emask = np.zeros(n, bool)
+        for i in reversed(self.live):
+            o = E[i, E_OUT]
+            if rneed[o] and B[o, B_KIND] != CONST:
+                emask[i] = True
+                for b in self.ins[i]:
+                    rneed[owner[b]] = True
+        self.emask, self.rneed = emask, rneed
+        self._group()
+
+    def _flat(self, i):
+        """The entry is elementwise with every input as long as the output or one value."""
+        op = self.ops[i]
+        if op.kind == "unary":
+            return True
+        p = self.E[i, E_ATTR]
+        ip = self.t.ipool
+        if op.kind == "binary":
+            return ip[p + 1] == 1 and ip[p + 3] in (0, 1) and ip[p + 4] in (0, 1)
+        return op.kind == "ternary" and ip[p] == SAME
+
+    def stride(self, i, k):
+        """Stride (0 or 1) of input ``k`` of flat entry ``i``."""
+        if self.ops[i].kind != "binary":
+            return 1
+        return int(self.t.ipool[self.E[i, E_ATTR] + 3 + k])
+
+    def full(self, b):
+        """Buffer ``b`` is its owner's whole memory (not a partial view)."""
+        o = self.owner[b]
+        B = self.B
+        return B[b, B_OFF] == B[o, B_OFF] and B[b, B_SIZE] == B[o, B_SIZE]
+
+    def _group(self):
+        E, B = self.E, self.B
+        units: list = []
+        made_by: dict[int, int] = {}  # owner -> unit that produces it
+        cur = None
+        for i in self.live:
+            op = self.ops[i]
+            o = int(E[i, E_OUT])
+            size = int(B[o, B_SIZE])
+            here = len(units) - 1
+            if op.kind in registry.ELEMENTWISE_ARITY and self._flat(i):
+                ok = cur is not None and cur.n == size and cur.fold < 0
+                if ok:
+                    for b in self.ins[i]:
+                        if made_by.get(int(self.owner[b])) == here and not self.full(b):
+                            ok = False  # a shifted view of a value this loop is computing
+                if not ok:
+                    cur = _Group(size)
+                    units.append(cur)
+                cur.entries.append(i)
+            elif (
+                op.name == "sum"
+                and size == 1
+                and cur is not None
+                and cur.fold < 0
+                and made_by.get(int(self.owner[self.ins[i][0]])) == here
+                and self.full(self.ins[i][0])
+            ):
+                cur.fold = i
+            else:
+                cur = None
+                units.append(_Call(i))
+            made_by[o] = len(units) - 1
+        self.units = units
+        self.made_by = made_by
+        # which units read each value (through any view of it)
+        self.uses: dict[int, set] = {}
+        for u, unit in enumerate(units):
+            ents = unit.entries + ([unit.fold] if isinstance(unit, _Group) and unit.fold >= 0 else [])
+            for i in ents:
+                for b in self.ins[i]:
+                    self.uses.setdefault(int(self.owner[b]), set()).add(u)
+
+    def external(self, o, u):
+        """Value ``o`` made by unit ``u`` is read outside it (or is an output)."""
+        return o in self.root_owners or bool(self.uses.get(o, set()) - {u})
+
+
+# ---------------------------------------------------------------- code generation
+
+
+class _Writer:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.views: dict[str, str] = {}  # name -> expression, hoisted to the function top
+
+    def __call__(self, line, depth=1):
+        self.lines.append("    " * depth + line)
+
+    def view(self, arena, b, B):
+        name = f"{arena[0]}{b}"
+        off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
+        self.views[name] = f"{arena}[{off}:{off + size}]"
+        return name
+
+
+def _rule_names(ops):
+    """Module-level aliases of the scalar rules the generated loops call."""
+    lines = []
+    for op in sorted({op for op in ops if op.kind != "kernel"}, key=lambda op: op.code):
+        lines.append(f'_f_{op.name} = BY_NAME["{op.name}"].fwd')
+        for k, r in enumerate(op.rev):
+            if r is not None:
+                lines.append(f'_r_{op.name}_{k} = BY_NAME["{op.name}"].rev[{k}]')
+    return lines
+
+
+class _Gen:
+    def __init__(self, plan: _Plan):
+        self.p = plan
+
+    # -- operands of a fused entry ----------------------------------------------------
+    def operand(self, u, i, k, w, loads, consts):
+        """The expression for input ``k`` of entry ``i`` inside group ``u``'s loop."""
+        p = self.p
+        b = p.ins[i][k]
+        o = int(p.owner[b])
+        if p.made_by.get(o) == u and p.full(b):  # made earlier in this loop
+            return f"v{o}"
+        if p.stride(i, k) == 0:
+            consts[f"c{b}"] = f"data[{int(p.B[b, B_OFF])}]"
+            return f"c{b}"
+        loads[f"x{b}"] = f"{w.view('data', b, p.B)}[j]"
+        return f"x{b}"
+
+    def call_args(self, u, i, w, loads, consts):
+        return [self.operand(u, i, k, w, loads, consts) for k in range(len(self.p.ins[i]))]
+
+    def stored(self, u, o, op):
+        """Group ``u``'s value ``o`` (made by ``op``) is written to the arena."""
+        p = self.p
+        if p.external(o, u):
+            return True
+        i = next(i for i in p.units[u].entries if p.E[i, E_OUT] == o)
+        return op.name not in CHEAP and bool(p.emask[i])
+
+    # -- forward ---------------------------------------------------------------------
+    def forward(self):
+        p = self.p
+        w = _Writer()
+        for u, unit in enumerate(p.units):
+            if isinstance(unit, _Call):
+                self.forward_call(unit.entries[0], w)
+            else:
+                self.forward_group(u, unit, w)
+        return w
+
+    def forward_call(self, i, w):
+        op = self.p.ops[i]
+        w(f"# entry {i}: {op.name}")
+        if op.kind == "kernel":
+            w(f"st = _k_{op.fwd_name}({i}, entries, bufs, ipool, data)")
+            w("if st >= 0:")
+            w("return st", 2)
+        else:
+            w(f"_S._fwd_{op.name}({i}, entries, bufs, ipool, data)")
+
+    def forward_group(self, u, g, w):
+        p = self.p
+        names = ", ".join(f"{i}:{p.ops[i].name}" for i in g.entries)
+        fold = f", sum {g.fold}" if g.fold >= 0 else ""
+        w(f"# fused entries {names}{fold} over {g.n} elements")
+        body, loads, consts = [], {}, {}
+        for i in g.entries:
+            op = p.ops[i]
+            o = int(p.E[i, E_OUT])
+            args = ", ".join(self.call_args(u, i, w, loads, consts))
+            body.append(f"v{o} = _f_{op.name}({args})")
+            if self.stored(u, o, op):
+                body.append(f"{w.view('data', o, p.B)}[j] = v{o}")
+        if g.fold >= 0:
+            src = int(p.owner[p.ins[g.fold][0]])
+            body.append(f"acc{g.fold} += v{src}")
+            w(f"acc{g.fold} = 0.0")
+        for name, expr in consts.items():
+            w(f"{name} = {expr}")
+        w(f"for j in range({g.n}):")
+        for name, expr in loads.items():
+            w(f"{name} = {expr}", 2)
+        for line in body:
+            w(line, 2)
+        if g.fold >= 0:
+            o = int(p.E[g.fold, E_OUT])
+            w(f"data[{int(p.B[o, B_OFF])}] = acc{g.fold}")
+
+    # -- reverse ---------------------------------------------------------------------
+    def reverse(self):
+        """The reverse units, and the adjoint memory to zero before them."""
+        p = self.p
+        w = _Writer()
+        assigned: set[int] = set()
+        touched = set(p.root_owners)  # adjoint memory written so far, in reverse order
+        aliased = {int(p.owner[b]) for b in range(len(p.B)) if p.B[b, B_ALIAS] >= 0}
+        for u in range(len(p.units) - 1, -1, -1):
+            unit = p.units[u]
+            if isinstance(unit, _Call):
+                i = unit.entries[0]
+                if p.emask[i]:
+                    self.reverse_call(i, w)
+                    touched.update(int(p.owner[b]) for b in p.ins[i])
+            elif any(p.emask[i] for i in unit.entries):
+                self.reverse_group(u, unit, w, touched, assigned, aliased)
+        return w, assigned
+
+    def reverse_call(self, i, w):
+        op = self.p.ops[i]
+        w(f"# entry {i}: {op.name}")
+        if op.kind == "kernel":
+            w(f"_k_{op.rev_names[0]}({i}, entries, bufs, ipool, data, grad)")
+        else:
+            w(f"_S._rev_{op.name}({i}, entries, bufs, ipool, data, grad)")
+
+    def reverse_group(self, u, g, w, touched, assigned, aliased):
+        p = self.p
+        B = p.B
+        w(f"# fused entries {', '.join(str(i) for i in g.entries)} (reverse)")
+        loads, consts = {}, {}
+        vals, adj, fast, slow = [], [], [], []
+        scalar: dict[str, int] = {}  # adjoint of a broadcast input: summed over the loop
+        full: dict[str, int] = {}  # adjoint of an input read elementwise
+        for i in g.entries:
+            op = p.ops[i]
+            o = int(p.E[i, E_OUT])
+            args = ", ".join(self.call_args(u, i, w, loads, consts))
+            if self.stored(u, o, op):
+                loads[f"v{o}"] = f"{w.view('data', o, B)}[j]"
+            else:
+                vals.append(f"v{o} = _f_{op.name}({args})")
+            if p.emask[i]:
+                init = f"{w.view('grad', o, B)}[j]" if p.external(o, u) else "0.0"
+                adj.append(f"a{o} = {init}")
+        if g.fold >= 0 and p.emask[g.fold]:
+            src = int(p.owner[p.ins[g.fold][0]])
+            so = int(p.E[g.fold, E_OUT])
+            consts[f"gs{g.fold}"] = f"grad[{int(B[so, B_OFF])}]"
+            adj.append(f"a{src} += gs{g.fold}")
+        for i in reversed(g.entries):
+            if not p.emask[i]:
+                continue
+            op = p.ops[i]
+            o = int(p.E[i, E_OUT])
+            args = self.call_args(u, i, w, loads, consts)
+            for k, b in enumerate(p.ins[i]):
+                if not op.differentiable[k] or B[b, B_KIND] == CONST:
+                    continue
+                c = f"_r_{op.name}_{k}({', '.join(args)}, v{o}, a{o})"
+                ob = int(p.owner[b])
+                if p.made_by.get(ob) == u and p.full(b):
+                    target = f"a{ob}"
+                elif p.stride(i, k) == 0:
+                    target = f"t{b}"
+                    scalar[target] = b
+                else:
+                    target = f"e{b}"
+                    full[target] = b
+                fast.append(f"{target} += {c}")
+                slow.append(f"{target} += _masked({c}, a{o})")
+        out = []
+        for name, b in full.items():
+            o = int(p.owner[b])
+            first = (
+                o not in touched and o not in aliased and b == o
+                and B[o, B_KIND] == ACTIVE and int(B[o, B_SIZE]) == g.n
+            )  # fmt: skip
+            if first:
+                assigned.add(o)
+            out.append(f"{w.view('grad', b, B)}[j] {'=' if first else '+='} {name}")
+        out += [f"s{name[1:]} += {name}" for name in scalar]
+        for b in list(full.values()) + list(scalar.values()):
+            touched.add(int(p.owner[b]))
+        for name in scalar:
+            w(f"s{name[1:]} = 0.0")
+        for name, expr in consts.items():
+            w(f"{name} = {expr}")
+        targets = list(full) + list(scalar)
+        w(f"for j in range({g.n}):")
+        for line in [f"{n} = {e}" for n, e in loads.items()] + vals:
+            w(line, 2)
+        for body in (fast, slow):
+            if body is slow:
+                # A rule's value where the output adjoint is zero is discarded, not added:
+                # 0 * inf there (where(x > 0, sqrt(x), 0) at 0) would be a NaN. Without the
+                # selects the loop is faster and gives the same numbers unless such a NaN
+                # appeared, and any such NaN reaches an input's adjoint: then the element is
+                # redone with them.
+                w(f"if {' or '.join(f'{n} != {n}' for n in targets)}:", 2)
+            depth = 2 if body is fast else 3
+            for line in adj + [f"{n} = 0.0" for n in targets] + body:
+                w(line, depth)
+        for line in out:
+            w(line, 2)
+        for name, b in scalar.items():
+            w(f"grad[{int(B[b, B_OFF])}] += s{name[1:]}")
+
+
+def _ranges(B, bufs):
+    """Merged ``(start, stop)`` arena ranges covering the buffers ``bufs``."""
+    spans = sorted((int(B[b, B_OFF]), int(B[b, B_OFF] + B[b, B_SIZE])) for b in bufs)
+    out: list[list[int]] = []
+    for a, z in spans:
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], z)
+        else:
+            out.append([a, z])
+    return [(a, z) for a, z in out if z > a]
+
+
+def generate(t) -> str:
+    """The source of the compiled module for tape ``t`` (see the module docstring)."""
+    if not t.inputs and not t.outputs:
+        raise CompileError("only tapes made by tape.record() can be compiled")
+    plan = _Plan(t)
+    if len(plan.live) > MAX_ENTRIES:
+        raise CompileError(
+            f"this tape replays {len(plan.live)} entries; the compiled tier takes at most "
+            f"{MAX_ENTRIES} (tape.compiled.MAX_ENTRIES): Numba's compile time grows with "
+            "straight-line code. It stays on the interpreter."
+        )
+    gen = _Gen(plan)
+    fw = gen.forward()
+    rw, assigned = gen.reverse()
+    B = plan.B
+    # adjoint memory the reverse units read or add to: zeroed first, unless assigned first
+    in_regs = {
+        o for o, u in plan.made_by.items()
+        if isinstance(plan.units[u], _Group) and not plan.external(o, u)
+    }  # fmt: skip
+    zero = [
+        o for o in range(len(B))
+        if plan.rneed[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] == ACTIVE
+        and o not in in_regs and o not in assigned
+    ]  # fmt: skip
+    leaves = [o for o in range(len(B)) if plan.rneed[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] == LEAF]
+    kernels = sorted(
+        {(op.module, n) for op in plan.ops if op.kind == "kernel" for n in (op.fwd_name, op.rev_names[0]) if n}
+    )  # fmt: skip
+    n_ent = t.n_entries
+    src = [
+        '"""Compiled tier of one tape: GENERATED by tape.compiled. Do not edit."""',
+        "",
+        f'SWEEPS = "{_S.FINGERPRINT}"  # the interpreter this module calls into',
+        f"# {n_ent} entries; {len(plan.live)} replayed; "
+        f"{sum(isinstance(u, _Group) for u in plan.units)} fused loops",
+        "",
+        "import numpy as np",
+        "from numba import njit, prange",
+        "",
+        "from tape._config import COMPILED_JIT, SWEEP_JIT",
+        "from tape._generated import sweeps as _S",
+        "from tape._loops import masked as _masked",
+        "from tape.registry import BY_NAME",
+    ]
+    for mod, name in kernels:
+        src.append(f"from {mod} import {name} as _k_{name}")
+    src += [""] + _rule_names(plan.ops[i] for i in plan.live) + ["", ""]
+    src += [
+        "@njit(**COMPILED_JIT)",
+        "def forward_sweep(entries, bufs, ipool, data, start, stop):",
+        '    """Entries ``start .. stop-1``: the whole tape runs the code below; a part of it',
+        '    (resuming after a guard) runs on the interpreter. Writes ``data``; returns the',
+        '    status (``-1``, or the entry that stopped the sweep)."""',
+        f"    if start != 0 or stop != {n_ent}:",
+        "        return _S.forward_sweep(entries, bufs, ipool, data, start, stop)",
+    ]
+    src += [f"    {n} = {e}" for n, e in fw.views.items()] + fw.lines + ["    return -1", "", ""]
+    src += [
+        "@njit(**COMPILED_JIT)",
+        "def reach(entries, bufs, n_entries, roots):",
+        '    """Unused masks: the reverse pass below knows what the outputs depend on."""',
+        "    return np.zeros(0, np.bool_), np.zeros(0, np.bool_)",
+        "",
+        "",
+        "@njit(**COMPILED_JIT)",
+        "def reverse_pass(",
+        "    entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves",
+        "):",
+        '    """Zero the adjoints that are accumulated (the leaves\' too if ``zero_leaves``), add',
+        '    ``seeds`` at the outputs and sweep back. Writes ``grad``."""',
+    ]
+    src += [f"    grad[{a}:{z}] = 0.0" for a, z in _ranges(B, zero)]
+    if leaves:
+        src += ["    if zero_leaves:"] + [f"        grad[{a}:{z}] = 0.0" for a, z in _ranges(B, leaves)]
+    s = 0
+    for r in t.outputs:
+        off, size = int(B[r, B_OFF]), int(B[r, B_SIZE])
+        src += [f"    for j in range({size}):", f"        grad[{off} + j] += seeds[{s} + j]"]
+        s += size
+    src += [f"    {n} = {e}" for n, e in rw.views.items()] + rw.lines + ["", ""]
+    src.append(drivers_text(shared_only=True))
+    return "\n".join(src)
+
+
+# ---------------------------------------------------------------- cache and loading
+
+
+def cache_dir() -> Path:
+    """Where generated modules (and Numba's cache of them) live."""
+    env = os.environ.get("TAPE_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tape"
+
+
+def _load(source: str) -> types.ModuleType:
+    key = hashlib.sha256(f"{GENERATOR_VERSION}\n{source}".encode()).hexdigest()[:24]
+    name = f"tape_compiled_{key}"
+    with _LOCK:
+        mod = _MODULES.get(name)
+        if mod is not None:
+            return mod
+        path = _write(name, source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        mod.SOURCE = source
+        _MODULES[name] = mod
+        return mod
+
+
+def _write(name, source) -> Path:
+    for d in (cache_dir() / "compiled", Path(tempfile.gettempdir()) / f"tape-{os.getuid()}"):
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            path = d / f"{name}.py"
+            if path.exists() and path.read_text() == source:
+                return path  # unchanged: Numba's cache of it stays valid
+            tmp = d / f".{name}.{os.getpid()}.tmp"
+            tmp.write_text(source)
+            os.replace(tmp, path)
+            return path
+        except OSError:
+            continue
+    raise CompileError(f"no writable cache directory for compiled tapes (tried {cache_dir()})")
+
+
+def compile_tape(t) -> types.ModuleType:
+    """The compiled module for tape ``t`` (generated, written and loaded; compiled by Numba
+    on first call)."""
+    return _load(generate(t))
+
+
+def kernels_of(mod) -> types.ModuleType:
+    """``forward``, ``backward`` and ``gradient`` of a compiled module, as a module (so that
+    ``@njit`` code can call them as ``K.gradient(ka)``)."""
+    k = getattr(mod, "_kernels", None)
+    if k is None:
+        k = types.ModuleType(mod.__name__ + ".kernels")
+        k.forward, k.backward, k.gradient = mod.ka_forward, mod.ka_backward, mod.ka_gradient
+        mod._kernels = k
+    return k
+
+
+register_extension("compile", compile_tape)
+register_extension("compiled_kernels", kernels_of)
