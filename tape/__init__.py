@@ -20,9 +20,8 @@ from tape import ops as _ops  # noqa: F401  (fills the registry before anything 
 
 # isort: split
 from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
-from tape import compiled
+from tape import compiled, kernels
 from tape import core as _core
-from tape import kernels
 from tape._anomaly import AnomalyError, detect_anomaly
 from tape._generated import sweeps
 from tape._generated import sweeps as _sweeps

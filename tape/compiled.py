@@ -53,7 +53,6 @@ import numpy as np
 from tape import registry
 from tape._codegen import drivers_text
 from tape._generated import sweeps as _S
-from tape.core import register_extension
 from tape._layout import (
     ACTIVE,
     B_ALIAS,
@@ -68,6 +67,7 @@ from tape._layout import (
     LEAF,
     SAME,
 )
+from tape.core import register_extension
 
 GENERATOR_VERSION = 1
 
@@ -223,7 +223,9 @@ class _Plan:
         # which units read each value (through any view of it)
         self.uses: dict[int, set] = {}
         for u, unit in enumerate(units):
-            ents = unit.entries + ([unit.fold] if isinstance(unit, _Group) and unit.fold >= 0 else [])
+            ents = unit.entries + (
+                [unit.fold] if isinstance(unit, _Group) and unit.fold >= 0 else []
+            )
             for i in ents:
                 for b in self.ins[i]:
                     self.uses.setdefault(int(self.owner[b]), set()).add(u)
@@ -487,7 +489,9 @@ def generate(t) -> str:
         if plan.rneed[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] == ACTIVE
         and o not in in_regs and o not in assigned
     ]  # fmt: skip
-    leaves = [o for o in range(len(B)) if plan.rneed[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] == LEAF]
+    leaves = [
+        o for o in range(len(B)) if plan.rneed[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] == LEAF
+    ]
     kernels = sorted(
         {(op.module, n) for op in plan.ops if op.kind == "kernel" for n in (op.fwd_name, op.rev_names[0]) if n}
     )  # fmt: skip
@@ -514,7 +518,7 @@ def generate(t) -> str:
         "@njit(**COMPILED_JIT)",
         "def forward_sweep(entries, bufs, ipool, data, start, stop):",
         '    """Entries ``start .. stop-1``: the whole tape runs the code below; a part of it',
-        '    (resuming after a guard) runs on the interpreter. Writes ``data``; returns the',
+        "    (resuming after a guard) runs on the interpreter. Writes ``data``; returns the",
         '    status (``-1``, or the entry that stopped the sweep)."""',
         f"    if start != 0 or stop != {n_ent}:",
         "        return _S.forward_sweep(entries, bufs, ipool, data, start, stop)",
@@ -536,7 +540,9 @@ def generate(t) -> str:
     ]
     src += [f"    grad[{a}:{z}] = 0.0" for a, z in _ranges(B, zero)]
     if leaves:
-        src += ["    if zero_leaves:"] + [f"        grad[{a}:{z}] = 0.0" for a, z in _ranges(B, leaves)]
+        src += ["    if zero_leaves:"] + [
+            f"        grad[{a}:{z}] = 0.0" for a, z in _ranges(B, leaves)
+        ]
     s = 0
     for r in t.outputs:
         off, size = int(B[r, B_OFF]), int(B[r, B_SIZE])
