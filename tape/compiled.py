@@ -492,8 +492,9 @@ def generate(t) -> str:
     leaves = [
         o for o in range(len(B)) if plan.rneed[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] == LEAF
     ]
+    calls = [plan.ops[u.entries[0]] for u in plan.units if isinstance(u, _Call)]
     kernels = sorted(
-        {(op.module, n) for op in plan.ops if op.kind == "kernel" for n in (op.fwd_name, op.rev_names[0]) if n}
+        {(op.module, n) for op in calls if op.kind == "kernel" for n in (op.fwd_name, op.rev_names[0]) if n}
     )  # fmt: skip
     n_ent = t.n_entries
     src = [
@@ -517,11 +518,9 @@ def generate(t) -> str:
     src += [
         "@njit(**COMPILED_JIT)",
         "def forward_sweep(entries, bufs, ipool, data, start, stop):",
-        '    """Entries ``start .. stop-1``: the whole tape runs the code below; a part of it',
-        "    (resuming after a guard) runs on the interpreter. Writes ``data``; returns the",
-        '    status (``-1``, or the entry that stopped the sweep)."""',
-        f"    if start != 0 or stop != {n_ent}:",
-        "        return _S.forward_sweep(entries, bufs, ipool, data, start, stop)",
+        f'    """The whole tape (``start`` and ``stop`` must be 0 and {n_ent}: a part of it, as',
+        "    when resuming after a guard, runs on the interpreter). Writes ``data``; returns",
+        '    the status (``-1``, or the entry that stopped the sweep)."""',
     ]
     src += [f"    {n} = {e}" for n, e in fw.views.items()] + fw.lines + ["    return -1", "", ""]
     src += [

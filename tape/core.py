@@ -560,7 +560,7 @@ class Tape:
                 self._warned.add(status)
                 warnings.warn(str(failure(self, status, buffer_reader(self, ws.data))) + " (continuing on "
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
-            status = self._sweeps.forward_sweep(
+            status = S.forward_sweep(  # the interpreter: compiled code runs whole tapes only
                 self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries
             )
         ws.ok = True

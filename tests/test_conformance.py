@@ -11,6 +11,8 @@ runs on
     ``tp.record(fn, *record_at)`` replayed at each point (``value_and_grad``);
 ``batch``
     the same tape, every point as one instance of ``t.gradient_batch``;
+``compiled``, ``compiled_batch``
+    the same on the compiled tier (``tp.record(..., compile=True)``);
 ``cuda_sim``, ``cuda_sim_batch``
     ``t.to("cuda")`` and ``tape.cuda.gradient_batch`` under Numba's CUDA simulator, in one
     subprocess with ``NUMBA_ENABLE_CUDASIM=1`` (the mechanism of ``tests/test_cuda_sim.py``:
@@ -203,8 +205,9 @@ BY_NAME = {c.name: c for c in CASES}
 # Each returns, per point, ``(value, grads)`` as NumPy values.
 
 
-def _record(case):
-    return tp.record(case.fn, *(case.record_at or case.points[0][0]), wrt=list(case.wrt))
+def _record(case, compile=False):
+    at = case.record_at or case.points[0][0]
+    return tp.record(case.fn, *at, wrt=list(case.wrt), compile=compile)
 
 
 def run_eager(case):
@@ -256,6 +259,16 @@ def run_batch(case):
     return _batched(_record(case).gradient_batch, case)
 
 
+def run_compiled(case):
+    t = _record(case, compile=True)
+    assert t.tier == "compiled"
+    return _single(t, case)
+
+
+def run_compiled_batch(case):
+    return _batched(_record(case, compile=True).gradient_batch, case)
+
+
 def run_cuda(case):
     return _single(_record(case).to("cuda", threads=8), case)
 
@@ -271,12 +284,14 @@ RUNNERS = {
     "eager": run_eager,
     "replay": run_replay,
     "batch": run_batch,
+    "compiled": run_compiled,
+    "compiled_batch": run_compiled_batch,
     "cuda_sim": run_cuda,
     "cuda_sim_batch": run_cuda_batch,
     "gpu": run_cuda,
     "gpu_batch": run_cuda_batch,
 }
-ACCUMULATING = {"eager", "replay", "cuda_sim", "gpu"}
+ACCUMULATING = {"eager", "replay", "compiled", "cuda_sim", "gpu"}
 SIM = ("cuda_sim", "cuda_sim_batch")
 
 
@@ -317,7 +332,7 @@ def _gpu():
         pytest.skip("no usable CUDA GPU")
 
 
-BACKENDS = ["eager", "replay", "batch", "cuda_sim", "cuda_sim_batch"] + [
+BACKENDS = ["eager", "replay", "batch", "compiled", "compiled_batch", "cuda_sim", "cuda_sim_batch"] + [
     pytest.param(b, marks=pytest.mark.gpu) for b in ("gpu", "gpu_batch")
 ]
 

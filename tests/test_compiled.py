@@ -1,0 +1,390 @@
+"""The compiled tier (``t.compile()``, :mod:`tape.compiled`) against the interpreter.
+
+Every registry op (elementwise over every shape of ``tests/test_ops.py``, every kernel case) is
+recorded once, replayed on both tiers at new arguments, and must agree to 1e-12 relative in
+float64; the conformance table runs the tier as its ``compiled`` backends
+(``tests/test_conformance.py``). The interpreter is itself checked against NumPy and finite
+differences by ``tests/test_ops.py``; here a gradient check is repeated on the compiled tier
+for the fused paths.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+import tape as tp
+from tape import compiled
+from tape.registry import OPS
+from tape.testing import sample_inputs as sample
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_ops import KERNEL_CASES, shapes_for  # noqa: E402
+from test_properties import build  # noqa: E402
+
+RTOL = 1e-12
+
+
+def both(fn, *args, wrt=None):
+    """The same function recorded twice: interpreter and compiled."""
+    ti = tp.record(fn, *args, wrt=wrt, compile=False)
+    tc = tp.record(fn, *args, wrt=wrt, compile=True)
+    assert ti.tier == "interpreter" and tc.tier == "compiled"
+    return ti, tc
+
+
+def close(a, b, rtol=RTOL):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    np.testing.assert_allclose(
+        a, b, rtol=rtol, atol=rtol * max(1.0, float(np.abs(b).max(initial=0)))
+    )
+
+
+def agree(ti, tc, *args):
+    vi, gi = ti.value_and_grad(*args)
+    vc, gc = tc.value_and_grad(*args)
+    close(vc, vi)
+    gi = gi if isinstance(gi, tuple) else (gi,)
+    gc = gc if isinstance(gc, tuple) else (gc,)
+    for a, b in zip(gc, gi):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        close(a, b)
+
+
+ELEMENTWISE = [op for op in OPS if op.kind != "kernel"]
+
+
+@pytest.mark.parametrize("op", ELEMENTWISE, ids=lambda o: o.name)
+def test_elementwise_op_on_both_tiers(op):
+    """All shapes of one op in one tape (one compile): values and outputs of every shape,
+    and the gradient of a weighted sum."""
+    rng = np.random.default_rng(7)
+    groups = shapes_for(op)
+    arity = len(groups[0])
+    flat = [x for shapes in groups for x in sample(op, shapes, rng)]
+    weights = [rng.uniform(0.5, 1.5, np.broadcast_shapes(*s)) for s in groups]
+    fn = getattr(tp, op.name)
+
+    def f(*xs):
+        total = 0.0
+        for k in range(len(groups)):
+            y = fn(*xs[k * arity : (k + 1) * arity])
+            total = total + (y * weights[k]).sum()
+        return total
+
+    wrt = [k for k in range(len(flat)) if op.differentiable[k % arity]]
+    if not wrt:  # comparisons: the values must agree
+        ti, tc = both(
+            lambda *xs: [fn(*xs[k * arity : (k + 1) * arity]) for k in range(len(groups))], *flat
+        )
+        new = [x for shapes in groups for x in sample(op, shapes, rng)]
+        for a, b in zip(tc.forward(*new), ti.forward(*new)):
+            close(a, b)
+        return
+    ti, tc = both(f, *flat, wrt=wrt)
+    new = [x for shapes in groups for x in sample(op, shapes, rng)]
+    agree(ti, tc, *new)
+
+
+CASES = [(n, k, c) for n, cases in KERNEL_CASES.items() for k, c in enumerate(cases)]
+
+
+@pytest.mark.parametrize("name,k,case", CASES, ids=[f"{n}-{k}" for n, k, _ in CASES])
+def test_kernel_op_on_both_tiers(name, k, case):
+    fn, _, xs = case
+    w = np.random.default_rng(k).uniform(0.5, 1.5, np.shape(fn(*[tp.tensor(x) for x in xs])))
+    f = lambda *a: (tp.tanh(fn(*a)) * w).sum()  # noqa: E731  (feeds a fused loop too)
+    ti, tc = both(f, *xs)
+    agree(ti, tc, *xs)
+
+
+def rosenbrock(x):
+    return tp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def rosenbrock_grad(x):
+    g = np.zeros_like(x)
+    a = x[1:] - x[:-1] ** 2
+    g[:-1] = -400 * a * x[:-1] - 2 * (1 - x[:-1])
+    g[1:] += 200 * a
+    return g
+
+
+def test_rosenbrock_is_one_fused_loop_with_its_sum_folded():
+    x = np.random.default_rng(0).uniform(-1, 2, 50)
+    t = tp.record(rosenbrock, x, compile=True)
+    src = t.compiled_source
+    assert src.count("for j in range(49)") == 2  # one loop forward, one reverse
+    assert "_k_sum" not in src  # the sum is folded into the loop
+    x2 = x[::-1].copy()
+    close(t.gradient(x2), rosenbrock_grad(x2))
+    close(t.forward(x2), np.sum(100 * (x2[1:] - x2[:-1] ** 2) ** 2 + (1 - x2[:-1]) ** 2))
+
+
+def test_dead_and_constant_entries_are_not_replayed():
+    c = np.arange(4.0)
+
+    def f(x):
+        unused = tp.exp(x) * 3.0  # noqa: F841  (dead: no output depends on it)
+        k = tp.tensor(c) * 2.0 + 1.0  # depends on no argument: computed once, at record time
+        return tp.sum(x * k)
+
+    x = np.ones(4)
+    ti, tc = both(f, x)
+    src = tc.compiled_source
+    assert "_f_exp" not in src and src.count("_f_add(") == 0
+    agree(ti, tc, np.array([1.0, -2.0, 3.0, 0.5]))
+    close(tc.gradient(x), 2 * c + 1)
+
+
+def test_mixed_program_matches_interpreter_and_finite_differences():
+    rng = np.random.default_rng(3)
+    W1, b1, W2 = rng.normal(size=(5, 8)), rng.normal(size=8), rng.normal(size=(8, 1))
+    X = rng.normal(size=(6, 5))
+    idx = np.array([0, 2, 2, 5])
+
+    def f(W1, b1, W2):
+        h = tp.tanh(X @ W1 + b1)
+        r = (h @ W2)[:, 0]
+        z = tp.where(r > 0, tp.sqrt(tp.abs(r)), r * r) + tp.maximum(r, 0.1)
+        return tp.sum(z[idx] ** 2) + tp.max(h, axis=1).sum() / 3.0 + (h * h).mean()
+
+    ti, tc = both(f, W1, b1, W2)
+    for _ in range(3):
+        args = [a + rng.normal(scale=0.1, size=a.shape) for a in (W1, b1, W2)]
+        agree(ti, tc, *args)
+    assert tp.gradcheck(f, W1, b1, W2)  # the function itself; tiers already agree
+
+
+def test_nan_safe_where_on_the_fused_path():
+    """The reverse loop runs without the zero-adjoint selects and redoes an element with them
+    when a NaN appears: the unused branch's inf must not poison the gradient, and a real NaN
+    must still come through."""
+    f = lambda x: tp.sum(tp.where(x > 0, tp.sqrt(x), 0.0 * x) + x)  # noqa: E731
+    x0 = np.array([1.0, 2.0, 3.0])
+    ti, tc = both(f, x0)
+    x = np.array([0.0, 4.0, -1.0])
+    g = tc.gradient(x)
+    np.testing.assert_array_equal(g, [1.0, 1.25, 1.0])
+    agree(ti, tc, x)
+    h = lambda x: tp.sum(tp.log(x) * x)  # noqa: E731
+    ti, tc = both(h, x0)
+    gi, gc = ti.gradient(np.array([np.nan, 1.0, 2.0])), tc.gradient(np.array([np.nan, 1.0, 2.0]))
+    np.testing.assert_array_equal(np.isnan(gc), np.isnan(gi))
+    close(gc[1:], gi[1:])
+
+
+def test_intermediate_assigned_by_its_first_adjoint_and_leaves_accumulate():
+    """An intermediate whose adjoint memory a fused loop writes first is assigned (not zeroed
+    then added): a second replay must not see the first one's adjoints, and ``backward()``
+    twice after one forward doubles leaf gradients only."""
+
+    def f(x):
+        y = tp.exp(x)  # fused loop 1
+        s = tp.sum(y.reshape(2, 3), axis=0)  # kernel between two loops
+        return tp.sum(tp.tanh(s) * y[:3])
+
+    x = np.linspace(-1, 1, 6)
+    ti, tc = both(f, x)
+    for k in range(3):
+        agree(ti, tc, x * (k + 1))
+    for t in (ti, tc):
+        t.forward(x)
+        t.zero_grad()
+        t.backward()
+        t.backward()
+    close(tc.grads[0], ti.grads[0])
+    close(tc.grads[0], 2 * ti.gradient(x))
+
+
+def test_float32_tape():
+    x = np.linspace(-1, 1, 9).astype(np.float32)
+    ti, tc = both(rosenbrock, x)
+    gi, gc = ti.gradient(x), tc.gradient(x)
+    assert gc.dtype == np.float32
+    np.testing.assert_allclose(gc, gi, rtol=1e-5, atol=1e-4)
+
+
+def test_guards_on_a_compiled_tape_retrace_raise_and_warn():
+    def f(x):
+        if x.sum() > 0:
+            return tp.sum(x * x)
+        return tp.sum(tp.exp(x))
+
+    pos, neg = np.array([1.0, 2.0]), np.array([-1.0, -2.0])
+    t = tp.record(f, pos, compile=True)
+    close(t.gradient(neg), np.exp(neg))  # retraced, compiled too
+    assert t.retraces == 1 and all(v.tier == "compiled" for v in t._variants)
+    close(t.gradient(pos), 2 * pos)
+    t = tp.record(f, pos, compile=True, on_change="raise")
+    with pytest.raises(tp.GuardError):
+        t.gradient(neg)
+    t = tp.record(f, pos, compile=True, on_change="warn")
+    with pytest.warns(tp.GuardWarning):
+        g = t.gradient(neg)
+    close(g, 2 * neg)  # the recorded path
+
+
+def test_gather_index_out_of_range_raises_on_the_compiled_tier():
+    t = tp.record(lambda x, i: tp.sum(x[i] * 2.0), np.ones(4), np.array([0, 3]), compile=True)
+    close(t.gradient(np.ones(4), np.array([1, 1])), [0, 4, 0, 0])
+    with pytest.raises(IndexError):
+        t.gradient(np.ones(4), np.array([0, 7]))
+
+
+def test_threads_and_batched_replay():
+    x = np.random.default_rng(1).uniform(-1, 2, (16, 12))
+    ti, tc = both(rosenbrock, x[0])
+    want = np.stack([ti.gradient(r) for r in x])
+    out = [None] * len(x)
+
+    def work(k):
+        for _ in range(20):
+            out[k] = tc.gradient(x[k])
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(x))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    close(np.stack(out), want)
+    vals, grads = tc.gradient_batch(x)
+    close(grads, want)
+    close(vals, [ti.forward(r) for r in x])
+
+
+def test_anomaly_mode_on_a_compiled_tape():
+    t = tp.record(lambda x: tp.sum(tp.log(x) * 2.0), np.ones(3), compile=True)
+    t.forward(np.array([1.0, 2.0, 3.0]))
+    with tp.detect_anomaly():
+        t.backward()  # intermediates the compiled forward left unwritten are recomputed
+        with pytest.raises(tp.AnomalyError, match="log"):
+            t.gradient(np.array([1.0, -1.0, 2.0]))
+    close(t.gradient(np.array([1.0, 2.0, 4.0])), 2 / np.array([1.0, 2.0, 4.0]))
+
+
+def test_njit_embedding_through_t_kernels():
+    x0 = np.random.default_rng(2).uniform(-1, 2, 10)
+    t = tp.record(rosenbrock, x0, compile=True)
+    K = t.kernels
+
+    @njit
+    def grad_in_njit(ka, x):
+        ka.data[0 : x.shape[0]] = x
+        status = K.gradient(ka)
+        return status, ka.grad[0 : x.shape[0]].copy()
+
+    ka = t.workspace()
+    off, n = t.input_slice(0)
+    assert off == 0 and n == 10
+    status, g = grad_in_njit(ka, x0)
+    assert status == -1
+    close(g, rosenbrock_grad(x0))
+    # tape.kernels (the interpreter) replays a compiled tape's arguments correctly too
+    ka2 = t.workspace()
+    ka2.data[0:10] = x0
+    assert tp.kernels.gradient(ka2) == -1
+    close(ka2.grad[0:10], rosenbrock_grad(x0))
+
+
+def test_automatic_promotion_after_k_replays():
+    x = np.ones(5)
+    t = tp.record(rosenbrock, x)  # compile="auto"
+    assert t.tier == "interpreter" and t.compile_after == compiled.AUTO_AFTER
+    t.compile_after = 3  # promote sooner than the default
+    for _ in range(3):
+        g = t.gradient(x)
+    assert t.tier == "compiled"
+    close(g, rosenbrock_grad(x))
+    close(t.gradient(x), rosenbrock_grad(x))
+    t = tp.record(rosenbrock, x, compile=False)
+    assert t.compile_after is None
+
+
+def test_too_long_tape_raises_or_stays_on_the_interpreter(monkeypatch):
+    monkeypatch.setattr(compiled, "MAX_ENTRIES", 3)
+    with pytest.raises(tp.CompileError, match="MAX_ENTRIES"):
+        tp.record(rosenbrock, np.ones(5), compile=True)
+    t = tp.record(rosenbrock, np.ones(5))
+    t.compile_after = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        close(t.gradient(np.ones(5)), rosenbrock_grad(np.ones(5)))
+    assert t.tier == "interpreter"
+
+
+def test_unrecorded_tapes_cannot_compile():
+    with pytest.raises(RuntimeError, match="record"):
+        tp.Tape().compile()
+    with pytest.raises(ValueError, match="compile"):
+        tp.record(rosenbrock, np.ones(3), compile="yes")
+
+
+def test_second_process_loads_the_compiled_tape_from_the_disk_cache(tmp_path):
+    code = (
+        "import numpy as np, tape as tp\n"
+        "def f(x):\n"
+        "    return tp.sum(tp.exp(x[1:]) * x[:-1] ** 3 - x[:-1])\n"
+        "t = tp.record(f, np.linspace(0, 1, 7), compile=True)\n"
+        "m = t._sweeps\n"
+        "hits = sum(m.forward_backward.stats.cache_hits.values())\n"
+        "miss = sum(m.forward_backward.stats.cache_misses.values())\n"
+        "print(hits, miss, m.__file__)\n"
+    )
+    env = dict(os.environ, TAPE_CACHE_DIR=str(tmp_path))
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+        )
+        for _ in range(2)
+    ]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    first, second = (r.stdout.split() for r in runs)
+    assert first[:2] == ["0", "1"]  # compiled, and written to the cache
+    assert second[:2] == ["1", "0"]  # loaded: no compile
+    assert first[2] == second[2] and first[2].startswith(str(tmp_path))
+
+
+SMOOTH = [
+    "neg",
+    "square",
+    "exp",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "softplus",
+    "arctan",
+    "abs",
+    "relu",
+]
+step = st.one_of(
+    st.tuples(st.just(1), st.sampled_from(SMOOTH), st.integers(0, 20), st.integers(0, 20)),
+    st.tuples(
+        st.just(2),
+        st.sampled_from(["add", "sub", "mul", "maximum", "minimum"]),
+        st.integers(0, 20),
+        st.integers(0, 20),
+    ),
+)
+shapes = st.sampled_from([((), ()), ((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3)), ((4,), ())])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=st.lists(step, min_size=1, max_size=12), sh=shapes, seed=st.integers(0, 2**16))
+def test_random_programs_agree_across_tiers(program, sh, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1])
+    f = build(program, sh)
+    ti, tc = both(f, a, b)
+    agree(ti, tc, rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1]))
