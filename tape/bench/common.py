@@ -5,7 +5,8 @@ A problem is ``f(B, params, consts) -> scalar`` written against a backend ``B`` 
 runs that formula in its natural style:
 
 - tape: ``tp.record`` once (constants captured), then ``t.gradient(*params)`` per call;
-  objective ``t.forward(*params)``.
+  objective ``t.forward(*params)``; on the interpreter (``tape``) and on the compiled tier
+  (``tape compiled``).
 - tape eager: leaves with ``requires_grad=True``, PyTorch style: clear ``.grad``, build the
   loss, ``loss.backward()``.
 - JAX: ``jax.jit(jax.grad(f, argnums=params))`` in float64, data passed as jit arguments,
@@ -36,16 +37,22 @@ def backend(name):
         raise Skip(f"{name} is not installed") from e
 
 
-def tape_replay(f, params, consts):
+def tape_replay(f, params, consts, compile=False):
+    """Record once, replay per call: on the interpreter (``compile=False``) or on the compiled
+    tier (``compile=True``; its compile time lands in the ``first`` column)."""
     import tape as tp
 
     B = backend("tape")
     cs = [tp.tensor(c) if np.asarray(c).dtype.kind == "f" else np.asarray(c) for c in consts]
     n = len(params)
-    t = tp.record(lambda *ps: f(B, ps, cs), *params, wrt=list(range(n)))
-    impl = Impl(
-        grad=lambda: t.gradient(*params), value=lambda: t.forward(*params), note=f"{len(t)} entries"
-    )
+    try:
+        t = tp.record(lambda *ps: f(B, ps, cs), *params, wrt=list(range(n)), compile=compile)
+    except tp.CompileError as e:
+        raise Skip(str(e).split(":")[0]) from None
+    note = f"{len(t)} entries"
+    if compile:
+        note += f", {t.compiled_source.count('# fused entries') // 2} fused loops"
+    impl = Impl(grad=lambda: t.gradient(*params), value=lambda: t.forward(*params), note=note)
     impl.tape, impl.args = t, params  # for tape.bench.profile
     return impl
 
@@ -113,7 +120,10 @@ def autograd_grad(f, params, consts):
 def scalar_builders(f, params, consts=(), *, hand=None, eager=True):
     """``{tool: builder}`` for a scalar objective ``f(B, params, consts)``."""
     params = [np.ascontiguousarray(p, np.float64) for p in params]
-    out = {"tape": lambda: tape_replay(f, params, consts)}
+    out = {
+        "tape": lambda: tape_replay(f, params, consts),
+        "tape compiled": lambda: tape_replay(f, params, consts, compile=True),
+    }
     if eager:
         out["tape eager"] = lambda: tape_eager(f, params, consts)
     if hand is not None:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 RTOL = 1e-8
-REF_ORDER = ("njit (hand)", "tape", "jax jit", "torch", "autograd")
+REF_ORDER = ("njit (hand)", "tape", "tape compiled", "jax jit", "torch", "autograd")
 
 
 def flat(a) -> np.ndarray:

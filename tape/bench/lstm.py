@@ -106,6 +106,7 @@ def builders(data):
     consts = (data.state, data.sequence)
     return {
         "tape": lambda: tape_replay(f, params, consts),
+        "tape compiled": lambda: tape_replay(f, params, consts, compile=True),
         "jax jit": jax_builder(data),
         "torch": lambda: torch_eager(f, params, consts),
         "autograd": lambda: autograd_grad(f, params, consts),
