@@ -9,7 +9,11 @@ embedding) runs either tier without a second implementation.
 
 What the generated code does differently from the interpreter:
 
-- **Straight-line entries.** No dispatch on op codes; offsets and sizes are literals.
+- **Units, not entries.** The tape is cut into units: a fused loop, or one entry that keeps
+  the interpreter's kernel. Each unit is a compiled function whose sizes are literals and
+  whose offsets come from a table row; units that differ only in their offsets (the steps of
+  a time loop recorded unrolled) share one function, so a 50,000-entry LSTM compiles a few
+  dozen functions. The sweeps are loops over the tables: one dispatch per unit.
 - **Fusion.** A run of consecutive elementwise entries over the same number of elements (every
   input either that long or a single value) becomes one loop, forward and reverse. Values
   that never leave the run stay in registers: the forward loop stores only what later
@@ -71,10 +75,11 @@ from tape.core import register_extension
 
 GENERATOR_VERSION = 1
 
-MAX_ENTRIES = 5000
-"""Tapes with more replayed entries than this are not compiled (:func:`compile_tape` raises
-:class:`CompileError`; automatic promotion leaves them on the interpreter): Numba's compile time
-grows with the length of straight-line code."""
+MAX_FUNCTIONS = 400
+"""Tapes that need more distinct unit functions than this are not compiled
+(:func:`compile_tape` raises :class:`CompileError`; automatic promotion leaves them on the
+interpreter): Numba's compile time grows with them. Repeated steps (a time loop recorded
+unrolled) share functions, so the length of a tape does not count."""
 
 AUTO_AFTER = 100
 """Automatic promotion: a tape recorded with ``compile="auto"`` (the default) is compiled at its
@@ -238,19 +243,47 @@ class _Plan:
 # ---------------------------------------------------------------- code generation
 
 
-class _Writer:
-    def __init__(self):
+class _Code:
+    """One unit's compiled function, with buffers and offsets abstracted: buffers get local
+    numbers and offsets come from the parameter row ``P``, so units that differ only in where
+    their buffers lie (the steps of a time loop) share one function."""
+
+    def __init__(self, B):
+        self.B = B
+        self.params: list[int] = []  # the offsets (or entry index) this unit passes in P
+        self._slot: dict[int, int] = {}
+        self._local: dict[int, int] = {}
+        self.views: dict[str, str] = {}  # name -> expression, at the top of the function
         self.lines: list[str] = []
-        self.views: dict[str, str] = {}  # name -> expression, hoisted to the function top
 
     def __call__(self, line, depth=1):
         self.lines.append("    " * depth + line)
 
-    def view(self, arena, b, B):
-        name = f"{arena[0]}{b}"
-        off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
-        self.views[name] = f"{arena}[{off}:{off + size}]"
+    def n(self, b):
+        """Local number of buffer ``b``."""
+        return self._local.setdefault(int(b), len(self._local))
+
+    def p(self, value):
+        """The parameter holding ``value`` (an offset or an entry index)."""
+        if value not in self._slot:
+            self._slot[value] = len(self.params)
+            self.params.append(value)
+        return f"P[{self._slot[value]}]"
+
+    def view(self, arena, b):
+        name = f"{arena[0]}{self.n(b)}"
+        off = self.p(int(self.B[b, B_OFF]))
+        self.views[name] = f"{arena}[{off} : {off} + {int(self.B[b, B_SIZE])}]"
         return name
+
+    def at(self, arena, b):
+        """Element 0 of buffer ``b``."""
+        return f"{arena}[{self.p(int(self.B[b, B_OFF]))}]"
+
+    def function(self, name, args, doc, tail=()):
+        out = ["@njit(**COMPILED_JIT)", f"def {name}({args}):", f'    """{doc}"""']
+        out += [f"    {n} = {e}" for n, e in self.views.items()]
+        return "\n".join(out + self.lines + [f"    {x}" for x in tail])
 
 
 def _rule_names(ops):
@@ -264,26 +297,47 @@ def _rule_names(ops):
     return lines
 
 
+FWD_ARGS = "entries, bufs, ipool, data, P"
+REV_ARGS = "entries, bufs, ipool, data, grad, P"
+
+
 class _Gen:
+    """Turns a :class:`_Plan` into unit functions (deduplicated) and the tables that call
+    them."""
+
     def __init__(self, plan: _Plan):
         self.p = plan
+        self.functions: dict[str, str] = {}  # function text (name left out) -> name
+        self.order: list[str] = []
+
+    def add(self, prefix, code, args, doc, tail=()):
+        """The function for ``code`` (shared with an identical earlier unit): its number."""
+        text = code.function("{name}", args, doc, tail)
+        name = self.functions.get(text)
+        if name is None:
+            k = sum(n.startswith(prefix) for n in self.functions.values())
+            name = self.functions[text] = f"{prefix}{k}"
+            self.order.append(text.replace("{name}", name, 1))
+        return name
 
     # -- operands of a fused entry ----------------------------------------------------
-    def operand(self, u, i, k, w, loads, consts):
+    def operand(self, u, i, k, c, loads, consts):
         """The expression for input ``k`` of entry ``i`` inside group ``u``'s loop."""
         p = self.p
         b = p.ins[i][k]
         o = int(p.owner[b])
         if p.made_by.get(o) == u and p.full(b):  # made earlier in this loop
-            return f"v{o}"
+            return f"v{c.n(o)}"
         if p.stride(i, k) == 0:
-            consts[f"c{b}"] = f"data[{int(p.B[b, B_OFF])}]"
-            return f"c{b}"
-        loads[f"x{b}"] = f"{w.view('data', b, p.B)}[j]"
-        return f"x{b}"
+            name = f"c{c.n(b)}"
+            consts[name] = c.at("data", b)
+            return name
+        name = f"x{c.n(b)}"
+        loads[name] = f"{c.view('data', b)}[j]"
+        return name
 
-    def call_args(self, u, i, w, loads, consts):
-        return [self.operand(u, i, k, w, loads, consts) for k in range(len(self.p.ins[i]))]
+    def call_args(self, u, i, c, loads, consts):
+        return [self.operand(u, i, k, c, loads, consts) for k in range(len(self.p.ins[i]))]
 
     def stored(self, u, o, op):
         """Group ``u``'s value ``o`` (made by ``op``) is written to the arena."""
@@ -294,59 +348,66 @@ class _Gen:
         i = next(i for i in p.units[u].entries if p.E[i, E_OUT] == o)
         return op.name not in CHEAP and bool(p.emask[i])
 
+    def describe(self, g):
+        names = ", ".join(self.p.ops[i].name for i in g.entries)
+        fold = "; then their sum" if g.fold >= 0 else ""
+        return f"Fused {names} over {g.n} elements{fold}."
+
     # -- forward ---------------------------------------------------------------------
     def forward(self):
-        p = self.p
-        w = _Writer()
-        for u, unit in enumerate(p.units):
+        """Rows ``[function, parameters...]`` of the forward table."""
+        rows = []
+        for u, unit in enumerate(self.p.units):
             if isinstance(unit, _Call):
-                self.forward_call(unit.entries[0], w)
+                rows.append(self.forward_call(unit.entries[0]))
             else:
-                self.forward_group(u, unit, w)
-        return w
+                rows.append(self.forward_group(u, unit))
+        return rows
 
-    def forward_call(self, i, w):
+    def forward_call(self, i):
         op = self.p.ops[i]
-        w(f"# entry {i}: {op.name}")
+        c = _Code(self.p.B)
+        c.p(i)
         if op.kind == "kernel":
-            w(f"st = _k_{op.fwd_name}({i}, entries, bufs, ipool, data)")
-            w("if st >= 0:")
-            w("return st", 2)
+            name = self.add("_fwd", c, FWD_ARGS, f"Entry P[0]: {op.name}.",
+                            [f"return _k_{op.fwd_name}(P[0], entries, bufs, ipool, data)"])  # fmt: skip
         else:
-            w(f"_S._fwd_{op.name}({i}, entries, bufs, ipool, data)")
+            name = self.add("_fwd", c, FWD_ARGS, f"Entry P[0]: {op.name}, broadcasting.",
+                            [f"_S._fwd_{op.name}(P[0], entries, bufs, ipool, data)", "return -1"])  # fmt: skip
+        return name, c.params
 
-    def forward_group(self, u, g, w):
+    def forward_group(self, u, g):
         p = self.p
-        names = ", ".join(f"{i}:{p.ops[i].name}" for i in g.entries)
-        fold = f", sum {g.fold}" if g.fold >= 0 else ""
-        w(f"# fused entries {names}{fold} over {g.n} elements")
+        c = _Code(p.B)
         body, loads, consts = [], {}, {}
         for i in g.entries:
             op = p.ops[i]
             o = int(p.E[i, E_OUT])
-            args = ", ".join(self.call_args(u, i, w, loads, consts))
-            body.append(f"v{o} = _f_{op.name}({args})")
+            args = ", ".join(self.call_args(u, i, c, loads, consts))
+            body.append(f"v{c.n(o)} = _f_{op.name}({args})")
             if self.stored(u, o, op):
-                body.append(f"{w.view('data', o, p.B)}[j] = v{o}")
+                body.append(f"{c.view('data', o)}[j] = v{c.n(o)}")
         for name, expr in consts.items():
-            w(f"{name} = {expr}")
-        w(f"for j in range({g.n}):")
+            c(f"{name} = {expr}")
+        c(f"for j in range({g.n}):")
         for name, expr in loads.items():
-            w(f"{name} = {expr}", 2)
+            c(f"{name} = {expr}", 2)
         for line in body:
-            w(line, 2)
+            c(line, 2)
         if g.fold >= 0:
             # a second, vectorised pass over the stored values: twice as fast as adding them up
             # in the loop, where every add waits for the one before
             o = int(p.E[g.fold, E_OUT])
             src = int(p.owner[p.ins[g.fold][0]])
-            w(f"data[{int(p.B[o, B_OFF])}] = _sum_reassoc({w.view('data', src, p.B)})")
+            c(f"{c.at('data', o)} = _sum_reassoc({c.view('data', src)})")
+        return self.add("_fwd", c, FWD_ARGS, self.describe(g), ["return -1"]), c.params
 
     # -- reverse ---------------------------------------------------------------------
     def reverse(self):
-        """The reverse units, and the adjoint memory to zero before them."""
+        """Rows of the reverse table (in the order they run), and the intermediates whose
+        adjoint a fused loop assigns first (they need no zeroing)."""
         p = self.p
-        w = _Writer()
+        rows = []
         assigned: set[int] = set()
         touched = set(p.root_owners)  # adjoint memory written so far, in reverse order
         aliased = {int(p.owner[b]) for b in range(len(p.B)) if p.B[b, B_ALIAS] >= 0}
@@ -355,24 +416,26 @@ class _Gen:
             if isinstance(unit, _Call):
                 i = unit.entries[0]
                 if p.emask[i]:
-                    self.reverse_call(i, w)
+                    rows.append(self.reverse_call(i))
                     touched.update(int(p.owner[b]) for b in p.ins[i])
             elif any(p.emask[i] for i in unit.entries):
-                self.reverse_group(u, unit, w, touched, assigned, aliased)
-        return w, assigned
+                rows.append(self.reverse_group(u, unit, touched, assigned, aliased))
+        return rows, assigned
 
-    def reverse_call(self, i, w):
+    def reverse_call(self, i):
         op = self.p.ops[i]
-        w(f"# entry {i}: {op.name}")
+        c = _Code(self.p.B)
+        c.p(i)
         if op.kind == "kernel":
-            w(f"_k_{op.rev_names[0]}({i}, entries, bufs, ipool, data, grad)")
+            call = f"_k_{op.rev_names[0]}(P[0], entries, bufs, ipool, data, grad)"
         else:
-            w(f"_S._rev_{op.name}({i}, entries, bufs, ipool, data, grad)")
+            call = f"_S._rev_{op.name}(P[0], entries, bufs, ipool, data, grad)"
+        return self.add("_rev", c, REV_ARGS, f"Entry P[0]: {op.name} (reverse).", [call]), c.params
 
-    def reverse_group(self, u, g, w, touched, assigned, aliased):
+    def reverse_group(self, u, g, touched, assigned, aliased):
         p = self.p
         B = p.B
-        w(f"# fused entries {', '.join(str(i) for i in g.entries)} (reverse)")
+        c = _Code(B)
         loads, consts = {}, {}
         vals, adj, fast, slow = [], [], [], []
         scalar: dict[str, int] = {}  # adjoint of a broadcast input: summed over the loop
@@ -380,40 +443,40 @@ class _Gen:
         for i in g.entries:
             op = p.ops[i]
             o = int(p.E[i, E_OUT])
-            args = ", ".join(self.call_args(u, i, w, loads, consts))
+            args = ", ".join(self.call_args(u, i, c, loads, consts))
             if self.stored(u, o, op):
-                loads[f"v{o}"] = f"{w.view('data', o, B)}[j]"
+                loads[f"v{c.n(o)}"] = f"{c.view('data', o)}[j]"
             else:
-                vals.append(f"v{o} = _f_{op.name}({args})")
+                vals.append(f"v{c.n(o)} = _f_{op.name}({args})")
             if p.emask[i]:
-                init = f"{w.view('grad', o, B)}[j]" if p.external(o, u) else "0.0"
-                adj.append(f"a{o} = {init}")
+                init = f"{c.view('grad', o)}[j]" if p.external(o, u) else "0.0"
+                adj.append(f"a{c.n(o)} = {init}")
         if g.fold >= 0 and p.emask[g.fold]:
             src = int(p.owner[p.ins[g.fold][0]])
             so = int(p.E[g.fold, E_OUT])
-            consts[f"gs{g.fold}"] = f"grad[{int(B[so, B_OFF])}]"
-            adj.append(f"a{src} += gs{g.fold}")
+            consts["gs"] = c.at("grad", so)
+            adj.append(f"a{c.n(src)} += gs")
         for i in reversed(g.entries):
             if not p.emask[i]:
                 continue
             op = p.ops[i]
-            o = int(p.E[i, E_OUT])
-            args = self.call_args(u, i, w, loads, consts)
+            o = c.n(int(p.E[i, E_OUT]))
+            args = self.call_args(u, i, c, loads, consts)
             for k, b in enumerate(p.ins[i]):
                 if not op.differentiable[k] or B[b, B_KIND] == CONST:
                     continue
-                c = f"_r_{op.name}_{k}({', '.join(args)}, v{o}, a{o})"
+                rule = f"_r_{op.name}_{k}({', '.join(args)}, v{o}, a{o})"
                 ob = int(p.owner[b])
                 if p.made_by.get(ob) == u and p.full(b):
-                    target = f"a{ob}"
+                    target = f"a{c.n(ob)}"
                 elif p.stride(i, k) == 0:
-                    target = f"t{b}"
+                    target = f"t{c.n(b)}"
                     scalar[target] = b
                 else:
-                    target = f"e{b}"
+                    target = f"e{c.n(b)}"
                     full[target] = b
-                fast.append(f"{target} += {c}")
-                slow.append(f"{target} += _masked({c}, a{o})")
+                fast.append(f"{target} += {rule}")
+                slow.append(f"{target} += _masked({rule}, a{o})")
         out = []
         for name, b in full.items():
             o = int(p.owner[b])
@@ -423,18 +486,18 @@ class _Gen:
             )  # fmt: skip
             if first:
                 assigned.add(o)
-            out.append(f"{w.view('grad', b, B)}[j] {'=' if first else '+='} {name}")
+            out.append(f"{c.view('grad', b)}[j] {'=' if first else '+='} {name}")
         out += [f"s{name[1:]} += {name}" for name in scalar]
         for b in list(full.values()) + list(scalar.values()):
             touched.add(int(p.owner[b]))
         for name in scalar:
-            w(f"s{name[1:]} = 0.0")
+            c(f"s{name[1:]} = 0.0")
         for name, expr in consts.items():
-            w(f"{name} = {expr}")
+            c(f"{name} = {expr}")
         targets = list(full) + list(scalar)
-        w(f"for j in range({g.n}):")
+        c(f"for j in range({g.n}):")
         for line in [f"{n} = {e}" for n, e in loads.items()] + vals:
-            w(line, 2)
+            c(line, 2)
         for body in (fast, slow):
             if body is slow:
                 # A rule's value where the output adjoint is zero is discarded, not added:
@@ -442,18 +505,20 @@ class _Gen:
                 # selects the loop is faster and gives the same numbers unless such a NaN
                 # appeared, and any such NaN reaches an input's adjoint: then the element is
                 # redone with them.
-                w(f"if {' or '.join(f'{n} != {n}' for n in targets)}:", 2)
+                c(f"if {' or '.join(f'{n} != {n}' for n in targets)}:", 2)
             depth = 2 if body is fast else 3
             for line in adj + [f"{n} = 0.0" for n in targets] + body:
-                w(line, depth)
+                c(line, depth)
         for line in out:
-            w(line, 2)
+            c(line, 2)
         for name, b in scalar.items():
-            w(f"grad[{int(B[b, B_OFF])}] += s{name[1:]}")
+            c(f"{c.at('grad', b)} += s{name[1:]}")
+        doc = self.describe(g)[:-1] + " (reverse)."
+        return self.add("_rev", c, REV_ARGS, doc), c.params
 
 
 def _ranges(B, bufs):
-    """Merged ``(start, stop)`` arena ranges covering the buffers ``bufs``."""
+    """Merged ``[start, stop)`` arena ranges covering the buffers ``bufs``, as an array."""
     spans = sorted((int(B[b, B_OFF]), int(B[b, B_OFF] + B[b, B_SIZE])) for b in bufs)
     out: list[list[int]] = []
     for a, z in spans:
@@ -461,23 +526,49 @@ def _ranges(B, bufs):
             out[-1][1] = max(out[-1][1], z)
         else:
             out.append([a, z])
-    return [(a, z) for a, z in out if z > a]
+    return np.array([(a, z) for a, z in out if z > a], np.int64).reshape(-1, 2)
 
 
-def generate(t) -> str:
-    """The source of the compiled module for tape ``t`` (see the module docstring)."""
+def _table(rows, names):
+    """``rows`` (function name, parameters) as an int64 array ``[function number, P...]``."""
+    width = 1 + max((len(ps) for _, ps in rows), default=0)
+    t = np.zeros((len(rows), width), np.int64)
+    for r, (name, ps) in enumerate(rows):
+        t[r, 0] = names.index(name)
+        t[r, 1 : 1 + len(ps)] = ps
+    return t
+
+
+def _dispatch(table, names, call, status):
+    """The loop over a table that calls each row's function."""
+    lines = [f"    T = {table}", "    for u in range(T.shape[0]):", "        k = T[u, 0]",
+             "        P = T[u, 1:]"]  # fmt: skip
+    for k, name in enumerate(names):
+        kw = "if" if k == 0 else "elif"
+        lines += [
+            f"        {kw} k == {k}:",
+            f"            {'st = ' if status else ''}{name}({call}, P)",
+        ]
+    if status and names:
+        lines += ["        if st >= 0:", "            return st"]
+    return lines
+
+
+def generate(t):
+    """The source of the compiled module for tape ``t`` and its tables (see the module
+    docstring): ``(source, {name: int64 array})``."""
     if not t.inputs and not t.outputs:
         raise CompileError("only tapes made by tape.record() can be compiled")
     plan = _Plan(t)
-    if len(plan.live) > MAX_ENTRIES:
-        raise CompileError(
-            f"this tape replays {len(plan.live)} entries; the compiled tier takes at most "
-            f"{MAX_ENTRIES} (tape.compiled.MAX_ENTRIES): Numba's compile time grows with "
-            "straight-line code. It stays on the interpreter."
-        )
     gen = _Gen(plan)
-    fw = gen.forward()
-    rw, assigned = gen.reverse()
+    frows = gen.forward()
+    rrows, assigned = gen.reverse()
+    if len(gen.functions) > MAX_FUNCTIONS:
+        raise CompileError(
+            f"this tape needs {len(gen.functions)} distinct compiled functions; the compiled "
+            f"tier makes at most {MAX_FUNCTIONS} (tape.compiled.MAX_FUNCTIONS): Numba's compile "
+            "time grows with them. It stays on the interpreter."
+        )
     B = plan.B
     # adjoint memory the reverse units read or add to: zeroed first, unless assigned first
     in_regs = {
@@ -492,17 +583,31 @@ def generate(t) -> str:
     leaves = [
         o for o in range(len(B)) if plan.rneed[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] == LEAF
     ]
+    fnames = list(dict.fromkeys(n for n, _ in frows))
+    rnames = list(dict.fromkeys(n for n, _ in rrows))
+    tables = dict(
+        fwd=_table(frows, fnames), rev=_table(rrows, rnames),
+        zero=_ranges(B, zero), leaves=_ranges(B, leaves),
+    )  # fmt: skip
+    digest = hashlib.sha256(b"".join(a.tobytes() + str(a.shape).encode() for a in tables.values()))
     calls = [plan.ops[u.entries[0]] for u in plan.units if isinstance(u, _Call)]
     kernels = sorted(
         {(op.module, n) for op in calls if op.kind == "kernel" for n in (op.fwd_name, op.rev_names[0]) if n}
     )  # fmt: skip
     n_ent = t.n_entries
+    n_fused = sum(isinstance(u, _Group) for u in plan.units)
     src = [
-        '"""Compiled tier of one tape: GENERATED by tape.compiled. Do not edit."""',
+        '"""Compiled tier of one tape: GENERATED by tape.compiled. Do not edit.',
         "",
-        f'SWEEPS = "{_S.FINGERPRINT}"  # the interpreter this module calls into',
-        f"# {n_ent} entries; {len(plan.live)} replayed; "
-        f"{sum(isinstance(u, _Group) for u in plan.units)} fused loops",
+        f"{n_ent} entries, {len(plan.live)} replayed (the others are dead or constant), in "
+        f"{len(plan.units)} units",
+        f"({n_fused} fused loops) run by {len(fnames)} forward and {len(rnames)} reverse "
+        "functions. The tables",
+        "(which function each unit calls, with which offsets) are in the .npz file beside this",
+        'one."""',
+        "",
+        f'SWEEPS = "{_S.FINGERPRINT}"  # the interpreter whose kernels this module calls',
+        f'TABLES = "{digest.hexdigest()}"',
         "",
         "import numpy as np",
         "from numba import njit, prange",
@@ -514,27 +619,34 @@ def generate(t) -> str:
     ]
     for mod, name in kernels:
         src.append(f"from {mod} import {name} as _k_{name}")
-    src += [""] + _rule_names(plan.ops[i] for i in plan.live) + ["", ""]
-    if any(isinstance(u, _Group) and u.fold >= 0 for u in plan.units):
-        src += [
-            "@njit(fastmath={'reassoc'}, **COMPILED_JIT)",
-            "def _sum_reassoc(x):",
-            '    """A full sum, vectorised (added in another order than one by one)."""',
-            "    s = 0.0",
-            "    for j in range(x.shape[0]):",
-            "        s += x[j]",
-            "    return s",
-            "",
-            "",
-        ]
+    src += [
+        "",
+        "_T = np.load(__file__[:-3] + '.npz')",
+        "_FWD, _REV, _ZERO, _LEAVES = _T['fwd'], _T['rev'], _T['zero'], _T['leaves']",
+        "",
+    ]
+    src += _rule_names(plan.ops[i] for i in plan.live) + ["", ""]
+    src += [
+        "@njit(fastmath={'reassoc'}, **COMPILED_JIT)",
+        "def _sum_reassoc(x):",
+        '    """A full sum, vectorised (added in another order than one by one)."""',
+        "    s = 0.0",
+        "    for j in range(x.shape[0]):",
+        "        s += x[j]",
+        "    return s",
+        "",
+        "",
+    ]
+    src += [f + "\n\n" for f in gen.order]
     src += [
         "@njit(**COMPILED_JIT)",
         "def forward_sweep(entries, bufs, ipool, data, start, stop):",
         f'    """The whole tape (``start`` and ``stop`` must be 0 and {n_ent}: a part of it, as',
         "    when resuming after a guard, runs on the interpreter). Writes ``data``; returns",
         '    the status (``-1``, or the entry that stopped the sweep)."""',
+        "    st = -1",
     ]
-    src += [f"    {n} = {e}" for n, e in fw.views.items()] + fw.lines + ["    return -1", "", ""]
+    src += _dispatch("_FWD", fnames, "entries, bufs, ipool, data", True) + ["    return -1", "", ""]
     src += [
         "@njit(**COMPILED_JIT)",
         "def reach(entries, bufs, n_entries, roots):",
@@ -548,20 +660,20 @@ def generate(t) -> str:
         "):",
         '    """Zero the adjoints that are accumulated (the leaves\' too if ``zero_leaves``), add',
         '    ``seeds`` at the outputs and sweep back. Writes ``grad``."""',
+        "    for r in range(_ZERO.shape[0]):",
+        "        grad[_ZERO[r, 0] : _ZERO[r, 1]] = 0.0",
+        "    if zero_leaves:",
+        "        for r in range(_LEAVES.shape[0]):",
+        "            grad[_LEAVES[r, 0] : _LEAVES[r, 1]] = 0.0",
     ]
-    src += [f"    grad[{a}:{z}] = 0.0" for a, z in _ranges(B, zero)]
-    if leaves:
-        src += ["    if zero_leaves:"] + [
-            f"        grad[{a}:{z}] = 0.0" for a, z in _ranges(B, leaves)
-        ]
     s = 0
     for r in t.outputs:
         off, size = int(B[r, B_OFF]), int(B[r, B_SIZE])
         src += [f"    for j in range({size}):", f"        grad[{off} + j] += seeds[{s} + j]"]
         s += size
-    src += [f"    {n} = {e}" for n, e in rw.views.items()] + rw.lines + ["", ""]
+    src += _dispatch("_REV", rnames, "entries, bufs, ipool, data, grad", False) + ["", ""]
     src.append(drivers_text(shared_only=True))
-    return "\n".join(src)
+    return "\n".join(src), tables
 
 
 # ---------------------------------------------------------------- cache and loading
@@ -576,14 +688,14 @@ def cache_dir() -> Path:
     return Path(base) / "tape"
 
 
-def _load(source: str) -> types.ModuleType:
+def _load(source: str, tables: dict) -> types.ModuleType:
     key = hashlib.sha256(f"{GENERATOR_VERSION}\n{source}".encode()).hexdigest()[:24]
     name = f"tape_compiled_{key}"
     with _LOCK:
         mod = _MODULES.get(name)
         if mod is not None:
             return mod
-        path = _write(name, source)
+        path = _write(name, source, tables)
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
@@ -593,14 +705,22 @@ def _load(source: str) -> types.ModuleType:
         return mod
 
 
-def _write(name, source) -> Path:
+def _write(name, source, tables) -> Path:
+    """Write the module and its tables (each atomically; the tables first, so a module on disk
+    always has its tables), unless the same module is there already."""
     for d in (cache_dir() / "compiled", Path(tempfile.gettempdir()) / f"tape-{os.getuid()}"):
         try:
             d.mkdir(parents=True, exist_ok=True)
             path = d / f"{name}.py"
-            if path.exists() and path.read_text() == source:
-                return path  # unchanged: Numba's cache of it stays valid
-            tmp = d / f".{name}.{os.getpid()}.tmp"
+            npz = d / f"{name}.npz"
+            if path.exists() and npz.exists() and path.read_text() == source:
+                with np.load(npz) as z:
+                    if all(np.array_equal(z[k], v) for k, v in tables.items()):
+                        return path  # unchanged: Numba's cache of it stays valid
+            tmp = d / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with open(tmp, "wb") as f:
+                np.savez(f, **tables)
+            os.replace(tmp, npz)
             tmp.write_text(source)
             os.replace(tmp, path)
             return path
@@ -612,7 +732,7 @@ def _write(name, source) -> Path:
 def compile_tape(t) -> types.ModuleType:
     """The compiled module for tape ``t`` (generated, written and loaded; compiled by Numba
     on first call)."""
-    return _load(generate(t))
+    return _load(*generate(t))
 
 
 def kernels_of(mod) -> types.ModuleType:

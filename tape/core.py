@@ -714,7 +714,7 @@ class Tape:
         (seconds for a new structure; a structure compiled before, in any process, loads from
         Numba's cache) and returns the tape. Values and gradients are the interpreter's, to
         rounding. Raises :class:`tape.compiled.CompileError` for tapes the tier does not take
-        (longer than ``tape.compiled.MAX_ENTRIES`` replayed entries)."""
+        (needing more than ``tape.compiled.MAX_FUNCTIONS`` distinct unit functions)."""
         self._check_replay()
         if self._sweeps is S:
             mod = _EXTENSIONS["compile"](self)
