@@ -15,6 +15,7 @@ import numpy as np
 from tape import registry
 from tape._generated import sweeps as S
 from tape._layout import B_KIND, CONST, E_IN0, E_OP, E_OUT
+from tape._replay import run_entry, run_entry_back
 
 
 class _State(threading.local):
@@ -119,7 +120,7 @@ def check_entries(t, data, start, stop):
 def forward(t, data, start, stop):
     """Checked forward sweep over ``data``: returns the sweep status as the compiled sweep."""
     for i in range(start, stop):
-        st = S.forward_sweep(t.entries, t.bufs, t.ipool, data, i, i + 1)
+        st = run_entry(t, i, data)
         if st >= 0:
             return st
         b = int(t.entries[i, E_OUT])
@@ -141,7 +142,7 @@ def backward(t, data, grad, roots, seeds, zero_leaves):
     for i in range(t.n_entries - 1, -1, -1):
         if not emask[i]:
             continue
-        S.reverse_sweep(t.entries, t.bufs, t.ipool, data, grad, emask, i, i + 1)
+        run_entry_back(t, i, data, grad)
         for b in t.entries[i, E_IN0:E_OUT]:
             if b >= 0 and t.bufs[b, B_KIND] != CONST:
                 bad, v = _bad(grad, t, int(b))

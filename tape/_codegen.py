@@ -64,14 +64,25 @@ def generate() -> str:
     import tape.ops  # noqa: F401  (fills the registry)
     from tape.registry import OPS
 
-    imports, rules, fwd, rev, entry_fns = [], [], [], [], []
+    imports, rules, fwd, rev, entry_fns, emit_fns = [], [], [], [], [], []
     kernel_imports: dict[str, list[str]] = {}
     for op in OPS:
         tag = f"  # {op.name}"
         kw = "if" if not fwd else "elif"
+        emit_fns.append(_emit_fn(op))
         if op.kind == "kernel":
             names = [op.fwd_name] + [n for n in op.rev_names if n]
             kernel_imports.setdefault(op.module, []).extend(names)
+            # cached one-entry functions of their own, for eager mode and anomaly checks
+            entry_fns.append(
+                f"@njit(**SWEEP_JIT)\ndef _fwd_{op.name}(i, entries, bufs, ipool, data):\n"
+                f"    return {op.fwd_name}(i, entries, bufs, ipool, data)\n"
+            )
+            if op.rev_names[0]:
+                entry_fns.append(
+                    f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}(i, entries, bufs, ipool, data, grad):\n"
+                    f"    {op.rev_names[0]}(i, entries, bufs, ipool, data, grad)\n"
+                )
             fwd.append(f"        {kw} op == {op.code}:{tag}")
             fwd.append(f"            status = {op.fwd_name}(i, entries, bufs, ipool, data)")
             fwd.append("            if status >= 0:")
@@ -95,6 +106,7 @@ def generate() -> str:
         # Numba's cold compile several times slower.)
         entry_fns.append(
             f"@njit(**SWEEP_JIT)\ndef _fwd_{op.name}(i, entries, bufs, ipool, data):\n    {fwd_call}\n"
+            "    return -1\n"
         )
         fwd.append(f"        {kw} op == {op.code}:{tag}")
         fwd.append(f"            _fwd_{op.name}(i, entries, bufs, ipool, data)")
@@ -115,8 +127,18 @@ def generate() -> str:
     for mod, names in sorted(kernel_imports.items()):
         imports.append(f"from {mod} import {', '.join(names)}")
 
+    table = [
+        "",
+        "",
+        "# Per-op functions, indexed by op code: eager mode and per-entry checks call these, so",
+        "# they compile (or load) only the ops they use, never the whole sweeps above.",
+        "FWD = (" + ", ".join(f"_fwd_{op.name}" for op in OPS) + ",)",
+        "REV = (" + ", ".join(f"_rev_{op.name}" if _has_rev(op) else "None" for op in OPS) + ",)",
+        "EMIT = (" + ", ".join(f"_emit_{op.name}" for op in OPS) + ",)",
+        "",
+    ]
     body = HEADER.format(fingerprint=fingerprint(), imports="\n".join(imports), rules="\n".join(rules))
-    body += "\n\n" + "\n\n".join(entry_fns)
+    body += "\n\n" + "\n\n".join(entry_fns) + "\n\n" + "\n\n".join(emit_fns)
     body += '''
 
 @njit(**SWEEP_JIT)
@@ -138,7 +160,23 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
             continue
         op = entries[i, 0]
 ''' + "\n".join(rev) + "\n\n" + drivers_text()
-    return body
+    return body + "\n".join(table)
+
+
+def _has_rev(op):
+    return op.rev_names[0] is not None if op.kind == "kernel" else any(op.differentiable)
+
+
+def _emit_fn(op):
+    """Eager mode's step for one op: put the entry, run it."""
+    return (
+        f"@njit(**SWEEP_JIT)\ndef _emit_{op.name}(\n"
+        "    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,\n"
+        "    in1, in2, attr\n):\n"
+        "    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,\n"
+        "              in2, attr)  # fmt: skip\n"
+        f"    return _fwd_{op.name}(n_entries, entries, bufs, ipool, data)\n"
+    )
 
 
 def main(argv=None) -> int:

@@ -77,28 +77,13 @@ def add_seeds(bufs, grad, roots, seeds):
         s += n
 
 
-@njit(**SWEEP_JIT)
-def emit(
-    entries,
-    bufs,
-    ipool,
-    data,
-    n_entries,
-    n_bufs,
-    off,
-    size,
-    ndim,
-    shape,
-    kind,
-    op,
-    in0,
-    in1,
-    in2,
-    attr,
+@njit(inline="always", **SWEEP_JIT)
+def put_entry(
+    entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2, attr
 ):
-    """Eager mode's one step: add output buffer ``n_bufs`` and entry ``n_entries`` (the arrays
-    have room; the caller checked), then run the forward sweep over that entry. Writes
-    ``entries``, ``bufs`` and ``data``; returns the sweep's status."""
+    """Eager mode's bookkeeping, before the op's ``_emit_<name>`` runs the entry: add output
+    buffer ``n_bufs`` and entry ``n_entries`` (the arrays have room; the caller checked).
+    Writes ``entries`` and ``bufs``."""
     b = bufs[n_bufs]
     b[0] = off
     b[1] = size
@@ -113,7 +98,6 @@ def emit(
     e[3] = in2
     e[4] = n_bufs
     e[5] = attr
-    return forward_sweep(entries, bufs, ipool, data, n_entries, n_entries + 1)
 
 
 @njit(**SWEEP_JIT)

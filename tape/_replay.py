@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tape import registry
+from tape._generated import sweeps as S
 from tape._layout import B_SIZE, E_OP
 
 
@@ -190,3 +191,20 @@ def buffer_reader(t, data):
     """``read(b)`` over a host arena ``data`` laid out as ``t``'s."""
 
     return lambda b: t.view(data, b).reshape(-1)
+
+
+def run_entry(t, i, data, entries=None, bufs=None):
+    """Run entry ``i`` of tape ``t`` on the value arena ``data`` with its op's own compiled
+    function (eager mode compiles only the ops it uses, never the whole sweeps). Returns the
+    status (``-1``, or ``i`` when the entry rejected its data)."""
+    entries = t.entries if entries is None else entries
+    fn = S.FWD[entries[i, E_OP]]
+    return fn(i, entries, t.bufs if bufs is None else bufs, t.ipool, data)
+
+
+def run_entry_back(t, i, data, grad, entries=None, bufs=None):
+    """The reverse of entry ``i``: add its contributions to its inputs' adjoints in ``grad``."""
+    entries = t.entries if entries is None else entries
+    fn = S.REV[entries[i, E_OP]]
+    if fn is not None:
+        fn(i, entries, t.bufs if bufs is None else bufs, t.ipool, data, grad)

@@ -160,8 +160,9 @@ def gradient_batch(t, *args, n_threads=None):
     status = np.empty(batch, np.int64)
     if batch:
         chunks = max(1, min(batch, (n_threads or get_num_threads()) * 4))
-        t._sweeps.gradient_batch_kernel(
-            t.entries, t.bufs, t.ipool, t.data[: t.n_data], t.n_entries, t.n_bufs,
+        sw, pool = t._run_with
+        sw.gradient_batch_kernel(
+            t.entries, t.bufs, pool, t.data[: t.n_data], t.n_entries, t.n_bufs,
             plan.emask, plan.need, plan.roots, plan.seed, plan.in_offs, plan.in_sizes, packed,
             plan.out_offs, plan.out_sizes, vals, plan.g_offs, plan.g_sizes, grads, status, chunks, True,
         )  # fmt: skip

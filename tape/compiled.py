@@ -10,10 +10,11 @@ embedding) runs either tier without a second implementation.
 What the generated code does differently from the interpreter:
 
 - **Units, not entries.** The tape is cut into units: a fused loop, or one entry that keeps
-  the interpreter's kernel. Each unit is a compiled function whose sizes are literals and
-  whose offsets come from a table row; units that differ only in their offsets (the steps of
-  a time loop recorded unrolled) share one function, so a 50,000-entry LSTM compiles a few
-  dozen functions. The sweeps are loops over the tables: one dispatch per unit.
+  the interpreter's function for its op. A unit's code has its sizes as literals and takes
+  its offsets from a table row; units that differ only in their offsets (the steps of a time
+  loop recorded unrolled) share their code, so a 46,000-entry LSTM compiles a few dozen kinds
+  of unit. Each sweep is one loop over its table, with every kind of unit inlined in one
+  branch: one dispatch per unit.
 - **Fusion.** A run of consecutive elementwise entries over the same number of elements (every
   input either that long or a single value) becomes one loop, forward and reverse. Values
   that never leave the run stay in registers: the forward loop stores only what later
@@ -27,8 +28,9 @@ What the generated code does differently from the interpreter:
   every workspace), are not replayed.
 
 Everything else (matrix products through BLAS, reductions over axes, gathers, guards,
-broadcasting elementwise entries) calls the interpreter's own kernel for that entry, so both
-tiers share one implementation of every rule. Results agree with the interpreter to rounding
+broadcasting elementwise entries) calls the interpreter's own function for that entry's op
+(``tape._generated.sweeps._fwd_<op>``, cached by Numba), so both tiers share one
+implementation of every rule. Results agree with the interpreter to rounding
 (the tests hold them to 1e-12 relative in float64): fused code adds an input's contributions
 in another order.
 
@@ -75,11 +77,11 @@ from tape.core import register_extension
 
 GENERATOR_VERSION = 1
 
-MAX_FUNCTIONS = 400
-"""Tapes that need more distinct unit functions than this are not compiled
+MAX_UNIT_KINDS = 400
+"""Tapes that need more distinct kinds of unit than this are not compiled
 (:func:`compile_tape` raises :class:`CompileError`; automatic promotion leaves them on the
 interpreter): Numba's compile time grows with them. Repeated steps (a time loop recorded
-unrolled) share functions, so the length of a tape does not count."""
+unrolled) share their kinds, so the length of a tape does not count."""
 
 AUTO_AFTER = 100
 """Automatic promotion: a tape recorded with ``compile="auto"`` (the default) is compiled at its
@@ -94,6 +96,13 @@ values in the forward loop (a load costs more than the arithmetic)."""
 
 _LOCK = threading.Lock()
 _MODULES: dict[str, types.ModuleType] = {}
+
+
+STALE_POOL = (
+    "compiled tape: these kernel arguments were taken before the tape was compiled (their "
+    "integer pool lacks the compiled tables); take them again with t.kernel_args() or "
+    "t.workspace(), or run them with tape.kernels (the interpreter)"
+)
 
 
 class CompileError(RuntimeError):
@@ -280,10 +289,10 @@ class _Code:
         """Element 0 of buffer ``b``."""
         return f"{arena}[{self.p(int(self.B[b, B_OFF]))}]"
 
-    def function(self, name, args, doc, tail=()):
-        out = ["@njit(**COMPILED_JIT)", f"def {name}({args}):", f'    """{doc}"""']
-        out += [f"    {n} = {e}" for n, e in self.views.items()]
-        return "\n".join(out + self.lines + [f"    {x}" for x in tail])
+    def block(self, tail=()):
+        """The unit's code, one indent deep: views, then the lines, then ``tail``."""
+        out = [f"    {n} = {e}" for n, e in self.views.items()]
+        return out + self.lines + [f"    {x}" for x in tail]
 
 
 def _rule_names(ops):
@@ -297,28 +306,37 @@ def _rule_names(ops):
     return lines
 
 
-FWD_ARGS = "entries, bufs, ipool, data, P"
-REV_ARGS = "entries, bufs, ipool, data, grad, P"
-
-
 class _Gen:
-    """Turns a :class:`_Plan` into unit functions (deduplicated) and the tables that call
-    them."""
+    """Turns a :class:`_Plan` into unit code (deduplicated) and the tables that run it."""
 
     def __init__(self, plan: _Plan):
         self.p = plan
-        self.functions: dict[str, str] = {}  # function text (name left out) -> name
-        self.order: list[str] = []
+        self.kinds: dict[str, str] = {}  # code text -> its name ("_fwd3")
+        self.blocks: dict[str, tuple] = {}  # name -> (description, code lines)
 
-    def add(self, prefix, code, args, doc, tail=()):
-        """The function for ``code`` (shared with an identical earlier unit): its number."""
-        text = code.function("{name}", args, doc, tail)
-        name = self.functions.get(text)
+    def add(self, prefix, code, doc, tail=(), inline=False):
+        """The name of ``code`` (shared with every identical unit). A fused loop becomes a
+        function of its own (LLVM optimises each loop on its own); an entry that calls the
+        interpreter's function for its op (``inline``) is that call, in the sweep itself."""
+        lines = code.block(tail)
+        text = "\n".join(lines)
+        name = self.kinds.get(text)
         if name is None:
-            k = sum(n.startswith(prefix) for n in self.functions.values())
-            name = self.functions[text] = f"{prefix}{k}"
-            self.order.append(text.replace("{name}", name, 1))
+            k = sum(n.startswith(prefix) for n in self.blocks)
+            name = self.kinds[text] = f"{prefix}{k}"
+            self.blocks[name] = (doc, lines, inline)
         return name
+
+    def functions(self):
+        """The source of the fused loops' functions."""
+        out = []
+        for name, (doc, lines, inline) in self.blocks.items():
+            if not inline:
+                args = "entries, bufs, ipool, data, grad, P" if name.startswith("_rev") else (
+                    "entries, bufs, ipool, data, P")  # fmt: skip
+                out += ["@njit(**COMPILED_JIT)", f"def {name}({args}):", f'    """{doc}"""']
+                out += lines + ["", ""]
+        return out
 
     # -- operands of a fused entry ----------------------------------------------------
     def operand(self, u, i, k, c, loads, consts):
@@ -368,13 +386,9 @@ class _Gen:
         op = self.p.ops[i]
         c = _Code(self.p.B)
         c.p(i)
-        if op.kind == "kernel":
-            name = self.add("_fwd", c, FWD_ARGS, f"Entry P[0]: {op.name}.",
-                            [f"return _k_{op.fwd_name}(P[0], entries, bufs, ipool, data)"])  # fmt: skip
-        else:
-            name = self.add("_fwd", c, FWD_ARGS, f"Entry P[0]: {op.name}, broadcasting.",
-                            [f"_S._fwd_{op.name}(P[0], entries, bufs, ipool, data)", "return -1"])  # fmt: skip
-        return name, c.params
+        doc = f"Entry P[0]: {op.name}{', broadcasting' if op.kind != 'kernel' else ''}."
+        call = f"st = _S._fwd_{op.name}(P[0], entries, bufs, ipool, data)"
+        return self.add("_fwd", c, doc, [call], inline=True), c.params
 
     def forward_group(self, u, g):
         p = self.p
@@ -400,7 +414,7 @@ class _Gen:
             o = int(p.E[g.fold, E_OUT])
             src = int(p.owner[p.ins[g.fold][0]])
             c(f"{c.at('data', o)} = _sum_reassoc({c.view('data', src)})")
-        return self.add("_fwd", c, FWD_ARGS, self.describe(g), ["return -1"]), c.params
+        return self.add("_fwd", c, self.describe(g)), c.params
 
     # -- reverse ---------------------------------------------------------------------
     def reverse(self):
@@ -426,11 +440,10 @@ class _Gen:
         op = self.p.ops[i]
         c = _Code(self.p.B)
         c.p(i)
-        if op.kind == "kernel":
-            call = f"_k_{op.rev_names[0]}(P[0], entries, bufs, ipool, data, grad)"
-        else:
-            call = f"_S._rev_{op.name}(P[0], entries, bufs, ipool, data, grad)"
-        return self.add("_rev", c, REV_ARGS, f"Entry P[0]: {op.name} (reverse).", [call]), c.params
+        call = f"_S._rev_{op.name}(P[0], entries, bufs, ipool, data, grad)"
+        return self.add(
+            "_rev", c, f"Entry P[0]: {op.name} (reverse).", [call], inline=True
+        ), c.params
 
     def reverse_group(self, u, g, touched, assigned, aliased):
         p = self.p
@@ -514,7 +527,7 @@ class _Gen:
         for name, b in scalar.items():
             c(f"{c.at('grad', b)} += s{name[1:]}")
         doc = self.describe(g)[:-1] + " (reverse)."
-        return self.add("_rev", c, REV_ARGS, doc), c.params
+        return self.add("_rev", c, doc), c.params
 
 
 def _ranges(B, bufs):
@@ -539,34 +552,39 @@ def _table(rows, names):
     return t
 
 
-def _dispatch(table, names, call, status):
-    """The loop over a table that calls each row's function."""
+def _dispatch(table, names, blocks, status):
+    """The loop over a table that runs each row's unit: one dispatch per unit."""
     lines = [f"    T = {table}", "    for u in range(T.shape[0]):", "        k = T[u, 0]",
              "        P = T[u, 1:]"]  # fmt: skip
+    if status:
+        lines.append("        st = -1")
     for k, name in enumerate(names):
-        kw = "if" if k == 0 else "elif"
-        lines += [
-            f"        {kw} k == {k}:",
-            f"            {'st = ' if status else ''}{name}({call}, P)",
-        ]
+        doc, block, inline = blocks[name]
+        lines += [f"        {'if' if k == 0 else 'elif'} k == {k}:  # {doc}"]
+        if inline:
+            lines += ["        " + line for line in block]
+        else:
+            args = "entries, bufs, ipool, data, grad, P" if name.startswith("_rev") else (
+                "entries, bufs, ipool, data, P")  # fmt: skip
+            lines += [f"            {name}({args})"]
     if status and names:
         lines += ["        if st >= 0:", "            return st"]
     return lines
 
 
 def generate(t):
-    """The source of the compiled module for tape ``t`` and its tables (see the module
-    docstring): ``(source, {name: int64 array})``."""
+    """The source of the compiled module for tape ``t`` (see the module docstring), and the
+    integer pool its sweeps take: the tape's, with the unit tables appended."""
     if not t.inputs and not t.outputs:
         raise CompileError("only tapes made by tape.record() can be compiled")
     plan = _Plan(t)
     gen = _Gen(plan)
     frows = gen.forward()
     rrows, assigned = gen.reverse()
-    if len(gen.functions) > MAX_FUNCTIONS:
+    if len(gen.blocks) > MAX_UNIT_KINDS:
         raise CompileError(
-            f"this tape needs {len(gen.functions)} distinct compiled functions; the compiled "
-            f"tier makes at most {MAX_FUNCTIONS} (tape.compiled.MAX_FUNCTIONS): Numba's compile "
+            f"this tape needs {len(gen.blocks)} distinct kinds of unit; the compiled tier "
+            f"compiles at most {MAX_UNIT_KINDS} (tape.compiled.MAX_UNIT_KINDS): Numba's compile "
             "time grows with them. It stays on the interpreter."
         )
     B = plan.B
@@ -589,11 +607,13 @@ def generate(t):
         fwd=_table(frows, fnames), rev=_table(rrows, rnames),
         zero=_ranges(B, zero), leaves=_ranges(B, leaves),
     )  # fmt: skip
-    digest = hashlib.sha256(b"".join(a.tobytes() + str(a.shape).encode() for a in tables.values()))
-    calls = [plan.ops[u.entries[0]] for u in plan.units if isinstance(u, _Call)]
-    kernels = sorted(
-        {(op.module, n) for op in calls if op.kind == "kernel" for n in (op.fwd_name, op.rev_names[0]) if n}
-    )  # fmt: skip
+    # the tables travel appended to the integer pool (its first n_ipool ints are the tape's
+    # own): global arrays would be frozen into the code, and large ones make it uncacheable
+    at, pos = {}, t.n_ipool
+    for k, a in tables.items():
+        at[k] = f"ipool[{pos} : {pos + a.size}].reshape(({a.shape[0]}, {a.shape[1]}))"
+        pos += a.size
+    pool = np.concatenate([t.ipool[: t.n_ipool]] + [a.ravel() for a in tables.values()])
     n_ent = t.n_entries
     n_fused = sum(isinstance(u, _Group) for u in plan.units)
     src = [
@@ -601,13 +621,11 @@ def generate(t):
         "",
         f"{n_ent} entries, {len(plan.live)} replayed (the others are dead or constant), in "
         f"{len(plan.units)} units",
-        f"({n_fused} fused loops) run by {len(fnames)} forward and {len(rnames)} reverse "
-        "functions. The tables",
-        "(which function each unit calls, with which offsets) are in the .npz file beside this",
-        'one."""',
+        f"({n_fused} fused loops) of {len(fnames)} forward and {len(rnames)} reverse kinds.",
+        "The tables that say which kind each unit is and where its buffers lie are appended",
+        'to the integer pool the sweeps get (``t.kernel_args().ipool``)."""',
         "",
-        f'SWEEPS = "{_S.FINGERPRINT}"  # the interpreter whose kernels this module calls',
-        f'TABLES = "{digest.hexdigest()}"',
+        f'SWEEPS = "{_S.FINGERPRINT}"  # the interpreter whose functions this module calls',
         "",
         "import numpy as np",
         "from numba import njit, prange",
@@ -617,14 +635,7 @@ def generate(t):
         "from tape._loops import masked as _masked",
         "from tape.registry import BY_NAME",
     ]
-    for mod, name in kernels:
-        src.append(f"from {mod} import {name} as _k_{name}")
-    src += [
-        "",
-        "_T = np.load(__file__[:-3] + '.npz')",
-        "_FWD, _REV, _ZERO, _LEAVES = _T['fwd'], _T['rev'], _T['zero'], _T['leaves']",
-        "",
-    ]
+    src += [""]
     src += _rule_names(plan.ops[i] for i in plan.live) + ["", ""]
     src += [
         "@njit(fastmath={'reassoc'}, **COMPILED_JIT)",
@@ -637,16 +648,17 @@ def generate(t):
         "",
         "",
     ]
-    src += [f + "\n\n" for f in gen.order]
+    src += gen.functions()
     src += [
         "@njit(**COMPILED_JIT)",
         "def forward_sweep(entries, bufs, ipool, data, start, stop):",
         f'    """The whole tape (``start`` and ``stop`` must be 0 and {n_ent}: a part of it, as',
         "    when resuming after a guard, runs on the interpreter). Writes ``data``; returns",
         '    the status (``-1``, or the entry that stopped the sweep)."""',
-        "    st = -1",
+        f"    if ipool.shape[0] != {pool.shape[0]}:",
+        f"        raise ValueError({STALE_POOL!r})",
     ]
-    src += _dispatch("_FWD", fnames, "entries, bufs, ipool, data", True) + ["    return -1", "", ""]
+    src += _dispatch(at["fwd"], fnames, gen.blocks, True) + ["    return -1", "", ""]
     src += [
         "@njit(**COMPILED_JIT)",
         "def reach(entries, bufs, n_entries, roots):",
@@ -660,20 +672,24 @@ def generate(t):
         "):",
         '    """Zero the adjoints that are accumulated (the leaves\' too if ``zero_leaves``), add',
         '    ``seeds`` at the outputs and sweep back. Writes ``grad``."""',
-        "    for r in range(_ZERO.shape[0]):",
-        "        grad[_ZERO[r, 0] : _ZERO[r, 1]] = 0.0",
+        f"    if ipool.shape[0] != {pool.shape[0]}:",
+        f"        raise ValueError({STALE_POOL!r})",
+        f"    Z = {at['zero']}",
+        "    for r in range(Z.shape[0]):",
+        "        grad[Z[r, 0] : Z[r, 1]] = 0.0",
         "    if zero_leaves:",
-        "        for r in range(_LEAVES.shape[0]):",
-        "            grad[_LEAVES[r, 0] : _LEAVES[r, 1]] = 0.0",
+        f"        Z = {at['leaves']}",
+        "        for r in range(Z.shape[0]):",
+        "            grad[Z[r, 0] : Z[r, 1]] = 0.0",
     ]
     s = 0
     for r in t.outputs:
         off, size = int(B[r, B_OFF]), int(B[r, B_SIZE])
         src += [f"    for j in range({size}):", f"        grad[{off} + j] += seeds[{s} + j]"]
         s += size
-    src += _dispatch("_REV", rnames, "entries, bufs, ipool, data, grad", False) + ["", ""]
+    src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["", ""]
     src.append(drivers_text(shared_only=True))
-    return "\n".join(src), tables
+    return "\n".join(src), pool
 
 
 # ---------------------------------------------------------------- cache and loading
@@ -688,14 +704,14 @@ def cache_dir() -> Path:
     return Path(base) / "tape"
 
 
-def _load(source: str, tables: dict) -> types.ModuleType:
+def _load(source: str) -> types.ModuleType:
     key = hashlib.sha256(f"{GENERATOR_VERSION}\n{source}".encode()).hexdigest()[:24]
     name = f"tape_compiled_{key}"
     with _LOCK:
         mod = _MODULES.get(name)
         if mod is not None:
             return mod
-        path = _write(name, source, tables)
+        path = _write(name, source)
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
@@ -705,22 +721,15 @@ def _load(source: str, tables: dict) -> types.ModuleType:
         return mod
 
 
-def _write(name, source, tables) -> Path:
-    """Write the module and its tables (each atomically; the tables first, so a module on disk
-    always has its tables), unless the same module is there already."""
+def _write(name, source) -> Path:
+    """Write the module (atomically), unless the same module is there already."""
     for d in (cache_dir() / "compiled", Path(tempfile.gettempdir()) / f"tape-{os.getuid()}"):
         try:
             d.mkdir(parents=True, exist_ok=True)
             path = d / f"{name}.py"
-            npz = d / f"{name}.npz"
-            if path.exists() and npz.exists() and path.read_text() == source:
-                with np.load(npz) as z:
-                    if all(np.array_equal(z[k], v) for k, v in tables.items()):
-                        return path  # unchanged: Numba's cache of it stays valid
+            if path.exists() and path.read_text() == source:
+                return path  # unchanged: Numba's cache of it stays valid
             tmp = d / f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "wb") as f:
-                np.savez(f, **tables)
-            os.replace(tmp, npz)
             tmp.write_text(source)
             os.replace(tmp, path)
             return path
@@ -729,10 +738,12 @@ def _write(name, source, tables) -> Path:
     raise CompileError(f"no writable cache directory for compiled tapes (tried {cache_dir()})")
 
 
-def compile_tape(t) -> types.ModuleType:
-    """The compiled module for tape ``t`` (generated, written and loaded; compiled by Numba
-    on first call)."""
-    return _load(*generate(t))
+def compile_tape(t):
+    """``(module, pool)``: the compiled module for tape ``t`` (generated, written and loaded;
+    Numba compiles it on first call) and the integer pool its sweeps take in place of
+    ``t.ipool``."""
+    source, pool = generate(t)
+    return _load(source), pool
 
 
 def kernels_of(mod) -> types.ModuleType:

@@ -34,7 +34,15 @@ from tape._layout import (
     ENTRY_COLS,
     LEAF,
 )
-from tape._replay import GuardError, Signature, buffer_reader, failure, is_guard
+from tape._replay import (
+    GuardError,
+    Signature,
+    buffer_reader,
+    failure,
+    is_guard,
+    run_entry,
+    run_entry_back,
+)
 
 FORMAT_VERSION = 1
 
@@ -121,9 +129,11 @@ class Tape:
         ``float64`` (default) or ``float32``.
     """
 
-    _sweeps = S
-    """The compiled code replays run: the interpreter's sweeps, or this tape's compiled module
-    once :meth:`compile` ran."""
+    _run_with = (S, None)
+    """``(sweeps, pool)``: the compiled code replays run (the interpreter's sweeps, or this
+    tape's compiled module once :meth:`compile` ran) and the integer pool they take (``ipool``,
+    or ``ipool`` with the compiled tier's tables appended). One attribute, read once per
+    replay, so a replay never pairs one tier's code with the other's pool."""
 
     def __init__(self, dtype=np.float64):
         self.dtype = np.dtype(dtype)
@@ -272,7 +282,7 @@ class Tape:
         sp = self.intern(shape)
         p = self.intern(attr) if attr is not None else -1
         n = len(ins)
-        status = S.emit(
+        status = S.EMIT[code](
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
         )  # fmt: skip
@@ -285,9 +295,11 @@ class Tape:
         return b
 
     def run_forward(self, start, stop):
-        status = S.forward_sweep(self.entries, self.bufs, self.ipool, self.data, start, stop)
-        if status >= 0:
-            raise failure(self, status, buffer_reader(self, self.data))
+        """Eager: run entries ``start .. stop-1`` on the tape's own arena, entry by entry."""
+        for i in range(start, stop):
+            status = run_entry(self, i, self.data)
+            if status >= 0:
+                raise failure(self, status, buffer_reader(self, self.data))
 
     def view(self, arena, b):
         """Buffer ``b`` in ``arena`` (the tape's value or adjoint arena, or a workspace's, all
@@ -320,18 +332,13 @@ class Tape:
                 self, self.data, self.grad, np.asarray(roots, np.int64),
                 np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
             )  # fmt: skip
-        return S.backward(
-            self.entries,
-            self.bufs,
-            self.ipool,
-            self.data,
-            self.grad,
-            self.n_entries,
-            self.n_bufs,
-            np.asarray(roots, np.int64),
-            np.ascontiguousarray(seeds, self.dtype).ravel(),
-            zero_leaves,
-        )
+        roots = np.asarray(roots, np.int64)
+        emask, need = S.reach(self.entries, self.bufs, self.n_entries, roots)
+        S.zero_adjoints(self.bufs, self.grad, need, self.n_bufs, zero_leaves)
+        S.add_seeds(self.bufs, self.grad, roots, np.ascontiguousarray(seeds, self.dtype).ravel())
+        for i in np.flatnonzero(emask)[::-1]:
+            run_entry_back(self, int(i), self.data, self.grad)
+        return need
 
     def promote(self, dtype):
         """Widen the arenas to ``dtype`` (a float32 tape joined by float64 values)."""
@@ -427,6 +434,8 @@ class Tape:
         self._tls = threading.local()
         self._variants_lock = threading.Lock()
         sig = Signature(self)
+        if self._run_with[0] is S:
+            self._run_with = (S, self.ipool)
         self._replay = dict(
             sig=sig,
             roots=np.asarray(self.outputs, np.int64),
@@ -460,7 +469,7 @@ class Tape:
         r = self._check_replay()
         ws = _Workspace(self)
         return KernelArgs(
-            self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+            self.entries, self.bufs, self._run_with[1], ws.data, ws.grad,
             self.n_entries, self.n_bufs, r["roots"], r["seed"],
         )  # fmt: skip
 
@@ -493,14 +502,14 @@ class Tape:
         if _anomaly.ON and _anomaly.enabled():
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
         elif grad:
-            status = self._sweeps.forward_backward(
-                self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+            sw, pool = self._run_with
+            status = sw.forward_backward(
+                self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
         else:
-            status = self._sweeps.forward_sweep(
-                self.entries, self.bufs, self.ipool, ws.data, 0, self.n_entries
-            )
+            sw, pool = self._run_with
+            status = sw.forward_sweep(self.entries, self.bufs, pool, ws.data, 0, self.n_entries)
         if status < 0:
             ws.ok = True
             return self, ws
@@ -565,8 +574,9 @@ class Tape:
             )
         ws.ok = True
         if grad:
-            self._sweeps.backward(
-                self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+            sw, pool = self._run_with
+            sw.backward(
+                self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
         self._tls.active = None
@@ -611,12 +621,13 @@ class Tape:
         r = tp._replay
         seeds = r["seed"] if seed is None and r["sig"].n_seed == 1 else r["sig"].seeds(seed)
         if _anomaly.enabled():
-            if tp._sweeps is not S:  # a compiled forward leaves intermediates unwritten
+            if tp.tier == "compiled":  # a compiled forward leaves intermediates unwritten
                 S.forward_sweep(tp.entries, tp.bufs, tp.ipool, ws.data, 0, tp.n_entries)
             _anomaly.backward(tp, ws.data, ws.grad, r["roots"], seeds, False)
             return
-        tp._sweeps.backward(
-            tp.entries, tp.bufs, tp.ipool, ws.data, ws.grad,
+        sw, pool = tp._run_with
+        sw.backward(
+            tp.entries, tp.bufs, pool, ws.data, ws.grad,
             tp.n_entries, tp.n_bufs, r["roots"], seeds, False,
         )  # fmt: skip
 
@@ -656,8 +667,9 @@ class Tape:
             ws = getattr(self._tls, "ws", None) or self._workspace()
             ws.ok = False
             self._load_args(ws, args)
-            status = self._sweeps.forward_backward(
-                self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+            sw, pool = self._run_with
+            status = sw.forward_backward(
+                self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
             if status < 0:
@@ -710,23 +722,27 @@ class Tape:
 
     def compile(self):
         """Switch this tape's replays to code generated for its structure (:mod:`tape.compiled`):
-        straight-line entries, fused elementwise loops, adjoints in registers. Compiles now
+        units instead of entries, fused elementwise loops, adjoints in registers. Compiles now
         (seconds for a new structure; a structure compiled before, in any process, loads from
         Numba's cache) and returns the tape. Values and gradients are the interpreter's, to
         rounding. Raises :class:`tape.compiled.CompileError` for tapes the tier does not take
-        (needing more than ``tape.compiled.MAX_FUNCTIONS`` distinct unit functions)."""
+        (needing more than ``tape.compiled.MAX_UNIT_KINDS`` kinds of unit)."""
         self._check_replay()
-        if self._sweeps is S:
-            mod = _EXTENSIONS["compile"](self)
-            r = self._replay
-            ws = _Workspace(self)  # compile by running once on a scratch workspace
-            mod.forward_backward(
-                self.entries, self.bufs, self.ipool, ws.data, ws.grad,
-                self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
-            )  # fmt: skip
-            self._sweeps = mod
+        with _PREPARE_LOCK:  # one compile, however many threads promote at once
+            if self._run_with[0] is S:
+                self._compile_now()
         self.compile_after = None
         return self
+
+    def _compile_now(self):
+        mod, pool = _EXTENSIONS["compile"](self)
+        r = self._replay
+        ws = _Workspace(self)  # compile by running once on a scratch workspace
+        mod.forward_backward(
+            self.entries, self.bufs, pool, ws.data, ws.grad,
+            self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
+        )  # fmt: skip
+        self._run_with = (mod, pool)
 
     def _promote(self):
         """Automatic promotion (``tape.record(..., compile="auto")``): compile at the
@@ -744,12 +760,13 @@ class Tape:
     @property
     def tier(self) -> str:
         """``"compiled"`` after :meth:`compile` (or promotion), else ``"interpreter"``."""
-        return "interpreter" if self._sweeps is S else "compiled"
+        return "interpreter" if self._run_with[0] is S else "compiled"
 
     @property
     def compiled_source(self):
         """The generated source of the compiled tier (``None`` on the interpreter)."""
-        return None if self._sweeps is S else self._sweeps.SOURCE
+        sw = self._run_with[0]
+        return None if sw is S else sw.SOURCE
 
     @property
     def kernels(self):
@@ -757,11 +774,12 @@ class Tape:
         tape's tier: :mod:`tape.kernels` on the interpreter, the compiled module's own once
         compiled (``tape.kernels`` still replays a compiled tape correctly, on the
         interpreter)."""
-        if self._sweeps is S:
+        sw = self._run_with[0]
+        if sw is S:
             from tape import kernels
 
             return kernels
-        return _EXTENSIONS["compiled_kernels"](self._sweeps)
+        return _EXTENSIONS["compiled_kernels"](sw)
 
     def is_guard(self, status) -> bool:
         """Whether a sweep status (the entry index a sweep stopped at, as returned by
@@ -777,7 +795,7 @@ class Tape:
         r = self._check_replay()
         ws = self._workspace()
         return KernelArgs(
-            self.entries, self.bufs, self.ipool, ws.data, ws.grad,
+            self.entries, self.bufs, self._run_with[1], ws.data, ws.grad,
             self.n_entries, self.n_bufs, r["roots"], r["seed"],
         )  # fmt: skip
 

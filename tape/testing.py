@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from tape import registry
-from tape._generated import sweeps as S
 from tape._layout import B_KIND, B_SIZE, CONST, E_IN0, E_OP, E_OUT
+from tape._replay import run_entry, run_entry_back
 from tape._tensor import Tensor
 from tape.record import record
 
@@ -169,16 +169,14 @@ def _first_bad_entry(t, args, eps, atol, rtol, rng):
         vs = {b: rng.standard_normal(int(bufs[b, B_SIZE])) for b in ins}
         grad = np.zeros_like(data)
         flat(grad, out)[:] = u
-        emask = np.zeros(t.n_entries, np.bool_)
-        emask[i] = True
-        S.reverse_sweep(entries, bufs, t.ipool, data, grad, emask, i, i + 1)
+        run_entry_back(t, i, data, grad, entries, bufs)
         ana = sum(float(np.dot(flat(grad, b), vs[b])) for b in ins)
         ys = []
         for sign in (1.0, -1.0):
             d = data.copy()
             for b in ins:
                 flat(d, b)[:] += sign * eps * vs[b]
-            S.forward_sweep(entries, bufs, t.ipool, d, i, i + 1)
+            run_entry(t, i, d, entries, bufs)
             ys.append(flat(d, out).copy())
         num = float(np.dot(u, (ys[0] - ys[1]) / (2 * eps)))
         if not abs(ana - num) <= atol + rtol * abs(num):

@@ -310,9 +310,9 @@ def test_automatic_promotion_after_k_replays():
     assert t.compile_after is None
 
 
-def test_too_many_functions_raises_or_stays_on_the_interpreter(monkeypatch):
-    monkeypatch.setattr(compiled, "MAX_FUNCTIONS", 1)
-    with pytest.raises(tp.CompileError, match="MAX_FUNCTIONS"):
+def test_too_many_kinds_of_unit_raises_or_stays_on_the_interpreter(monkeypatch):
+    monkeypatch.setattr(compiled, "MAX_UNIT_KINDS", 1)
+    with pytest.raises(tp.CompileError, match="MAX_UNIT_KINDS"):
         tp.record(rosenbrock, np.ones(5), compile=True)
     t = tp.record(rosenbrock, np.ones(5))
     t.compile_after = 1
@@ -388,3 +388,40 @@ def test_random_programs_agree_across_tiers(program, sh, seed):
     f = build(program, sh)
     ti, tc = both(f, a, b)
     agree(ti, tc, rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1]))
+
+
+def test_kernel_args_taken_before_compile_are_refused_by_the_compiled_kernels():
+    x0 = np.linspace(-1, 1, 6)
+    t = tp.record(rosenbrock, x0, compile=False)
+    old = t.workspace()
+    t.compile()
+    with pytest.raises(ValueError, match="before the tape was compiled"):
+        t.kernels.gradient(old)
+    assert tp.kernels.gradient(old) == -1  # the interpreter takes them
+    close(old.grad[:6], rosenbrock_grad(x0))
+    new = t.workspace()
+    assert t.kernels.gradient(new) == -1
+    close(new.grad[:6], rosenbrock_grad(x0))
+
+
+def test_promotion_while_threads_replay():
+    """Threads replaying while the tape promotes itself: every result is right on the tier it
+    ran on (the code and its integer pool are swapped together)."""
+    X = np.random.default_rng(5).uniform(-1, 2, (8, 30))
+    t = tp.record(rosenbrock, X[0])
+    t.compile_after = 50
+    bad = []
+
+    def work(k):
+        for j in range(60):
+            x = X[(k + j) % len(X)]
+            g = t.gradient(x)
+            if not np.allclose(g, rosenbrock_grad(x), rtol=1e-12, atol=1e-12):
+                bad.append((k, j))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert t.tier == "compiled" and not bad

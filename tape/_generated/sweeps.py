@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9a7d73484369e0bbdfac9861443285e78078de42e0744b46f237642247367255"
+FINGERPRINT = "914c4320aa148725191926d73ec248828b6c786f9543a9b086f348fac406aac1"
 
 import numpy as np
 from numba import njit, prange
@@ -96,6 +96,7 @@ clip_rev2 = BY_NAME["clip"].rev[2]
 @njit(**SWEEP_JIT)
 def _fwd_neg(i, entries, bufs, ipool, data):
     L.unary_fwd(neg_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -106,6 +107,7 @@ def _rev_neg(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_abs(i, entries, bufs, ipool, data):
     L.unary_fwd(abs_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -116,6 +118,7 @@ def _rev_abs(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_square(i, entries, bufs, ipool, data):
     L.unary_fwd(square_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -126,6 +129,7 @@ def _rev_square(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_sqrt(i, entries, bufs, ipool, data):
     L.unary_fwd(sqrt_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -136,6 +140,7 @@ def _rev_sqrt(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_exp(i, entries, bufs, ipool, data):
     L.unary_fwd(exp_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -146,6 +151,7 @@ def _rev_exp(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_log(i, entries, bufs, ipool, data):
     L.unary_fwd(log_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -156,6 +162,7 @@ def _rev_log(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_log1p(i, entries, bufs, ipool, data):
     L.unary_fwd(log1p_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -166,6 +173,7 @@ def _rev_log1p(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_expm1(i, entries, bufs, ipool, data):
     L.unary_fwd(expm1_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -176,6 +184,7 @@ def _rev_expm1(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_sin(i, entries, bufs, ipool, data):
     L.unary_fwd(sin_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -186,6 +195,7 @@ def _rev_sin(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_cos(i, entries, bufs, ipool, data):
     L.unary_fwd(cos_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -196,6 +206,7 @@ def _rev_cos(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_tan(i, entries, bufs, ipool, data):
     L.unary_fwd(tan_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -206,6 +217,7 @@ def _rev_tan(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_tanh(i, entries, bufs, ipool, data):
     L.unary_fwd(tanh_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -216,6 +228,7 @@ def _rev_tanh(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_sinh(i, entries, bufs, ipool, data):
     L.unary_fwd(sinh_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -226,6 +239,7 @@ def _rev_sinh(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_cosh(i, entries, bufs, ipool, data):
     L.unary_fwd(cosh_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -236,6 +250,7 @@ def _rev_cosh(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_arctan(i, entries, bufs, ipool, data):
     L.unary_fwd(arctan_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -246,6 +261,7 @@ def _rev_arctan(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_sigmoid(i, entries, bufs, ipool, data):
     L.unary_fwd(sigmoid_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -256,6 +272,7 @@ def _rev_sigmoid(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_relu(i, entries, bufs, ipool, data):
     L.unary_fwd(relu_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -266,6 +283,7 @@ def _rev_relu(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_softplus(i, entries, bufs, ipool, data):
     L.unary_fwd(softplus_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -276,11 +294,13 @@ def _rev_softplus(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_stop_gradient(i, entries, bufs, ipool, data):
     L.unary_fwd(stop_gradient_fwd, i, entries, bufs, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
 def _fwd_add(i, entries, bufs, ipool, data):
     L.binary_fwd(add_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -291,6 +311,7 @@ def _rev_add(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_sub(i, entries, bufs, ipool, data):
     L.binary_fwd(sub_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -301,6 +322,7 @@ def _rev_sub(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_mul(i, entries, bufs, ipool, data):
     L.binary_fwd(mul_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -311,6 +333,7 @@ def _rev_mul(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_div(i, entries, bufs, ipool, data):
     L.binary_fwd(div_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -321,6 +344,7 @@ def _rev_div(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_pow(i, entries, bufs, ipool, data):
     L.binary_fwd(pow_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -331,6 +355,7 @@ def _rev_pow(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_maximum(i, entries, bufs, ipool, data):
     L.binary_fwd(maximum_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -341,6 +366,7 @@ def _rev_maximum(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_minimum(i, entries, bufs, ipool, data):
     L.binary_fwd(minimum_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -351,36 +377,43 @@ def _rev_minimum(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_less(i, entries, bufs, ipool, data):
     L.binary_fwd(less_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
 def _fwd_less_equal(i, entries, bufs, ipool, data):
     L.binary_fwd(less_equal_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
 def _fwd_greater(i, entries, bufs, ipool, data):
     L.binary_fwd(greater_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
 def _fwd_greater_equal(i, entries, bufs, ipool, data):
     L.binary_fwd(greater_equal_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
 def _fwd_equal(i, entries, bufs, ipool, data):
     L.binary_fwd(equal_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
 def _fwd_not_equal(i, entries, bufs, ipool, data):
     L.binary_fwd(not_equal_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
 def _fwd_where(i, entries, bufs, ipool, data):
     L.ternary_fwd(where_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
@@ -391,11 +424,507 @@ def _rev_where(i, entries, bufs, ipool, data, grad):
 @njit(**SWEEP_JIT)
 def _fwd_clip(i, entries, bufs, ipool, data):
     L.ternary_fwd(clip_fwd, i, entries, bufs, ipool, data)
+    return -1
 
 
 @njit(**SWEEP_JIT)
 def _rev_clip(i, entries, bufs, ipool, data, grad):
     L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_matmul(i, entries, bufs, ipool, data):
+    return matmul_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_matmul(i, entries, bufs, ipool, data, grad):
+    matmul_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_copy(i, entries, bufs, ipool, data):
+    return copy_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_copy(i, entries, bufs, ipool, data, grad):
+    copy_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_take(i, entries, bufs, ipool, data):
+    return take_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_take(i, entries, bufs, ipool, data, grad):
+    take_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_sum(i, entries, bufs, ipool, data):
+    return sum_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_sum(i, entries, bufs, ipool, data, grad):
+    sum_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_max(i, entries, bufs, ipool, data):
+    return max_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_max(i, entries, bufs, ipool, data, grad):
+    max_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_min(i, entries, bufs, ipool, data):
+    return min_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_min(i, entries, bufs, ipool, data, grad):
+    min_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_prod(i, entries, bufs, ipool, data):
+    return prod_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_prod(i, entries, bufs, ipool, data, grad):
+    prod_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_guard(i, entries, bufs, ipool, data):
+    return guard_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_neg(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_neg(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_abs(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_abs(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_square(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_square(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_sqrt(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_sqrt(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_exp(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_exp(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_log(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_log(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_log1p(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_log1p(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_expm1(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_expm1(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_sin(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_sin(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_cos(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_cos(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_tan(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_tan(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_tanh(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_tanh(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_sinh(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_sinh(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_cosh(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_cosh(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_arctan(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_arctan(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_sigmoid(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_sigmoid(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_relu(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_relu(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_softplus(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_softplus(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_stop_gradient(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_stop_gradient(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_add(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_add(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_sub(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_sub(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_mul(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_mul(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_div(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_div(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_pow(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_pow(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_maximum(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_maximum(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_minimum(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_minimum(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_less(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_less(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_less_equal(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_less_equal(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_greater(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_greater(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_greater_equal(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_greater_equal(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_equal(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_equal(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_not_equal(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_not_equal(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_where(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_where(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_clip(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_clip(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_matmul(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_matmul(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_copy(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_copy(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_take(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_take(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_sum(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_sum(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_max(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_max(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_min(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_min(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_prod(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_prod(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_guard(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_guard(n_entries, entries, bufs, ipool, data)
 
 
 @njit(**SWEEP_JIT)
@@ -637,28 +1166,13 @@ def add_seeds(bufs, grad, roots, seeds):
         s += n
 
 
-@njit(**SWEEP_JIT)
-def emit(
-    entries,
-    bufs,
-    ipool,
-    data,
-    n_entries,
-    n_bufs,
-    off,
-    size,
-    ndim,
-    shape,
-    kind,
-    op,
-    in0,
-    in1,
-    in2,
-    attr,
+@njit(inline="always", **SWEEP_JIT)
+def put_entry(
+    entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2, attr
 ):
-    """Eager mode's one step: add output buffer ``n_bufs`` and entry ``n_entries`` (the arrays
-    have room; the caller checked), then run the forward sweep over that entry. Writes
-    ``entries``, ``bufs`` and ``data``; returns the sweep's status."""
+    """Eager mode's bookkeeping, before the op's ``_emit_<name>`` runs the entry: add output
+    buffer ``n_bufs`` and entry ``n_entries`` (the arrays have room; the caller checked).
+    Writes ``entries`` and ``bufs``."""
     b = bufs[n_bufs]
     b[0] = off
     b[1] = size
@@ -673,7 +1187,6 @@ def emit(
     e[3] = in2
     e[4] = n_bufs
     e[5] = attr
-    return forward_sweep(entries, bufs, ipool, data, n_entries, n_entries + 1)
 
 
 @njit(**SWEEP_JIT)
@@ -811,3 +1324,10 @@ def ka_gradient(ka):
     status as :func:`ka_forward` (``-1``: done; otherwise the gradients are untouched)."""
     return forward_backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries,
                             ka.n_bufs, ka.roots, ka.seeds, True)  # fmt: skip
+
+
+# Per-op functions, indexed by op code: eager mode and per-entry checks call these, so
+# they compile (or load) only the ops they use, never the whole sweeps above.
+FWD = (_fwd_neg, _fwd_abs, _fwd_square, _fwd_sqrt, _fwd_exp, _fwd_log, _fwd_log1p, _fwd_expm1, _fwd_sin, _fwd_cos, _fwd_tan, _fwd_tanh, _fwd_sinh, _fwd_cosh, _fwd_arctan, _fwd_sigmoid, _fwd_relu, _fwd_softplus, _fwd_stop_gradient, _fwd_add, _fwd_sub, _fwd_mul, _fwd_div, _fwd_pow, _fwd_maximum, _fwd_minimum, _fwd_less, _fwd_less_equal, _fwd_greater, _fwd_greater_equal, _fwd_equal, _fwd_not_equal, _fwd_where, _fwd_clip, _fwd_matmul, _fwd_copy, _fwd_take, _fwd_sum, _fwd_max, _fwd_min, _fwd_prod, _fwd_guard,)
+REV = (_rev_neg, _rev_abs, _rev_square, _rev_sqrt, _rev_exp, _rev_log, _rev_log1p, _rev_expm1, _rev_sin, _rev_cos, _rev_tan, _rev_tanh, _rev_sinh, _rev_cosh, _rev_arctan, _rev_sigmoid, _rev_relu, _rev_softplus, None, _rev_add, _rev_sub, _rev_mul, _rev_div, _rev_pow, _rev_maximum, _rev_minimum, None, None, None, None, None, None, _rev_where, _rev_clip, _rev_matmul, _rev_copy, _rev_take, _rev_sum, _rev_max, _rev_min, _rev_prod, None,)
+EMIT = (_emit_neg, _emit_abs, _emit_square, _emit_sqrt, _emit_exp, _emit_log, _emit_log1p, _emit_expm1, _emit_sin, _emit_cos, _emit_tan, _emit_tanh, _emit_sinh, _emit_cosh, _emit_arctan, _emit_sigmoid, _emit_relu, _emit_softplus, _emit_stop_gradient, _emit_add, _emit_sub, _emit_mul, _emit_div, _emit_pow, _emit_maximum, _emit_minimum, _emit_less, _emit_less_equal, _emit_greater, _emit_greater_equal, _emit_equal, _emit_not_equal, _emit_where, _emit_clip, _emit_matmul, _emit_copy, _emit_take, _emit_sum, _emit_max, _emit_min, _emit_prod, _emit_guard,)
