@@ -1,11 +1,13 @@
 """Time to a first gradient in a new process: ``python benchmarks/cold_start.py``.
 
-Runs README's example (record Rosenbrock at n = 1,000, one replayed gradient) in fresh Python
-processes, each timing ``import tape`` and the first gradient:
+Runs README's example (record Rosenbrock at n = 1,000 with ``compile=True``, one replayed
+gradient) in fresh Python processes, each timing ``import tape`` and the first gradient:
 
-- ``cold``: an empty Numba cache (a new ``NUMBA_CACHE_DIR``), as after ``pip install``: the
-  sweeps are compiled, for float64 only;
-- ``warm``: the same cache again, as every later run.
+- ``cold``: empty caches (a new ``NUMBA_CACHE_DIR`` and ``TAPE_CACHE_DIR``), as after
+  ``pip install``: Numba compiles the ops the recording uses and the tape's compiled code;
+- ``warm``: the same caches again, as every later run;
+- ``cold, interpreter``: the same example with ``compile=False`` from empty caches: the first
+  gradient compiles the interpreter's sweeps (every op), once per installation.
 
 It also times one eager scalar op (``y = y * 1.0001 + 0.5`` chains) in the warm process.
 """
@@ -29,7 +31,7 @@ t1 = time.perf_counter()
 def rosen(x):
     return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
 
-t = tp.record(rosen, np.zeros(1000))
+t = tp.record(rosen, np.zeros(1000), compile=COMPILE)
 g = t.gradient(np.random.default_rng(0).random(1000))
 t2 = time.perf_counter()
 w = tp.tensor(2.0, requires_grad=True)
@@ -48,10 +50,11 @@ print(json.dumps(dict(import_s=t1 - t0, first_gradient_s=t2 - t0, eager_op_us=pe
 """
 
 
-def run(cache):
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+def run(cache, compile=True):
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache, TAPE_CACHE_DIR=os.path.join(cache, "tape"))
     env.pop("NUMBA_DISABLE_JIT", None)
-    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True)
+    code = CHILD.replace("COMPILE", repr(compile))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -60,6 +63,7 @@ def run(cache):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--warm-runs", type=int, default=3)
+    ap.add_argument("--interpreter", action="store_true", help="also time the cold interpreter")
     a = ap.parse_args(argv)
     from tape.bench.cli import _cpu_name
 
@@ -75,6 +79,10 @@ def main(argv=None):
         f"warm: import {best['import_s']:.2f} s, first gradient after {best['first_gradient_s']:.2f} s"
     )
     print(f"eager scalar op: {min(r['eager_op_us'] for r in warm):.2f} us")
+    if a.interpreter:
+        with tempfile.TemporaryDirectory() as cache:
+            interp = run(cache, compile=False)
+        print(f"cold, interpreter: first gradient after {interp['first_gradient_s']:.1f} s")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,11 @@ def demo():
 
     print("\n== Gradient check against central finite differences (float64) ==")
     rng = np.random.default_rng(0)
-    W1, W2, X = rng.standard_normal((8, 16)), rng.standard_normal((16, 1)), rng.standard_normal((32, 8))
+    W1, W2, X = (
+        rng.standard_normal((8, 16)),
+        rng.standard_normal((16, 1)),
+        rng.standard_normal((32, 8)),
+    )
 
     def mlp_loss(W1, W2):
         return (tp.tanh(tp.tensor(X) @ W1) @ W2).square().mean()
@@ -80,11 +84,18 @@ def demo():
             g[i + 1] += 200.0 * d
         return g
 
-    print(f"{'n':>8} {'tape replay':>12} {'tape eager':>12} {'hand @njit':>12} {'replay/njit':>12}")
+    print(
+        f"{'n':>8} {'interpreter':>12} {'compiled':>12} {'tape eager':>12} {'hand @njit':>12}"
+        f" {'compiled/njit':>14} {'compile':>8}"
+    )
     for n in (10, 1000, 100_000):
         x = rng.standard_normal(n)
-        t = tp.record(rosen, x)
+        t = tp.record(rosen, x, compile=False)
+        t0 = time.perf_counter()
+        tc = tp.record(rosen, x, compile=True)  # code for this tape (cached on disk)
+        t_compile = time.perf_counter() - t0
         assert np.allclose(t.gradient(x), rosen_grad(x), rtol=1e-10)
+        assert np.allclose(tc.gradient(x), rosen_grad(x), rtol=1e-10)
         k = 2000 if n <= 1000 else 20
 
         def eager():
@@ -92,10 +103,14 @@ def demo():
             rosen(xt).backward()
             return xt.grad
 
-        tr = _best(lambda: t.gradient(x), k)
+        ti = _best(lambda: t.gradient(x), k)
+        tr = _best(lambda: tc.gradient(x), k)
         te = _best(eager, max(k // 10, 5))
         th = _best(lambda: rosen_grad(x), k)
-        print(f"{n:>8} {tr * 1e6:>10.1f}us {te * 1e6:>10.1f}us {th * 1e6:>10.1f}us {tr / th:>11.1f}x")
+        print(
+            f"{n:>8} {ti * 1e6:>10.1f}us {tr * 1e6:>10.1f}us {te * 1e6:>10.1f}us "
+            f"{th * 1e6:>10.1f}us {tr / th:>13.1f}x {t_compile:>7.1f}s"
+        )
     print("\n(print(t) shows the Wengert list:)")
     print(tp.record(rosen, np.ones(4)))
     print("\nFull comparison with PyTorch, JAX and autograd: python -m tape.bench --quick")

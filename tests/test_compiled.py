@@ -335,7 +335,7 @@ def test_second_process_loads_the_compiled_tape_from_the_disk_cache(tmp_path):
         "def f(x):\n"
         "    return tp.sum(tp.exp(x[1:]) * x[:-1] ** 3 - x[:-1])\n"
         "t = tp.record(f, np.linspace(0, 1, 7), compile=True)\n"
-        "m = t._sweeps\n"
+        "m = t._run_with[0]\n"
         "hits = sum(m.forward_backward.stats.cache_hits.values())\n"
         "miss = sum(m.forward_backward.stats.cache_misses.values())\n"
         "print(hits, miss, m.__file__)\n"

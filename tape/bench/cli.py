@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 
 from tape.bench import harness
@@ -165,6 +166,9 @@ def main(argv=None) -> int:
           "'vs tape' = tool time / tape replay time (>1: slower than tape); 'first' = build "
           "(trace, record, jit) + first gradient call, in this process", flush=True)  # fmt: skip
 
+    # the compiled tier's 'first' is its compile time: a fresh tape cache, unless one is set
+    cache = os.environ.setdefault("TAPE_CACHE_DIR", tempfile.mkdtemp(prefix="tape-bench-"))
+    print(f"compiled tapes go to {cache}")
     import tape
 
     t0 = time.perf_counter()
