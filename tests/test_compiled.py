@@ -425,3 +425,42 @@ def test_promotion_while_threads_replay():
     for th in threads:
         th.join()
     assert t.tier == "compiled" and not bad
+
+
+EDGE_CASES = {
+    "size zero": (lambda x: tp.sum(tp.exp(x) * 2.0) + 1.0, [np.zeros(0)]),
+    "output read again": (lambda x: tp.sum(tp.exp(x)) * tp.sum(tp.exp(x)), [np.linspace(-1, 1, 5)]),
+    "scalar argument broadcast": (
+        lambda a, x: tp.sum(tp.tanh(a * x + a)),
+        [np.array(0.7), np.linspace(-1, 1, 6)],
+    ),
+    "shifted views of a fused value": (
+        lambda x: tp.sum(tp.exp(x)[1:] * tp.exp(x)[:-1] + tp.sin(x)[1:]),
+        [np.linspace(-1, 1, 8)],
+    ),
+    "reshape and transpose between loops": (
+        lambda x: tp.sum((tp.exp(x).reshape(2, 3).T * 2.0) ** 2),
+        [np.linspace(-1, 1, 6)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_edge_cases_agree(name):
+    f, args = EDGE_CASES[name]
+    ti, tc = both(f, *args)
+    agree(ti, tc, *[a * 1.1 for a in args])
+
+
+def test_several_outputs_forward_and_seeded_backward():
+    f = lambda x: (tp.exp(x), tp.sum(x * x))  # noqa: E731
+    ti, tc = both(f, np.ones(3))
+    x = np.arange(3.0)
+    for a, b in zip(tc.forward(x), ti.forward(x)):
+        close(a, b)
+    for t in (ti, tc):
+        t.forward(x)
+        t.zero_grad()
+        t.backward([np.ones(3), 2.0])
+    close(tc.grads[0], ti.grads[0])
+    close(tc.grads[0], np.exp(x) + 4 * x)
