@@ -25,7 +25,8 @@ What the generated code does differently from the interpreter:
   assigned, not zeroed and accumulated.
 - **Dead and constant entries removed.** Entries that no output or guard depends on, and
   entries that depend on no argument (their values were computed at record time and are in
-  every workspace), are not replayed.
+  every workspace), are not replayed. ``x ** k`` with a recorded constant ``k`` of 2, 3 or 4
+  is multiplied out in fused loops.
 
 Everything else (matrix products through BLAS, reductions over axes, gathers, guards,
 broadcasting elementwise entries) calls the interpreter's own function for that entry's op
@@ -74,6 +75,8 @@ from tape._layout import (
     SAME,
 )
 from tape.core import register_extension
+from tape.ops.elementwise import POW
+from tape.ops.reduce import SUM
 
 GENERATOR_VERSION = 1
 
@@ -146,7 +149,7 @@ class _Plan:
         self.ins = [[canon[b] for b in E[i, E_IN0:E_OUT] if b >= 0] for i in range(n)]
 
         # values that depend on an argument; the others are in every workspace already
-        dyn = np.zeros(len(B), bool)
+        dyn = self.dyn = np.zeros(len(B), bool)
         dyn[list(t.inputs)] = True
         for i in range(n):
             if any(dyn[owner[b]] for b in self.ins[i]):
@@ -220,7 +223,7 @@ class _Plan:
                     units.append(cur)
                 cur.entries.append(i)
             elif (
-                op.name == "sum"
+                op is SUM
                 and size == 1
                 and cur is not None
                 and cur.fold < 0
@@ -364,7 +367,37 @@ class _Gen:
         if p.external(o, u) or (g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]])):
             return True
         i = next(i for i in p.units[u].entries if p.E[i, E_OUT] == o)
-        return op.name not in CHEAP and bool(p.emask[i])
+        cheap = op.name in CHEAP or self.int_power(i) is not None
+        return not cheap and bool(p.emask[i])
+
+    def int_power(self, i):
+        """``k`` when entry ``i`` is ``x ** k`` with ``k`` a recorded constant 2, 3 or 4 (the
+        fused code multiplies instead of calling ``pow``), else ``None``."""
+        p = self.p
+        if p.ops[i] is not POW or p.stride(i, 1) != 0:
+            return None
+        b = p.ins[i][1]
+        if p.dyn[int(p.owner[b])]:
+            return None
+        k = float(p.t.data[int(p.B[b, B_OFF])])
+        return int(k) if k in (2.0, 3.0, 4.0) else None
+
+    def value(self, i, args):
+        """The expression of entry ``i``'s value from its operands ``args``."""
+        k = self.int_power(i)
+        if k is None:
+            return f"_f_{self.p.ops[i].name}({', '.join(args)})"
+        x = args[0]
+        return {2: f"{x} * {x}", 3: f"{x} * {x} * {x}", 4: f"({x} * {x}) * ({x} * {x})"}[k]
+
+    def rule(self, i, k, args, v, a):
+        """The expression of entry ``i``'s reverse rule for input ``k``."""
+        n = self.int_power(i)
+        if n is None or k != 0:
+            return f"_r_{self.p.ops[i].name}_{k}({', '.join(args)}, {v}, {a})"
+        x = args[0]
+        return {2: f"{a} * 2.0 * {x}", 3: f"{a} * 3.0 * ({x} * {x})",
+                4: f"{a} * 4.0 * ({x} * {x} * {x})"}[n]  # fmt: skip
 
     def describe(self, g):
         names = ", ".join(self.p.ops[i].name for i in g.entries)
@@ -397,8 +430,8 @@ class _Gen:
         for i in g.entries:
             op = p.ops[i]
             o = int(p.E[i, E_OUT])
-            args = ", ".join(self.call_args(u, i, c, loads, consts))
-            body.append(f"v{c.n(o)} = _f_{op.name}({args})")
+            args = self.call_args(u, i, c, loads, consts)
+            body.append(f"v{c.n(o)} = {self.value(i, args)}")
             if self.stored(u, o, op):
                 body.append(f"{c.view('data', o)}[j] = v{c.n(o)}")
         for name, expr in consts.items():
@@ -456,11 +489,11 @@ class _Gen:
         for i in g.entries:
             op = p.ops[i]
             o = int(p.E[i, E_OUT])
-            args = ", ".join(self.call_args(u, i, c, loads, consts))
+            args = self.call_args(u, i, c, loads, consts)
             if self.stored(u, o, op):
                 loads[f"v{c.n(o)}"] = f"{c.view('data', o)}[j]"
             else:
-                vals.append(f"v{c.n(o)} = _f_{op.name}({args})")
+                vals.append(f"v{c.n(o)} = {self.value(i, args)}")
             if p.emask[i]:
                 init = f"{c.view('grad', o)}[j]" if p.external(o, u) else "0.0"
                 adj.append(f"a{c.n(o)} = {init}")
@@ -478,7 +511,7 @@ class _Gen:
             for k, b in enumerate(p.ins[i]):
                 if not op.differentiable[k] or B[b, B_KIND] == CONST:
                     continue
-                rule = f"_r_{op.name}_{k}({', '.join(args)}, v{o}, a{o})"
+                rule = self.rule(i, k, args, f"v{o}", f"a{o}")
                 ob = int(p.owner[b])
                 if p.made_by.get(ob) == u and p.full(b):
                     target = f"a{c.n(ob)}"

@@ -464,3 +464,14 @@ def test_several_outputs_forward_and_seeded_backward():
         t.backward([np.ones(3), 2.0])
     close(tc.grads[0], ti.grads[0])
     close(tc.grads[0], np.exp(x) + 4 * x)
+
+
+def test_integer_powers_are_multiplied_out():
+    f = lambda x: tp.sum(x**3 - 2.0 * x**4 + tp.power(x, 2.0) + x**2.5)  # noqa: E731
+    x = np.linspace(0.1, 1.5, 7)
+    ti, tc = both(f, x)
+    src = tc.compiled_source
+    assert src.count("_f_pow(") == 1  # x ** 2.5 stays a pow; 2, 3 and 4 are multiplied out
+    assert "x0 * x0 * x0" in src and "(x0 * x0) * (x0 * x0)" in src
+    agree(ti, tc, x * 0.9)
+    close(tc.gradient(x), 3 * x**2 - 8 * x**3 + 2 * x + 2.5 * x**1.5)
