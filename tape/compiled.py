@@ -109,7 +109,7 @@ STALE_POOL = (
 
 
 class CompileError(RuntimeError):
-    """A tape cannot be compiled (too long, or not a recorded tape)."""
+    """A tape cannot be compiled (too many kinds of unit, or not a recorded tape)."""
 
 
 # ---------------------------------------------------------------- analysis
@@ -298,6 +298,12 @@ class _Code:
         return out + self.lines + [f"    {x}" for x in tail]
 
 
+def _unit_args(name):
+    """The arguments of a fused loop's function: reverse ones also take the adjoint arena."""
+    return "entries, bufs, ipool, data, grad, P" if name.startswith("_rev") else (
+        "entries, bufs, ipool, data, P")  # fmt: skip
+
+
 def _rule_names(ops):
     """Module-level aliases of the scalar rules the generated loops call."""
     lines = []
@@ -335,9 +341,11 @@ class _Gen:
         out = []
         for name, (doc, lines, inline) in self.blocks.items():
             if not inline:
-                args = "entries, bufs, ipool, data, grad, P" if name.startswith("_rev") else (
-                    "entries, bufs, ipool, data, P")  # fmt: skip
-                out += ["@njit(**COMPILED_JIT)", f"def {name}({args}):", f'    """{doc}"""']
+                out += [
+                    "@njit(**COMPILED_JIT)",
+                    f"def {name}({_unit_args(name)}):",
+                    f'    """{doc}"""',
+                ]
                 out += lines + ["", ""]
         return out
 
@@ -360,14 +368,14 @@ class _Gen:
     def call_args(self, u, i, c, loads, consts):
         return [self.operand(u, i, k, c, loads, consts) for k in range(len(self.p.ins[i]))]
 
-    def stored(self, u, o, op):
-        """Group ``u``'s value ``o`` (made by ``op``) is written to the arena."""
+    def stored(self, u, i):
+        """The value of entry ``i`` of group ``u`` is written to the arena."""
         p = self.p
         g = p.units[u]
+        o = int(p.E[i, E_OUT])
         if p.external(o, u) or (g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]])):
             return True
-        i = next(i for i in p.units[u].entries if p.E[i, E_OUT] == o)
-        cheap = op.name in CHEAP or self.int_power(i) is not None
+        cheap = p.ops[i].name in CHEAP or self.int_power(i) is not None
         return not cheap and bool(p.emask[i])
 
     def int_power(self, i):
@@ -428,11 +436,10 @@ class _Gen:
         c = _Code(p.B)
         body, loads, consts = [], {}, {}
         for i in g.entries:
-            op = p.ops[i]
             o = int(p.E[i, E_OUT])
             args = self.call_args(u, i, c, loads, consts)
             body.append(f"v{c.n(o)} = {self.value(i, args)}")
-            if self.stored(u, o, op):
+            if self.stored(u, i):
                 body.append(f"{c.view('data', o)}[j] = v{c.n(o)}")
         for name, expr in consts.items():
             c(f"{name} = {expr}")
@@ -487,10 +494,9 @@ class _Gen:
         scalar: dict[str, int] = {}  # adjoint of a broadcast input: summed over the loop
         full: dict[str, int] = {}  # adjoint of an input read elementwise
         for i in g.entries:
-            op = p.ops[i]
             o = int(p.E[i, E_OUT])
             args = self.call_args(u, i, c, loads, consts)
-            if self.stored(u, o, op):
+            if self.stored(u, i):
                 loads[f"v{c.n(o)}"] = f"{c.view('data', o)}[j]"
             else:
                 vals.append(f"v{c.n(o)} = {self.value(i, args)}")
@@ -597,9 +603,7 @@ def _dispatch(table, names, blocks, status):
         if inline:
             lines += ["        " + line for line in block]
         else:
-            args = "entries, bufs, ipool, data, grad, P" if name.startswith("_rev") else (
-                "entries, bufs, ipool, data, P")  # fmt: skip
-            lines += [f"            {name}({args})"]
+            lines += [f"            {name}({_unit_args(name)})"]
     if status and names:
         lines += ["        if st >= 0:", "            return st"]
     return lines
