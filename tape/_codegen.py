@@ -35,7 +35,7 @@ from numba import njit, prange
 
 from tape import _loops as L
 from tape._config import SWEEP_JIT
-from tape._layout import B_ALIAS, B_KIND, B_OFF, B_SIZE, E_IN0, E_OUT, E_ATTR, ACTIVE, LEAF
+from tape._layout import B_ALIAS, B_KIND, B_OFF, B_SIZE, E_IN0, E_OUT, E_ATTR, ACTIVE, CONST, LEAF
 from tape.registry import BY_NAME
 {imports}
 
@@ -65,6 +65,7 @@ def generate() -> str:
     from tape.registry import OPS
 
     imports, rules, fwd, rev, entry_fns, emit_fns = [], [], [], [], [], []
+    tan, hrev = [], []
     kernel_imports: dict[str, list[str]] = {}
     for op in OPS:
         tag = f"  # {op.name}"
@@ -83,6 +84,7 @@ def generate() -> str:
                     f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}(i, entries, bufs, ipool, data, grad):\n"
                     f"    {op.rev_names[0]}(i, entries, bufs, ipool, data, grad)\n"
                 )
+            kernel_imports[op.module] += _kernel_derivatives(op, entry_fns, tan, hrev)
             fwd.append(f"        {kw} op == {op.code}:{tag}")
             fwd.append(f"            status = {op.fwd_name}(i, entries, bufs, ipool, data)")
             fwd.append("            if status >= 0:")
@@ -96,6 +98,9 @@ def generate() -> str:
         for k, rn in enumerate(op.rev_names):
             if rn:
                 rules.append(f'{rn} = BY_NAME["{op.name}"].rev[{k}]')
+        for k, h in enumerate(op.hess):
+            if h is not None:
+                rules.append(f'{op.name}_h{k} = BY_NAME["{op.name}"].hess[{k}]')
         loop = {1: "unary", 2: "binary", 3: "ternary"}[n]
         if n == 1:
             fwd_call = f"L.unary_fwd({op.fwd_name}, i, entries, bufs, data)"
@@ -123,7 +128,10 @@ def generate() -> str:
         )
         rev.append(f"        elif op == {op.code}:{tag}")
         rev.append(f"            _rev_{op.name}(i, entries, bufs, ipool, data, grad)")
+        _elementwise_derivatives(op, entry_fns, tan, hrev)
     rev[0] = rev[0].replace("elif", "if", 1)
+    tan[0] = tan[0].replace("elif", "if", 1)
+    hrev[0] = hrev[0].replace("elif", "if", 1)
     for mod, names in sorted(kernel_imports.items()):
         imports.append(f"from {mod} import {', '.join(names)}")
 
@@ -159,8 +167,97 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
         if not emask[i]:
             continue
         op = entries[i, 0]
-''' + "\n".join(rev) + "\n\n" + drivers_text()
+''' + "\n".join(rev) + '''
+
+
+@njit(**SWEEP_JIT)
+def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
+    """Forward mode over a forward sweep's values ``data``: row ``d`` of ``T`` is a tangent
+    arena (the value arena's layout) holding the arguments' tangents of direction ``d``; the
+    sweep writes the tangents of entries ``start .. stop-1`` into it (vector mode: every
+    direction per entry). ``T`` must start at zero outside the arguments. Writes ``T``."""
+    for i in range(start, stop):
+        op = entries[i, 0]
+        if bufs[entries[i, E_OUT], B_KIND] == CONST:
+            continue
+        for d in range(T.shape[0]):
+            t = T[d]
+''' + "\n".join(tan) + '''
+
+
+@njit(**SWEEP_JIT)
+def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start, stop):
+    """Forward-over-reverse: the tangent of a reverse sweep. ``data`` and ``grad`` are a
+    forward sweep's values and the finished reverse sweep's adjoints, ``T`` the tangents of
+    :func:`tangent_sweep`; adds into ``GT`` (one tangent-adjoint arena per row of ``T``) the
+    tangents of the adjoints, from entry ``stop-1`` down to ``start`` (entries in ``emask``).
+    Seed ``GT`` at the roots (zero for a constant seed). Writes ``GT``."""
+    for i in range(stop - 1, start - 1, -1):
+        if not emask[i]:
+            continue
+        op = entries[i, 0]
+        for d in range(T.shape[0]):
+            t = T[d]
+            gt = GT[d]
+''' + "\n".join(hrev) + "\n\n" + drivers_text()
     return body + "\n".join(table)
+
+
+def _kernel_derivatives(op, entry_fns, tan, hrev):
+    """A kernel op's tangent and forward-over-reverse entries (registry.LINEAR: its own
+    kernels run on tangents). Returns the names to import from the op's module."""
+    from tape.registry import LINEAR
+
+    if not any(op.differentiable):
+        return []
+    names, tag = [], f"  # {op.name}"
+    jvp = f"{op.fwd_name}(i, entries, bufs, ipool, t)"
+    if op.jvp != LINEAR:
+        names.append(op.jvp.py_func.__name__)
+        jvp = f"{names[-1]}(i, entries, bufs, ipool, data, t)"
+    hvp = f"{op.rev_names[0]}(i, entries, bufs, ipool, data, gt)"
+    if op.hvp != LINEAR:
+        names.append(op.hvp.py_func.__name__)
+        hvp = f"{names[-1]}(i, entries, bufs, ipool, data, grad, t, gt)"
+    _derivative_entries(op, entry_fns, tan, hrev, jvp, hvp)
+    return names
+
+
+def _elementwise_derivatives(op, entry_fns, tan, hrev):
+    """An elementwise op's tangent entry (its reverse rules on the input tangents) and
+    forward-over-reverse entry (its reverse rules on the tangent adjoints plus its second
+    partials)."""
+    n = op.arity
+    r = [rn or f"L.no_rule{n + 2}" for rn in op.rev_names]
+    d = ", ".join(str(v) for v in op.differentiable)
+    h = [f"{op.name}_h{k}" if f is not None else f"L.no_h{n + 1}" for k, f in enumerate(op.hess)]
+    nz = ", ".join(str(f is not None) for f in op.hess)
+    if n == 1:
+        jvp = f"L.unary_tan({r[0]}, i, entries, bufs, data, t)"
+        hvp = f"L.unary_hrev({r[0]}, {h[0]}, {nz}, i, entries, bufs, data, grad, t, gt)"
+    elif n == 2:
+        jvp = f"L.binary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, t)"
+        hvp = (f"L.binary_hrev({', '.join(r)}, {', '.join(h)}, {d}, {nz}, i, entries, bufs, "
+               "ipool, data, grad, t, gt)")  # fmt: skip
+    else:  # ternary ops are piecewise linear: the reverse loop on the tangent adjoints
+        jvp = f"L.ternary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, t)"
+        hvp = f"L.ternary_rev({', '.join(r)}, {d}, i, entries, bufs, ipool, data, gt)"
+    _derivative_entries(op, entry_fns, tan, hrev, jvp, hvp)
+
+
+def _derivative_entries(op, entry_fns, tan, hrev, jvp, hvp):
+    entry_fns.append(
+        f"@njit(**SWEEP_JIT)\ndef _tan_{op.name}(i, entries, bufs, ipool, data, t):\n    {jvp}\n"
+    )
+    entry_fns.append(
+        f"@njit(**SWEEP_JIT)\ndef _hrev_{op.name}(i, entries, bufs, ipool, data, grad, t, gt):\n"
+        f"    {hvp}\n"
+    )
+    tag = f"  # {op.name}"
+    tan.append(f"            elif op == {op.code}:{tag}")
+    tan.append(f"                _tan_{op.name}(i, entries, bufs, ipool, data, t)")
+    hrev.append(f"            elif op == {op.code}:{tag}")
+    hrev.append(f"                _hrev_{op.name}(i, entries, bufs, ipool, data, grad, t, gt)")
 
 
 def _has_rev(op):

@@ -297,3 +297,182 @@ def no_rule4(x0, x1, y, gy):
 @_jit
 def no_rule5(x0, x1, x2, y, gy):
     return 0.0
+
+
+# ---------------------------------------------------------------- tangents (forward mode)
+#
+# The tangent of an elementwise entry is its reverse rules applied to the input tangents:
+# ``r_k(x, y, g)`` is ``g * df/dx_k``, and a scalar partial is its own transpose, so
+# ``ty = sum_k r_k(x, y, t_k)``. ``t`` is a tangent arena (the value arena's layout). The same
+# select as the reverse loops keeps a zero tangent from turning an inf partial into NaN.
+#
+# The tangent of a reverse entry (forward-over-reverse, for Hessian-vector products) adds to
+# the tangent adjoint ``gt`` of input ``k``
+#     r_k(x, y, gt_y) + g_y * sum_j H_kj(x, y) t_j
+# where ``H`` are the op's second partials (``Op.hess``; ``nK`` says which are nonzero).
+
+
+@_loop
+def unary_tan(r, i, entries, bufs, data, t):
+    a = entries[i, E_IN0]
+    o = entries[i, E_OUT]
+    ty = view(bufs, t, o)
+    if not active(bufs, a):
+        ty[:] = 0.0
+        return
+    x = view(bufs, data, a)
+    y = view(bufs, data, o)
+    tx = view(bufs, t, a)
+    for j in range(y.shape[0]):
+        ty[j] = masked(r(x[j], y[j], tx[j]), tx[j])
+
+
+@_loop
+def unary_hrev(r, h, nh, i, entries, bufs, data, grad, t, gt):
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    gty = view(bufs, gt, o)
+    tx = view(bufs, t, a)
+    gtx = view(bufs, gt, a)
+    for j in range(y.shape[0]):
+        v = masked(r(x[j], y[j], gty[j]), gty[j])
+        if nh and gy[j] != 0.0 and tx[j] != 0.0:
+            v += gy[j] * (h(x[j], y[j]) * tx[j])
+        gtx[j] += v
+
+
+@_loop
+def binary_tan(r0, r1, d0, d1, i, entries, bufs, ipool, data, t):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = d0 and active(bufs, a)
+    act1 = d1 and active(bufs, b)
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    t0 = view(bufs, t, a)
+    t1 = view(bufs, t, b)
+    ty = view(bufs, t, o)
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        for j in range(m):
+            k0 = b0 + j * s0
+            k1 = b1 + j * s1
+            jy = r * m + j
+            acc = 0.0
+            if act0:
+                acc += masked(r0(x0[k0], x1[k1], y[jy], t0[k0]), t0[k0])
+            if act1:
+                acc += masked(r1(x0[k0], x1[k1], y[jy], t1[k1]), t1[k1])
+            ty[jy] = acc
+
+
+@_loop
+def binary_hrev(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, i, entries, bufs, ipool, data,
+                grad, t, gt):  # fmt: skip
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = d0 and active(bufs, a)
+    act1 = d1 and active(bufs, b)
+    if not (act0 or act1):
+        return
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    gty = view(bufs, gt, o)
+    t0 = view(bufs, t, a)
+    t1 = view(bufs, t, b)
+    g0 = view(bufs, gt, a)
+    g1 = view(bufs, gt, b)
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        for j in range(m):
+            k0 = b0 + j * s0
+            k1 = b1 + j * s1
+            jy = r * m + j
+            u = x0[k0]
+            w = x1[k1]
+            yv = y[jy]
+            g = gy[jy]
+            dg = gty[jy]
+            ta = t0[k0] if act0 else 0.0
+            tb = t1[k1] if act1 else 0.0
+            if act0:
+                v = masked(r0(u, w, yv, dg), dg)
+                if g != 0.0:
+                    s = 0.0
+                    if n00 and ta != 0.0:
+                        s += h00(u, w, yv) * ta
+                    if n01 and tb != 0.0:
+                        s += h01(u, w, yv) * tb
+                    v += g * s
+                g0[k0] += v
+            if act1:
+                v = masked(r1(u, w, yv, dg), dg)
+                if g != 0.0:
+                    s = 0.0
+                    if n01 and ta != 0.0:
+                        s += h01(u, w, yv) * ta
+                    if n11 and tb != 0.0:
+                        s += h11(u, w, yv) * tb
+                    v += g * s
+                g1[k1] += v
+
+
+@_loop
+def ternary_tan(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, t):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    c = entries[i, E_IN2]
+    act0 = d0 and active(bufs, a)
+    act1 = d1 and active(bufs, b)
+    act2 = d2 and active(bufs, c)
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    x2 = view(bufs, data, c)
+    y = view(bufs, data, entries[i, E_OUT])
+    t0 = view(bufs, t, a)
+    t1 = view(bufs, t, b)
+    t2 = view(bufs, t, c)
+    ty = view(bufs, t, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n = y.shape[0]
+    same = ipool[p] == SAME
+    if same:
+        o0 = o1 = o2 = np.arange(n)
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        o2 = bcast_offsets(ipool, p, 2)
+    for j in range(n):
+        u, v, w = x0[o0[j]], x1[o1[j]], x2[o2[j]]
+        acc = 0.0
+        if act0:
+            acc += masked(r0(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
+        if act1:
+            acc += masked(r1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
+        if act2:
+            acc += masked(r2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
+        ty[j] = acc
+
+
+@_jit
+def no_h2(x0, y):
+    return 0.0
+
+
+@_jit
+def no_h3(x0, x1, y):
+    return 0.0

@@ -708,6 +708,51 @@ class Tape:
         parallel on the CPU (:func:`tape.batch.gradient_batch`)."""
         return _EXTENSIONS["gradient_batch"](self, *args, n_threads=n_threads)
 
+    # ------------------------------------------------------------ beyond the gradient
+    # (tape.derivatives: forward mode, Jacobians, Hessians, sparse patterns)
+
+    def jvp(self, *args, tangents):
+        """``(value, tangent)``: outputs at ``args`` and their derivative along ``tangents``
+        (one array per differentiated argument), by forward mode
+        (:func:`tape.derivatives.jvp`)."""
+        from tape import derivatives
+
+        return derivatives.jvp(self, *args, tangents=tangents)
+
+    def vjp(self, *args, cotangent):
+        """``(value, grads)``: outputs at ``args`` and ``J^T cotangent``, structured like
+        :meth:`gradient` (:func:`tape.derivatives.vjp`)."""
+        from tape import derivatives
+
+        return derivatives.vjp(self, *args, cotangent=cotangent)
+
+    def jacobian(self, *args, mode="auto", sparse=False):
+        """Jacobian at ``args``: ``mode`` ``"auto"``, ``"fwd"`` or ``"rev"``; ``sparse=True``
+        gives a ``scipy.sparse.csr_matrix`` by colouring (:func:`tape.derivatives.jacobian`)."""
+        from tape import derivatives
+
+        return derivatives.jacobian(self, *args, mode=mode, sparse=sparse)
+
+    def hessian(self, *args, sparse=False):
+        """Hessian of the scalar output at ``args`` by forward-over-reverse
+        (:func:`tape.derivatives.hessian`)."""
+        from tape import derivatives
+
+        return derivatives.hessian(self, *args, sparse=sparse)
+
+    def hvp(self, *args, v):
+        """Hessian-vector product at ``args``, structured like :meth:`gradient`
+        (:func:`tape.derivatives.hvp`)."""
+        from tape import derivatives
+
+        return derivatives.hvp(self, *args, v=v)
+
+    def sparsity(self, *args):
+        """Jacobian and Hessian sparsity patterns (:func:`tape.derivatives.sparsity`)."""
+        from tape import derivatives
+
+        return derivatives.sparsity(self, *args)
+
     def to(self, device, **kwargs):
         """``"cuda"`` / ``"cuda:N"``: a :class:`tape.cuda.CudaTape` replaying this tape on an
         NVIDIA GPU (values and gradients stay on the device; needs the ``cuda`` extra).

@@ -15,12 +15,22 @@ Kinds of op:
     ``fwd(x0[, x1[, x2]]) -> y``; ``rev[k]`` is a scalar rule ``rev_k(x0[, x1[, x2]], y, gy)``
     returning the contribution to the adjoint of input ``k`` (``None``: input ``k`` is not
     differentiable). The sweep accumulates; rules never do.
+    ``hess`` holds the second partials ``h(x0[, x1], y)`` (upper triangle, row by row: ``(h00,)``
+    or ``(h00, h01, h11)``; ``None`` where identically zero), which the forward-over-reverse
+    sweep needs. The tangent (forward-mode) rule is not written separately: a scalar partial
+    is its own transpose, so ``tangent = sum_k rev_k(x, y, t_k)`` (:mod:`tape._loops`).
+    Ternary ops are piecewise linear (``where``, ``clip``): they take no ``hess``.
 ``kernel``
     Structural ops (reductions, movement, linear algebra, gather). ``fwd`` is a compiled
     ``fwd(i, entries, bufs, ipool, data) -> status`` and ``rev[0]`` a compiled
     ``rev(i, entries, bufs, ipool, data, grad)``; both read the entry's attribute block in the
     integer pool. ``status`` is ``-1`` on success, or ``i`` when the entry found bad data (an
-    out-of-range gather index) and the sweep must stop.
+    out-of-range gather index) and the sweep must stop. A differentiable kernel op also has
+    ``jvp(i, entries, bufs, ipool, data, t)`` (writes the output's tangent in the tangent
+    arena ``t``), ``hvp(i, entries, bufs, ipool, data, grad, t, gt)`` (adds the tangent of its
+    reverse rule into the tangent adjoints ``gt``), either of which may be :data:`LINEAR`, and
+    ``sparsity(t, i, data)`` (which input elements each output element depends on, and which pairs
+    of input elements interact nonlinearly: see :class:`Op`).
 
 Every op also has a ``check(t, i, entry)``: a plain Python function that raises ``ValueError``
 unless entry ``i`` of tape ``t`` (its attribute block, its buffers' sizes) keeps the op's
@@ -38,6 +48,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 ELEMENTWISE_ARITY = {"unary": 1, "binary": 2, "ternary": 3}
+
+LINEAR = "linear"
+"""A kernel op's ``jvp`` / ``hvp`` that is its own kernel run on tangents: ``jvp`` = the
+forward kernel run on the tangent arena (the op is linear and reads no values but its
+differentiable inputs); ``hvp`` = the reverse kernel run with the tangent adjoints as its
+adjoints (the reverse rule is linear in the output adjoint and has no second partials)."""
+
+HESS_LEN = {"unary": 1, "binary": 3, "ternary": 0}
 
 DTYPE_RULES = ("promote", "bool", "float")
 """Result dtype rules (:attr:`Op.dtype`); ``("like", positions)`` is the fourth."""
@@ -105,6 +123,19 @@ class Op:
         ``(rtol, atol)`` of forward values against ``ref`` and across backends.
     fd_tol : tuple
         ``(rtol, atol)`` of gradients against central finite differences.
+    hess : tuple
+        Elementwise ops: second partials ``h(x0[, x1], y)``, upper triangle row by row
+        (``(h00,)`` unary, ``(h00, h01, h11)`` binary), ``None`` where identically zero.
+    jvp, hvp : callable, LINEAR or None
+        Kernel ops: the tangent kernel and the tangent of the reverse kernel (see the module
+        docstring); ``None`` only for ops without differentiable inputs.
+    sparsity : callable or None
+        Kernel ops: ``sparsity(t, i, data) -> (deps, pairs)`` for entry ``i`` of tape ``t`` with values
+        ``data`` (a value arena).
+        ``deps``: ``[(k, out_elems, in_elems)]``, output element ``out_elems[j]`` depends on
+        element ``in_elems[j]`` of input ``k``. ``pairs``: ``[(k, groups_k, elems_k, l,
+        groups_l, elems_l)]``, elements of inputs ``k`` and ``l`` in the same group interact
+        nonlinearly (a nonzero second partial). Used by :mod:`tape.sparse`.
     module : str
         Module that defined the op (for the code generator's imports).
     code : int
@@ -132,6 +163,10 @@ class Op:
     kinks: tuple = ()
     tol: tuple = (1e-12, 1e-12)
     fd_tol: tuple = (1e-3, 1e-5)
+    hess: tuple = ()
+    jvp: Callable | str | None = None
+    hvp: Callable | str | None = None
+    sparsity: Callable | None = None
     module: str = ""
     fwd_name: str = ""
     rev_names: tuple = ()
@@ -160,7 +195,7 @@ def _register(op: Op) -> Op:
     return op
 
 
-def elementwise(kind, name, fwd, *rev, module="", names=None, check=None, **facts):
+def elementwise(kind, name, fwd, *rev, module="", names=None, check=None, hess=None, **facts):
     """Register an elementwise op from its scalar rules.
 
     ``facts`` are the record's other fields (``ref``, ``dtype``, ``operators``, ``method``,
@@ -178,6 +213,11 @@ def elementwise(kind, name, fwd, *rev, module="", names=None, check=None, **fact
         raise ValueError(
             f"{name}: {kind} op needs {n} reverse rules (None where not differentiable)"
         )
+    hess = (None,) * HESS_LEN[kind] if hess is None else tuple(hess)
+    if len(hess) != HESS_LEN[kind]:
+        raise ValueError(
+            f"{name}: a {kind} op has {HESS_LEN[kind]} second partials (hess=), got {len(hess)}"
+        )
     fwd_name = f"{name}_fwd"
     rev_names = tuple(None if r is None else f"{name}_rev{k}" for k, r in enumerate(rev))
     return _register(
@@ -192,16 +232,20 @@ def elementwise(kind, name, fwd, *rev, module="", names=None, check=None, **fact
             fwd_name=fwd_name,
             rev_names=rev_names,
             check=check,
+            hess=hess,
             **facts,
         )
     )
 
 
-def kernel(name, fwd, rev, *, module, n_inputs, differentiable, check=None, gpu=None, **facts):
+def kernel(name, fwd, rev, *, module, n_inputs, differentiable, check=None, gpu=None, jvp=None,
+           hvp=None, sparsity=None, **facts):  # fmt: skip
     """Register a structural op from its compiled entry kernels (``rev`` may be ``None``),
     ``check``, the validation of its entries (see the module docstring; a tape using a kernel
     op without one cannot be loaded, and the tests fail), and ``gpu``, the key of its GPU
-    kernel (the CUDA code generator fails without one). ``facts``: the record's other
+    kernel (the CUDA code generator fails without one), ``jvp``, ``hvp`` and ``sparsity``
+    (derivatives beyond the first and sparsity patterns; required when an input is
+    differentiable). ``facts``: the record's other
     fields (see :class:`Op`)."""
     return _register(
         Op(
@@ -216,6 +260,9 @@ def kernel(name, fwd, rev, *, module, n_inputs, differentiable, check=None, gpu=
             rev_names=(None if rev is None else rev.py_func.__name__,),
             check=check,
             gpu=gpu,
+            jvp=jvp,
+            hvp=hvp,
+            sparsity=sparsity,
             **facts,
         )
     )
@@ -266,7 +313,18 @@ def missing_facts(op: Op) -> list[str]:
             out.append("differentiable inputs but no reverse kernel")
         if not (isinstance(op.gpu, str) and op.gpu):
             out.append("no GPU kernel (gpu=: its key in tape.cuda._kernels.GPU_KERNELS)")
+        if any(op.differentiable):
+            for what in ("jvp", "hvp"):
+                rule = getattr(op, what)
+                if not (callable(rule) or rule == LINEAR):
+                    out.append(f"no {what} kernel (a compiled kernel or registry.LINEAR)")
+            if not callable(op.sparsity):
+                out.append("no sparsity rule (sparsity=)")
         return out
+    if len(op.hess) != HESS_LEN[op.kind]:
+        out.append(f"{len(op.hess)} second partials (hess) for a {op.kind} op")
+    if any(h is not None and not callable(h) for h in op.hess):
+        out.append("a second partial (hess) is not callable")
     if len(op.rev) != n:
         out.append(f"{len(op.rev)} reverse rules for {n} inputs")
     if op.ref is None:

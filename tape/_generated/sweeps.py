@@ -6,19 +6,19 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "914c4320aa148725191926d73ec248828b6c786f9543a9b086f348fac406aac1"
+FINGERPRINT = "91c4de4b6cd488abc8865df607855bfffb611bef4fae12726f8f5322fb995eec"
 
 import numpy as np
 from numba import njit, prange
 
 from tape import _loops as L
 from tape._config import SWEEP_JIT
-from tape._layout import B_ALIAS, B_KIND, B_OFF, B_SIZE, E_IN0, E_OUT, E_ATTR, ACTIVE, LEAF
+from tape._layout import B_ALIAS, B_KIND, B_OFF, B_SIZE, E_IN0, E_OUT, E_ATTR, ACTIVE, CONST, LEAF
 from tape.registry import BY_NAME
 from tape.ops.guard import guard_fwd
-from tape.ops.linalg import matmul_fwd, matmul_rev
-from tape.ops.movement import copy_fwd, copy_rev, take_fwd, take_rev
-from tape.ops.reduce import sum_fwd, sum_rev, max_fwd, max_rev, min_fwd, min_rev, prod_fwd, prod_rev
+from tape.ops.linalg import matmul_fwd, matmul_rev, matmul_jvp, matmul_hvp
+from tape.ops.movement import copy_fwd, copy_rev, take_fwd, take_rev, take_jvp
+from tape.ops.reduce import sum_fwd, sum_rev, max_fwd, max_rev, extreme_jvp, min_fwd, min_rev, extreme_jvp, prod_fwd, prod_rev, prod_jvp, prod_hvp
 
 neg_fwd = BY_NAME["neg"].fwd
 neg_rev0 = BY_NAME["neg"].rev[0]
@@ -26,36 +26,51 @@ abs_fwd = BY_NAME["abs"].fwd
 abs_rev0 = BY_NAME["abs"].rev[0]
 square_fwd = BY_NAME["square"].fwd
 square_rev0 = BY_NAME["square"].rev[0]
+square_h0 = BY_NAME["square"].hess[0]
 sqrt_fwd = BY_NAME["sqrt"].fwd
 sqrt_rev0 = BY_NAME["sqrt"].rev[0]
+sqrt_h0 = BY_NAME["sqrt"].hess[0]
 exp_fwd = BY_NAME["exp"].fwd
 exp_rev0 = BY_NAME["exp"].rev[0]
+exp_h0 = BY_NAME["exp"].hess[0]
 log_fwd = BY_NAME["log"].fwd
 log_rev0 = BY_NAME["log"].rev[0]
+log_h0 = BY_NAME["log"].hess[0]
 log1p_fwd = BY_NAME["log1p"].fwd
 log1p_rev0 = BY_NAME["log1p"].rev[0]
+log1p_h0 = BY_NAME["log1p"].hess[0]
 expm1_fwd = BY_NAME["expm1"].fwd
 expm1_rev0 = BY_NAME["expm1"].rev[0]
+expm1_h0 = BY_NAME["expm1"].hess[0]
 sin_fwd = BY_NAME["sin"].fwd
 sin_rev0 = BY_NAME["sin"].rev[0]
+sin_h0 = BY_NAME["sin"].hess[0]
 cos_fwd = BY_NAME["cos"].fwd
 cos_rev0 = BY_NAME["cos"].rev[0]
+cos_h0 = BY_NAME["cos"].hess[0]
 tan_fwd = BY_NAME["tan"].fwd
 tan_rev0 = BY_NAME["tan"].rev[0]
+tan_h0 = BY_NAME["tan"].hess[0]
 tanh_fwd = BY_NAME["tanh"].fwd
 tanh_rev0 = BY_NAME["tanh"].rev[0]
+tanh_h0 = BY_NAME["tanh"].hess[0]
 sinh_fwd = BY_NAME["sinh"].fwd
 sinh_rev0 = BY_NAME["sinh"].rev[0]
+sinh_h0 = BY_NAME["sinh"].hess[0]
 cosh_fwd = BY_NAME["cosh"].fwd
 cosh_rev0 = BY_NAME["cosh"].rev[0]
+cosh_h0 = BY_NAME["cosh"].hess[0]
 arctan_fwd = BY_NAME["arctan"].fwd
 arctan_rev0 = BY_NAME["arctan"].rev[0]
+arctan_h0 = BY_NAME["arctan"].hess[0]
 sigmoid_fwd = BY_NAME["sigmoid"].fwd
 sigmoid_rev0 = BY_NAME["sigmoid"].rev[0]
+sigmoid_h0 = BY_NAME["sigmoid"].hess[0]
 relu_fwd = BY_NAME["relu"].fwd
 relu_rev0 = BY_NAME["relu"].rev[0]
 softplus_fwd = BY_NAME["softplus"].fwd
 softplus_rev0 = BY_NAME["softplus"].rev[0]
+softplus_h0 = BY_NAME["softplus"].hess[0]
 stop_gradient_fwd = BY_NAME["stop_gradient"].fwd
 add_fwd = BY_NAME["add"].fwd
 add_rev0 = BY_NAME["add"].rev[0]
@@ -66,12 +81,18 @@ sub_rev1 = BY_NAME["sub"].rev[1]
 mul_fwd = BY_NAME["mul"].fwd
 mul_rev0 = BY_NAME["mul"].rev[0]
 mul_rev1 = BY_NAME["mul"].rev[1]
+mul_h1 = BY_NAME["mul"].hess[1]
 div_fwd = BY_NAME["div"].fwd
 div_rev0 = BY_NAME["div"].rev[0]
 div_rev1 = BY_NAME["div"].rev[1]
+div_h1 = BY_NAME["div"].hess[1]
+div_h2 = BY_NAME["div"].hess[2]
 pow_fwd = BY_NAME["pow"].fwd
 pow_rev0 = BY_NAME["pow"].rev[0]
 pow_rev1 = BY_NAME["pow"].rev[1]
+pow_h0 = BY_NAME["pow"].hess[0]
+pow_h1 = BY_NAME["pow"].hess[1]
+pow_h2 = BY_NAME["pow"].hess[2]
 maximum_fwd = BY_NAME["maximum"].fwd
 maximum_rev0 = BY_NAME["maximum"].rev[0]
 maximum_rev1 = BY_NAME["maximum"].rev[1]
@@ -105,6 +126,16 @@ def _rev_neg(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_neg(i, entries, bufs, ipool, data, t):
+    L.unary_tan(neg_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_neg(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(neg_rev0, L.no_h2, False, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_abs(i, entries, bufs, ipool, data):
     L.unary_fwd(abs_fwd, i, entries, bufs, data)
     return -1
@@ -113,6 +144,16 @@ def _fwd_abs(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_abs(i, entries, bufs, ipool, data, grad):
     L.unary_rev(abs_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_abs(i, entries, bufs, ipool, data, t):
+    L.unary_tan(abs_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_abs(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(abs_rev0, L.no_h2, False, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -127,6 +168,16 @@ def _rev_square(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_square(i, entries, bufs, ipool, data, t):
+    L.unary_tan(square_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_square(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(square_rev0, square_h0, True, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_sqrt(i, entries, bufs, ipool, data):
     L.unary_fwd(sqrt_fwd, i, entries, bufs, data)
     return -1
@@ -135,6 +186,16 @@ def _fwd_sqrt(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_sqrt(i, entries, bufs, ipool, data, grad):
     L.unary_rev(sqrt_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_sqrt(i, entries, bufs, ipool, data, t):
+    L.unary_tan(sqrt_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sqrt(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(sqrt_rev0, sqrt_h0, True, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -149,6 +210,16 @@ def _rev_exp(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_exp(i, entries, bufs, ipool, data, t):
+    L.unary_tan(exp_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_exp(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(exp_rev0, exp_h0, True, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_log(i, entries, bufs, ipool, data):
     L.unary_fwd(log_fwd, i, entries, bufs, data)
     return -1
@@ -157,6 +228,16 @@ def _fwd_log(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_log(i, entries, bufs, ipool, data, grad):
     L.unary_rev(log_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_log(i, entries, bufs, ipool, data, t):
+    L.unary_tan(log_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_log(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(log_rev0, log_h0, True, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -171,6 +252,16 @@ def _rev_log1p(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_log1p(i, entries, bufs, ipool, data, t):
+    L.unary_tan(log1p_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_log1p(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(log1p_rev0, log1p_h0, True, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_expm1(i, entries, bufs, ipool, data):
     L.unary_fwd(expm1_fwd, i, entries, bufs, data)
     return -1
@@ -179,6 +270,16 @@ def _fwd_expm1(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_expm1(i, entries, bufs, ipool, data, grad):
     L.unary_rev(expm1_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_expm1(i, entries, bufs, ipool, data, t):
+    L.unary_tan(expm1_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_expm1(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(expm1_rev0, expm1_h0, True, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -193,6 +294,16 @@ def _rev_sin(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_sin(i, entries, bufs, ipool, data, t):
+    L.unary_tan(sin_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sin(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(sin_rev0, sin_h0, True, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_cos(i, entries, bufs, ipool, data):
     L.unary_fwd(cos_fwd, i, entries, bufs, data)
     return -1
@@ -201,6 +312,16 @@ def _fwd_cos(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_cos(i, entries, bufs, ipool, data, grad):
     L.unary_rev(cos_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_cos(i, entries, bufs, ipool, data, t):
+    L.unary_tan(cos_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_cos(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(cos_rev0, cos_h0, True, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -215,6 +336,16 @@ def _rev_tan(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_tan(i, entries, bufs, ipool, data, t):
+    L.unary_tan(tan_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_tan(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(tan_rev0, tan_h0, True, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_tanh(i, entries, bufs, ipool, data):
     L.unary_fwd(tanh_fwd, i, entries, bufs, data)
     return -1
@@ -223,6 +354,16 @@ def _fwd_tanh(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_tanh(i, entries, bufs, ipool, data, grad):
     L.unary_rev(tanh_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_tanh(i, entries, bufs, ipool, data, t):
+    L.unary_tan(tanh_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_tanh(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(tanh_rev0, tanh_h0, True, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -237,6 +378,16 @@ def _rev_sinh(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_sinh(i, entries, bufs, ipool, data, t):
+    L.unary_tan(sinh_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sinh(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(sinh_rev0, sinh_h0, True, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_cosh(i, entries, bufs, ipool, data):
     L.unary_fwd(cosh_fwd, i, entries, bufs, data)
     return -1
@@ -245,6 +396,16 @@ def _fwd_cosh(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_cosh(i, entries, bufs, ipool, data, grad):
     L.unary_rev(cosh_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_cosh(i, entries, bufs, ipool, data, t):
+    L.unary_tan(cosh_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_cosh(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(cosh_rev0, cosh_h0, True, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -259,6 +420,16 @@ def _rev_arctan(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_arctan(i, entries, bufs, ipool, data, t):
+    L.unary_tan(arctan_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_arctan(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(arctan_rev0, arctan_h0, True, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_sigmoid(i, entries, bufs, ipool, data):
     L.unary_fwd(sigmoid_fwd, i, entries, bufs, data)
     return -1
@@ -267,6 +438,16 @@ def _fwd_sigmoid(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_sigmoid(i, entries, bufs, ipool, data, grad):
     L.unary_rev(sigmoid_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_sigmoid(i, entries, bufs, ipool, data, t):
+    L.unary_tan(sigmoid_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sigmoid(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(sigmoid_rev0, sigmoid_h0, True, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -281,6 +462,16 @@ def _rev_relu(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_relu(i, entries, bufs, ipool, data, t):
+    L.unary_tan(relu_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_relu(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(relu_rev0, L.no_h2, False, i, entries, bufs, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_softplus(i, entries, bufs, ipool, data):
     L.unary_fwd(softplus_fwd, i, entries, bufs, data)
     return -1
@@ -289,6 +480,16 @@ def _fwd_softplus(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_softplus(i, entries, bufs, ipool, data, grad):
     L.unary_rev(softplus_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_softplus(i, entries, bufs, ipool, data, t):
+    L.unary_tan(softplus_rev0, i, entries, bufs, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_softplus(i, entries, bufs, ipool, data, grad, t, gt):
+    L.unary_hrev(softplus_rev0, softplus_h0, True, i, entries, bufs, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -309,6 +510,16 @@ def _rev_add(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_add(i, entries, bufs, ipool, data, t):
+    L.binary_tan(add_rev0, add_rev1, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_add(i, entries, bufs, ipool, data, grad, t, gt):
+    L.binary_hrev(add_rev0, add_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_sub(i, entries, bufs, ipool, data):
     L.binary_fwd(sub_fwd, i, entries, bufs, ipool, data)
     return -1
@@ -317,6 +528,16 @@ def _fwd_sub(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_sub(i, entries, bufs, ipool, data, grad):
     L.binary_rev(sub_rev0, sub_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_sub(i, entries, bufs, ipool, data, t):
+    L.binary_tan(sub_rev0, sub_rev1, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sub(i, entries, bufs, ipool, data, grad, t, gt):
+    L.binary_hrev(sub_rev0, sub_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -331,6 +552,16 @@ def _rev_mul(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_mul(i, entries, bufs, ipool, data, t):
+    L.binary_tan(mul_rev0, mul_rev1, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_mul(i, entries, bufs, ipool, data, grad, t, gt):
+    L.binary_hrev(mul_rev0, mul_rev1, L.no_h3, mul_h1, L.no_h3, True, True, False, True, False, i, entries, bufs, ipool, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_div(i, entries, bufs, ipool, data):
     L.binary_fwd(div_fwd, i, entries, bufs, ipool, data)
     return -1
@@ -339,6 +570,16 @@ def _fwd_div(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_div(i, entries, bufs, ipool, data, grad):
     L.binary_rev(div_rev0, div_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_div(i, entries, bufs, ipool, data, t):
+    L.binary_tan(div_rev0, div_rev1, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_div(i, entries, bufs, ipool, data, grad, t, gt):
+    L.binary_hrev(div_rev0, div_rev1, L.no_h3, div_h1, div_h2, True, True, False, True, True, i, entries, bufs, ipool, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -353,6 +594,16 @@ def _rev_pow(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_pow(i, entries, bufs, ipool, data, t):
+    L.binary_tan(pow_rev0, pow_rev1, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_pow(i, entries, bufs, ipool, data, grad, t, gt):
+    L.binary_hrev(pow_rev0, pow_rev1, pow_h0, pow_h1, pow_h2, True, True, True, True, True, i, entries, bufs, ipool, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_maximum(i, entries, bufs, ipool, data):
     L.binary_fwd(maximum_fwd, i, entries, bufs, ipool, data)
     return -1
@@ -364,6 +615,16 @@ def _rev_maximum(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_maximum(i, entries, bufs, ipool, data, t):
+    L.binary_tan(maximum_rev0, maximum_rev1, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_maximum(i, entries, bufs, ipool, data, grad, t, gt):
+    L.binary_hrev(maximum_rev0, maximum_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_minimum(i, entries, bufs, ipool, data):
     L.binary_fwd(minimum_fwd, i, entries, bufs, ipool, data)
     return -1
@@ -372,6 +633,16 @@ def _fwd_minimum(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_minimum(i, entries, bufs, ipool, data, grad):
     L.binary_rev(minimum_rev0, minimum_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_minimum(i, entries, bufs, ipool, data, t):
+    L.binary_tan(minimum_rev0, minimum_rev1, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_minimum(i, entries, bufs, ipool, data, grad, t, gt):
+    L.binary_hrev(minimum_rev0, minimum_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -422,6 +693,16 @@ def _rev_where(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_where(i, entries, bufs, ipool, data, t):
+    L.ternary_tan(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_where(i, entries, bufs, ipool, data, grad, t, gt):
+    L.ternary_rev(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_clip(i, entries, bufs, ipool, data):
     L.ternary_fwd(clip_fwd, i, entries, bufs, ipool, data)
     return -1
@@ -430,6 +711,16 @@ def _fwd_clip(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_clip(i, entries, bufs, ipool, data, grad):
     L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_clip(i, entries, bufs, ipool, data, t):
+    L.ternary_tan(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_clip(i, entries, bufs, ipool, data, grad, t, gt):
+    L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -443,6 +734,16 @@ def _rev_matmul(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_matmul(i, entries, bufs, ipool, data, t):
+    matmul_jvp(i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_matmul(i, entries, bufs, ipool, data, grad, t, gt):
+    matmul_hvp(i, entries, bufs, ipool, data, grad, t, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_copy(i, entries, bufs, ipool, data):
     return copy_fwd(i, entries, bufs, ipool, data)
 
@@ -450,6 +751,16 @@ def _fwd_copy(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_copy(i, entries, bufs, ipool, data, grad):
     copy_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_copy(i, entries, bufs, ipool, data, t):
+    copy_fwd(i, entries, bufs, ipool, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_copy(i, entries, bufs, ipool, data, grad, t, gt):
+    copy_rev(i, entries, bufs, ipool, data, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -463,6 +774,16 @@ def _rev_take(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_take(i, entries, bufs, ipool, data, t):
+    take_jvp(i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_take(i, entries, bufs, ipool, data, grad, t, gt):
+    take_rev(i, entries, bufs, ipool, data, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_sum(i, entries, bufs, ipool, data):
     return sum_fwd(i, entries, bufs, ipool, data)
 
@@ -470,6 +791,16 @@ def _fwd_sum(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_sum(i, entries, bufs, ipool, data, grad):
     sum_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_sum(i, entries, bufs, ipool, data, t):
+    sum_fwd(i, entries, bufs, ipool, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sum(i, entries, bufs, ipool, data, grad, t, gt):
+    sum_rev(i, entries, bufs, ipool, data, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -483,6 +814,16 @@ def _rev_max(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_max(i, entries, bufs, ipool, data, t):
+    extreme_jvp(i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_max(i, entries, bufs, ipool, data, grad, t, gt):
+    max_rev(i, entries, bufs, ipool, data, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_min(i, entries, bufs, ipool, data):
     return min_fwd(i, entries, bufs, ipool, data)
 
@@ -493,6 +834,16 @@ def _rev_min(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_min(i, entries, bufs, ipool, data, t):
+    extreme_jvp(i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_min(i, entries, bufs, ipool, data, grad, t, gt):
+    min_rev(i, entries, bufs, ipool, data, gt)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_prod(i, entries, bufs, ipool, data):
     return prod_fwd(i, entries, bufs, ipool, data)
 
@@ -500,6 +851,16 @@ def _fwd_prod(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_prod(i, entries, bufs, ipool, data, grad):
     prod_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_prod(i, entries, bufs, ipool, data, t):
+    prod_jvp(i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_prod(i, entries, bufs, ipool, data, grad, t, gt):
+    prod_hvp(i, entries, bufs, ipool, data, grad, t, gt)
 
 
 @njit(**SWEEP_JIT)
@@ -1112,6 +1473,172 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
             min_rev(i, entries, bufs, ipool, data, grad)
         elif op == 40:  # prod
             prod_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
+    """Forward mode over a forward sweep's values ``data``: row ``d`` of ``T`` is a tangent
+    arena (the value arena's layout) holding the arguments' tangents of direction ``d``; the
+    sweep writes the tangents of entries ``start .. stop-1`` into it (vector mode: every
+    direction per entry). ``T`` must start at zero outside the arguments. Writes ``T``."""
+    for i in range(start, stop):
+        op = entries[i, 0]
+        if bufs[entries[i, E_OUT], B_KIND] == CONST:
+            continue
+        for d in range(T.shape[0]):
+            t = T[d]
+            if op == 0:  # neg
+                _tan_neg(i, entries, bufs, ipool, data, t)
+            elif op == 1:  # abs
+                _tan_abs(i, entries, bufs, ipool, data, t)
+            elif op == 2:  # square
+                _tan_square(i, entries, bufs, ipool, data, t)
+            elif op == 3:  # sqrt
+                _tan_sqrt(i, entries, bufs, ipool, data, t)
+            elif op == 4:  # exp
+                _tan_exp(i, entries, bufs, ipool, data, t)
+            elif op == 5:  # log
+                _tan_log(i, entries, bufs, ipool, data, t)
+            elif op == 6:  # log1p
+                _tan_log1p(i, entries, bufs, ipool, data, t)
+            elif op == 7:  # expm1
+                _tan_expm1(i, entries, bufs, ipool, data, t)
+            elif op == 8:  # sin
+                _tan_sin(i, entries, bufs, ipool, data, t)
+            elif op == 9:  # cos
+                _tan_cos(i, entries, bufs, ipool, data, t)
+            elif op == 10:  # tan
+                _tan_tan(i, entries, bufs, ipool, data, t)
+            elif op == 11:  # tanh
+                _tan_tanh(i, entries, bufs, ipool, data, t)
+            elif op == 12:  # sinh
+                _tan_sinh(i, entries, bufs, ipool, data, t)
+            elif op == 13:  # cosh
+                _tan_cosh(i, entries, bufs, ipool, data, t)
+            elif op == 14:  # arctan
+                _tan_arctan(i, entries, bufs, ipool, data, t)
+            elif op == 15:  # sigmoid
+                _tan_sigmoid(i, entries, bufs, ipool, data, t)
+            elif op == 16:  # relu
+                _tan_relu(i, entries, bufs, ipool, data, t)
+            elif op == 17:  # softplus
+                _tan_softplus(i, entries, bufs, ipool, data, t)
+            elif op == 19:  # add
+                _tan_add(i, entries, bufs, ipool, data, t)
+            elif op == 20:  # sub
+                _tan_sub(i, entries, bufs, ipool, data, t)
+            elif op == 21:  # mul
+                _tan_mul(i, entries, bufs, ipool, data, t)
+            elif op == 22:  # div
+                _tan_div(i, entries, bufs, ipool, data, t)
+            elif op == 23:  # pow
+                _tan_pow(i, entries, bufs, ipool, data, t)
+            elif op == 24:  # maximum
+                _tan_maximum(i, entries, bufs, ipool, data, t)
+            elif op == 25:  # minimum
+                _tan_minimum(i, entries, bufs, ipool, data, t)
+            elif op == 32:  # where
+                _tan_where(i, entries, bufs, ipool, data, t)
+            elif op == 33:  # clip
+                _tan_clip(i, entries, bufs, ipool, data, t)
+            elif op == 34:  # matmul
+                _tan_matmul(i, entries, bufs, ipool, data, t)
+            elif op == 35:  # copy
+                _tan_copy(i, entries, bufs, ipool, data, t)
+            elif op == 36:  # take
+                _tan_take(i, entries, bufs, ipool, data, t)
+            elif op == 37:  # sum
+                _tan_sum(i, entries, bufs, ipool, data, t)
+            elif op == 38:  # max
+                _tan_max(i, entries, bufs, ipool, data, t)
+            elif op == 39:  # min
+                _tan_min(i, entries, bufs, ipool, data, t)
+            elif op == 40:  # prod
+                _tan_prod(i, entries, bufs, ipool, data, t)
+
+
+@njit(**SWEEP_JIT)
+def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start, stop):
+    """Forward-over-reverse: the tangent of a reverse sweep. ``data`` and ``grad`` are a
+    forward sweep's values and the finished reverse sweep's adjoints, ``T`` the tangents of
+    :func:`tangent_sweep`; adds into ``GT`` (one tangent-adjoint arena per row of ``T``) the
+    tangents of the adjoints, from entry ``stop-1`` down to ``start`` (entries in ``emask``).
+    Seed ``GT`` at the roots (zero for a constant seed). Writes ``GT``."""
+    for i in range(stop - 1, start - 1, -1):
+        if not emask[i]:
+            continue
+        op = entries[i, 0]
+        for d in range(T.shape[0]):
+            t = T[d]
+            gt = GT[d]
+            if op == 0:  # neg
+                _hrev_neg(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 1:  # abs
+                _hrev_abs(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 2:  # square
+                _hrev_square(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 3:  # sqrt
+                _hrev_sqrt(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 4:  # exp
+                _hrev_exp(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 5:  # log
+                _hrev_log(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 6:  # log1p
+                _hrev_log1p(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 7:  # expm1
+                _hrev_expm1(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 8:  # sin
+                _hrev_sin(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 9:  # cos
+                _hrev_cos(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 10:  # tan
+                _hrev_tan(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 11:  # tanh
+                _hrev_tanh(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 12:  # sinh
+                _hrev_sinh(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 13:  # cosh
+                _hrev_cosh(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 14:  # arctan
+                _hrev_arctan(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 15:  # sigmoid
+                _hrev_sigmoid(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 16:  # relu
+                _hrev_relu(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 17:  # softplus
+                _hrev_softplus(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 19:  # add
+                _hrev_add(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 20:  # sub
+                _hrev_sub(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 21:  # mul
+                _hrev_mul(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 22:  # div
+                _hrev_div(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 23:  # pow
+                _hrev_pow(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 24:  # maximum
+                _hrev_maximum(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 25:  # minimum
+                _hrev_minimum(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 32:  # where
+                _hrev_where(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 33:  # clip
+                _hrev_clip(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 34:  # matmul
+                _hrev_matmul(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 35:  # copy
+                _hrev_copy(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 36:  # take
+                _hrev_take(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 37:  # sum
+                _hrev_sum(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 38:  # max
+                _hrev_max(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 39:  # min
+                _hrev_min(i, entries, bufs, ipool, data, grad, t, gt)
+            elif op == 40:  # prod
+                _hrev_prod(i, entries, bufs, ipool, data, grad, t, gt)
 
 @njit(**SWEEP_JIT)
 def reach(entries, bufs, n_entries, roots):

@@ -1,5 +1,10 @@
 """Elementwise ops: one line per op, forward rule first, then one reverse rule per input.
 
+``h=`` gives the second partials (``f''(x0, y)`` for a unary op; ``(h00, h01, h11)`` of
+``(x0, x1, y)`` for a binary one), used by Hessian-vector products; leave it out where they
+are zero. The tangent (forward-mode) rule needs no column: it is the reverse rules applied to
+the input tangents (see :mod:`tape.registry`).
+
 Reverse rules get the inputs, the forward output ``y`` and the output adjoint ``gy``, and return
 the contribution to that input's adjoint; the sweep adds it up, so ``x * x`` needs no special
 case. Masks are written as selects (``gy if c else 0.0``), never as products, so an ``inf`` or
@@ -54,19 +59,24 @@ def _cmp_ref(f):
     return lambda a, b: f(a, b).astype(np.float64)
 
 
-def unary(name, fwd, rev, ref, domain=(-2.0, 2.0), **facts):
-    # every unary op is also a Tensor method (x.exp(), x.stop_gradient())
-    rev = None if rev is None else _jit(rev)
-    return registry.elementwise(
-        "unary", name, _jit(fwd), rev, ref=ref, domain=domain, module=__name__, method=True, **facts
-    )
+def _jits(rules):
+    return tuple(None if r is None else _jit(r) for r in rules)
 
 
-def binary(name, fwd, rev0, rev1, ref, domain=(-2.0, 2.0), **facts):
-    rev = (None if r is None else _jit(r) for r in (rev0, rev1))
+def unary(name, fwd, rev, ref, domain=(-2.0, 2.0), h=None, **facts):
+    # every unary op is also a Tensor method (x.exp(), x.stop_gradient()); h: f''(x0, y)
     return registry.elementwise(
-        "binary", name, _jit(fwd), *rev, ref=ref, domain=domain, module=__name__, **facts
-    )
+        "unary", name, _jit(fwd), *_jits((rev,)), ref=ref, domain=domain, module=__name__,
+        method=True, hess=_jits((h,)), **facts,
+    )  # fmt: skip
+
+
+def binary(name, fwd, rev0, rev1, ref, domain=(-2.0, 2.0), h=(None, None, None), **facts):
+    # h: the second partials (h00, h01, h11), each h(x0, x1, y); None where zero
+    return registry.elementwise(
+        "binary", name, _jit(fwd), *_jits((rev0, rev1)), ref=ref, domain=domain,
+        module=__name__, hess=_jits(h), **facts,
+    )  # fmt: skip
 
 
 def ternary(name, fwd, rev0, rev1, rev2, ref, domain=(-2.0, 2.0), **facts):
@@ -89,23 +99,24 @@ KINK_AT_TIES = ((1, -1),)  # ... where x0 == x1
 # name        forward                         reverse (x0, y, gy) -> contribution      reference
 unary("neg",     lambda x0: -x0,              lambda x0, y, gy: -gy,                   np.negative, operators=("__neg__",))
 unary("abs",     lambda x0: np.abs(x0),       lambda x0, y, gy: gy * np.sign(x0),      np.abs, operators=("__abs__",), kinks=KINK_AT_ZERO)
-unary("square",  lambda x0: x0 * x0,          lambda x0, y, gy: 2.0 * x0 * gy,         np.square)
-unary("sqrt",    lambda x0: np.sqrt(x0),      lambda x0, y, gy: 0.5 * gy / y,          np.sqrt, (0.1, 3.0))
-unary("exp",     lambda x0: np.exp(x0),       lambda x0, y, gy: gy * y,                np.exp)
-unary("log",     lambda x0: np.log(x0),       lambda x0, y, gy: gy / x0,               np.log, (0.1, 3.0))
-unary("log1p",   lambda x0: np.log1p(x0),     lambda x0, y, gy: gy / (1.0 + x0),       np.log1p, (-0.5, 3.0))
-unary("expm1",   lambda x0: np.expm1(x0),     lambda x0, y, gy: gy * (y + 1.0),        np.expm1)
-unary("sin",     lambda x0: np.sin(x0),       lambda x0, y, gy: gy * np.cos(x0),       np.sin)
-unary("cos",     lambda x0: np.cos(x0),       lambda x0, y, gy: -gy * np.sin(x0),      np.cos)
-unary("tan",     lambda x0: np.tan(x0),       lambda x0, y, gy: gy * (1.0 + y * y),    np.tan, (-1.2, 1.2))
-unary("tanh",    lambda x0: np.tanh(x0),      lambda x0, y, gy: gy * (1.0 - y * y),    np.tanh)
-unary("sinh",    lambda x0: np.sinh(x0),      lambda x0, y, gy: gy * np.cosh(x0),      np.sinh)
-unary("cosh",    lambda x0: np.cosh(x0),      lambda x0, y, gy: gy * np.sinh(x0),      np.cosh)
-unary("arctan",  lambda x0: np.arctan(x0),    lambda x0, y, gy: gy / (1.0 + x0 * x0),  np.arctan)
-unary("sigmoid", _sigmoid,                    lambda x0, y, gy: gy * y * (1.0 - y),    _ref_sigmoid, (-4.0, 4.0))
+unary("square",  lambda x0: x0 * x0,          lambda x0, y, gy: 2.0 * x0 * gy,         np.square, h=lambda x0, y: 2.0)
+unary("sqrt",    lambda x0: np.sqrt(x0),      lambda x0, y, gy: 0.5 * gy / y,          np.sqrt, (0.1, 3.0), h=lambda x0, y: -0.25 / (x0 * y))
+unary("exp",     lambda x0: np.exp(x0),       lambda x0, y, gy: gy * y,                np.exp, h=lambda x0, y: y)
+unary("log",     lambda x0: np.log(x0),       lambda x0, y, gy: gy / x0,               np.log, (0.1, 3.0), h=lambda x0, y: -1.0 / (x0 * x0))
+unary("log1p",   lambda x0: np.log1p(x0),     lambda x0, y, gy: gy / (1.0 + x0),       np.log1p, (-0.5, 3.0), h=lambda x0, y: -1.0 / ((1.0 + x0) * (1.0 + x0)))
+unary("expm1",   lambda x0: np.expm1(x0),     lambda x0, y, gy: gy * (y + 1.0),        np.expm1, h=lambda x0, y: y + 1.0)
+unary("sin",     lambda x0: np.sin(x0),       lambda x0, y, gy: gy * np.cos(x0),       np.sin, h=lambda x0, y: -y)
+unary("cos",     lambda x0: np.cos(x0),       lambda x0, y, gy: -gy * np.sin(x0),      np.cos, h=lambda x0, y: -y)
+unary("tan",     lambda x0: np.tan(x0),       lambda x0, y, gy: gy * (1.0 + y * y),    np.tan, (-1.2, 1.2), h=lambda x0, y: 2.0 * y * (1.0 + y * y))
+unary("tanh",    lambda x0: np.tanh(x0),      lambda x0, y, gy: gy * (1.0 - y * y),    np.tanh, h=lambda x0, y: -2.0 * y * (1.0 - y * y))
+unary("sinh",    lambda x0: np.sinh(x0),      lambda x0, y, gy: gy * np.cosh(x0),      np.sinh, h=lambda x0, y: y)
+unary("cosh",    lambda x0: np.cosh(x0),      lambda x0, y, gy: gy * np.sinh(x0),      np.cosh, h=lambda x0, y: y)
+unary("arctan",  lambda x0: np.arctan(x0),    lambda x0, y, gy: gy / (1.0 + x0 * x0),  np.arctan, h=lambda x0, y: -2.0 * x0 / ((1.0 + x0 * x0) * (1.0 + x0 * x0)))
+unary("sigmoid", _sigmoid,                    lambda x0, y, gy: gy * y * (1.0 - y),    _ref_sigmoid, (-4.0, 4.0), h=lambda x0, y: y * (1.0 - y) * (1.0 - 2.0 * y))
 unary("relu",    lambda x0: np.maximum(x0, 0.0),
                                               lambda x0, y, gy: gy if x0 > 0.0 else 0.0, _ref_relu, kinks=KINK_AT_ZERO)
-unary("softplus", _softplus,                  lambda x0, y, gy: gy * sigmoid_scalar(x0), _ref_softplus, (-4.0, 4.0))
+unary("softplus", _softplus,                  lambda x0, y, gy: gy * sigmoid_scalar(x0), _ref_softplus, (-4.0, 4.0),
+      h=lambda x0, y: sigmoid_scalar(x0) * (1.0 - sigmoid_scalar(x0)))
 # The value, recomputed at every replay, with no gradient (``detach`` inside a recording).
 unary("stop_gradient", lambda x0: x0,         None,                                    _ref_identity)
 
@@ -115,14 +126,18 @@ binary("add",     lambda x0, x1: x0 + x1,   lambda x0, x1, y, gy: gy,           
 binary("sub",     lambda x0, x1: x0 - x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: -gy,           np.subtract,
        operators=("__sub__",), reflected=("__rsub__",))
 binary("mul",     lambda x0, x1: x0 * x1,   lambda x0, x1, y, gy: gy * x1,        lambda x0, x1, y, gy: gy * x0,       np.multiply,
-       operators=("__mul__",), reflected=("__rmul__",))
+       operators=("__mul__",), reflected=("__rmul__",), h=(None, lambda x0, x1, y: 1.0, None))
 # true division: integers divide to float64
 binary("div",     lambda x0, x1: x0 / x1,   lambda x0, x1, y, gy: gy / x1,        lambda x0, x1, y, gy: -gy * y / x1,  np.divide, (0.5, 2.0),
-       operators=("__truediv__",), reflected=("__rtruediv__",), dtype="float")
+       operators=("__truediv__",), reflected=("__rtruediv__",), dtype="float",
+       h=(None, lambda x0, x1, y: -1.0 / (x1 * x1), lambda x0, x1, y: 2.0 * y / (x1 * x1)))
 binary("pow",     lambda x0, x1: x0 ** x1,
        lambda x0, x1, y, gy: 0.0 if x1 == 0.0 else gy * x1 * x0 ** (x1 - 1.0),
        lambda x0, x1, y, gy: 0.0 if x0 == 0.0 else gy * y * np.log(x0),                                     np.power, (0.5, 2.0),
-       operators=("__pow__",), reflected=("__rpow__",))
+       operators=("__pow__",), reflected=("__rpow__",),
+       h=(lambda x0, x1, y: 0.0 if x1 == 0.0 or x1 == 1.0 else x1 * (x1 - 1.0) * x0 ** (x1 - 2.0),
+          lambda x0, x1, y: 0.0 if x0 == 0.0 else x0 ** (x1 - 1.0) * (1.0 + x1 * np.log(x0)),
+          lambda x0, x1, y: 0.0 if x0 == 0.0 else y * np.log(x0) * np.log(x0)))
 binary("maximum", lambda x0, x1: np.maximum(x0, x1),
        lambda x0, x1, y, gy: gy if x0 > x1 else (0.5 * gy if x0 == x1 else 0.0),
        lambda x0, x1, y, gy: gy if x1 > x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.maximum,

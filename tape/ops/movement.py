@@ -100,6 +100,50 @@ def take_rev(i, entries, bufs, ipool, data, grad):
             gx[r * inner + t] += gy[j * inner + t]
 
 
+@_jit
+def take_jvp(i, entries, bufs, ipool, data, t):
+    # the forward gather on tangents, with the indices read from the values (the forward
+    # kernel checked them)
+    idx = view(bufs, data, entries[i, E_IN1])
+    tx = view(bufs, t, entries[i, E_IN0])
+    ty = view(bufs, t, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n_rows = ipool[p]
+    inner = ipool[p + 1]
+    for j in range(idx.shape[0]):
+        r = int(idx[j])
+        if r < 0:
+            r += n_rows
+        ty[j * inner : (j + 1) * inner] = tx[r * inner : (r + 1) * inner]
+
+
+def _copy_elems(t, i):
+    p = int(t.entries[i, E_ATTR])
+    ints = [int(v) for v in t.ipool[p : p + 1 + 3 * int(t.ipool[p]) + 2]]
+    nd = ints[0]
+    shape = ints[1 : 1 + nd]
+    in_off, in_st = ints[1 + nd], np.asarray(ints[2 + nd : 2 + 2 * nd], np.int64)
+    out_off, out_st = ints[2 + 2 * nd], np.asarray(ints[3 + 2 * nd : 3 + 3 * nd], np.int64)
+    idx = np.indices(shape).reshape(nd, -1) if nd else np.zeros((0, 1), np.int64)
+    return out_off + out_st @ idx, in_off + in_st @ idx
+
+
+def copy_sparsity(t, i, data):
+    """Each copied element depends on the element it was read from; no second partials."""
+    dst, src = _copy_elems(t, i)
+    return [(0, dst, src)], []
+
+
+def take_sparsity(t, i, data):
+    """Output row ``j`` depends on input row ``index[j]`` (the indices in the value arena
+    ``data``: a pattern holds for these indices only)."""
+    p = int(t.entries[i, E_ATTR])
+    n_rows, inner = int(t.ipool[p]), int(t.ipool[p + 1])
+    idx = t.view(data, int(t.entries[i, E_IN1])).ravel().astype(np.int64) % max(n_rows, 1)
+    j = np.arange(idx.shape[0] * inner)
+    return [(0, j, idx[j // inner] * inner + j % inner)], []
+
+
 def check_copy(t, i, e):
     """Validation of a ``copy`` entry: element ``idx`` of ``shape`` moves from input offset
     ``in_off + idx . in_strides`` to output offset ``out_off + idx . out_strides``; a copy
@@ -165,11 +209,13 @@ def take_failure(t, i, read, at):
 
 COPY = registry.kernel(
     "copy", copy_fwd, copy_rev, module=__name__, n_inputs=1, differentiable=(True,),
-    check=check_copy, gpu="copy",
+    check=check_copy, gpu="copy", jvp=registry.LINEAR, hvp=registry.LINEAR,
+    sparsity=copy_sparsity,
 )  # fmt: skip
 TAKE = registry.kernel(
     "take", take_fwd, take_rev, module=__name__, n_inputs=2, differentiable=(True, False),
-    check=check_take, gpu="take", method=True, describe_failure=take_failure,
+    check=check_take, gpu="take", method=True, describe_failure=take_failure, jvp=take_jvp,
+    hvp=registry.LINEAR, sparsity=take_sparsity,
 )  # fmt: skip
 
 

@@ -190,6 +190,122 @@ def prod_rev(i, entries, bufs, ipool, data, grad):
             gx[j] += gy[k] * nonzero_prod[k]
 
 
+@_jit
+def extreme_jvp(i, entries, bufs, ipool, data, t):
+    # the tangent of the arg-extremum (ties: their mean), as the reverse shares the adjoint
+    a = entries[i, E_IN0]
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o)
+    tx = view(bufs, t, a)
+    ty = view(bufs, t, o)
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    count = np.zeros(y.shape[0], np.int64)
+    ty[:] = 0.0
+    for j in range(x.shape[0]):
+        if x[j] == y[off[j]]:
+            count[off[j]] += 1
+            ty[off[j]] += tx[j]
+    for k in range(y.shape[0]):
+        if count[k] > 1:
+            ty[k] /= count[k]
+
+
+@_jit
+def _prod_groups(x, t, off, ny):
+    """Per output element: the number of zero factors, the product of the others, the sum of
+    ``t / x`` over the nonzero factors and the sum of ``t`` over the zero ones."""
+    zeros = np.zeros(ny, np.int64)
+    nz_prod = np.ones(ny, x.dtype)
+    s_nz = np.zeros(ny, x.dtype)
+    t_zero = np.zeros(ny, x.dtype)
+    for j in range(x.shape[0]):
+        k = off[j]
+        if x[j] == 0.0:
+            zeros[k] += 1
+            t_zero[k] += t[j]
+        else:
+            nz_prod[k] *= x[j]
+            s_nz[k] += t[j] / x[j]
+    return zeros, nz_prod, s_nz, t_zero
+
+
+@_jit
+def _prod_others(zeros, nz_prod, xj):
+    """The product of the other factors of one element (``xj`` its own)."""
+    if zeros == 0:
+        return nz_prod / xj
+    if zeros == 1 and xj == 0.0:
+        return nz_prod
+    return 0.0
+
+
+@_jit
+def prod_jvp(i, entries, bufs, ipool, data, t):
+    a = entries[i, E_IN0]
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    tx = view(bufs, t, a)
+    ty = view(bufs, t, o)
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    zeros, nz_prod, _, _ = _prod_groups(x, tx, off, ty.shape[0])
+    ty[:] = 0.0
+    for j in range(x.shape[0]):
+        k = off[j]
+        ty[k] += tx[j] * _prod_others(zeros[k], nz_prod[k], x[j])
+
+
+@_jit
+def prod_hvp(i, entries, bufs, ipool, data, grad, t, gt):
+    # d/dx_j of gy * prod_{i != j} x_i along t: gt_y * P_-j + gy * sum_{i != j} t_i P_-ij,
+    # exact with zero factors (no division by a zero x).
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    tx = view(bufs, t, a)
+    gtx = view(bufs, gt, a)
+    gy = view(bufs, grad, o)
+    gty = view(bufs, gt, o)
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    zeros, nz_prod, s_nz, t_zero = _prod_groups(x, tx, off, gy.shape[0])
+    for j in range(x.shape[0]):
+        k = off[j]
+        z = zeros[k]
+        xj = x[j]
+        second = 0.0
+        if z == 0:
+            second = nz_prod[k] / xj * (s_nz[k] - tx[j] / xj)
+        elif z == 1:
+            second = nz_prod[k] * s_nz[k] if xj == 0.0 else t_zero[k] * nz_prod[k] / xj
+        elif z == 2 and xj == 0.0:
+            second = (t_zero[k] - tx[j]) * nz_prod[k]
+        gtx[j] += gty[k] * _prod_others(z, nz_prod[k], xj) + gy[k] * second
+
+
+def _py_out_offsets(t, i):
+    """Output offset of every input element (the block decoded in NumPy)."""
+    p = int(t.entries[i, E_ATTR])
+    nd = int(t.ipool[p])
+    shape = tuple(int(v) for v in t.ipool[p + 1 : p + 1 + nd])
+    strides = np.asarray(t.ipool[p + 1 + nd : p + 1 + 2 * nd], np.int64)
+    if nd == 0:
+        return np.zeros(1, np.int64)
+    idx = np.indices(shape).reshape(nd, -1)
+    return strides @ idx
+
+
+def _sparsity(nonlinear):
+    def sparsity(t, i, data):
+        off = _py_out_offsets(t, i)
+        elems = np.arange(off.shape[0])
+        pairs = [(0, off, elems, 0, off, elems)] if nonlinear else []
+        return [(0, off, elems)], pairs
+
+    return sparsity
+
+
 def check(t, i, e):
     """Validation of a reduction entry (see :func:`tape._validate.check_tape`), read off the
     kernels above: input element ``idx`` (C order over ``in_shape``, so the input must hold
@@ -208,15 +324,18 @@ def check(t, i, e):
         V.inside(t, i, "the output", y, V.span(ds[:-1], st[:-1]))
 
 
+# jvp / hvp: sum is linear; max and min follow their selection (a tangent of their own,
+# the reverse kernel on tangents for the second order); prod has both kernels.
+LINEAR = registry.LINEAR
 SUM, MAX, MIN, PROD = (
     registry.kernel(
         name, f, r, module=__name__, n_inputs=1, differentiable=(True,), check=check, gpu=name,
-        method=True,
+        method=True, jvp=jvp, hvp=hvp, sparsity=_sparsity(name == "prod"),
     )
-    for name, f, r in (
-        ("sum", sum_fwd, sum_rev),
-        ("max", max_fwd, max_rev),
-        ("min", min_fwd, min_rev),
-        ("prod", prod_fwd, prod_rev),
+    for name, f, r, jvp, hvp in (
+        ("sum", sum_fwd, sum_rev, LINEAR, LINEAR),
+        ("max", max_fwd, max_rev, extreme_jvp, LINEAR),
+        ("min", min_fwd, min_rev, extreme_jvp, LINEAR),
+        ("prod", prod_fwd, prod_rev, prod_jvp, prod_hvp),
     )
 )  # fmt: skip

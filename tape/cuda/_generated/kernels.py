@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "59ef3edf1632c0d2cfd7c09c0406a04a53e3f20217f08affb8d96cebfe8f04bd"
+FINGERPRINT = "285b911ffda34309f7b60d2ec1abb3145f72321bdc40fcc340b2bd2f3722bb73"
 
 from numba import cuda, float64
 
