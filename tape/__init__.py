@@ -55,6 +55,7 @@ from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all
 from tape.record import record
 from tape.testing import GradcheckError, gradcheck
+from tape.transforms import grad, hessian, hvp, jacfwd, jacobian, jacrev, jvp, value_and_grad, vjp
 
 __version__ = "0.1.0"
 
@@ -68,6 +69,7 @@ __all__ = [
     "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "float64", "float32", "int64", "int32", "bool_", "warmup",
+    "grad", "value_and_grad", "jacobian", "jacfwd", "jacrev", "hessian", "jvp", "vjp", "hvp",
 ] + list(_functional_all)  # fmt: skip
 
 
@@ -79,6 +81,18 @@ def _to_cuda(t, device, **kwargs):
 
 
 _core.register_extension("to_cuda", _to_cuda)
+
+
+_LAZY = ("autograd", "optimize", "sparse", "derivatives")
+
+
+def __getattr__(name):
+    # submodules that import SciPy's optimisers or are rarely needed load on first use
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"tape.{name}")
+    raise AttributeError(f"module 'tape' has no attribute {name!r}")
 
 
 def _check_fresh():

@@ -145,9 +145,12 @@ def generate() -> str:
         "EMIT = (" + ", ".join(f"_emit_{op.name}" for op in OPS) + ",)",
         "",
     ]
-    body = HEADER.format(fingerprint=fingerprint(), imports="\n".join(imports), rules="\n".join(rules))
+    body = HEADER.format(
+        fingerprint=fingerprint(), imports="\n".join(imports), rules="\n".join(rules)
+    )
     body += "\n\n" + "\n\n".join(entry_fns) + "\n\n" + "\n\n".join(emit_fns)
-    body += '''
+    body += (
+        '''
 
 @njit(**SWEEP_JIT)
 def forward_sweep(entries, bufs, ipool, data, start, stop):
@@ -155,7 +158,9 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
     first entry that rejected its data (an out-of-range gather index)."""
     for i in range(start, stop):
         op = entries[i, 0]
-''' + "\n".join(fwd) + '''
+'''
+        + "\n".join(fwd)
+        + '''
     return -1
 
 
@@ -167,7 +172,9 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
         if not emask[i]:
             continue
         op = entries[i, 0]
-''' + "\n".join(rev) + '''
+'''
+        + "\n".join(rev)
+        + '''
 
 
 @njit(**SWEEP_JIT)
@@ -182,7 +189,9 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
             continue
         for d in range(T.shape[0]):
             t = T[d]
-''' + "\n".join(tan) + '''
+'''
+        + "\n".join(tan)
+        + '''
 
 
 @njit(**SWEEP_JIT)
@@ -199,7 +208,11 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
         for d in range(T.shape[0]):
             t = T[d]
             gt = GT[d]
-''' + "\n".join(hrev) + "\n\n" + drivers_text()
+'''
+        + "\n".join(hrev)
+        + "\n\n"
+        + drivers_text()
+    )
     return body + "\n".join(table)
 
 
@@ -210,7 +223,7 @@ def _kernel_derivatives(op, entry_fns, tan, hrev):
 
     if not any(op.differentiable):
         return []
-    names, tag = [], f"  # {op.name}"
+    names = []
     jvp = f"{op.fwd_name}(i, entries, bufs, ipool, t)"
     if op.jvp != LINEAR:
         names.append(op.jvp.py_func.__name__)

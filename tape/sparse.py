@@ -69,7 +69,9 @@ def _elementwise_deps(t, i, op):
     for k in range(op.arity):
         b = int(e[E_IN0 + k])
         shape = tuple(t.shapes[b])
-        idx = np.broadcast_to(np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape), out_shape)
+        idx = np.broadcast_to(
+            np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape), out_shape
+        )
         deps.append((k, np.arange(idx.size), idx.ravel()))
     return deps
 
@@ -99,14 +101,23 @@ def _pattern_pass(plan, data, hessian):
         total = int(tp.bufs[o, B_SIZE])
         if d or size != total:
             M = sp.vstack(
-                [sp.csr_matrix((d, n), dtype=np.int8), M, sp.csr_matrix((total - d - size, n), dtype=np.int8)],
+                [
+                    sp.csr_matrix((d, n), dtype=np.int8),
+                    M,
+                    sp.csr_matrix((total - d - size, n), dtype=np.int8),
+                ],
                 format="csr",
             )
         old = owner_rows.get(o)
         owner_rows[o] = _bool(M if old is None else old + M)
 
     for b, c, size in zip(plan.in_bufs, plan.in_col, plan.in_size):
-        write(b, sp.csr_matrix((np.ones(size, np.int8), (np.arange(size), c + np.arange(size))), shape=(size, n)))
+        write(
+            b,
+            sp.csr_matrix(
+                (np.ones(size, np.int8), (np.arange(size), c + np.arange(size))), shape=(size, n)
+            ),
+        )
     emask = None
     if hessian:
         emask = S.reach(tp.entries, tp.bufs, tp.n_entries, plan.roots)[0]

@@ -27,7 +27,7 @@ def _numpy_args(inputs):
 
 
 def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64, n_directions=3,
-              seed=0, n_points=1, scale=0.5):  # fmt: skip
+              seed=0, n_points=1, scale=0.5, order=1):  # fmt: skip
     """Compare the tape's gradient of ``fn`` with central finite differences, in float64.
 
     ``fn`` takes tensors and returns a tensor (any shape). For inputs and outputs of at most
@@ -38,6 +38,12 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64
     (each floating input plus ``scale`` times standard normal noise), and at each of them the
     tape recorded at ``inputs`` is replayed and compared with a fresh recording there: a
     recording that froze a path (a branch or value that depends on the inputs) disagrees.
+
+    Forward mode is checked against reverse mode at each point: ``<J v, u> == <v, J^T u>`` for
+    ``n_directions`` random ``u``, ``v`` (:meth:`Tape.jvp` against :meth:`Tape.vjp`, to
+    rounding). With ``order=2`` (scalar ``fn``) Hessian-vector products (:meth:`Tape.hvp`) are
+    also compared with central differences of the gradient along ``n_directions`` random
+    directions.
 
     Returns True, or raises :class:`GradcheckError` naming the point, the input, the worst
     element, the analytic and the numeric value, and the first tape entry whose own local
@@ -55,8 +61,13 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64
             ]
             t = record(fn, *args, wrt=wrt, dtype=np.float64)
             _compare_replay(t0, t, args, point)
+        if order not in (1, 2):
+            raise ValueError(f"gradcheck: order must be 1 or 2, got {order!r}")
         try:
             _check_point(t, args, eps, atol, rtol, max_full, n_directions, rng)
+            _check_jvp(t, args, n_directions, rng)
+            if order == 2:
+                _check_hvp(t, args, eps, atol, rtol, n_directions, rng)
         except GradcheckError as e:
             where = "" if point == 0 else f"at random point {point} (seed={seed}, scale={scale}): "
             raise GradcheckError(
@@ -135,6 +146,52 @@ def _check_point(t, args, eps, atol, rtol, max_full, n_directions, rng):
                     None,
                     None,
                 )
+
+
+def _check_jvp(t, args, n_directions, rng):
+    """Forward mode against reverse mode: ``<J v, u> == <v, J^T u>`` to rounding."""
+    wrt_shapes = [args[k].shape for k in t.wrt]
+    for _ in range(n_directions):
+        vs = tuple(rng.standard_normal(s) for s in wrt_shapes)
+        y, jv = t.jvp(*args, tangents=vs)
+        ys = y if isinstance(y, tuple) else (y,)
+        jvs = jv if isinstance(jv, tuple) else (jv,)
+        us = tuple(rng.standard_normal(np.shape(a)) for a in ys)
+        _, g = t.vjp(*args, cotangent=us if isinstance(y, tuple) else us[0])
+        gs = g if isinstance(g, tuple) else (g,)
+        jvs = [np.asarray(p, np.float64) for p in jvs]
+        gs = [np.asarray(q, np.float64) for q in gs]
+        a = sum(float(np.vdot(p, u)) for p, u in zip(jvs, us))
+        b = sum(float(np.vdot(q, v)) for q, v in zip(gs, vs))
+        size = sum(float(np.vdot(np.abs(p), np.abs(u))) for p, u in zip(jvs, us))
+        size += sum(float(np.vdot(np.abs(q), np.abs(v))) for q, v in zip(gs, vs))
+        if not abs(a - b) <= 1e-9 * size:  # both are exact: only rounding separates them
+            raise GradcheckError(
+                f"forward and reverse mode disagree: <J v, u> = {a!r} (jvp), <v, J^T u> = {b!r} "
+                "(vjp)"
+            )
+
+
+def _check_hvp(t, args, eps, atol, rtol, n_directions, rng):
+    """Hessian-vector products against central differences of the gradient."""
+    if t.signature.n_seed != 1:
+        raise ValueError("gradcheck(order=2) needs a scalar function")
+    for _ in range(n_directions):
+        vs = [rng.standard_normal(args[k].shape) for k in t.wrt]
+        hv = t.hvp(*args, v=tuple(vs) if len(vs) > 1 else vs[0])
+        hv = hv if isinstance(hv, tuple) else (hv,)
+        xp = [a.copy() for a in args]
+        xm = [a.copy() for a in args]
+        for k, v in zip(t.wrt, vs):
+            xp[k] = xp[k] + eps * v
+            xm[k] = xm[k] - eps * v
+        gp, gm = t.gradient(*xp), t.gradient(*xm)
+        gp = gp if isinstance(gp, tuple) else (gp,)
+        gm = gm if isinstance(gm, tuple) else (gm,)
+        for pos, k in enumerate(t.wrt):
+            num = ((gp[pos] - gm[pos]) / (2 * eps)).reshape(1, -1)
+            _compare(np.asarray(hv[pos], np.float64).reshape(1, -1), num, atol, rtol, k,
+                     "Hessian-vector product, element {j}", None, None)  # fmt: skip
 
 
 def _first_bad_entry(t, args, eps, atol, rtol, rng):

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "91c4de4b6cd488abc8865df607855bfffb611bef4fae12726f8f5322fb995eec"
+FINGERPRINT = "35f930a2eb92b7caff8fd05f5c193bb00e491c50453ce7c8ddbb4ad047abd5e5"
 
 import numpy as np
 from numba import njit, prange

@@ -84,9 +84,15 @@ def matmul_jvp(i, entries, bufs, ipool, data, t):
     for b in range(nb):
         y = tY[b * m * n : (b + 1) * m * n].reshape((m, n))
         if act_a:
-            y += np.dot(tA[b * sa : b * sa + m * k].reshape((m, k)), B[b * sb : b * sb + k * n].reshape((k, n)))
+            y += np.dot(
+                tA[b * sa : b * sa + m * k].reshape((m, k)),
+                B[b * sb : b * sb + k * n].reshape((k, n)),
+            )
         if act_b:
-            y += np.dot(A[b * sa : b * sa + m * k].reshape((m, k)), tB[b * sb : b * sb + k * n].reshape((k, n)))
+            y += np.dot(
+                A[b * sa : b * sa + m * k].reshape((m, k)),
+                tB[b * sb : b * sb + k * n].reshape((k, n)),
+            )
 
 
 @_jit

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "285b911ffda34309f7b60d2ec1abb3145f72321bdc40fcc340b2bd2f3722bb73"
+FINGERPRINT = "8d1cfe51effc71f29e64cb5670e8e6d06b607c59e45e2d4fafe7890706af87e0"
 
 from numba import cuda, float64
 

@@ -1,0 +1,143 @@
+"""``tape.autograd``: PyTorch's ``torch.autograd.grad`` for eager tensors.
+
+Higher-order derivatives come from recorded tapes, not from eager graphs: use
+:meth:`tape.Tape.hvp` / :meth:`tape.Tape.hessian` (or :func:`tape.hvp`, :func:`tape.hessian`)
+on ``tape.record(fn, x)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tape._layout import B_KIND, LEAF
+from tape._tensor import Tensor
+
+__all__ = ["grad"]
+
+_CREATE_GRAPH = (
+    "tape.autograd.grad(create_graph=True): eager graphs are first order. For second "
+    "derivatives record the function and use the tape's drivers: t = tape.record(fn, x); "
+    "t.hvp(x, v=v) or t.hessian(x) (or the transforms tape.hvp(fn, (x,), (v,)) and "
+    "tape.hessian(fn)(x))"
+)
+
+
+def _seq(x):
+    return (x,) if isinstance(x, Tensor) else tuple(x)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=False, materialize_grads=False):  # fmt: skip
+    """The sum of the gradients of ``outputs`` with respect to ``inputs`` (a tuple with one
+    tensor per input), without touching any ``.grad``.
+
+    ``grad_outputs``: the adjoints of ``outputs`` (default 1 for single-element outputs).
+    ``inputs`` may be leaves or intermediate tensors of the graph. An input the outputs do
+    not depend on raises, unless ``allow_unused`` (it then gets ``None``, or zeros with
+    ``materialize_grads``). ``retain_graph`` defaults to ``create_graph``; without it the
+    graph is freed as by ``backward()``. ``create_graph=True`` raises ``NotImplementedError``
+    naming the drivers to use instead.
+    """
+    if create_graph:
+        raise NotImplementedError(_CREATE_GRAPH)
+    outs = _seq(outputs)
+    ins = _seq(inputs)
+    if not outs:
+        raise ValueError("grad: outputs is empty")
+    for k, o in enumerate(outs):
+        if not isinstance(o, Tensor):
+            raise TypeError(f"grad: outputs[{k}] is a {type(o).__name__}, not a tensor")
+        if not o._rg:
+            raise RuntimeError(
+                f"grad: element {k} of outputs does not require grad and does not have a grad_fn"
+            )
+    for k, x in enumerate(ins):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"grad: inputs[{k}] is a {type(x).__name__}, not a tensor")
+        if not x._rg:
+            raise RuntimeError(f"grad: element {k} of inputs does not require grad")
+    if grad_outputs is None:
+        gos = [None] * len(outs)
+    else:
+        gos = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [grad_outputs]
+    if len(gos) != len(outs):
+        raise ValueError(f"grad: {len(outs)} outputs but {len(gos)} grad_outputs")
+    seeds = []
+    for k, (o, g) in enumerate(zip(outs, gos)):
+        if g is None:
+            if o.numel() != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs; outputs[{k}] has "
+                    f"shape {o.shape}: pass grad_outputs"
+                )
+            seeds.append(np.ones(1))
+        else:
+            s = np.asarray(g._peek() if isinstance(g, Tensor) else g, np.float64)
+            if s.shape != tuple(o.shape):
+                raise RuntimeError(
+                    f"grad: grad_outputs[{k}] has shape {s.shape}, outputs[{k}] has shape {o.shape}"
+                )
+            seeds.append(s.ravel())
+    tapes = {id(o._resolve()[0]): o._resolve()[0] for o in outs if o._tape is not None}
+    if len(tapes) > 1:
+        raise RuntimeError(
+            "grad: the outputs belong to separate graphs; differentiate each on its own"
+        )
+    if not tapes:  # outputs that are leaves themselves
+        return tuple(_leaf_only(o_list=outs, seeds=seeds, x=x, allow_unused=allow_unused,
+                                materialize=materialize_grads) for x in ins)  # fmt: skip
+    (tp,) = tapes.values()
+    if tp.recording:
+        raise RuntimeError(
+            "tape.autograd.grad inside tape.record(): use the recorded tape's drivers"
+        )
+    roots = np.array([o._resolve()[1] for o in outs], np.int64)
+    if tp._freed is not None and tp.reaches_freed(roots):
+        raise RuntimeError(
+            "Trying to backward through the graph a second time: specify retain_graph=True "
+            "on the first backward() or grad() call"
+        )
+    need = tp.run_backward(roots, np.concatenate(seeds), zero_leaves=True)
+    res = []
+    for k, x in enumerate(ins):
+        g = None
+        if x._tape is not None and x._resolve()[0] is tp:
+            b = x._resolve()[1]
+            if need[b]:
+                g = tp.adjoint(b).copy()
+        else:
+            for leaf, lb in tp.leaves:
+                if leaf is x and need[lb] and tp.bufs[lb, B_KIND] == LEAF:
+                    a = tp.adjoint(lb)
+                    g = a.copy() if g is None else g + a
+        for j, o in enumerate(outs):  # an output that is itself an input
+            if o is x:
+                s = seeds[j].reshape(o.shape)
+                g = s.copy() if g is None else g + s
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"grad: inputs[{k}] appears to not have been used in the graph. Set "
+                    "allow_unused=True if this is the desired behavior."
+                )
+            res.append(Tensor(np.zeros(x.shape, x.dtype)) if materialize_grads else None)
+        else:
+            res.append(Tensor(np.asarray(g, dtype=x.dtype).reshape(x.shape)))
+    if not (retain_graph or False):
+        tp.mark_freed(need)
+    return tuple(res)
+
+
+def _leaf_only(o_list, seeds, x, allow_unused, materialize):
+    g = None
+    for o, s in zip(o_list, seeds):
+        if o is x:
+            g = s.reshape(o.shape) if g is None else g + s.reshape(o.shape)
+    if g is None:
+        if not allow_unused:
+            raise RuntimeError(
+                "grad: an input appears to not have been used in the graph. Set "
+                "allow_unused=True if this is the desired behavior."
+            )
+        return Tensor(np.zeros(x.shape, x.dtype)) if materialize else None
+    return Tensor(np.asarray(g, dtype=x.dtype))
