@@ -224,15 +224,16 @@ def _kernel_derivatives(op, entry_fns, tan, hrev):
     if not any(op.differentiable):
         return []
     names = []
-    jvp = f"{op.fwd_name}(i, entries, bufs, ipool, t)"
+    jvp = f"{op.fwd_name}(i, entries, bufs, ipool, T[d])"
     if op.jvp != LINEAR:
         names.append(op.jvp.py_func.__name__)
-        jvp = f"{names[-1]}(i, entries, bufs, ipool, data, t)"
-    hvp = f"{op.rev_names[0]}(i, entries, bufs, ipool, data, gt)"
+        jvp = f"{names[-1]}(i, entries, bufs, ipool, data, T[d])"
+    hvp = f"{op.rev_names[0]}(i, entries, bufs, ipool, data, GT[d])"
     if op.hvp != LINEAR:
         names.append(op.hvp.py_func.__name__)
-        hvp = f"{names[-1]}(i, entries, bufs, ipool, data, grad, t, gt)"
-    _derivative_entries(op, entry_fns, tan, hrev, jvp, hvp)
+        hvp = f"{names[-1]}(i, entries, bufs, ipool, data, grad, T[d], GT[d])"
+    loop = "for d in range(T.shape[0]):\n        "
+    _derivative_entries(op, entry_fns, tan, hrev, loop + jvp, loop + hvp)
     return names
 
 
@@ -246,31 +247,32 @@ def _elementwise_derivatives(op, entry_fns, tan, hrev):
     h = [f"{op.name}_h{k}" if f is not None else f"L.no_h{n + 1}" for k, f in enumerate(op.hess)]
     nz = ", ".join(str(f is not None) for f in op.hess)
     if n == 1:
-        jvp = f"L.unary_tan({r[0]}, i, entries, bufs, data, t)"
-        hvp = f"L.unary_hrev({r[0]}, {h[0]}, {nz}, i, entries, bufs, data, grad, t, gt)"
+        jvp = f"L.unary_tan({r[0]}, i, entries, bufs, data, T)"
+        hvp = f"L.unary_hrev({r[0]}, {h[0]}, {nz}, i, entries, bufs, data, grad, T, GT)"
     elif n == 2:
-        jvp = f"L.binary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, t)"
+        jvp = f"L.binary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, T)"
         hvp = (f"L.binary_hrev({', '.join(r)}, {', '.join(h)}, {d}, {nz}, i, entries, bufs, "
-               "ipool, data, grad, t, gt)")  # fmt: skip
-    else:  # ternary ops are piecewise linear: the reverse loop on the tangent adjoints
-        jvp = f"L.ternary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, t)"
-        hvp = f"L.ternary_rev({', '.join(r)}, {d}, i, entries, bufs, ipool, data, gt)"
+               "ipool, data, grad, T, GT)")  # fmt: skip
+    else:  # ternary ops are piecewise linear
+        jvp = f"L.ternary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, T)"
+        hvp = f"L.ternary_hrev({', '.join(r)}, {d}, i, entries, bufs, ipool, data, GT)"
     _derivative_entries(op, entry_fns, tan, hrev, jvp, hvp)
 
 
 def _derivative_entries(op, entry_fns, tan, hrev, jvp, hvp):
+    # every direction of an entry in one call: T / GT hold one arena per direction
     entry_fns.append(
-        f"@njit(**SWEEP_JIT)\ndef _tan_{op.name}(i, entries, bufs, ipool, data, t):\n    {jvp}\n"
+        f"@njit(**SWEEP_JIT)\ndef _tan_{op.name}(i, entries, bufs, ipool, data, T):\n    {jvp}\n"
     )
     entry_fns.append(
-        f"@njit(**SWEEP_JIT)\ndef _hrev_{op.name}(i, entries, bufs, ipool, data, grad, t, gt):\n"
+        f"@njit(**SWEEP_JIT)\ndef _hrev_{op.name}(i, entries, bufs, ipool, data, grad, T, GT):\n"
         f"    {hvp}\n"
     )
     tag = f"  # {op.name}"
-    tan.append(f"            elif op == {op.code}:{tag}")
-    tan.append(f"                _tan_{op.name}(i, entries, bufs, ipool, data, t)")
-    hrev.append(f"            elif op == {op.code}:{tag}")
-    hrev.append(f"                _hrev_{op.name}(i, entries, bufs, ipool, data, grad, t, gt)")
+    tan.append(f"        elif op == {op.code}:{tag}")
+    tan.append(f"            _tan_{op.name}(i, entries, bufs, ipool, data, T)")
+    hrev.append(f"        elif op == {op.code}:{tag}")
+    hrev.append(f"            _hrev_{op.name}(i, entries, bufs, ipool, data, grad, T, GT)")
 
 
 def _has_rev(op):

@@ -19,7 +19,12 @@ import numpy as np
 from numba import njit, prange
 
 from tape._config import SWEEP_JIT
-from tape._generated.sweeps import forward_sweep, reverse_sweep
+from tape._generated.sweeps import (
+    forward_sweep,
+    reverse_sweep,
+    tangent_reverse_sweep,
+    tangent_sweep,
+)
 from tape._layout import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, E_IN0, E_OUT, LEAF
 
 
@@ -110,6 +115,21 @@ def reverse_pass(
     zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
     add_seeds(bufs, grad, roots, seeds)
     reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
+
+
+@njit(**SWEEP_JIT)
+def hvp_pass(entries, bufs, ipool, data, grad, T, GT, n_entries, n_bufs, roots, seeds):
+    """Forward-over-reverse after a forward sweep: a reverse pass seeded with ``seeds``
+    (adjoints in ``grad``), the tangent sweep of ``T`` (the arguments' tangents seeded, one
+    direction per row, zero elsewhere) and the tangent of the reverse pass (``GT``, zeroed
+    first: the tangent adjoints, one arena per direction). Writes ``grad``, ``T`` and
+    ``GT``."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds,
+                 True)  # fmt: skip
+    tangent_sweep(entries, bufs, ipool, data, T, 0, n_entries)
+    GT[:, :] = 0.0
+    tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, 0, n_entries)
 
 
 # ---- shared drivers: copied into the generated sweeps and every compiled tape ----

@@ -303,8 +303,11 @@ def no_rule5(x0, x1, x2, y, gy):
 #
 # The tangent of an elementwise entry is its reverse rules applied to the input tangents:
 # ``r_k(x, y, g)`` is ``g * df/dx_k``, and a scalar partial is its own transpose, so
-# ``ty = sum_k r_k(x, y, t_k)``. ``t`` is a tangent arena (the value arena's layout). The same
-# select as the reverse loops keeps a zero tangent from turning an inf partial into NaN.
+# ``ty = sum_k r_k(x, y, t_k)``. ``T`` holds one tangent arena per direction (rows; the value
+# arena's layout); the loops run every direction of an entry while its values are at hand.
+# Tangents of constants are zero in ``T`` (never written), so inactive inputs need no test.
+# The same select as the reverse loops keeps a zero tangent from turning an inf partial into
+# NaN.
 #
 # The tangent of a reverse entry (forward-over-reverse, for Hessian-vector products) adds to
 # the tangent adjoint ``gt`` of input ``k``
@@ -313,22 +316,20 @@ def no_rule5(x0, x1, x2, y, gy):
 
 
 @_loop
-def unary_tan(r, i, entries, bufs, data, t):
+def unary_tan(r, i, entries, bufs, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
-    ty = view(bufs, t, o)
-    if not active(bufs, a):
-        ty[:] = 0.0
-        return
     x = view(bufs, data, a)
     y = view(bufs, data, o)
-    tx = view(bufs, t, a)
-    for j in range(y.shape[0]):
-        ty[j] = masked(r(x[j], y[j], tx[j]), tx[j])
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        ty = view(bufs, T[d], o)
+        for j in range(y.shape[0]):
+            ty[j] = masked(r(x[j], y[j], tx[j]), tx[j])
 
 
 @_loop
-def unary_hrev(r, h, nh, i, entries, bufs, data, grad, t, gt):
+def unary_hrev(r, h, nh, i, entries, bufs, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
@@ -336,48 +337,82 @@ def unary_hrev(r, h, nh, i, entries, bufs, data, grad, t, gt):
     x = view(bufs, data, a)
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
-    gty = view(bufs, gt, o)
-    tx = view(bufs, t, a)
-    gtx = view(bufs, gt, a)
-    for j in range(y.shape[0]):
-        v = masked(r(x[j], y[j], gty[j]), gty[j])
-        if nh and gy[j] != 0.0 and tx[j] != 0.0:
-            v += gy[j] * (h(x[j], y[j]) * tx[j])
-        gtx[j] += v
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        gty = view(bufs, GT[d], o)
+        gtx = view(bufs, GT[d], a)
+        for j in range(y.shape[0]):
+            v = masked(r(x[j], y[j], gty[j]), gty[j])
+            if nh and gy[j] != 0.0 and tx[j] != 0.0:
+                v += gy[j] * (h(x[j], y[j]) * tx[j])
+            gtx[j] += v
 
 
 @_loop
-def binary_tan(r0, r1, d0, d1, i, entries, bufs, ipool, data, t):
+def _tan2(r0, r1, d0, d1, u, w, y, t0, t1):
+    acc = masked(r0(u, w, y, t0), t0) if d0 else 0.0
+    if d1:
+        acc += masked(r1(u, w, y, t1), t1)
+    return acc
+
+
+@_loop
+def binary_tan(r0, r1, d0, d1, i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
-    act0 = d0 and active(bufs, a)
-    act1 = d1 and active(bufs, b)
     x0 = view(bufs, data, a)
     x1 = view(bufs, data, b)
     y = view(bufs, data, o)
-    t0 = view(bufs, t, a)
-    t1 = view(bufs, t, b)
-    ty = view(bufs, t, o)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    for r in range(o0.shape[0]):
-        b0 = o0[r] if nd > 1 else 0
-        b1 = o1[r] if nd > 1 else 0
-        for j in range(m):
-            k0 = b0 + j * s0
-            k1 = b1 + j * s1
-            jy = r * m + j
-            acc = 0.0
-            if act0:
-                acc += masked(r0(x0[k0], x1[k1], y[jy], t0[k0]), t0[k0])
-            if act1:
-                acc += masked(r1(x0[k0], x1[k1], y[jy], t1[k1]), t1[k1])
-            ty[jy] = acc
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        ty = view(bufs, T[d], o)
+        for r in range(o0.shape[0]):
+            b0 = o0[r] if nd > 1 else 0
+            b1 = o1[r] if nd > 1 else 0
+            yr = y[r * m : (r + 1) * m]
+            tyr = ty[r * m : (r + 1) * m]
+            if s0 == 1 and s1 == 1:
+                a0, a1 = x0[b0 : b0 + m], x1[b1 : b1 + m]
+                u0, u1 = t0[b0 : b0 + m], t1[b1 : b1 + m]
+                for j in range(m):
+                    tyr[j] = _tan2(r0, r1, d0, d1, a0[j], a1[j], yr[j], u0[j], u1[j])
+            elif s0 == 1 and s1 == 0:
+                a0, u0 = x0[b0 : b0 + m], t0[b0 : b0 + m]
+                c1, w1 = x1[b1], t1[b1]
+                for j in range(m):
+                    tyr[j] = _tan2(r0, r1, d0, d1, a0[j], c1, yr[j], u0[j], w1)
+            elif s0 == 0 and s1 == 1:
+                c0, w0 = x0[b0], t0[b0]
+                a1, u1 = x1[b1 : b1 + m], t1[b1 : b1 + m]
+                for j in range(m):
+                    tyr[j] = _tan2(r0, r1, d0, d1, c0, a1[j], yr[j], w0, u1[j])
+            else:
+                for j in range(m):
+                    k0 = b0 + j * s0
+                    k1 = b1 + j * s1
+                    tyr[j] = _tan2(r0, r1, d0, d1, x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
+
+
+@_loop
+def _hrev_one(r, ha, hb, na, nb, u, w, y, g, dg, ta, tb):
+    # the tangent of one input's reverse contribution: r(.., dg) + g * (ha * ta + hb * tb)
+    v = masked(r(u, w, y, dg), dg)
+    if g != 0.0:
+        s = 0.0
+        if na and ta != 0.0:
+            s += ha(u, w, y) * ta
+        if nb and tb != 0.0:
+            s += hb(u, w, y) * tb
+        v += g * s
+    return v
 
 
 @_loop
 def binary_hrev(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, i, entries, bufs, ipool, data,
-                grad, t, gt):  # fmt: skip
+                grad, T, GT):  # fmt: skip
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -389,83 +424,84 @@ def binary_hrev(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, i, entries, bufs, 
     x1 = view(bufs, data, b)
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
-    gty = view(bufs, gt, o)
-    t0 = view(bufs, t, a)
-    t1 = view(bufs, t, b)
-    g0 = view(bufs, gt, a)
-    g1 = view(bufs, gt, b)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    for r in range(o0.shape[0]):
-        b0 = o0[r] if nd > 1 else 0
-        b1 = o1[r] if nd > 1 else 0
-        for j in range(m):
-            k0 = b0 + j * s0
-            k1 = b1 + j * s1
-            jy = r * m + j
-            u = x0[k0]
-            w = x1[k1]
-            yv = y[jy]
-            g = gy[jy]
-            dg = gty[jy]
-            ta = t0[k0] if act0 else 0.0
-            tb = t1[k1] if act1 else 0.0
-            if act0:
-                v = masked(r0(u, w, yv, dg), dg)
-                if g != 0.0:
-                    s = 0.0
-                    if n00 and ta != 0.0:
-                        s += h00(u, w, yv) * ta
-                    if n01 and tb != 0.0:
-                        s += h01(u, w, yv) * tb
-                    v += g * s
-                g0[k0] += v
-            if act1:
-                v = masked(r1(u, w, yv, dg), dg)
-                if g != 0.0:
-                    s = 0.0
-                    if n01 and ta != 0.0:
-                        s += h01(u, w, yv) * ta
-                    if n11 and tb != 0.0:
-                        s += h11(u, w, yv) * tb
-                    v += g * s
-                g1[k1] += v
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        g0 = view(bufs, GT[d], a)
+        g1 = view(bufs, GT[d], b)
+        gty = view(bufs, GT[d], o)
+        for r in range(o0.shape[0]):
+            b0 = o0[r] if nd > 1 else 0
+            b1 = o1[r] if nd > 1 else 0
+            if s0 == 1 and s1 == 1 and a != b:  # contiguous rows, no aliasing: vectorises
+                a0, a1 = x0[b0 : b0 + m], x1[b1 : b1 + m]
+                u0, u1 = t0[b0 : b0 + m], t1[b1 : b1 + m]
+                e = r * m
+                yr, gr, dgr = y[e : e + m], gy[e : e + m], gty[e : e + m]
+                if act0:
+                    q0 = g0[b0 : b0 + m]
+                    for j in range(m):
+                        q0[j] += _hrev_one(
+                            r0, h00, h01, n00, n01, a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j]
+                        )
+                if act1:
+                    q1 = g1[b1 : b1 + m]
+                    for j in range(m):
+                        q1[j] += _hrev_one(
+                            r1, h01, h11, n01, n11, a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j]
+                        )
+                continue
+            for j in range(m):
+                k0 = b0 + j * s0
+                k1 = b1 + j * s1
+                jy = r * m + j
+                u, w, yv, g, dg = x0[k0], x1[k1], y[jy], gy[jy], gty[jy]
+                if act0:
+                    g0[k0] += _hrev_one(r0, h00, h01, n00, n01, u, w, yv, g, dg, t0[k0], t1[k1])
+                if act1:
+                    g1[k1] += _hrev_one(r1, h01, h11, n01, n11, u, w, yv, g, dg, t0[k0], t1[k1])
 
 
 @_loop
-def ternary_tan(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, t):
+def ternary_tan(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     c = entries[i, E_IN2]
-    act0 = d0 and active(bufs, a)
-    act1 = d1 and active(bufs, b)
-    act2 = d2 and active(bufs, c)
     x0 = view(bufs, data, a)
     x1 = view(bufs, data, b)
     x2 = view(bufs, data, c)
     y = view(bufs, data, entries[i, E_OUT])
-    t0 = view(bufs, t, a)
-    t1 = view(bufs, t, b)
-    t2 = view(bufs, t, c)
-    ty = view(bufs, t, entries[i, E_OUT])
     p = entries[i, E_ATTR]
     n = y.shape[0]
-    same = ipool[p] == SAME
-    if same:
+    if ipool[p] == SAME:
         o0 = o1 = o2 = np.arange(n)
     else:
         o0 = bcast_offsets(ipool, p, 0)
         o1 = bcast_offsets(ipool, p, 1)
         o2 = bcast_offsets(ipool, p, 2)
-    for j in range(n):
-        u, v, w = x0[o0[j]], x1[o1[j]], x2[o2[j]]
-        acc = 0.0
-        if act0:
-            acc += masked(r0(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
-        if act1:
-            acc += masked(r1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
-        if act2:
-            acc += masked(r2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
-        ty[j] = acc
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        t2 = view(bufs, T[d], c)
+        ty = view(bufs, T[d], entries[i, E_OUT])
+        for j in range(n):
+            u, v, w = x0[o0[j]], x1[o1[j]], x2[o2[j]]
+            acc = 0.0
+            if d0:
+                acc += masked(r0(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
+            if d1:
+                acc += masked(r1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
+            if d2:
+                acc += masked(r2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
+            ty[j] = acc
+
+
+@_loop
+def ternary_hrev(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, GT):
+    # ternary ops are piecewise linear: their reverse loop on the tangent adjoints
+    for d in range(GT.shape[0]):
+        ternary_rev(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, GT[d])
 
 
 @_jit

@@ -484,10 +484,11 @@ class Tape:
                 a = self._replay["sig"].check_arg(k, a)
             views[k][...] = a
 
-    def _run(self, args, grad):
+    def _run(self, args, grad, interp=False):
         """Load ``args`` into this thread's workspace and replay (forward, and with ``grad``
         zero + backward). Returns ``(tape, workspace)`` of the tape that ran: this one or, after
-        a failed guard, a retraced variant."""
+        a failed guard, a retraced variant. ``interp``: on the interpreter whatever the tier
+        (every entry's value written: the derivative drivers need them)."""
         r = self._replay
         if r is None:
             r = self._check_replay()
@@ -508,14 +509,14 @@ class Tape:
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
         else:
-            sw, pool = self._run_with
+            sw, pool = (S, self.ipool) if interp else self._run_with
             status = sw.forward_sweep(self.entries, self.bufs, pool, ws.data, 0, self.n_entries)
         if status < 0:
             ws.ok = True
             return self, ws
-        return self._recover(status, ws, args, grad)
+        return self._recover(status, ws, args, grad, interp)
 
-    def _recover(self, status, ws, args, grad):
+    def _recover(self, status, ws, args, grad, interp=False):
         """A sweep stopped at entry ``status``: raise, or follow the ``on_change`` policy."""
         if not is_guard(self, status):
             raise failure(self, status, buffer_reader(self, ws.data))
@@ -534,7 +535,7 @@ class Tape:
             raise err
         for v in list(self._variants):  # a snapshot: other threads may reorder the list
             try:
-                _, vws = v._run(args, grad)
+                _, vws = v._run(args, grad, interp)
             except _Miss:
                 continue
             with self._variants_lock:  # most recently used first
@@ -546,7 +547,7 @@ class Tape:
         v = self._retrace(*args)
         v.on_change = "_variant"
         try:
-            _, vws = v._run(args, grad)
+            _, vws = v._run(args, grad, interp)
         except _Miss:
             raise GuardError(
                 "the function took another path when traced again at the same arguments (its "

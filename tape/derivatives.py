@@ -21,6 +21,8 @@ These are the implementations of :meth:`Tape.jvp`, :meth:`Tape.vjp`, :meth:`Tape
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from tape._generated import sweeps as S
@@ -50,6 +52,24 @@ class _Plan:
         self.n_out = int(self.out_row[-1])
         self.roots = np.asarray(tp.outputs, np.int64)
         self.n_data = tp.n_data
+        self._tls = threading.local()  # this thread's arenas (see arenas())
+        self.seed = np.ones(1, tp.dtype)
+        self.in_dtypes = [np.dtype(tp.input_dtypes[k]) for k in tp.wrt]
+
+    def arenas(self, k):
+        """This thread's tangent arenas ``T``, tangent adjoints ``GT`` (``k`` rows each) and
+        adjoint arena, reused across calls. ``T`` stays zero outside the arguments: the
+        tangent sweep writes every other buffer it reads before reading it, and never writes
+        constants."""
+        cache = getattr(self._tls, "arenas", None)
+        if cache is None or cache[0].shape[0] < k:
+            dt = self.tp.dtype
+            cache = self._tls.arenas = (
+                np.zeros((k, self.n_data), dt), np.zeros((k, self.n_data), dt),
+                np.zeros(self.n_data, dt),
+            )  # fmt: skip
+        T, GT, grad = cache
+        return T[:k], GT[:k], grad
 
     def chunk(self, k):
         """Directions per pass: at most ``k``, and at most what fits :data:`CHUNK_BYTES`."""
@@ -86,23 +106,30 @@ class _Plan:
         ]
         return parts[0] if self.tp._out_single else tuple(parts)
 
-    def flat_in(self, values, what):
-        """One flat vector from values structured like the arguments (one array per
-        argument, or a single array when there is one)."""
+    def in_values(self, values, what):
+        """Values structured like the arguments (one array per argument, or a single array
+        when there is one), checked against their shapes: a list of arrays."""
         vals = _as_list(values, len(self.in_bufs))
         if vals is None:
             raise ValueError(
                 f"{what}: expected {len(self.in_bufs)} arrays, one per differentiated argument "
                 f"(shapes {self.in_shapes}), got {_describe(values)}"
             )
-        out = np.empty(self.n_in, self.tp.dtype)
-        for k, (v, s, c, n) in enumerate(zip(vals, self.in_shapes, self.in_col, self.in_size)):
+        out = []
+        for k, (v, s, n) in enumerate(zip(vals, self.in_shapes, self.in_size)):
             v = np.asarray(v)
             if v.shape != s and not (v.size == n and v.ndim <= 1 and len(s) <= 1):
                 raise ValueError(
                     f"{what}: array {k} has shape {v.shape}, the differentiated argument "
                     f"{self.tp.input_names[self.tp.wrt[k]]!r} has shape {s}"
                 )
+            out.append(v)
+        return out
+
+    def flat_in(self, values, what):
+        """One flat vector from values structured like the arguments."""
+        out = np.empty(self.n_in, self.tp.dtype)
+        for v, c, n in zip(self.in_values(values, what), self.in_col, self.in_size):
             out[c : c + n] = v.ravel()
         return out
 
@@ -143,10 +170,8 @@ def _describe(v):
 
 def _forward(t, args):
     """Replay the forward sweep at ``args``: ``(plan, values)``, every entry's value written
-    (a compiled forward keeps intermediates in registers, so the interpreter runs again)."""
-    tp, ws = t._run(args, False)
-    if tp.tier == "compiled":
-        S.forward_sweep(tp.entries, tp.bufs, tp.ipool, ws.data, 0, tp.n_entries)
+    (on the interpreter: a compiled forward keeps intermediates in registers)."""
+    tp, ws = t._run(args, False, interp=True)
     plan = getattr(tp, "_deriv_plan", None)
     if plan is None:
         plan = tp._deriv_plan = _Plan(tp)
@@ -154,9 +179,10 @@ def _forward(t, args):
 
 
 def _tangents(plan, data, V):
-    """Tangent arenas (one per row of ``V``, directions over the arguments)."""
+    """Tangent arenas (one per row of ``V``, directions over the arguments): this thread's
+    arenas, valid until the next call."""
     tp = plan.tp
-    T = np.zeros((V.shape[0], plan.n_data), tp.dtype)
+    T = plan.arenas(V.shape[0])[0]
     plan.seed_inputs(T, V)
     S.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, 0, tp.n_entries)
     return T
@@ -182,17 +208,15 @@ def _hvp_rows(plan, data, V):
         raise ValueError(
             f"Hessians need a scalar output; this tape's outputs have shapes {plan.out_shapes}"
         )
-    reach = S.reach(tp.entries, tp.bufs, tp.n_entries, plan.roots)
-    grad = _reverse(plan, data, np.ones(1), reach)
     out = np.empty((V.shape[0], plan.n_in), tp.dtype)
     step = plan.chunk(V.shape[0])
+    seed = plan.seed
     for a in range(0, V.shape[0], step):
         Vc = V[a : a + step]
-        T = _tangents(plan, data, Vc)
-        GT = np.zeros_like(T)
-        S.tangent_reverse_sweep(
-            tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, reach[0], 0, tp.n_entries
-        )
+        T, GT, grad = plan.arenas(Vc.shape[0])
+        plan.seed_inputs(T, Vc)
+        S.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
+                   plan.roots, seed)  # fmt: skip
         out[a : a + step] = plan.read_inputs(GT)
     return out
 
@@ -309,10 +333,25 @@ def hessian(t, *args, sparse=False):
 def hvp(t, *args, v):
     """The Hessian of the scalar output times ``v`` (structured like the gradient: one array
     per differentiated argument, or a single array), structured like :meth:`Tape.gradient`'s
-    result. Costs one forward, one reverse and one forward-over-reverse sweep."""
+    result. Costs one forward, one reverse, one tangent and one forward-over-reverse sweep,
+    the last three in one compiled call."""
     plan, data = _forward(t, args)
-    vv = plan.flat_in(v, "hvp: v")
-    return _cast_in(plan, plan.split_in(_hvp_rows(plan, data, vv[None, :])[0]))
+    vals = plan.in_values(v, "hvp: v")
+    tp = plan.tp
+    if plan.n_out != 1:
+        raise ValueError(
+            f"Hessians need a scalar output; this tape's outputs have shapes {plan.out_shapes}"
+        )
+    T, GT, grad = plan.arenas(1)
+    for a, o, n in zip(vals, plan.in_off, plan.in_size):
+        T[0, o : o + n] = a.ravel()
+    S.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
+               plan.roots, plan.seed)  # fmt: skip
+    out = [
+        GT[0, o : o + n].reshape(s).astype(d)
+        for o, n, s, d in zip(plan.in_off, plan.in_size, plan.in_shapes, plan.in_dtypes)
+    ]
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def sparsity(t, *args):

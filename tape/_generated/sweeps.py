@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "35f930a2eb92b7caff8fd05f5c193bb00e491c50453ce7c8ddbb4ad047abd5e5"
+FINGERPRINT = "16fef5a43aae356d842056855dcee76f41ad9e11686bc6956f3c94e07eec101e"
 
 import numpy as np
 from numba import njit, prange
@@ -126,13 +126,13 @@ def _rev_neg(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_neg(i, entries, bufs, ipool, data, t):
-    L.unary_tan(neg_rev0, i, entries, bufs, data, t)
+def _tan_neg(i, entries, bufs, ipool, data, T):
+    L.unary_tan(neg_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_neg(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(neg_rev0, L.no_h2, False, i, entries, bufs, data, grad, t, gt)
+def _hrev_neg(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(neg_rev0, L.no_h2, False, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -147,13 +147,13 @@ def _rev_abs(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_abs(i, entries, bufs, ipool, data, t):
-    L.unary_tan(abs_rev0, i, entries, bufs, data, t)
+def _tan_abs(i, entries, bufs, ipool, data, T):
+    L.unary_tan(abs_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_abs(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(abs_rev0, L.no_h2, False, i, entries, bufs, data, grad, t, gt)
+def _hrev_abs(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(abs_rev0, L.no_h2, False, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -168,13 +168,13 @@ def _rev_square(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_square(i, entries, bufs, ipool, data, t):
-    L.unary_tan(square_rev0, i, entries, bufs, data, t)
+def _tan_square(i, entries, bufs, ipool, data, T):
+    L.unary_tan(square_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_square(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(square_rev0, square_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_square(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(square_rev0, square_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -189,13 +189,13 @@ def _rev_sqrt(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_sqrt(i, entries, bufs, ipool, data, t):
-    L.unary_tan(sqrt_rev0, i, entries, bufs, data, t)
+def _tan_sqrt(i, entries, bufs, ipool, data, T):
+    L.unary_tan(sqrt_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_sqrt(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(sqrt_rev0, sqrt_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_sqrt(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(sqrt_rev0, sqrt_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -210,13 +210,13 @@ def _rev_exp(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_exp(i, entries, bufs, ipool, data, t):
-    L.unary_tan(exp_rev0, i, entries, bufs, data, t)
+def _tan_exp(i, entries, bufs, ipool, data, T):
+    L.unary_tan(exp_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_exp(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(exp_rev0, exp_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_exp(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(exp_rev0, exp_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -231,13 +231,13 @@ def _rev_log(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_log(i, entries, bufs, ipool, data, t):
-    L.unary_tan(log_rev0, i, entries, bufs, data, t)
+def _tan_log(i, entries, bufs, ipool, data, T):
+    L.unary_tan(log_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_log(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(log_rev0, log_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_log(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(log_rev0, log_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -252,13 +252,13 @@ def _rev_log1p(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_log1p(i, entries, bufs, ipool, data, t):
-    L.unary_tan(log1p_rev0, i, entries, bufs, data, t)
+def _tan_log1p(i, entries, bufs, ipool, data, T):
+    L.unary_tan(log1p_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_log1p(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(log1p_rev0, log1p_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_log1p(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(log1p_rev0, log1p_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -273,13 +273,13 @@ def _rev_expm1(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_expm1(i, entries, bufs, ipool, data, t):
-    L.unary_tan(expm1_rev0, i, entries, bufs, data, t)
+def _tan_expm1(i, entries, bufs, ipool, data, T):
+    L.unary_tan(expm1_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_expm1(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(expm1_rev0, expm1_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_expm1(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(expm1_rev0, expm1_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -294,13 +294,13 @@ def _rev_sin(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_sin(i, entries, bufs, ipool, data, t):
-    L.unary_tan(sin_rev0, i, entries, bufs, data, t)
+def _tan_sin(i, entries, bufs, ipool, data, T):
+    L.unary_tan(sin_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_sin(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(sin_rev0, sin_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_sin(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(sin_rev0, sin_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -315,13 +315,13 @@ def _rev_cos(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_cos(i, entries, bufs, ipool, data, t):
-    L.unary_tan(cos_rev0, i, entries, bufs, data, t)
+def _tan_cos(i, entries, bufs, ipool, data, T):
+    L.unary_tan(cos_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_cos(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(cos_rev0, cos_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_cos(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(cos_rev0, cos_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -336,13 +336,13 @@ def _rev_tan(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_tan(i, entries, bufs, ipool, data, t):
-    L.unary_tan(tan_rev0, i, entries, bufs, data, t)
+def _tan_tan(i, entries, bufs, ipool, data, T):
+    L.unary_tan(tan_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_tan(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(tan_rev0, tan_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_tan(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(tan_rev0, tan_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -357,13 +357,13 @@ def _rev_tanh(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_tanh(i, entries, bufs, ipool, data, t):
-    L.unary_tan(tanh_rev0, i, entries, bufs, data, t)
+def _tan_tanh(i, entries, bufs, ipool, data, T):
+    L.unary_tan(tanh_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_tanh(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(tanh_rev0, tanh_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_tanh(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(tanh_rev0, tanh_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -378,13 +378,13 @@ def _rev_sinh(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_sinh(i, entries, bufs, ipool, data, t):
-    L.unary_tan(sinh_rev0, i, entries, bufs, data, t)
+def _tan_sinh(i, entries, bufs, ipool, data, T):
+    L.unary_tan(sinh_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_sinh(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(sinh_rev0, sinh_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_sinh(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(sinh_rev0, sinh_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -399,13 +399,13 @@ def _rev_cosh(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_cosh(i, entries, bufs, ipool, data, t):
-    L.unary_tan(cosh_rev0, i, entries, bufs, data, t)
+def _tan_cosh(i, entries, bufs, ipool, data, T):
+    L.unary_tan(cosh_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_cosh(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(cosh_rev0, cosh_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_cosh(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(cosh_rev0, cosh_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -420,13 +420,13 @@ def _rev_arctan(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_arctan(i, entries, bufs, ipool, data, t):
-    L.unary_tan(arctan_rev0, i, entries, bufs, data, t)
+def _tan_arctan(i, entries, bufs, ipool, data, T):
+    L.unary_tan(arctan_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_arctan(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(arctan_rev0, arctan_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_arctan(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(arctan_rev0, arctan_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -441,13 +441,13 @@ def _rev_sigmoid(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_sigmoid(i, entries, bufs, ipool, data, t):
-    L.unary_tan(sigmoid_rev0, i, entries, bufs, data, t)
+def _tan_sigmoid(i, entries, bufs, ipool, data, T):
+    L.unary_tan(sigmoid_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_sigmoid(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(sigmoid_rev0, sigmoid_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_sigmoid(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(sigmoid_rev0, sigmoid_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -462,13 +462,13 @@ def _rev_relu(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_relu(i, entries, bufs, ipool, data, t):
-    L.unary_tan(relu_rev0, i, entries, bufs, data, t)
+def _tan_relu(i, entries, bufs, ipool, data, T):
+    L.unary_tan(relu_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_relu(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(relu_rev0, L.no_h2, False, i, entries, bufs, data, grad, t, gt)
+def _hrev_relu(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(relu_rev0, L.no_h2, False, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -483,13 +483,13 @@ def _rev_softplus(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_softplus(i, entries, bufs, ipool, data, t):
-    L.unary_tan(softplus_rev0, i, entries, bufs, data, t)
+def _tan_softplus(i, entries, bufs, ipool, data, T):
+    L.unary_tan(softplus_rev0, i, entries, bufs, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_softplus(i, entries, bufs, ipool, data, grad, t, gt):
-    L.unary_hrev(softplus_rev0, softplus_h0, True, i, entries, bufs, data, grad, t, gt)
+def _hrev_softplus(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(softplus_rev0, softplus_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -510,13 +510,13 @@ def _rev_add(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_add(i, entries, bufs, ipool, data, t):
-    L.binary_tan(add_rev0, add_rev1, True, True, i, entries, bufs, ipool, data, t)
+def _tan_add(i, entries, bufs, ipool, data, T):
+    L.binary_tan(add_rev0, add_rev1, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_add(i, entries, bufs, ipool, data, grad, t, gt):
-    L.binary_hrev(add_rev0, add_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_add(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(add_rev0, add_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -531,13 +531,13 @@ def _rev_sub(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_sub(i, entries, bufs, ipool, data, t):
-    L.binary_tan(sub_rev0, sub_rev1, True, True, i, entries, bufs, ipool, data, t)
+def _tan_sub(i, entries, bufs, ipool, data, T):
+    L.binary_tan(sub_rev0, sub_rev1, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_sub(i, entries, bufs, ipool, data, grad, t, gt):
-    L.binary_hrev(sub_rev0, sub_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_sub(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(sub_rev0, sub_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -552,13 +552,13 @@ def _rev_mul(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_mul(i, entries, bufs, ipool, data, t):
-    L.binary_tan(mul_rev0, mul_rev1, True, True, i, entries, bufs, ipool, data, t)
+def _tan_mul(i, entries, bufs, ipool, data, T):
+    L.binary_tan(mul_rev0, mul_rev1, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_mul(i, entries, bufs, ipool, data, grad, t, gt):
-    L.binary_hrev(mul_rev0, mul_rev1, L.no_h3, mul_h1, L.no_h3, True, True, False, True, False, i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_mul(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(mul_rev0, mul_rev1, L.no_h3, mul_h1, L.no_h3, True, True, False, True, False, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -573,13 +573,13 @@ def _rev_div(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_div(i, entries, bufs, ipool, data, t):
-    L.binary_tan(div_rev0, div_rev1, True, True, i, entries, bufs, ipool, data, t)
+def _tan_div(i, entries, bufs, ipool, data, T):
+    L.binary_tan(div_rev0, div_rev1, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_div(i, entries, bufs, ipool, data, grad, t, gt):
-    L.binary_hrev(div_rev0, div_rev1, L.no_h3, div_h1, div_h2, True, True, False, True, True, i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_div(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(div_rev0, div_rev1, L.no_h3, div_h1, div_h2, True, True, False, True, True, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -594,13 +594,13 @@ def _rev_pow(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_pow(i, entries, bufs, ipool, data, t):
-    L.binary_tan(pow_rev0, pow_rev1, True, True, i, entries, bufs, ipool, data, t)
+def _tan_pow(i, entries, bufs, ipool, data, T):
+    L.binary_tan(pow_rev0, pow_rev1, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_pow(i, entries, bufs, ipool, data, grad, t, gt):
-    L.binary_hrev(pow_rev0, pow_rev1, pow_h0, pow_h1, pow_h2, True, True, True, True, True, i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_pow(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(pow_rev0, pow_rev1, pow_h0, pow_h1, pow_h2, True, True, True, True, True, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -615,13 +615,13 @@ def _rev_maximum(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_maximum(i, entries, bufs, ipool, data, t):
-    L.binary_tan(maximum_rev0, maximum_rev1, True, True, i, entries, bufs, ipool, data, t)
+def _tan_maximum(i, entries, bufs, ipool, data, T):
+    L.binary_tan(maximum_rev0, maximum_rev1, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_maximum(i, entries, bufs, ipool, data, grad, t, gt):
-    L.binary_hrev(maximum_rev0, maximum_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_maximum(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(maximum_rev0, maximum_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -636,13 +636,13 @@ def _rev_minimum(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_minimum(i, entries, bufs, ipool, data, t):
-    L.binary_tan(minimum_rev0, minimum_rev1, True, True, i, entries, bufs, ipool, data, t)
+def _tan_minimum(i, entries, bufs, ipool, data, T):
+    L.binary_tan(minimum_rev0, minimum_rev1, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_minimum(i, entries, bufs, ipool, data, grad, t, gt):
-    L.binary_hrev(minimum_rev0, minimum_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_minimum(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(minimum_rev0, minimum_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -693,13 +693,13 @@ def _rev_where(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_where(i, entries, bufs, ipool, data, t):
-    L.ternary_tan(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, t)
+def _tan_where(i, entries, bufs, ipool, data, T):
+    L.ternary_tan(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_where(i, entries, bufs, ipool, data, grad, t, gt):
-    L.ternary_rev(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, gt)
+def _hrev_where(i, entries, bufs, ipool, data, grad, T, GT):
+    L.ternary_hrev(L.no_rule5, where_rev1, where_rev2, False, True, True, i, entries, bufs, ipool, data, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -714,13 +714,13 @@ def _rev_clip(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_clip(i, entries, bufs, ipool, data, t):
-    L.ternary_tan(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, t)
+def _tan_clip(i, entries, bufs, ipool, data, T):
+    L.ternary_tan(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
-def _hrev_clip(i, entries, bufs, ipool, data, grad, t, gt):
-    L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, gt)
+def _hrev_clip(i, entries, bufs, ipool, data, grad, T, GT):
+    L.ternary_hrev(clip_rev0, clip_rev1, clip_rev2, True, True, True, i, entries, bufs, ipool, data, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -734,13 +734,15 @@ def _rev_matmul(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_matmul(i, entries, bufs, ipool, data, t):
-    matmul_jvp(i, entries, bufs, ipool, data, t)
+def _tan_matmul(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        matmul_jvp(i, entries, bufs, ipool, data, T[d])
 
 
 @njit(**SWEEP_JIT)
-def _hrev_matmul(i, entries, bufs, ipool, data, grad, t, gt):
-    matmul_hvp(i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_matmul(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        matmul_hvp(i, entries, bufs, ipool, data, grad, T[d], GT[d])
 
 
 @njit(**SWEEP_JIT)
@@ -754,13 +756,15 @@ def _rev_copy(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_copy(i, entries, bufs, ipool, data, t):
-    copy_fwd(i, entries, bufs, ipool, t)
+def _tan_copy(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        copy_fwd(i, entries, bufs, ipool, T[d])
 
 
 @njit(**SWEEP_JIT)
-def _hrev_copy(i, entries, bufs, ipool, data, grad, t, gt):
-    copy_rev(i, entries, bufs, ipool, data, gt)
+def _hrev_copy(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        copy_rev(i, entries, bufs, ipool, data, GT[d])
 
 
 @njit(**SWEEP_JIT)
@@ -774,13 +778,15 @@ def _rev_take(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_take(i, entries, bufs, ipool, data, t):
-    take_jvp(i, entries, bufs, ipool, data, t)
+def _tan_take(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        take_jvp(i, entries, bufs, ipool, data, T[d])
 
 
 @njit(**SWEEP_JIT)
-def _hrev_take(i, entries, bufs, ipool, data, grad, t, gt):
-    take_rev(i, entries, bufs, ipool, data, gt)
+def _hrev_take(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        take_rev(i, entries, bufs, ipool, data, GT[d])
 
 
 @njit(**SWEEP_JIT)
@@ -794,13 +800,15 @@ def _rev_sum(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_sum(i, entries, bufs, ipool, data, t):
-    sum_fwd(i, entries, bufs, ipool, t)
+def _tan_sum(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        sum_fwd(i, entries, bufs, ipool, T[d])
 
 
 @njit(**SWEEP_JIT)
-def _hrev_sum(i, entries, bufs, ipool, data, grad, t, gt):
-    sum_rev(i, entries, bufs, ipool, data, gt)
+def _hrev_sum(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        sum_rev(i, entries, bufs, ipool, data, GT[d])
 
 
 @njit(**SWEEP_JIT)
@@ -814,13 +822,15 @@ def _rev_max(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_max(i, entries, bufs, ipool, data, t):
-    extreme_jvp(i, entries, bufs, ipool, data, t)
+def _tan_max(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        extreme_jvp(i, entries, bufs, ipool, data, T[d])
 
 
 @njit(**SWEEP_JIT)
-def _hrev_max(i, entries, bufs, ipool, data, grad, t, gt):
-    max_rev(i, entries, bufs, ipool, data, gt)
+def _hrev_max(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        max_rev(i, entries, bufs, ipool, data, GT[d])
 
 
 @njit(**SWEEP_JIT)
@@ -834,13 +844,15 @@ def _rev_min(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_min(i, entries, bufs, ipool, data, t):
-    extreme_jvp(i, entries, bufs, ipool, data, t)
+def _tan_min(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        extreme_jvp(i, entries, bufs, ipool, data, T[d])
 
 
 @njit(**SWEEP_JIT)
-def _hrev_min(i, entries, bufs, ipool, data, grad, t, gt):
-    min_rev(i, entries, bufs, ipool, data, gt)
+def _hrev_min(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        min_rev(i, entries, bufs, ipool, data, GT[d])
 
 
 @njit(**SWEEP_JIT)
@@ -854,13 +866,15 @@ def _rev_prod(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
-def _tan_prod(i, entries, bufs, ipool, data, t):
-    prod_jvp(i, entries, bufs, ipool, data, t)
+def _tan_prod(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        prod_jvp(i, entries, bufs, ipool, data, T[d])
 
 
 @njit(**SWEEP_JIT)
-def _hrev_prod(i, entries, bufs, ipool, data, grad, t, gt):
-    prod_hvp(i, entries, bufs, ipool, data, grad, t, gt)
+def _hrev_prod(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        prod_hvp(i, entries, bufs, ipool, data, grad, T[d], GT[d])
 
 
 @njit(**SWEEP_JIT)
@@ -1487,74 +1501,74 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
             continue
         for d in range(T.shape[0]):
             t = T[d]
-            if op == 0:  # neg
-                _tan_neg(i, entries, bufs, ipool, data, t)
-            elif op == 1:  # abs
-                _tan_abs(i, entries, bufs, ipool, data, t)
-            elif op == 2:  # square
-                _tan_square(i, entries, bufs, ipool, data, t)
-            elif op == 3:  # sqrt
-                _tan_sqrt(i, entries, bufs, ipool, data, t)
-            elif op == 4:  # exp
-                _tan_exp(i, entries, bufs, ipool, data, t)
-            elif op == 5:  # log
-                _tan_log(i, entries, bufs, ipool, data, t)
-            elif op == 6:  # log1p
-                _tan_log1p(i, entries, bufs, ipool, data, t)
-            elif op == 7:  # expm1
-                _tan_expm1(i, entries, bufs, ipool, data, t)
-            elif op == 8:  # sin
-                _tan_sin(i, entries, bufs, ipool, data, t)
-            elif op == 9:  # cos
-                _tan_cos(i, entries, bufs, ipool, data, t)
-            elif op == 10:  # tan
-                _tan_tan(i, entries, bufs, ipool, data, t)
-            elif op == 11:  # tanh
-                _tan_tanh(i, entries, bufs, ipool, data, t)
-            elif op == 12:  # sinh
-                _tan_sinh(i, entries, bufs, ipool, data, t)
-            elif op == 13:  # cosh
-                _tan_cosh(i, entries, bufs, ipool, data, t)
-            elif op == 14:  # arctan
-                _tan_arctan(i, entries, bufs, ipool, data, t)
-            elif op == 15:  # sigmoid
-                _tan_sigmoid(i, entries, bufs, ipool, data, t)
-            elif op == 16:  # relu
-                _tan_relu(i, entries, bufs, ipool, data, t)
-            elif op == 17:  # softplus
-                _tan_softplus(i, entries, bufs, ipool, data, t)
-            elif op == 19:  # add
-                _tan_add(i, entries, bufs, ipool, data, t)
-            elif op == 20:  # sub
-                _tan_sub(i, entries, bufs, ipool, data, t)
-            elif op == 21:  # mul
-                _tan_mul(i, entries, bufs, ipool, data, t)
-            elif op == 22:  # div
-                _tan_div(i, entries, bufs, ipool, data, t)
-            elif op == 23:  # pow
-                _tan_pow(i, entries, bufs, ipool, data, t)
-            elif op == 24:  # maximum
-                _tan_maximum(i, entries, bufs, ipool, data, t)
-            elif op == 25:  # minimum
-                _tan_minimum(i, entries, bufs, ipool, data, t)
-            elif op == 32:  # where
-                _tan_where(i, entries, bufs, ipool, data, t)
-            elif op == 33:  # clip
-                _tan_clip(i, entries, bufs, ipool, data, t)
-            elif op == 34:  # matmul
-                _tan_matmul(i, entries, bufs, ipool, data, t)
-            elif op == 35:  # copy
-                _tan_copy(i, entries, bufs, ipool, data, t)
-            elif op == 36:  # take
-                _tan_take(i, entries, bufs, ipool, data, t)
-            elif op == 37:  # sum
-                _tan_sum(i, entries, bufs, ipool, data, t)
-            elif op == 38:  # max
-                _tan_max(i, entries, bufs, ipool, data, t)
-            elif op == 39:  # min
-                _tan_min(i, entries, bufs, ipool, data, t)
-            elif op == 40:  # prod
-                _tan_prod(i, entries, bufs, ipool, data, t)
+        if op == 0:  # neg
+            _tan_neg(i, entries, bufs, ipool, data, T)
+        elif op == 1:  # abs
+            _tan_abs(i, entries, bufs, ipool, data, T)
+        elif op == 2:  # square
+            _tan_square(i, entries, bufs, ipool, data, T)
+        elif op == 3:  # sqrt
+            _tan_sqrt(i, entries, bufs, ipool, data, T)
+        elif op == 4:  # exp
+            _tan_exp(i, entries, bufs, ipool, data, T)
+        elif op == 5:  # log
+            _tan_log(i, entries, bufs, ipool, data, T)
+        elif op == 6:  # log1p
+            _tan_log1p(i, entries, bufs, ipool, data, T)
+        elif op == 7:  # expm1
+            _tan_expm1(i, entries, bufs, ipool, data, T)
+        elif op == 8:  # sin
+            _tan_sin(i, entries, bufs, ipool, data, T)
+        elif op == 9:  # cos
+            _tan_cos(i, entries, bufs, ipool, data, T)
+        elif op == 10:  # tan
+            _tan_tan(i, entries, bufs, ipool, data, T)
+        elif op == 11:  # tanh
+            _tan_tanh(i, entries, bufs, ipool, data, T)
+        elif op == 12:  # sinh
+            _tan_sinh(i, entries, bufs, ipool, data, T)
+        elif op == 13:  # cosh
+            _tan_cosh(i, entries, bufs, ipool, data, T)
+        elif op == 14:  # arctan
+            _tan_arctan(i, entries, bufs, ipool, data, T)
+        elif op == 15:  # sigmoid
+            _tan_sigmoid(i, entries, bufs, ipool, data, T)
+        elif op == 16:  # relu
+            _tan_relu(i, entries, bufs, ipool, data, T)
+        elif op == 17:  # softplus
+            _tan_softplus(i, entries, bufs, ipool, data, T)
+        elif op == 19:  # add
+            _tan_add(i, entries, bufs, ipool, data, T)
+        elif op == 20:  # sub
+            _tan_sub(i, entries, bufs, ipool, data, T)
+        elif op == 21:  # mul
+            _tan_mul(i, entries, bufs, ipool, data, T)
+        elif op == 22:  # div
+            _tan_div(i, entries, bufs, ipool, data, T)
+        elif op == 23:  # pow
+            _tan_pow(i, entries, bufs, ipool, data, T)
+        elif op == 24:  # maximum
+            _tan_maximum(i, entries, bufs, ipool, data, T)
+        elif op == 25:  # minimum
+            _tan_minimum(i, entries, bufs, ipool, data, T)
+        elif op == 32:  # where
+            _tan_where(i, entries, bufs, ipool, data, T)
+        elif op == 33:  # clip
+            _tan_clip(i, entries, bufs, ipool, data, T)
+        elif op == 34:  # matmul
+            _tan_matmul(i, entries, bufs, ipool, data, T)
+        elif op == 35:  # copy
+            _tan_copy(i, entries, bufs, ipool, data, T)
+        elif op == 36:  # take
+            _tan_take(i, entries, bufs, ipool, data, T)
+        elif op == 37:  # sum
+            _tan_sum(i, entries, bufs, ipool, data, T)
+        elif op == 38:  # max
+            _tan_max(i, entries, bufs, ipool, data, T)
+        elif op == 39:  # min
+            _tan_min(i, entries, bufs, ipool, data, T)
+        elif op == 40:  # prod
+            _tan_prod(i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
@@ -1571,74 +1585,74 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
         for d in range(T.shape[0]):
             t = T[d]
             gt = GT[d]
-            if op == 0:  # neg
-                _hrev_neg(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 1:  # abs
-                _hrev_abs(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 2:  # square
-                _hrev_square(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 3:  # sqrt
-                _hrev_sqrt(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 4:  # exp
-                _hrev_exp(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 5:  # log
-                _hrev_log(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 6:  # log1p
-                _hrev_log1p(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 7:  # expm1
-                _hrev_expm1(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 8:  # sin
-                _hrev_sin(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 9:  # cos
-                _hrev_cos(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 10:  # tan
-                _hrev_tan(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 11:  # tanh
-                _hrev_tanh(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 12:  # sinh
-                _hrev_sinh(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 13:  # cosh
-                _hrev_cosh(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 14:  # arctan
-                _hrev_arctan(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 15:  # sigmoid
-                _hrev_sigmoid(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 16:  # relu
-                _hrev_relu(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 17:  # softplus
-                _hrev_softplus(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 19:  # add
-                _hrev_add(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 20:  # sub
-                _hrev_sub(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 21:  # mul
-                _hrev_mul(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 22:  # div
-                _hrev_div(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 23:  # pow
-                _hrev_pow(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 24:  # maximum
-                _hrev_maximum(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 25:  # minimum
-                _hrev_minimum(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 32:  # where
-                _hrev_where(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 33:  # clip
-                _hrev_clip(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 34:  # matmul
-                _hrev_matmul(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 35:  # copy
-                _hrev_copy(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 36:  # take
-                _hrev_take(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 37:  # sum
-                _hrev_sum(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 38:  # max
-                _hrev_max(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 39:  # min
-                _hrev_min(i, entries, bufs, ipool, data, grad, t, gt)
-            elif op == 40:  # prod
-                _hrev_prod(i, entries, bufs, ipool, data, grad, t, gt)
+        if op == 0:  # neg
+            _hrev_neg(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 1:  # abs
+            _hrev_abs(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 2:  # square
+            _hrev_square(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 3:  # sqrt
+            _hrev_sqrt(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 4:  # exp
+            _hrev_exp(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 5:  # log
+            _hrev_log(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 6:  # log1p
+            _hrev_log1p(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 7:  # expm1
+            _hrev_expm1(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 8:  # sin
+            _hrev_sin(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 9:  # cos
+            _hrev_cos(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 10:  # tan
+            _hrev_tan(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 11:  # tanh
+            _hrev_tanh(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 12:  # sinh
+            _hrev_sinh(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 13:  # cosh
+            _hrev_cosh(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 14:  # arctan
+            _hrev_arctan(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 15:  # sigmoid
+            _hrev_sigmoid(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 16:  # relu
+            _hrev_relu(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 17:  # softplus
+            _hrev_softplus(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 19:  # add
+            _hrev_add(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 20:  # sub
+            _hrev_sub(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 21:  # mul
+            _hrev_mul(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 22:  # div
+            _hrev_div(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 23:  # pow
+            _hrev_pow(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 24:  # maximum
+            _hrev_maximum(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 25:  # minimum
+            _hrev_minimum(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 32:  # where
+            _hrev_where(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 33:  # clip
+            _hrev_clip(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 34:  # matmul
+            _hrev_matmul(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 35:  # copy
+            _hrev_copy(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 36:  # take
+            _hrev_take(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 37:  # sum
+            _hrev_sum(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 38:  # max
+            _hrev_max(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 39:  # min
+            _hrev_min(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 40:  # prod
+            _hrev_prod(i, entries, bufs, ipool, data, grad, T, GT)
 
 @njit(**SWEEP_JIT)
 def reach(entries, bufs, n_entries, roots):
@@ -1726,6 +1740,21 @@ def reverse_pass(
     zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
     add_seeds(bufs, grad, roots, seeds)
     reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
+
+
+@njit(**SWEEP_JIT)
+def hvp_pass(entries, bufs, ipool, data, grad, T, GT, n_entries, n_bufs, roots, seeds):
+    """Forward-over-reverse after a forward sweep: a reverse pass seeded with ``seeds``
+    (adjoints in ``grad``), the tangent sweep of ``T`` (the arguments' tangents seeded, one
+    direction per row, zero elsewhere) and the tangent of the reverse pass (``GT``, zeroed
+    first: the tangent adjoints, one arena per direction). Writes ``grad``, ``T`` and
+    ``GT``."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds,
+                 True)  # fmt: skip
+    tangent_sweep(entries, bufs, ipool, data, T, 0, n_entries)
+    GT[:, :] = 0.0
+    tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, 0, n_entries)
 
 
 # ---- shared drivers: copied into the generated sweeps and every compiled tape ----

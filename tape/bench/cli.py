@@ -18,9 +18,9 @@ from tape.bench.harness import Opts, Progress, Skip
 
 def problems():
     """Every problem, in report order."""
-    from tape.bench import ba, gmm, lstm, simple
+    from tape.bench import ba, gmm, lstm, second, simple
 
-    return simple.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS
+    return simple.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS + second.PROBLEMS
 
 
 def machine_info() -> dict:

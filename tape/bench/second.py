@@ -1,0 +1,315 @@
+"""Derivatives beyond the gradient: Hessian-vector products, Hessians, Jacobians (dense and
+by colouring) and SciPy optimisers fed by tapes, against JAX in the same run.
+
+- ``hvp``: the timed call is the Hessian-vector product, the "objective" column the same
+  tool's gradient, so ``grad/obj`` is HVP time / gradient time (tape: forward-over-reverse on
+  the recorded tape; JAX: ``jvp`` of ``grad``, jitted).
+- ``hessian``: the dense Hessian (tape: forward-over-reverse in vector mode, and by colouring
+  of the Hessian's pattern; JAX: ``jax.hessian``, jitted).
+- ``jacobian``: a 100 -> 100 function (elementwise-heavy, mixed by one matrix): tape forward
+  and reverse mode against ``jax.jacfwd`` / ``jax.jacrev``, jitted.
+- ``ba-jacobian``: the bundle adjustment residual's Jacobian (camera, point and weight
+  columns): by colouring (sparse, one tangent direction per colour) against the dense reverse
+  Jacobian (one reverse sweep per residual) and JAX's dense ``jacfwd``, on the first 400
+  observations of ``ba1`` (a dense Jacobian of the full instance does not fit in memory); and
+  the full ``ba1`` by colouring alone.
+- ``optimize``: ``tape.optimize.minimize(method="trust-ncg")`` on Rosenbrock n=1,000 and
+  ``tape.optimize.least_squares`` on the full ``ba1``, against the same SciPy call fed by JAX
+  (jitted gradient and HVP) for the former.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tape.bench import adbench
+from tape.bench.common import backend
+from tape.bench.harness import Case, Impl, Problem, Skip
+
+
+def _record(f, params, consts):
+    import tape as tp
+
+    B = backend("tape")
+    cs = [tp.tensor(c) if np.asarray(c).dtype.kind == "f" else np.asarray(c) for c in consts]
+    return tp.record(lambda *ps: f(B, ps, cs), *params, wrt=list(range(len(params))))
+
+
+def _jax_fn(f, params, consts):
+    B = backend("jax")
+    xs = [B.jnp.asarray(p) for p in params]
+    cs = [B.jnp.asarray(c) for c in consts]
+    n = len(xs)
+
+    def fj(*a):
+        return f(B, a, cs)
+
+    return B.jax, xs, fj, n
+
+
+# ------------------------------------------------------------------ HVP
+
+
+def hvp_builders(f, params, consts):
+    rng = np.random.default_rng(7)
+    vs = [rng.standard_normal(np.shape(p)) for p in params]
+
+    def tape_b():
+        t = _record(f, params, consts)
+        return Impl(
+            grad=lambda: t.hvp(*params, v=tuple(vs)),
+            value=lambda: t.gradient(*params),
+            note=f"{len(t)} entries",
+        )
+
+    def jax_b():
+        jax, xs, fj, n = _jax_fn(f, params, consts)
+        g = jax.grad(fj, argnums=tuple(range(n)))
+        h = jax.jit(lambda ps, ts: jax.jvp(lambda *p: g(*p), ps, ts)[1])
+        gj = jax.jit(g)
+        vj = tuple(jax.numpy.asarray(v) for v in vs)
+        return Impl(
+            grad=lambda: jax.block_until_ready(h(tuple(xs), vj)),
+            value=lambda: jax.block_until_ready(gj(*xs)),
+        )
+
+    return {"tape": tape_b, "jax jit": jax_b}
+
+
+def hvp_cases(opts):
+    from tape.bench import gmm, simple
+
+    x = np.random.default_rng(0).uniform(-1.0, 2.0, 1000)
+    out = [Case("hvp", "rosenbrock n=1000", 1000, hvp_builders(simple.rosenbrock, [x], ()),
+                ratio=True)]  # fmt: skip
+    rng = np.random.default_rng(1)
+    params = simple._mlp_params(rng, (32, 64, 1))
+    X, y = rng.normal(size=(64, 32)), rng.normal(size=(64, 1))
+    out.append(Case("hvp", "mlp 32-64-1 batch 64", 64 * 32 * 64,
+                    hvp_builders(simple.mlp_tanh_mse, params, (X, y)), ratio=True))  # fmt: skip
+    root = adbench.find_data_dir(opts.data_dir)
+    if root is not None:
+        for label, path in adbench.gmm_files(root, "1k"):
+            if label.split()[1:] == ["d10", "K25"]:
+                data = adbench.read_gmm(path)
+                f = gmm.make_objective(data.d, data.K, data.n, data.gamma, data.m)
+                params = [data.alphas, data.means, data.icf]
+                out.append(Case("hvp", "gmm 1k d10 K25", data.n_params,
+                                hvp_builders(f, params, gmm.consts_for(data)), ratio=True))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------ Hessian
+
+
+def hessian_cases(opts):
+    from tape.bench import simple
+
+    out = []
+    for n in (100,) if opts.quick else (10, 100, 1000):
+        x = np.random.default_rng(0).uniform(-1.0, 2.0, n)
+
+        def tape_b(x=x, sparse=False):
+            t = _record(simple.rosenbrock, [x], ())
+            conv = (lambda H: H.toarray().ravel()) if sparse else (lambda H: np.ravel(H))
+            note = f"{len(t)} entries"
+            if sparse:
+                note += f", {t.sparsity().n_hessian_colors} colours"
+            return Impl(grad=lambda: t.hessian(x, sparse=sparse), grad_np=conv, note=note)
+
+        def jax_b(x=x):
+            jax, xs, fj, _ = _jax_fn(simple.rosenbrock, [x], ())
+            h = jax.jit(jax.hessian(fj))
+            return Impl(grad=lambda: jax.block_until_ready(h(*xs)))
+
+        tools = {"tape": tape_b, "tape sparse": lambda x=x: tape_b(x, True), "jax jit": jax_b}
+        out.append(Case("hessian", f"rosenbrock n={n}", n, tools))
+    return out
+
+
+# ------------------------------------------------------------------ Jacobian
+
+
+def mixed(B, params, consts):
+    """100 -> 100: elementwise work on both sides of one dense mixing matrix."""
+    (x,) = params
+    (A,) = consts
+    u = B.tanh(x) * B.sin(x) + B.exp(-x * x)
+    v = A @ u
+    return B.sigmoid(v) * B.cos(x) + v * v * 0.01 + B.sqrt(1.0 + x * x)
+
+
+def jacobian_cases(opts):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(100)
+    A = rng.standard_normal((100, 100)) / 10.0
+
+    def tape_b(mode):
+        def build():
+            t = _record(mixed, [x], (A,))
+            return Impl(grad=lambda: t.jacobian(x, mode=mode), note=f"{len(t)} entries")
+
+        return build
+
+    def jax_b(which):
+        def build():
+            jax, xs, fj, _ = _jax_fn(mixed, [x], (A,))
+            j = jax.jit(getattr(jax, which)(fj))
+            return Impl(grad=lambda: jax.block_until_ready(j(*xs)))
+
+        return build
+
+    tools = {"tape fwd": tape_b("fwd"), "tape rev": tape_b("rev"),
+             "jax jacfwd": jax_b("jacfwd"), "jax jacrev": jax_b("jacrev")}  # fmt: skip
+    return [Case("jacobian", "100 -> 100", 100, tools)]
+
+
+# ------------------------------------------------------------------ bundle adjustment
+
+
+def ba_function(B, obs, feats):
+    """The BA residual vector (reprojection errors, then w_err) of ``(cams, X, w)``."""
+    from tape.bench.ba import residual
+
+    o0, o1 = obs[:, 0], obs[:, 1]
+    featT = np.ascontiguousarray(feats.T)
+
+    def f(cams, X, w):
+        r = residual(B, cams[o0].T, X[o1].T, w, featT)
+        return B.concat([r.reshape(-1), 1.0 - w * w])
+
+    return f
+
+
+def _ba_subset(data, p):
+    """The first ``p`` observations, with the cameras and points they use (reindexed)."""
+    obs = data.obs[:p]
+    cams_used, c_idx = np.unique(obs[:, 0], return_inverse=True)
+    pts_used, p_idx = np.unique(obs[:, 1], return_inverse=True)
+    return (data.cams[cams_used], data.X[pts_used], data.w[:p],
+            np.stack([c_idx, p_idx], axis=1), data.feats[:p])  # fmt: skip
+
+
+def _tape_ba(cams, X, w, obs, feats, sparse, mode="rev", full_check=True):
+    def build():
+        import tape as tp
+
+        t = tp.record(ba_function(backend("tape"), obs, feats), cams, X, w)
+        note = f"{len(t)} entries"
+        if sparse:
+            sp = t.sparsity()
+            note += f", {sp.n_jacobian_colors} colours = tangent directions"
+            conv = (lambda J: J.toarray().ravel()) if full_check else (lambda J: J.data)
+            return Impl(grad=lambda: t.jacobian(cams, X, w, sparse=True), grad_np=conv, note=note)
+        m = 3 * w.shape[0]
+        note += f", {m} reverse sweeps" if mode == "rev" else ""
+        return Impl(grad=lambda: t.jacobian(cams, X, w, mode=mode),
+                    grad_np=lambda J: np.concatenate([j.reshape(J[0].shape[0], -1) for j in J], 1).ravel(),
+                    note=note)  # fmt: skip
+
+    return build
+
+
+def _jax_ba(cams, X, w, obs, feats):
+    def build():
+        B = backend("jax")
+        jax = B.jax
+        f = ba_function(B, obs, feats)
+        j = jax.jit(jax.jacfwd(f, argnums=(0, 1, 2)))
+        xs = [B.jnp.asarray(a) for a in (cams, X, w)]
+        return Impl(
+            grad=lambda: jax.block_until_ready(j(*xs)),
+            grad_np=lambda J: np.concatenate([np.asarray(a).reshape(3 * w.shape[0], -1) for a in J], 1).ravel(),
+        )  # fmt: skip
+
+    return build
+
+
+def ba_jacobian_cases(opts):
+    root = adbench.find_data_dir(opts.data_dir)
+    if root is None:
+        raise Skip(f"no ADBench data (set ${adbench.ENV_VAR} or --adbench)")
+    files = adbench.ba_files(root)
+    data = adbench.read_ba(files[0][1])
+    sub = _ba_subset(data, 400)
+    n_in = sub[0].size + sub[1].size + sub[2].size
+    tools = {"tape sparse": _tape_ba(*sub, True), "tape rev (dense)": _tape_ba(*sub, False),
+             "jax jacfwd (dense)": _jax_ba(*sub)}  # fmt: skip
+    out = [Case("ba-jacobian", f"{files[0][0]} first 400 obs ({3 * 400} x {n_in})", 400, tools)]
+    full = (data.cams, data.X, data.w, data.obs, data.feats)
+    out.append(Case("ba-jacobian", f"{files[0][0]} p={data.p}", data.p,
+                    {"tape sparse": _tape_ba(*full, True, full_check=False)}))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------ SciPy
+
+
+def optimize_cases(opts):
+    from tape.bench import simple
+
+    n = 1000
+    x0 = np.zeros(n)
+
+    def tape_b():
+        import tape as tp
+
+        f = lambda x: simple.rosenbrock(backend("tape"), [x], ())  # noqa: E731
+        tp.optimize.minimize(f, x0[:10], method="trust-ncg")  # compile the sweeps
+        return Impl(grad=lambda: tp.optimize.minimize(f, x0, method="trust-ncg",
+                                                      options={"gtol": 1e-8}).x)  # fmt: skip
+
+    def jax_b():
+        import scipy.optimize as so
+
+        jax, _, fj, _ = _jax_fn(simple.rosenbrock, [x0], ())
+        vg = jax.jit(jax.value_and_grad(fj))
+        hv = jax.jit(lambda x, p: jax.jvp(jax.grad(fj), (x,), (p,))[1])
+
+        def fun(x):
+            v, g = vg(x)
+            return float(v), np.asarray(g)
+
+        return Impl(grad=lambda: so.minimize(fun, x0, jac=True, hessp=lambda x, p: np.asarray(hv(x, p)),
+                                             method="trust-ncg", options={"gtol": 1e-8}).x)  # fmt: skip
+
+    out = [Case("optimize", f"minimize trust-ncg rosenbrock n={n}", n,
+                {"tape": tape_b, "jax jit": jax_b})]  # fmt: skip
+    root = adbench.find_data_dir(opts.data_dir)
+    if root is not None and not opts.quick:
+        data = adbench.read_ba(adbench.ba_files(root)[0][1])
+
+        def ba_b():
+            import tape as tp
+
+            nc, nx = data.cams.size, data.X.size
+            f = ba_function(backend("tape"), data.obs, data.feats)
+
+            def resid(z):
+                return f(z[:nc].reshape(data.cams.shape), z[nc : nc + nx].reshape(data.X.shape),
+                         z[nc + nx :])  # fmt: skip
+
+            z0 = np.concatenate([data.cams.ravel(), data.X.ravel(), data.w])
+            state = {}
+
+            def solve():
+                res = tp.optimize.least_squares(resid, z0, sparse=True, x_scale="jac")
+                state["res"] = res
+                return np.array([res.cost])
+
+            note = f"{3 * data.p} residuals, {z0.size} unknowns"
+            return Impl(grad=solve, note=note)
+
+        out.append(Case("optimize", f"least_squares ba1 p={data.p}", data.p, {"tape": ba_b}))
+    return out
+
+
+PROBLEMS = [
+    Problem("hvp", "Hessian-vector product (grad/obj = HVP time / gradient time)", "size",
+            hvp_cases, ratio=True),
+    Problem("hessian", "dense Hessian of Rosenbrock", "n", hessian_cases),
+    Problem("jacobian", "Jacobian of a 100 -> 100 function, forward and reverse", "n", jacobian_cases),
+    Problem("ba-jacobian", "bundle adjustment residual Jacobian: colouring vs dense", "observations p",
+            ba_jacobian_cases),
+    Problem("optimize", "SciPy optimisers fed by tape (time to solve)", "n", optimize_cases),
+]  # fmt: skip
