@@ -224,16 +224,17 @@ def _kernel_derivatives(op, entry_fns, tan, hrev):
     if not any(op.differentiable):
         return []
     names = []
-    jvp = f"{op.fwd_name}(i, entries, bufs, ipool, T[d])"
+    # LINEAR: the op's own kernel, once per direction; else the op's kernel over T / GT
+    loop = "for d in range(T.shape[0]):\n        "
+    jvp = loop + f"{op.fwd_name}(i, entries, bufs, ipool, T[d])"
     if op.jvp != LINEAR:
         names.append(op.jvp.py_func.__name__)
-        jvp = f"{names[-1]}(i, entries, bufs, ipool, data, T[d])"
-    hvp = f"{op.rev_names[0]}(i, entries, bufs, ipool, data, GT[d])"
+        jvp = f"{names[-1]}(i, entries, bufs, ipool, data, T)"
+    hvp = loop + f"{op.rev_names[0]}(i, entries, bufs, ipool, data, GT[d])"
     if op.hvp != LINEAR:
         names.append(op.hvp.py_func.__name__)
-        hvp = f"{names[-1]}(i, entries, bufs, ipool, data, grad, T[d], GT[d])"
-    loop = "for d in range(T.shape[0]):\n        "
-    _derivative_entries(op, entry_fns, tan, hrev, loop + jvp, loop + hvp)
+        hvp = f"{names[-1]}(i, entries, bufs, ipool, data, grad, T, GT)"
+    _derivative_entries(op, entry_fns, tan, hrev, jvp, hvp)
     return names
 
 

@@ -33,6 +33,11 @@ CHUNK_BYTES = 64 << 20
 
 MODES = ("auto", "fwd", "rev")
 
+COMPRESS_MIN = 16
+"""Dense Jacobians (forward mode) and Hessians over at least this many argument elements are
+evaluated by colouring of their sparsity pattern (:mod:`tape.sparse`) when that needs at most
+half as many directions as there are elements; the result is the same dense array."""
+
 
 class _Plan:
     """Where the differentiated arguments and the outputs of one tape lie in its arena."""
@@ -284,13 +289,31 @@ def jacobian(t, *args, mode="auto", sparse=False):
         from tape import sparse as SP
 
         return SP.sparse_jacobian(plan, data)
+    pat = _compressible(plan, data, "jacobian") if mode != "rev" else None
     if mode == "auto":
-        mode = "fwd" if plan.n_in <= plan.n_out else "rev"
-    if mode == "fwd":
+        mode = "fwd" if pat is not None or plan.n_in <= plan.n_out else "rev"
+    if pat is not None:
+        from tape import sparse as SP
+
+        J = np.zeros((plan.n_out, plan.n_in), plan.tp.dtype)
+        J[pat.jacobian_nz] = SP.jacobian_entries(plan, data, pat)
+    elif mode == "fwd":
         J = _jac_fwd_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype)).T
     else:
         J = _jac_rev_rows(plan, data, np.eye(plan.n_out, dtype=plan.tp.dtype))
     return _blocks(plan, np.ascontiguousarray(J))
+
+
+def _compressible(plan, data, which):
+    """The sparsity patterns when colouring pays for a dense ``which`` (see
+    :data:`COMPRESS_MIN`), else None."""
+    if plan.n_in < COMPRESS_MIN or (which == "hessian" and plan.n_out != 1):
+        return None
+    from tape import sparse as SP
+
+    pat = SP.patterns(plan, data)
+    n = pat.n_jacobian_colors if which == "jacobian" else pat.n_hessian_colors
+    return pat if 2 * n <= plan.n_in else None
 
 
 def _blocks(plan, J):
@@ -319,7 +342,14 @@ def hessian(t, *args, sparse=False):
         from tape import sparse as SP
 
         return SP.sparse_hessian(plan, data)
-    H = _hvp_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype))
+    pat = _compressible(plan, data, "hessian")
+    if pat is not None:
+        from tape import sparse as SP
+
+        H = np.zeros((plan.n_in, plan.n_in), plan.tp.dtype)
+        H[pat.hessian_nz] = SP.hessian_entries(plan, data, pat)
+    else:
+        H = _hvp_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype))
     blocks = [
         tuple(
             H[ci : ci + ni, cj : cj + nj].reshape(si + sj)

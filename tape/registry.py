@@ -26,9 +26,10 @@ Kinds of op:
     ``rev(i, entries, bufs, ipool, data, grad)``; both read the entry's attribute block in the
     integer pool. ``status`` is ``-1`` on success, or ``i`` when the entry found bad data (an
     out-of-range gather index) and the sweep must stop. A differentiable kernel op also has
-    ``jvp(i, entries, bufs, ipool, data, t)`` (writes the output's tangent in the tangent
-    arena ``t``), ``hvp(i, entries, bufs, ipool, data, grad, t, gt)`` (adds the tangent of its
-    reverse rule into the tangent adjoints ``gt``), either of which may be :data:`LINEAR`, and
+    ``jvp(i, entries, bufs, ipool, data, T)`` (writes the output's tangents into the tangent
+    arenas ``T``, one row per direction), ``hvp(i, entries, bufs, ipool, data, grad, T, GT)``
+    (adds the tangent of its reverse rule into the tangent adjoints ``GT``), either of which
+    may be :data:`LINEAR`, and
     ``sparsity(t, i, data)`` (which input elements each output element depends on, and which pairs
     of input elements interact nonlinearly: see :class:`Op`).
 
@@ -133,7 +134,9 @@ class Op:
         Kernel ops: ``sparsity(t, i, data) -> (deps, pairs)`` for entry ``i`` of tape ``t`` with values
         ``data`` (a value arena).
         ``deps``: ``[(k, out_elems, in_elems)]``, output element ``out_elems[j]`` depends on
-        element ``in_elems[j]`` of input ``k``. ``pairs``: ``[(k, groups_k, elems_k, l,
+        element ``in_elems[j]`` of input ``k``; or ``(k, (M1, M2, ...))``, the dependency
+        matrix of input ``k`` as a product of 0/1 ``scipy.sparse`` factors (for ops whose
+        element pairs would be many more than their elements, as matmul's). ``pairs``: ``[(k, groups_k, elems_k, l,
         groups_l, elems_l)]``, elements of inputs ``k`` and ``l`` in the same group interact
         nonlinearly (a nonzero second partial). Used by :mod:`tape.sparse`.
     module : str

@@ -42,6 +42,10 @@ class Sparsity(NamedTuple):
     """Colour of each Jacobian column; ``jacobian_colors.max() + 1`` tangent directions."""
     hessian_colors: np.ndarray | None
     """Colour of each Hessian column (None without a Hessian)."""
+    jacobian_nz: tuple
+    """``(rows, cols)`` of the Jacobian pattern's entries."""
+    hessian_nz: tuple | None
+    """``(rows, cols)`` of the Hessian pattern's entries (None without a Hessian)."""
 
     @property
     def n_jacobian_colors(self) -> int:
@@ -141,7 +145,8 @@ def _pattern_pass(plan, data, hessian):
         size = int(tp.bufs[out, B_SIZE])
         M = None
         ins = {}
-        for k, oe, ie in deps:
+        for dep in deps:
+            k = dep[0]
             if not op.differentiable[k]:
                 continue
             b = int(tp.entries[i, E_IN0 + k])
@@ -150,8 +155,14 @@ def _pattern_pass(plan, data, hessian):
                 P = ins[k] = read(b)
             if P.nnz == 0:
                 continue
-            D = sp.csr_matrix((np.ones(len(oe), np.int8), (oe, ie)), shape=(size, P.shape[0]))
-            part = D @ P
+            if len(dep) == 3:  # element pairs
+                oe, ie = dep[1], dep[2]
+                factors = (sp.csr_matrix((np.ones(len(oe), np.int8), (oe, ie)), shape=(size, P.shape[0])),)
+            else:  # a product of factors
+                factors = dep[1]
+            part = P
+            for F in reversed(factors):
+                part = _bool(F @ part)
             M = part if M is None else M + part
         if M is not None:
             write(out, _bool(M))
@@ -209,11 +220,15 @@ def column_colouring(P):
 def _key(plan, data):
     """What a pattern depends on beyond the tape: the gather indices in ``data``."""
     tp = plan.tp
-    parts = []
-    for i in range(tp.n_entries):
-        op = registry.OPS[int(tp.entries[i, E_OP])]
-        if op.name == "take":
-            parts.append(np.asarray(tp.view(data, int(tp.entries[i, E_IN0 + 1]))).tobytes())
+    idx = plan.__dict__.get("_index_bufs")
+    if idx is None:
+        from tape.ops.movement import TAKE
+
+        takes = np.flatnonzero(tp.entries[: tp.n_entries, E_OP] == TAKE.code)
+        idx = plan._index_bufs = [int(tp.entries[i, E_IN0 + 1]) for i in takes]
+    if not idx:
+        return ""
+    parts = [np.asarray(tp.view(data, b)).tobytes() for b in idx]
     return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
@@ -227,7 +242,10 @@ def patterns(plan, data) -> Sparsity:
     if hit is not None:
         return hit
     J, H = _pattern_pass(plan, data, plan.n_out == 1)
-    res = Sparsity(J, H, column_colouring(J), None if H is None else column_colouring(H))
+    res = Sparsity(
+        J, H, column_colouring(J), None if H is None else column_colouring(H), J.nonzero(),
+        None if H is None else H.nonzero(),
+    )  # fmt: skip
     if len(cache) > 8:
         cache.clear()
     cache[key] = res
@@ -240,29 +258,41 @@ def _seeds(colours, n_colours, n, dtype):
     return V
 
 
-def sparse_jacobian(plan, data):
-    """The Jacobian as ``csr_matrix`` by forward mode, one direction per column colour."""
+def jacobian_entries(plan, data, pat):
+    """The Jacobian's values on ``pat.jacobian_nz``, by forward mode, one direction per
+    column colour."""
     from tape.derivatives import _jac_fwd_rows
 
-    pat = patterns(plan, data)
     V = _seeds(pat.jacobian_colors, pat.n_jacobian_colors, plan.n_in, plan.tp.dtype)
     B = _jac_fwd_rows(plan, data, V)  # (colours, n_out): row c is J @ s_c
-    rows, cols = pat.jacobian.nonzero()
-    vals = B[pat.jacobian_colors[cols], rows]
-    return sp.csr_matrix((vals, (rows, cols)), shape=pat.jacobian.shape)
+    rows, cols = pat.jacobian_nz
+    return B[pat.jacobian_colors[cols], rows]
+
+
+def hessian_entries(plan, data, pat):
+    """The Hessian's values on ``pat.hessian_nz``, one Hessian-vector product direction per
+    colour."""
+    from tape.derivatives import _hvp_rows
+
+    V = _seeds(pat.hessian_colors, pat.n_hessian_colors, plan.n_in, plan.tp.dtype)
+    B = _hvp_rows(plan, data, V)  # row c: (H s_c)^T
+    rows, cols = pat.hessian_nz
+    return B[pat.hessian_colors[cols], rows]
+
+
+def sparse_jacobian(plan, data):
+    """The Jacobian as ``csr_matrix`` by colouring."""
+    pat = patterns(plan, data)
+    vals = jacobian_entries(plan, data, pat)
+    return sp.csr_matrix((vals, pat.jacobian_nz), shape=pat.jacobian.shape)
 
 
 def sparse_hessian(plan, data):
-    """The Hessian as ``csr_matrix``, one Hessian-vector product direction per colour."""
-    from tape.derivatives import _hvp_rows
-
+    """The Hessian as ``csr_matrix`` by colouring."""
     pat = patterns(plan, data)
     if pat.hessian is None:
         raise ValueError(
             f"Hessians need a scalar output; this tape's outputs have shapes {plan.out_shapes}"
         )
-    V = _seeds(pat.hessian_colors, pat.n_hessian_colors, plan.n_in, plan.tp.dtype)
-    B = _hvp_rows(plan, data, V)  # row c: (H s_c)^T
-    rows, cols = pat.hessian.nonzero()
-    vals = B[pat.hessian_colors[cols], rows]
-    return sp.csr_matrix((vals, (rows, cols)), shape=pat.hessian.shape)
+    vals = hessian_entries(plan, data, pat)
+    return sp.csr_matrix((vals, pat.hessian_nz), shape=pat.hessian.shape)

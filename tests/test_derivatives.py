@@ -450,3 +450,32 @@ def test_gradcheck_order_two_catches_a_wrong_hessian_vector_product(monkeypatch,
     monkeypatch.setattr(derivatives, "hvp", lambda *a, **k: real(*a, **k) * 1.01)
     with pytest.raises(tp.GradcheckError):
         tp.gradcheck(lambda x: (tp.exp(x) * tp.log(x)).sum(), x, order=2)
+
+
+@pytest.mark.parametrize("name,k,case", KCASES, ids=[f"{n}-{k}" for n, k, _ in KCASES])
+def test_sparse_jacobian_and_pattern_of_every_kernel_case(name, k, case):
+    fn, ref, xs = case
+    t = tp.record(fn, *xs)
+    dense = t.jacobian(*xs, mode="rev")
+    dense = dense if isinstance(dense, tuple) else (dense,)
+    n_out = int(np.prod(np.shape(ref(*xs)), dtype=np.int64))
+    flat = np.concatenate([d.reshape(n_out, -1) for d in dense], axis=1)
+    J = t.jacobian(*xs, sparse=True)
+    np.testing.assert_array_equal(J.toarray(), flat)
+    assert not (flat[~t.sparsity().jacobian.toarray()] != 0).any()  # nonzeros inside
+
+
+def test_dense_by_colouring_equals_one_direction_per_element(monkeypatch, rng):
+    from tape import derivatives
+
+    x = rng.standard_normal(40)
+    tj = tp.record(lambda x: tp.sin(x[1:]) * x[:-1], x)
+    th = tp.record(lambda x: (tp.sin(x[1:]) * x[:-1]).sum(), x)
+    tc = tp.record(lambda x: tp.exp(x[::2]).sum() ** 2 + (x * x).sum(), x)
+    assert tj.sparsity().n_jacobian_colors <= 3 and th.sparsity().n_hessian_colors <= 3
+    assert 2 * tc.sparsity().n_hessian_colors > 40  # coupled: one direction per element
+    got = [tj.jacobian(x, mode="fwd"), tj.jacobian(x), th.hessian(x), tc.hessian(x)]
+    monkeypatch.setattr(derivatives, "COMPRESS_MIN", 10**9)
+    want = [tj.jacobian(x, mode="fwd"), tj.jacobian(x, mode="rev"), th.hessian(x), tc.hessian(x)]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-15, atol=0)

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "16fef5a43aae356d842056855dcee76f41ad9e11686bc6956f3c94e07eec101e"
+FINGERPRINT = "ac81dbfa06685abcd538ea814d80307a1050ccf1efaad841a5cf90036a0c2921"
 
 import numpy as np
 from numba import njit, prange
@@ -735,14 +735,12 @@ def _rev_matmul(i, entries, bufs, ipool, data, grad):
 
 @njit(**SWEEP_JIT)
 def _tan_matmul(i, entries, bufs, ipool, data, T):
-    for d in range(T.shape[0]):
-        matmul_jvp(i, entries, bufs, ipool, data, T[d])
+    matmul_jvp(i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
 def _hrev_matmul(i, entries, bufs, ipool, data, grad, T, GT):
-    for d in range(T.shape[0]):
-        matmul_hvp(i, entries, bufs, ipool, data, grad, T[d], GT[d])
+    matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -779,8 +777,7 @@ def _rev_take(i, entries, bufs, ipool, data, grad):
 
 @njit(**SWEEP_JIT)
 def _tan_take(i, entries, bufs, ipool, data, T):
-    for d in range(T.shape[0]):
-        take_jvp(i, entries, bufs, ipool, data, T[d])
+    take_jvp(i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
@@ -823,8 +820,7 @@ def _rev_max(i, entries, bufs, ipool, data, grad):
 
 @njit(**SWEEP_JIT)
 def _tan_max(i, entries, bufs, ipool, data, T):
-    for d in range(T.shape[0]):
-        extreme_jvp(i, entries, bufs, ipool, data, T[d])
+    extreme_jvp(i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
@@ -845,8 +841,7 @@ def _rev_min(i, entries, bufs, ipool, data, grad):
 
 @njit(**SWEEP_JIT)
 def _tan_min(i, entries, bufs, ipool, data, T):
-    for d in range(T.shape[0]):
-        extreme_jvp(i, entries, bufs, ipool, data, T[d])
+    extreme_jvp(i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
@@ -867,14 +862,12 @@ def _rev_prod(i, entries, bufs, ipool, data, grad):
 
 @njit(**SWEEP_JIT)
 def _tan_prod(i, entries, bufs, ipool, data, T):
-    for d in range(T.shape[0]):
-        prod_jvp(i, entries, bufs, ipool, data, T[d])
+    prod_jvp(i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
 def _hrev_prod(i, entries, bufs, ipool, data, grad, T, GT):
-    for d in range(T.shape[0]):
-        prod_hvp(i, entries, bufs, ipool, data, grad, T[d], GT[d])
+    prod_hvp(i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)

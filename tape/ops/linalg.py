@@ -12,7 +12,7 @@ from numba import njit
 from tape import _validate as V
 from tape import registry
 from tape._config import KERNEL_JIT
-from tape._layout import E_ATTR, E_IN0, E_IN1, E_OUT
+from tape._layout import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape._loops import active, view
 
 _jit = njit(**KERNEL_JIT)
@@ -66,68 +66,78 @@ def matmul_rev(i, entries, bufs, ipool, data, grad):
 
 
 @_jit
-def matmul_jvp(i, entries, bufs, ipool, data, t):
-    # tY = tA @ B + A @ tB
+def matmul_jvp(i, entries, bufs, ipool, data, T):
+    # tY = tA @ B + A @ tB for every direction (row of T) at once: the directions' tA are
+    # stacked into one tall matrix and their tB side by side, so each term is one product.
     ia = entries[i, E_IN0]
     ib = entries[i, E_IN1]
+    io = entries[i, E_OUT]
     act_a = active(bufs, ia)
     act_b = active(bufs, ib)
     A = view(bufs, data, ia)
     B = view(bufs, data, ib)
-    tA = view(bufs, t, ia)
-    tB = view(bufs, t, ib)
-    tY = view(bufs, t, entries[i, E_OUT])
     nb, m, k, n, sa, sb = _block(ipool, entries[i, E_ATTR])
-    tY[:] = 0.0
+    K = T.shape[0]
+    oa, ob, oy = bufs[ia, B_OFF], bufs[ib, B_OFF], bufs[io, B_OFF]
+    for d in range(K):
+        T[d, oy : oy + nb * m * n] = 0.0
     if m * n * k == 0:
         return
     for b in range(nb):
-        y = tY[b * m * n : (b + 1) * m * n].reshape((m, n))
-        if act_a:
-            y += np.dot(
-                tA[b * sa : b * sa + m * k].reshape((m, k)),
-                B[b * sb : b * sb + k * n].reshape((k, n)),
-            )
-        if act_b:
-            y += np.dot(
-                A[b * sa : b * sa + m * k].reshape((m, k)),
-                tB[b * sb : b * sb + k * n].reshape((k, n)),
-            )
-
-
-@_jit
-def matmul_hvp(i, entries, bufs, ipool, data, grad, t, gt):
-    # the tangent of gA += gY B^T and gB += A^T gY
-    ia = entries[i, E_IN0]
-    ib = entries[i, E_IN1]
-    act_a = active(bufs, ia)
-    act_b = active(bufs, ib)
-    A = view(bufs, data, ia)
-    B = view(bufs, data, ib)
-    tA = view(bufs, t, ia)
-    tB = view(bufs, t, ib)
-    gtA = view(bufs, gt, ia)
-    gtB = view(bufs, gt, ib)
-    gY = view(bufs, grad, entries[i, E_OUT])
-    gtY = view(bufs, gt, entries[i, E_OUT])
-    nb, m, k, n, sa, sb = _block(ipool, entries[i, E_ATTR])
-    if m * n * k == 0:
-        return
-    for b in range(nb):
-        gy = gY[b * m * n : (b + 1) * m * n].reshape((m, n))
-        gty = gtY[b * m * n : (b + 1) * m * n].reshape((m, n))
         a = A[b * sa : b * sa + m * k].reshape((m, k))
         bb = B[b * sb : b * sb + k * n].reshape((k, n))
         if act_a:
-            ga = gtA[b * sa : b * sa + m * k].reshape((m, k))
-            ga += np.dot(gty, bb.T)
-            if act_b:
-                ga += np.dot(gy, tB[b * sb : b * sb + k * n].reshape((k, n)).T)
+            tA = np.empty((K * m, k), T.dtype)
+            for d in range(K):
+                tA[d * m : (d + 1) * m] = T[d, oa + b * sa : oa + b * sa + m * k].reshape((m, k))
+            y1 = np.dot(tA, bb)
+            for d in range(K):
+                y = T[d, oy + b * m * n : oy + (b + 1) * m * n].reshape((m, n))
+                y += y1[d * m : (d + 1) * m]
         if act_b:
-            gb = gtB[b * sb : b * sb + k * n].reshape((k, n))
-            gb += np.dot(a.T, gty)
+            tB = np.empty((k, K * n), T.dtype)
+            for d in range(K):
+                tB[:, d * n : (d + 1) * n] = T[d, ob + b * sb : ob + b * sb + k * n].reshape((k, n))
+            y2 = np.dot(a, tB)
+            for d in range(K):
+                y = T[d, oy + b * m * n : oy + (b + 1) * m * n].reshape((m, n))
+                y += y2[:, d * n : (d + 1) * n]
+
+
+@_jit
+def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    # the tangent of gA += gY B^T and gB += A^T gY, for every direction
+    ia = entries[i, E_IN0]
+    ib = entries[i, E_IN1]
+    act_a = active(bufs, ia)
+    act_b = active(bufs, ib)
+    A = view(bufs, data, ia)
+    B = view(bufs, data, ib)
+    gY = view(bufs, grad, entries[i, E_OUT])
+    nb, m, k, n, sa, sb = _block(ipool, entries[i, E_ATTR])
+    if m * n * k == 0:
+        return
+    for d in range(T.shape[0]):
+        tA = view(bufs, T[d], ia)
+        tB = view(bufs, T[d], ib)
+        gtA = view(bufs, GT[d], ia)
+        gtB = view(bufs, GT[d], ib)
+        gtY = view(bufs, GT[d], entries[i, E_OUT])
+        for b in range(nb):
+            gy = gY[b * m * n : (b + 1) * m * n].reshape((m, n))
+            gty = gtY[b * m * n : (b + 1) * m * n].reshape((m, n))
+            a = A[b * sa : b * sa + m * k].reshape((m, k))
+            bb = B[b * sb : b * sb + k * n].reshape((k, n))
             if act_a:
-                gb += np.dot(tA[b * sa : b * sa + m * k].reshape((m, k)).T, gy)
+                ga = gtA[b * sa : b * sa + m * k].reshape((m, k))
+                ga += np.dot(gty, bb.T)
+                if act_b:
+                    ga += np.dot(gy, tB[b * sb : b * sb + k * n].reshape((k, n)).T)
+            if act_b:
+                gb = gtB[b * sb : b * sb + k * n].reshape((k, n))
+                gb += np.dot(a.T, gty)
+                if act_a:
+                    gb += np.dot(tA[b * sa : b * sa + m * k].reshape((m, k)).T, gy)
 
 
 @_jit
@@ -136,16 +146,32 @@ def _block(ipool, p):
 
 
 def sparsity(t, i, data):
-    """Output ``(b, r, c)`` depends on row ``r`` of ``A[b]`` and column ``c`` of ``B[b]``;
-    ``A[b][r, j]`` and ``B[b][j, c]`` interact (group ``(b, j)``)."""
+    """Output ``(b, r, c)`` depends on row ``r`` of ``A[b]`` and column ``c`` of ``B[b]``,
+    given as two factors each (rows, then their broadcast): linear in the sizes, where the
+    element pairs would be ``m n k`` per matrix. ``A[b][r, j]`` and ``B[b][j, c]`` interact
+    (group ``(b, j)``)."""
+    import scipy.sparse as sp
+
     p = int(t.entries[i, E_ATTR])
     nb, m, k, n, sa, sb = (int(v) for v in t.ipool[p : p + 6])
-    b, r, c, j = np.meshgrid(np.arange(nb), np.arange(m), np.arange(n), np.arange(k), indexing="ij")
-    out = ((b * m + r) * n + c).ravel()
-    ea = (b * sa + r * k + j).ravel()
-    eb = (b * sb + j * n + c).ravel()
-    g = (b * k + j).ravel()
-    return [(0, out, ea), (1, out, eb)], [(0, g, ea, 1, g, eb)]
+    size_a = int(t.bufs[t.entries[i, E_IN0], B_SIZE])
+    size_b = int(t.bufs[t.entries[i, E_IN1], B_SIZE])
+
+    def ones(rows, cols, shape):
+        rows, cols = rows.ravel(), cols.ravel()
+        return sp.csr_matrix((np.ones(rows.size, np.int8), (rows, cols)), shape=shape)
+
+    b, r, j = np.meshgrid(np.arange(nb), np.arange(m), np.arange(k), indexing="ij")
+    rows_a = ones(b * m + r, b * sa + r * k + j, (nb * m, size_a))  # (b, r) <- A[b][r, :]
+    b2, j2, c2 = np.meshgrid(np.arange(nb), np.arange(k), np.arange(n), indexing="ij")
+    cols_b = ones(b2 * n + c2, b2 * sb + j2 * n + c2, (nb * n, size_b))  # (b, c) <- B[b][:, c]
+    bo, ro, co = np.meshgrid(np.arange(nb), np.arange(m), np.arange(n), indexing="ij")
+    out = (bo * m + ro) * n + co
+    spread_a = ones(out, bo * m + ro, (nb * m * n, nb * m))
+    spread_b = ones(out, bo * n + co, (nb * m * n, nb * n))
+    deps = [(0, (spread_a, rows_a)), (1, (spread_b, cols_b))]
+    ea, eb = (b * sa + r * k + j).ravel(), (b2 * sb + j2 * n + c2).ravel()
+    return deps, [(0, (b * k + j).ravel(), ea, 1, (b2 * k + j2).ravel(), eb)]
 
 
 def check(t, i, e):

@@ -101,20 +101,21 @@ def take_rev(i, entries, bufs, ipool, data, grad):
 
 
 @_jit
-def take_jvp(i, entries, bufs, ipool, data, t):
+def take_jvp(i, entries, bufs, ipool, data, T):
     # the forward gather on tangents, with the indices read from the values (the forward
     # kernel checked them)
     idx = view(bufs, data, entries[i, E_IN1])
-    tx = view(bufs, t, entries[i, E_IN0])
-    ty = view(bufs, t, entries[i, E_OUT])
     p = entries[i, E_ATTR]
     n_rows = ipool[p]
     inner = ipool[p + 1]
-    for j in range(idx.shape[0]):
-        r = int(idx[j])
-        if r < 0:
-            r += n_rows
-        ty[j * inner : (j + 1) * inner] = tx[r * inner : (r + 1) * inner]
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], entries[i, E_IN0])
+        ty = view(bufs, T[d], entries[i, E_OUT])
+        for j in range(idx.shape[0]):
+            r = int(idx[j])
+            if r < 0:
+                r += n_rows
+            ty[j * inner : (j + 1) * inner] = tx[r * inner : (r + 1) * inner]
 
 
 def _copy_elems(t, i):

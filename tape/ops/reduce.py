@@ -191,24 +191,27 @@ def prod_rev(i, entries, bufs, ipool, data, grad):
 
 
 @_jit
-def extreme_jvp(i, entries, bufs, ipool, data, t):
+def extreme_jvp(i, entries, bufs, ipool, data, T):
     # the tangent of the arg-extremum (ties: their mean), as the reverse shares the adjoint
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
     x = view(bufs, data, a)
     y = view(bufs, data, o)
-    tx = view(bufs, t, a)
-    ty = view(bufs, t, o)
     off = _out_offsets(ipool, entries[i, E_ATTR])
     count = np.zeros(y.shape[0], np.int64)
-    ty[:] = 0.0
     for j in range(x.shape[0]):
         if x[j] == y[off[j]]:
             count[off[j]] += 1
-            ty[off[j]] += tx[j]
-    for k in range(y.shape[0]):
-        if count[k] > 1:
-            ty[k] /= count[k]
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        ty = view(bufs, T[d], o)
+        ty[:] = 0.0
+        for j in range(x.shape[0]):
+            if x[j] == y[off[j]]:
+                ty[off[j]] += tx[j]
+        for k in range(y.shape[0]):
+            if count[k] > 1:
+                ty[k] /= count[k]
 
 
 @_jit
@@ -241,7 +244,19 @@ def _prod_others(zeros, nz_prod, xj):
 
 
 @_jit
-def prod_jvp(i, entries, bufs, ipool, data, t):
+def prod_jvp(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        _prod_jvp(i, entries, bufs, ipool, data, T[d])
+
+
+@_jit
+def prod_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        _prod_hvp(i, entries, bufs, ipool, data, grad, T[d], GT[d])
+
+
+@_jit
+def _prod_jvp(i, entries, bufs, ipool, data, t):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
     x = view(bufs, data, a)
@@ -256,7 +271,7 @@ def prod_jvp(i, entries, bufs, ipool, data, t):
 
 
 @_jit
-def prod_hvp(i, entries, bufs, ipool, data, grad, t, gt):
+def _prod_hvp(i, entries, bufs, ipool, data, grad, t, gt):
     # d/dx_j of gy * prod_{i != j} x_i along t: gt_y * P_-j + gy * sum_{i != j} t_i P_-ij,
     # exact with zero factors (no division by a zero x).
     a = entries[i, E_IN0]

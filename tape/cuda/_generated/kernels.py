@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "8d1cfe51effc71f29e64cb5670e8e6d06b607c59e45e2d4fafe7890706af87e0"
+FINGERPRINT = "ec8e6eb6ff6422f7b5a1fd8f4be4e8be7dcccb5995fced17dece1e15318472ce"
 
 from numba import cuda, float64
 
