@@ -471,7 +471,7 @@ def test_dense_by_colouring_equals_one_direction_per_element(monkeypatch, rng):
     x = rng.standard_normal(40)
     tj = tp.record(lambda x: tp.sin(x[1:]) * x[:-1], x)
     th = tp.record(lambda x: (tp.sin(x[1:]) * x[:-1]).sum(), x)
-    tc = tp.record(lambda x: tp.exp(x[::2]).sum() ** 2 + (x * x).sum(), x)
+    tc = tp.record(lambda x: tp.exp(x[:30]).sum() ** 2 + (x * x).sum(), x)
     assert tj.sparsity().n_jacobian_colors <= 3 and th.sparsity().n_hessian_colors <= 3
     assert 2 * tc.sparsity().n_hessian_colors > 40  # coupled: one direction per element
     got = [tj.jacobian(x, mode="fwd"), tj.jacobian(x), th.hessian(x), tc.hessian(x)]
