@@ -132,6 +132,21 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, n_entries, n_bufs, roots, 
     tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, 0, n_entries)
 
 
+@njit(**SWEEP_JIT)
+def vjp_rows(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs, sizes, out):
+    """Reverse mode, one pass per row ``u`` of ``U`` (seeds over the roots, concatenated):
+    row ``r`` of ``out`` gets ``J^T u``, the adjoints of the buffers at ``offs`` / ``sizes``
+    (the arguments) concatenated. Writes ``grad`` and ``out``."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    for r in range(U.shape[0]):
+        reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots,
+                     U[r], True)  # fmt: skip
+        c = 0
+        for k in range(offs.shape[0]):
+            out[r, c : c + sizes[k]] = grad[offs[k] : offs[k] + sizes[k]]
+            c += sizes[k]
+
+
 # ---- shared drivers: copied into the generated sweeps and every compiled tape ----
 @njit(**SWEEP_JIT)
 def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):

@@ -307,7 +307,8 @@ def no_rule5(x0, x1, x2, y, gy):
 # arena's layout); the loops run every direction of an entry while its values are at hand.
 # Tangents of constants are zero in ``T`` (never written), so inactive inputs need no test.
 # The same select as the reverse loops keeps a zero tangent from turning an inf partial into
-# NaN.
+# NaN. With several directions the loops evaluate each element's partials once
+# (``r_k(x, y, 1)``: rules are linear in their adjoint) and scale them per direction.
 #
 # The tangent of a reverse entry (forward-over-reverse, for Hessian-vector products) adds to
 # the tangent adjoint ``gt`` of input ``k``
@@ -321,11 +322,21 @@ def unary_tan(r, i, entries, bufs, data, T):
     o = entries[i, E_OUT]
     x = view(bufs, data, a)
     y = view(bufs, data, o)
+    if T.shape[0] == 1:
+        tx = view(bufs, T[0], a)
+        ty = view(bufs, T[0], o)
+        for j in range(y.shape[0]):
+            ty[j] = masked(r(x[j], y[j], tx[j]), tx[j])
+        return
+    # several directions: each element's partial once (rules are linear in their adjoint)
+    p = np.empty(y.shape[0], T.dtype)
+    for j in range(y.shape[0]):
+        p[j] = r(x[j], y[j], 1.0)
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         ty = view(bufs, T[d], o)
         for j in range(y.shape[0]):
-            ty[j] = masked(r(x[j], y[j], tx[j]), tx[j])
+            ty[j] = masked(p[j] * tx[j], tx[j])
 
 
 @_loop
@@ -365,35 +376,64 @@ def binary_tan(r0, r1, d0, d1, i, entries, bufs, ipool, data, T):
     x1 = view(bufs, data, b)
     y = view(bufs, data, o)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    for d in range(T.shape[0]):
-        t0 = view(bufs, T[d], a)
-        t1 = view(bufs, T[d], b)
-        ty = view(bufs, T[d], o)
-        for r in range(o0.shape[0]):
-            b0 = o0[r] if nd > 1 else 0
-            b1 = o1[r] if nd > 1 else 0
-            yr = y[r * m : (r + 1) * m]
-            tyr = ty[r * m : (r + 1) * m]
-            if s0 == 1 and s1 == 1:
-                a0, a1 = x0[b0 : b0 + m], x1[b1 : b1 + m]
-                u0, u1 = t0[b0 : b0 + m], t1[b1 : b1 + m]
-                for j in range(m):
-                    tyr[j] = _tan2(r0, r1, d0, d1, a0[j], a1[j], yr[j], u0[j], u1[j])
-            elif s0 == 1 and s1 == 0:
-                a0, u0 = x0[b0 : b0 + m], t0[b0 : b0 + m]
-                c1, w1 = x1[b1], t1[b1]
-                for j in range(m):
-                    tyr[j] = _tan2(r0, r1, d0, d1, a0[j], c1, yr[j], u0[j], w1)
-            elif s0 == 0 and s1 == 1:
-                c0, w0 = x0[b0], t0[b0]
-                a1, u1 = x1[b1 : b1 + m], t1[b1 : b1 + m]
-                for j in range(m):
-                    tyr[j] = _tan2(r0, r1, d0, d1, c0, a1[j], yr[j], w0, u1[j])
-            else:
-                for j in range(m):
-                    k0 = b0 + j * s0
-                    k1 = b1 + j * s1
-                    tyr[j] = _tan2(r0, r1, d0, d1, x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
+    if T.shape[0] > 1:
+        _binary_tan_partials(r0, r1, d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1)
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    ty = view(bufs, T[0], o)
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        yr = y[r * m : (r + 1) * m]
+        tyr = ty[r * m : (r + 1) * m]
+        if s0 == 1 and s1 == 1:
+            a0, a1 = x0[b0 : b0 + m], x1[b1 : b1 + m]
+            u0, u1 = t0[b0 : b0 + m], t1[b1 : b1 + m]
+            for j in range(m):
+                tyr[j] = _tan2(r0, r1, d0, d1, a0[j], a1[j], yr[j], u0[j], u1[j])
+        elif s0 == 1 and s1 == 0:
+            a0, u0 = x0[b0 : b0 + m], t0[b0 : b0 + m]
+            c1, w1 = x1[b1], t1[b1]
+            for j in range(m):
+                tyr[j] = _tan2(r0, r1, d0, d1, a0[j], c1, yr[j], u0[j], w1)
+        elif s0 == 0 and s1 == 1:
+            c0, w0 = x0[b0], t0[b0]
+            a1, u1 = x1[b1 : b1 + m], t1[b1 : b1 + m]
+            for j in range(m):
+                tyr[j] = _tan2(r0, r1, d0, d1, c0, a1[j], yr[j], w0, u1[j])
+        else:
+            for j in range(m):
+                k0 = b0 + j * s0
+                k1 = b1 + j * s1
+                tyr[j] = _tan2(r0, r1, d0, d1, x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
+
+
+@_loop
+def _binary_tan_partials(r0, r1, d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
+    # several directions: each element's two partials once per row, then every direction
+    p0 = np.zeros(m, T.dtype)
+    p1 = np.zeros(m, T.dtype)
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        for j in range(m):
+            u, w, yv = x0[b0 + j * s0], x1[b1 + j * s1], y[r * m + j]
+            if d0:
+                p0[j] = r0(u, w, yv, 1.0)
+            if d1:
+                p1[j] = r1(u, w, yv, 1.0)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            tyr = view(bufs, T[d], o)[r * m : (r + 1) * m]
+            for j in range(m):
+                v0 = t0[b0 + j * s0]
+                v1 = t1[b1 + j * s1]
+                acc = masked(p0[j] * v0, v0) if d0 else 0.0
+                if d1:
+                    acc += masked(p1[j] * v1, v1)
+                tyr[j] = acc
 
 
 @_loop

@@ -59,6 +59,8 @@ class _Plan:
         self.n_data = tp.n_data
         self._tls = threading.local()  # this thread's arenas (see arenas())
         self.seed = np.ones(1, tp.dtype)
+        self.in_offs = np.asarray(self.in_off, np.int64)
+        self.in_sizes = np.asarray(self.in_size, np.int64)
         self.in_dtypes = [np.dtype(tp.input_dtypes[k]) for k in tp.wrt]
 
     def arenas(self, k):
@@ -193,18 +195,6 @@ def _tangents(plan, data, V):
     return T
 
 
-def _reverse(plan, data, seeds, reach=None):
-    """Adjoint arena of one reverse pass seeded with ``seeds`` (over the outputs)."""
-    tp = plan.tp
-    grad = np.zeros(plan.n_data, tp.dtype)
-    emask, need = reach or S.reach(tp.entries, tp.bufs, tp.n_entries, plan.roots)
-    S.reverse_pass(
-        tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries, tp.n_bufs, emask, need,
-        plan.roots, np.ascontiguousarray(seeds, tp.dtype), True,
-    )  # fmt: skip
-    return grad
-
-
 def _hvp_rows(plan, data, V):
     """``V @ H`` for the scalar output's Hessian ``H`` over the arguments (rows of ``V`` are
     directions)."""
@@ -236,12 +226,13 @@ def _jac_fwd_rows(plan, data, V):
 
 
 def _jac_rev_rows(plan, data, U):
-    """``J^T u`` for each row ``u`` of ``U``, as rows: ``(len(U), n_in)``."""
+    """``J^T u`` for each row ``u`` of ``U``, as rows: ``(len(U), n_in)``, one reverse pass
+    per row in one compiled call."""
     tp = plan.tp
-    reach = S.reach(tp.entries, tp.bufs, tp.n_entries, plan.roots)
     out = np.empty((U.shape[0], plan.n_in), tp.dtype)
-    for r in range(U.shape[0]):
-        out[r] = plan.read_inputs(_reverse(plan, data, U[r], reach)[None, :])[0]
+    grad = plan.arenas(1)[2]
+    S.vjp_rows(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
+               np.ascontiguousarray(U, tp.dtype), plan.in_offs, plan.in_sizes, out)  # fmt: skip
     return out
 
 

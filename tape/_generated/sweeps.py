@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ac81dbfa06685abcd538ea814d80307a1050ccf1efaad841a5cf90036a0c2921"
+FINGERPRINT = "8cffb7f761a6dbeddb22360061ecb01195733a18b663e8f5932433353bfea34b"
 
 import numpy as np
 from numba import njit, prange
@@ -1748,6 +1748,21 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, n_entries, n_bufs, roots, 
     tangent_sweep(entries, bufs, ipool, data, T, 0, n_entries)
     GT[:, :] = 0.0
     tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, 0, n_entries)
+
+
+@njit(**SWEEP_JIT)
+def vjp_rows(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs, sizes, out):
+    """Reverse mode, one pass per row ``u`` of ``U`` (seeds over the roots, concatenated):
+    row ``r`` of ``out`` gets ``J^T u``, the adjoints of the buffers at ``offs`` / ``sizes``
+    (the arguments) concatenated. Writes ``grad`` and ``out``."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    for r in range(U.shape[0]):
+        reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots,
+                     U[r], True)  # fmt: skip
+        c = 0
+        for k in range(offs.shape[0]):
+            out[r, c : c + sizes[k]] = grad[offs[k] : offs[k] + sizes[k]]
+            c += sizes[k]
 
 
 # ---- shared drivers: copied into the generated sweeps and every compiled tape ----
