@@ -430,10 +430,13 @@ class Tensor:
         ``gradient`` is the adjoint of ``self`` (needed unless ``self`` has one element).
         As in PyTorch, a second backward through any part of the same graph raises unless the
         first passed ``retain_graph=True`` (then it accumulates again). Higher-order gradients
-        (``create_graph``) are not supported.
+        (``create_graph``) come from recorded tapes instead: ``Tape.hvp``, ``Tape.hessian``,
+        ``tape.hessian``.
         """
         if create_graph:
-            raise NotImplementedError("create_graph=True (higher-order gradients) is not supported")
+            from tape.autograd import CREATE_GRAPH
+
+            raise NotImplementedError(CREATE_GRAPH.replace("tape.autograd.grad(", "backward(", 1))
         if not self._rg:
             raise RuntimeError(
                 "element 0 of tensors does not require grad and does not have a grad_fn"

@@ -14,7 +14,7 @@ from tape._tensor import Tensor
 
 __all__ = ["grad"]
 
-_CREATE_GRAPH = (
+CREATE_GRAPH = (
     "tape.autograd.grad(create_graph=True): eager graphs are first order. For second "
     "derivatives record the function and use the tape's drivers: t = tape.record(fn, x); "
     "t.hvp(x, v=v) or t.hessian(x) (or the transforms tape.hvp(fn, (x,), (v,)) and "
@@ -39,7 +39,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     naming the drivers to use instead.
     """
     if create_graph:
-        raise NotImplementedError(_CREATE_GRAPH)
+        raise NotImplementedError(CREATE_GRAPH)
     outs = _seq(outputs)
     ins = _seq(inputs)
     if not outs:

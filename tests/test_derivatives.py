@@ -479,3 +479,45 @@ def test_dense_by_colouring_equals_one_direction_per_element(monkeypatch, rng):
     want = [tj.jacobian(x, mode="fwd"), tj.jacobian(x, mode="rev"), th.hessian(x), tc.hessian(x)]
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-15, atol=0)
+
+
+def test_readme_example_runs():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("## Forward mode, Jacobians and Hessians", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert scope["H"].shape == (100, 100) and sps.issparse(scope["Hs"])
+    np.testing.assert_allclose(scope["Hs"].toarray(), scope["H"], rtol=1e-14)
+    np.testing.assert_allclose(scope["hv"], scope["H"] @ np.ones(100), rtol=1e-12)
+    assert scope["J"][0][1].shape == (3, 4, 4)
+
+
+def _conformance_cases():
+    from test_conformance import CASES
+
+    return CASES
+
+
+@pytest.mark.parametrize("case", _conformance_cases(), ids=lambda c: c.name)
+def test_conformance_table_through_forward_mode(case, rng):
+    """The conformance table's gradients (computed without tape, at kinks, ties and zeros
+    too) from forward mode: the Jacobian column by column and ``jvp`` along random
+    directions; and, for its smooth cases, Hessian-vector products against finite
+    differences."""
+    at = case.record_at or case.points[0][0]
+    t = tp.record(case.fn, *at, wrt=list(case.wrt))
+    rtol, atol = max(case.rtol, 1e-10), max(case.atol, 1e-10)
+    for args, _, grads in case.points:
+        J = t.jacobian(*args, mode="fwd")
+        J = J if isinstance(J, tuple) else (J,)
+        for got, want in zip(J, grads):
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+        vs = tuple(rng.standard_normal(np.shape(args[k])) for k in case.wrt)
+        _, slope = t.jvp(*args, tangents=vs)
+        want = sum(float(np.vdot(g, v)) for g, v in zip(grads, vs))
+        np.testing.assert_allclose(slope, want, rtol=max(rtol, 1e-9), atol=max(atol, 1e-9))
+    if case.ref is not None:
+        assert tp.gradcheck(case.fn, *at, wrt=list(case.wrt), order=2)

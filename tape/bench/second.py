@@ -3,7 +3,7 @@ by colouring) and SciPy optimisers fed by tapes, against JAX in the same run.
 
 - ``hvp``: the timed call is the Hessian-vector product, the "objective" column the same
   tool's gradient, so ``grad/obj`` is HVP time / gradient time (tape: forward-over-reverse on
-  the recorded tape; JAX: ``jvp`` of ``grad``, jitted).
+  the recorded tape, against the interpreter's gradient; JAX: ``jvp`` of ``grad``, jitted).
 - ``hessian``: the dense Hessian (tape: forward-over-reverse in vector mode, and by colouring
   of the Hessian's pattern; JAX: ``jax.hessian``, jitted).
 - ``jacobian``: a 100 -> 100 function (elementwise-heavy, mixed by one matrix): tape forward
@@ -28,11 +28,14 @@ from tape.bench.harness import Case, Impl, Problem, Skip
 
 
 def _record(f, params, consts):
+    """A tape of ``f`` on the interpreter (the derivative drivers run there; its gradient,
+    the ``hvp`` problem's "objective", is then the interpreter's too)."""
     import tape as tp
 
     B = backend("tape")
     cs = [tp.tensor(c) if np.asarray(c).dtype.kind == "f" else np.asarray(c) for c in consts]
-    return tp.record(lambda *ps: f(B, ps, cs), *params, wrt=list(range(len(params))))
+    return tp.record(lambda *ps: f(B, ps, cs), *params, wrt=list(range(len(params))),
+                     compile=False)  # fmt: skip
 
 
 def _jax_fn(f, params, consts):
