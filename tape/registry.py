@@ -134,9 +134,9 @@ class Op:
         Kernel ops: ``sparsity(t, i, data) -> (deps, pairs)`` for entry ``i`` of tape ``t`` with values
         ``data`` (a value arena).
         ``deps``: ``[(k, out_elems, in_elems)]``, output element ``out_elems[j]`` depends on
-        element ``in_elems[j]`` of input ``k``; or ``(k, (M1, M2, ...))``, the dependency
-        matrix of input ``k`` as a product of 0/1 ``scipy.sparse`` factors (for ops whose
-        element pairs would be many more than their elements, as matmul's). ``pairs``: ``[(k, groups_k, elems_k, l,
+        element ``in_elems[j]`` of input ``k``; or ``(k, (F1, F2, ...))``, the dependency
+        matrix of input ``k`` as a product of 0/1 factors ``F = (rows, cols, shape)`` (for
+        ops whose element pairs would be many more than their elements, as matmul's). ``pairs``: ``[(k, groups_k, elems_k, l,
         groups_l, elems_l)]``, elements of inputs ``k`` and ``l`` in the same group interact
         nonlinearly (a nonzero second partial). Used by :mod:`tape.sparse`.
     module : str

@@ -156,12 +156,12 @@ def _pattern_pass(plan, data, hessian):
             if P.nnz == 0:
                 continue
             if len(dep) == 3:  # element pairs
-                oe, ie = dep[1], dep[2]
-                factors = (sp.csr_matrix((np.ones(len(oe), np.int8), (oe, ie)), shape=(size, P.shape[0])),)
+                factors = ((dep[1], dep[2], (size, P.shape[0])),)
             else:  # a product of factors
                 factors = dep[1]
             part = P
-            for F in reversed(factors):
+            for rows, cols, shape in reversed(factors):
+                F = sp.csr_matrix((np.ones(len(rows), np.int8), (rows, cols)), shape=shape)
                 part = _bool(F @ part)
             M = part if M is None else M + part
         if M is not None:

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8cffb7f761a6dbeddb22360061ecb01195733a18b663e8f5932433353bfea34b"
+FINGERPRINT = "1c8dfa0ead4f68027130c978535ee8d3c239a405d4684d483601120cd5ca343d"
 
 import numpy as np
 from numba import njit, prange

@@ -150,16 +150,13 @@ def sparsity(t, i, data):
     given as two factors each (rows, then their broadcast): linear in the sizes, where the
     element pairs would be ``m n k`` per matrix. ``A[b][r, j]`` and ``B[b][j, c]`` interact
     (group ``(b, j)``)."""
-    import scipy.sparse as sp
-
     p = int(t.entries[i, E_ATTR])
     nb, m, k, n, sa, sb = (int(v) for v in t.ipool[p : p + 6])
     size_a = int(t.bufs[t.entries[i, E_IN0], B_SIZE])
     size_b = int(t.bufs[t.entries[i, E_IN1], B_SIZE])
 
-    def ones(rows, cols, shape):
-        rows, cols = rows.ravel(), cols.ravel()
-        return sp.csr_matrix((np.ones(rows.size, np.int8), (rows, cols)), shape=shape)
+    def ones(rows, cols, shape):  # a 0/1 factor, as tape.sparse takes it
+        return rows.ravel(), cols.ravel(), shape
 
     b, r, j = np.meshgrid(np.arange(nb), np.arange(m), np.arange(k), indexing="ij")
     rows_a = ones(b * m + r, b * sa + r * k + j, (nb * m, size_a))  # (b, r) <- A[b][r, :]

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "ec8e6eb6ff6422f7b5a1fd8f4be4e8be7dcccb5995fced17dece1e15318472ce"
+FINGERPRINT = "7407ade1bfa04238097470eb46bdf95f124d5cb12d1ee87a04a184426a62b153"
 
 from numba import cuda, float64
 
