@@ -342,6 +342,15 @@ else:
         assert t.dtype == np.float32
         check(t, [x], rtol=1e-5, atol=1e-6)
 
+    def test_derivatives_beyond_the_gradient_run_on_the_cpu_tape(rng):
+        x = rng.standard_normal(6)
+        t = tp.record(lambda x: (tp.sin(x[1:]) * x[:-1]).sum(), x)
+        ct = t.to("cuda")
+        np.testing.assert_array_equal(ct.hessian(x), t.hessian(x))
+        np.testing.assert_array_equal(ct.hvp(x, v=x), t.hvp(x, v=x))
+        np.testing.assert_array_equal(ct.jvp(x, tangents=x)[1], t.jvp(x, tangents=x)[1])
+        np.testing.assert_array_equal(ct.jacobian(x), t.jacobian(x))
+
     def test_zero_and_accumulate_semantics(rng):
         x = rng.standard_normal(6)
         t = tp.record(lambda x: (x * tp.sin(x)).sum(), x)

@@ -72,6 +72,7 @@ class Case:
     ref_value: Any = None  # published objective value(s), checked to RTOL
     ref_grad: Any = None  # published gradient values (flat), checked to RTOL
     notes: list = field(default_factory=list)
+    max_repeats: int | None = None  # fewer timing rounds for cases that take seconds a call
 
 
 @dataclass
@@ -252,6 +253,8 @@ def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
     jobs = [j for j in jobs if res["tools"][j[0]]["status"] == "ok"]
     round_time = sum(j[3] * j[4] for j in jobs) or 1e-9
     reps = int(min(opts.max_repeats, max(opts.min_repeats, opts.budget / round_time)))
+    if case.max_repeats is not None:
+        reps = min(reps, case.max_repeats)
     for r in range(reps):
         if progress:
             progress.show(f"{case.problem} {case.label}: timing round {r + 1}/{reps}")

@@ -535,6 +535,33 @@ class CudaTape:
         """Batched replay on the GPU (see :func:`gradient_batch`)."""
         return gradient_batch(self.tape, *args, threads=threads)
 
+    # Derivatives beyond the gradient have no GPU sweeps yet: they run on the CPU tape (same
+    # signatures and results as tape.Tape's; arguments and results are NumPy arrays).
+
+    def jvp(self, *args, tangents):
+        """:meth:`tape.Tape.jvp`, on the CPU tape."""
+        return self.tape.jvp(*args, tangents=tangents)
+
+    def vjp(self, *args, cotangent):
+        """:meth:`tape.Tape.vjp`, on the CPU tape."""
+        return self.tape.vjp(*args, cotangent=cotangent)
+
+    def jacobian(self, *args, mode="auto", sparse=False):
+        """:meth:`tape.Tape.jacobian`, on the CPU tape."""
+        return self.tape.jacobian(*args, mode=mode, sparse=sparse)
+
+    def hessian(self, *args, sparse=False):
+        """:meth:`tape.Tape.hessian`, on the CPU tape."""
+        return self.tape.hessian(*args, sparse=sparse)
+
+    def hvp(self, *args, v):
+        """:meth:`tape.Tape.hvp`, on the CPU tape."""
+        return self.tape.hvp(*args, v=v)
+
+    def sparsity(self, *args):
+        """:meth:`tape.Tape.sparsity`, on the CPU tape."""
+        return self.tape.sparsity(*args)
+
     def synchronize(self):
         cuda.synchronize()
 
