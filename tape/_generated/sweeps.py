@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1c8dfa0ead4f68027130c978535ee8d3c239a405d4684d483601120cd5ca343d"
+FINGERPRINT = "b1ea166d1d431bc30edb79a7af1ab1de748b29b6014c471f6dc28c151e4ba4ec"
 
 import numpy as np
 from numba import njit, prange

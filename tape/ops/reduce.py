@@ -111,6 +111,17 @@ def _extreme_fwd(is_max, i, entries, bufs, ipool, data):
 
 
 @_jit
+def _ties(x, y, off):
+    """How many input elements equal their output element (the arg-extrema; ties count
+    each)."""
+    count = np.zeros(y.shape[0], np.int64)
+    for j in range(x.shape[0]):
+        if x[j] == y[off[j]]:
+            count[off[j]] += 1
+    return count
+
+
+@_jit
 def _extreme_rev(i, entries, bufs, ipool, data, grad):
     # The adjoint goes to the arg-extremum; ties share it evenly.
     a = entries[i, E_IN0]
@@ -122,10 +133,7 @@ def _extreme_rev(i, entries, bufs, ipool, data, grad):
     gx = view(bufs, grad, a)
     gy = view(bufs, grad, o)
     off = _out_offsets(ipool, entries[i, E_ATTR])
-    count = np.zeros(y.shape[0], np.int64)
-    for j in range(x.shape[0]):
-        if x[j] == y[off[j]]:
-            count[off[j]] += 1
+    count = _ties(x, y, off)
     for j in range(x.shape[0]):
         k = off[j]
         if x[j] == y[k]:
@@ -174,20 +182,11 @@ def prod_rev(i, entries, bufs, ipool, data, grad):
     gx = view(bufs, grad, a)
     gy = view(bufs, grad, o)
     off = _out_offsets(ipool, entries[i, E_ATTR])
-    ny = gy.shape[0]
-    zeros = np.zeros(ny, np.int64)
-    nonzero_prod = np.ones(ny)
-    for j in range(x.shape[0]):
-        if x[j] == 0.0:
-            zeros[off[j]] += 1
-        else:
-            nonzero_prod[off[j]] *= x[j]
+    zeros, nz_prod, _, _ = _prod_groups(x, x, off, gy.shape[0])
     for j in range(x.shape[0]):
         k = off[j]
-        if zeros[k] == 0:
-            gx[j] += gy[k] * (nonzero_prod[k] / x[j])
-        elif zeros[k] == 1 and x[j] == 0.0:
-            gx[j] += gy[k] * nonzero_prod[k]
+        if zeros[k] == 0 or (zeros[k] == 1 and x[j] == 0.0):
+            gx[j] += gy[k] * _prod_others(zeros[k], nz_prod[k], x[j])
 
 
 @_jit
@@ -198,10 +197,7 @@ def extreme_jvp(i, entries, bufs, ipool, data, T):
     x = view(bufs, data, a)
     y = view(bufs, data, o)
     off = _out_offsets(ipool, entries[i, E_ATTR])
-    count = np.zeros(y.shape[0], np.int64)
-    for j in range(x.shape[0]):
-        if x[j] == y[off[j]]:
-            count[off[j]] += 1
+    count = _ties(x, y, off)
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         ty = view(bufs, T[d], o)

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "7407ade1bfa04238097470eb46bdf95f124d5cb12d1ee87a04a184426a62b153"
+FINGERPRINT = "74c7cabff663005e39219b0e472668bd8df2cf86767e2e8a467e050345b3f59d"
 
 from numba import cuda, float64
 
