@@ -301,7 +301,7 @@ def optimize_cases(opts):
             return Impl(grad=solve, note=note)
 
         out.append(Case("optimize", f"least_squares ba1 p={data.p}", data.p, {"tape": ba_b},
-                        max_repeats=1, notes=["one timed solve (each takes tens of seconds)"]))  # fmt: skip
+                        max_repeats=1, notes=["one timed solve per run"]))  # fmt: skip
     return out
 
 
