@@ -8,7 +8,7 @@ ratios) is ``python -m tape.bench``; this is the same code timed by pytest-bench
 
 import pytest
 
-from tape.bench import adbench, ba, gmm, lstm, simple
+from tape.bench import adbench, ba, gmm, lstm, second, simple
 from tape.bench.harness import Opts, Skip
 
 DATA = adbench.find_data_dir()
@@ -26,12 +26,26 @@ def _cases():
     return out
 
 
+def _second_order_cases():
+    """Hessian-vector products, Hessians, Jacobians (dense and by colouring): every tool of
+    :mod:`tape.bench.second` (the SciPy solves stay in ``python -m tape.bench``)."""
+    out = second.hvp_cases(Opts(data_dir=DATA)) + second.hessian_cases(Opts(quick=True))
+    out += second.jacobian_cases(Opts())
+    if DATA is not None:
+        out += second.ba_jacobian_cases(Opts(data_dir=DATA))[:1]
+    return out
+
+
 CASES = _cases()
 PARAMS = [
     pytest.param(case, tool, id=f"{case.problem}[{case.label}]-{tool}")
     for case in CASES
     for tool in TOOLS
     if tool in case.builders
+] + [
+    pytest.param(case, tool, id=f"{case.problem}[{case.label}]-{tool}")
+    for case in _second_order_cases()
+    for tool in case.builders
 ]
 
 
