@@ -348,14 +348,32 @@ def unary_hrev(r, h, nh, i, entries, bufs, data, grad, T, GT):
     x = view(bufs, data, a)
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
+    n = y.shape[0]
+    if T.shape[0] == 1:
+        tx = view(bufs, T[0], a)
+        gty = view(bufs, GT[0], o)
+        gtx = view(bufs, GT[0], a)
+        for j in range(n):
+            v = masked(r(x[j], y[j], gty[j]), gty[j])
+            if nh and gy[j] != 0.0 and tx[j] != 0.0:
+                v += gy[j] * (h(x[j], y[j]) * tx[j])
+            gtx[j] += v
+        return
+    # several directions: the partial and gy * f'' once per element
+    p = np.empty(n, T.dtype)
+    q = np.zeros(n, T.dtype)
+    for j in range(n):
+        p[j] = r(x[j], y[j], 1.0)
+        if nh and gy[j] != 0.0:
+            q[j] = gy[j] * h(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         gty = view(bufs, GT[d], o)
         gtx = view(bufs, GT[d], a)
-        for j in range(y.shape[0]):
-            v = masked(r(x[j], y[j], gty[j]), gty[j])
+        for j in range(n):
+            v = masked(p[j] * gty[j], gty[j])
             if nh and gy[j] != 0.0 and tx[j] != 0.0:
-                v += gy[j] * (h(x[j], y[j]) * tx[j])
+                v += q[j] * tx[j]
             gtx[j] += v
 
 
@@ -411,29 +429,35 @@ def binary_tan(r0, r1, d0, d1, i, entries, bufs, ipool, data, T):
 
 @_loop
 def _binary_tan_partials(r0, r1, d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
-    # several directions: each element's two partials once per row, then every direction
-    p0 = np.zeros(m, T.dtype)
-    p1 = np.zeros(m, T.dtype)
+    # several directions: each element's two partials once, then every direction (its
+    # views made once per direction)
+    n = y.shape[0]
+    p0 = np.zeros(n, T.dtype)
+    p1 = np.zeros(n, T.dtype)
     for r in range(o0.shape[0]):
         b0 = o0[r] if nd > 1 else 0
         b1 = o1[r] if nd > 1 else 0
         for j in range(m):
             u, w, yv = x0[b0 + j * s0], x1[b1 + j * s1], y[r * m + j]
             if d0:
-                p0[j] = r0(u, w, yv, 1.0)
+                p0[r * m + j] = r0(u, w, yv, 1.0)
             if d1:
-                p1[j] = r1(u, w, yv, 1.0)
-        for d in range(T.shape[0]):
-            t0 = view(bufs, T[d], a)
-            t1 = view(bufs, T[d], b)
-            tyr = view(bufs, T[d], o)[r * m : (r + 1) * m]
+                p1[r * m + j] = r1(u, w, yv, 1.0)
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        ty = view(bufs, T[d], o)
+        for r in range(o0.shape[0]):
+            b0 = o0[r] if nd > 1 else 0
+            b1 = o1[r] if nd > 1 else 0
+            e = r * m
             for j in range(m):
                 v0 = t0[b0 + j * s0]
                 v1 = t1[b1 + j * s1]
-                acc = masked(p0[j] * v0, v0) if d0 else 0.0
+                acc = masked(p0[e + j] * v0, v0) if d0 else 0.0
                 if d1:
-                    acc += masked(p1[j] * v1, v1)
-                tyr[j] = acc
+                    acc += masked(p1[e + j] * v1, v1)
+                ty[e + j] = acc
 
 
 @_loop
@@ -465,6 +489,10 @@ def binary_hrev(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, i, entries, bufs, 
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    if T.shape[0] > 1:
+        _binary_hrev_partials(r0, r1, h00, h01, h11, act0, act1, n00, n01, n11, x0, x1, y, gy,
+                              a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1)  # fmt: skip
+        return
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
         t1 = view(bufs, T[d], b)
@@ -501,6 +529,66 @@ def binary_hrev(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, i, entries, bufs, 
                     g0[k0] += _hrev_one(r0, h00, h01, n00, n01, u, w, yv, g, dg, t0[k0], t1[k1])
                 if act1:
                     g1[k1] += _hrev_one(r1, h01, h11, n01, n11, u, w, yv, g, dg, t0[k0], t1[k1])
+
+
+@_loop
+def _binary_hrev_partials(r0, r1, h00, h01, h11, act0, act1, n00, n01, n11, x0, x1, y, gy, a, b,
+                          o, bufs, T, GT, nd, m, s0, s1, o0, o1):  # fmt: skip
+    # several directions: the partials and gy times the second partials once per element,
+    # then every direction (its views made once per direction)
+    n = y.shape[0]
+    p0 = np.zeros(n, T.dtype)
+    p1 = np.zeros(n, T.dtype)
+    q00 = np.zeros(n, T.dtype)
+    q01 = np.zeros(n, T.dtype)
+    q11 = np.zeros(n, T.dtype)
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        for j in range(m):
+            e = r * m + j
+            u, w, yv, g = x0[b0 + j * s0], x1[b1 + j * s1], y[e], gy[e]
+            if act0:
+                p0[e] = r0(u, w, yv, 1.0)
+            if act1:
+                p1[e] = r1(u, w, yv, 1.0)
+            if g != 0.0:
+                if n00:
+                    q00[e] = g * h00(u, w, yv)
+                if n01:
+                    q01[e] = g * h01(u, w, yv)
+                if n11:
+                    q11[e] = g * h11(u, w, yv)
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        g0 = view(bufs, GT[d], a)
+        g1 = view(bufs, GT[d], b)
+        gty = view(bufs, GT[d], o)
+        for r in range(o0.shape[0]):
+            b0 = o0[r] if nd > 1 else 0
+            b1 = o1[r] if nd > 1 else 0
+            for j in range(m):
+                e = r * m + j
+                k0 = b0 + j * s0
+                k1 = b1 + j * s1
+                dg = gty[e]
+                ta = t0[k0] if act0 else 0.0
+                tb = t1[k1] if act1 else 0.0
+                if act0:
+                    v = masked(p0[e] * dg, dg)
+                    if q00[e] != 0.0 and ta != 0.0:
+                        v += q00[e] * ta
+                    if q01[e] != 0.0 and tb != 0.0:
+                        v += q01[e] * tb
+                    g0[k0] += v
+                if act1:
+                    v = masked(p1[e] * dg, dg)
+                    if q01[e] != 0.0 and ta != 0.0:
+                        v += q01[e] * ta
+                    if q11[e] != 0.0 and tb != 0.0:
+                        v += q11[e] * tb
+                    g1[k1] += v
 
 
 @_loop

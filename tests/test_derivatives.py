@@ -521,3 +521,34 @@ def test_conformance_table_through_forward_mode(case, rng):
         np.testing.assert_allclose(slope, want, rtol=max(rtol, 1e-9), atol=max(atol, 1e-9))
     if case.ref is not None:
         assert tp.gradcheck(case.fn, *at, wrt=list(case.wrt), order=2)
+
+
+def test_dense_hessian_of_a_small_mlp_against_finite_differences(rng):
+    """Many coupled directions at once (no colouring helps): the multi-direction paths of
+    the broadcast add, tanh and matmul second-order kernels."""
+    X, y = rng.standard_normal((6, 4)), rng.standard_normal((6, 1))
+
+    def mlp(W1, b1, W2, b2):
+        h = tp.tanh(X @ W1 + b1)
+        return ((h @ W2 + b2 - y) ** 2).mean()
+
+    ps = [rng.standard_normal((4, 5)), rng.standard_normal(5), rng.standard_normal((5, 1)),
+          rng.standard_normal(1)]  # fmt: skip
+    t = tp.record(mlp, *ps)
+    assert 2 * t.sparsity().n_hessian_colors > 31
+    H = t.hessian(*ps)
+    flat = np.block([[H[i][j].reshape(ps[i].size, ps[j].size) for j in range(4)] for i in range(4)])
+    cols = []
+    for j in range(31):
+        e = np.zeros(31)
+        e[j] = 1.0
+        vs, c = [], 0
+        for p in ps:
+            vs.append(e[c : c + p.size].reshape(p.shape))
+            c += p.size
+        cols.append(np.concatenate([a.ravel() for a in fd_hvp(t, ps, vs)]))
+    np.testing.assert_allclose(flat, np.stack(cols, axis=1), rtol=1e-6, atol=1e-7)
+    v = [rng.standard_normal(p.shape) for p in ps]
+    hv = t.hvp(*ps, v=tuple(v))
+    np.testing.assert_allclose(np.concatenate([a.ravel() for a in hv]),
+                               flat @ np.concatenate([a.ravel() for a in v]), rtol=1e-12, atol=1e-12)  # fmt: skip

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b1ea166d1d431bc30edb79a7af1ab1de748b29b6014c471f6dc28c151e4ba4ec"
+FINGERPRINT = "8e0caa892811873649213255c5a22baee6aaa870cbe8c5984889812e9467f7f9"
 
 import numpy as np
 from numba import njit, prange

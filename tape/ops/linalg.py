@@ -106,38 +106,58 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
 
 @_jit
 def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
-    # the tangent of gA += gY B^T and gB += A^T gY, for every direction
+    # the tangent of gA += gY B^T and gB += A^T gY, for every direction (row of T / GT) at
+    # once: the directions' matrices are stacked so that each term is one product
     ia = entries[i, E_IN0]
     ib = entries[i, E_IN1]
+    io = entries[i, E_OUT]
     act_a = active(bufs, ia)
     act_b = active(bufs, ib)
     A = view(bufs, data, ia)
     B = view(bufs, data, ib)
-    gY = view(bufs, grad, entries[i, E_OUT])
+    gY = view(bufs, grad, io)
     nb, m, k, n, sa, sb = _block(ipool, entries[i, E_ATTR])
     if m * n * k == 0:
         return
-    for d in range(T.shape[0]):
-        tA = view(bufs, T[d], ia)
-        tB = view(bufs, T[d], ib)
-        gtA = view(bufs, GT[d], ia)
-        gtB = view(bufs, GT[d], ib)
-        gtY = view(bufs, GT[d], entries[i, E_OUT])
-        for b in range(nb):
-            gy = gY[b * m * n : (b + 1) * m * n].reshape((m, n))
-            gty = gtY[b * m * n : (b + 1) * m * n].reshape((m, n))
-            a = A[b * sa : b * sa + m * k].reshape((m, k))
-            bb = B[b * sb : b * sb + k * n].reshape((k, n))
-            if act_a:
-                ga = gtA[b * sa : b * sa + m * k].reshape((m, k))
-                ga += np.dot(gty, bb.T)
-                if act_b:
-                    ga += np.dot(gy, tB[b * sb : b * sb + k * n].reshape((k, n)).T)
+    K = T.shape[0]
+    oa, ob, oy = bufs[ia, B_OFF], bufs[ib, B_OFF], bufs[io, B_OFF]
+    for b in range(nb):
+        pa, pb, py = oa + b * sa, ob + b * sb, oy + b * m * n
+        gy = gY[b * m * n : (b + 1) * m * n].reshape((m, n))
+        a = A[b * sa : b * sa + m * k].reshape((m, k))
+        bb = B[b * sb : b * sb + k * n].reshape((k, n))
+        gty = np.empty((K * m, n), T.dtype)  # the directions' gt_Y, stacked
+        gty_cols = np.empty((m, K * n), T.dtype)  # ... side by side
+        for d in range(K):
+            g = GT[d, py : py + m * n].reshape((m, n))
+            gty[d * m : (d + 1) * m] = g
+            gty_cols[:, d * n : (d + 1) * n] = g
+        if act_a:
+            ga1 = np.dot(gty, bb.T)  # (K m, k)
+            ga2 = np.empty((m, K * k), T.dtype)
             if act_b:
-                gb = gtB[b * sb : b * sb + k * n].reshape((k, n))
-                gb += np.dot(a.T, gty)
+                tbt = np.empty((n, K * k), T.dtype)
+                for d in range(K):
+                    tbt[:, d * k : (d + 1) * k] = T[d, pb : pb + k * n].reshape((k, n)).T
+                ga2 = np.dot(gy, tbt)  # (m, K k)
+            for d in range(K):
+                ga = GT[d, pa : pa + m * k].reshape((m, k))
+                ga += ga1[d * m : (d + 1) * m]
+                if act_b:
+                    ga += ga2[:, d * k : (d + 1) * k]
+        if act_b:
+            gb1 = np.dot(a.T, gty_cols)  # (k, K n)
+            gb2 = np.empty((K * k, n), T.dtype)
+            if act_a:
+                tat = np.empty((K * k, m), T.dtype)
+                for d in range(K):
+                    tat[d * k : (d + 1) * k] = T[d, pa : pa + m * k].reshape((m, k)).T
+                gb2 = np.dot(tat, gy)  # (K k, n)
+            for d in range(K):
+                gb = GT[d, pb : pb + k * n].reshape((k, n))
+                gb += gb1[:, d * n : (d + 1) * n]
                 if act_a:
-                    gb += np.dot(tA[b * sa : b * sa + m * k].reshape((m, k)).T, gy)
+                    gb += gb2[d * k : (d + 1) * k]
 
 
 @_jit

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "74c7cabff663005e39219b0e472668bd8df2cf86767e2e8a467e050345b3f59d"
+FINGERPRINT = "887a13622b51f5eeb23d470a66da929cd6ea03b9fcba1b41994d7d5ee01b0192"
 
 from numba import cuda, float64
 
