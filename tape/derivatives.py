@@ -78,6 +78,13 @@ class _Plan:
         T, GT, grad = cache
         return T[:k], GT[:k], grad
 
+    def require_scalar(self):
+        """Raise unless the tape has one scalar output (Hessians need one)."""
+        if self.n_out != 1:
+            raise ValueError(
+                f"Hessians need a scalar output; this tape's outputs have shapes {self.out_shapes}"
+            )
+
     def chunk(self, k):
         """Directions per pass: at most ``k``, and at most what fits :data:`CHUNK_BYTES`."""
         per = max(1, self.n_data) * self.tp.dtype.itemsize * 2
@@ -179,10 +186,15 @@ def _forward(t, args):
     """Replay the forward sweep at ``args``: ``(plan, values)``, every entry's value written
     (on the interpreter: a compiled forward keeps intermediates in registers)."""
     tp, ws = t._run(args, False, interp=True)
+    return _plan(tp), ws.data
+
+
+def _plan(tp):
+    """The tape's :class:`_Plan`, made on first use."""
     plan = getattr(tp, "_deriv_plan", None)
     if plan is None:
         plan = tp._deriv_plan = _Plan(tp)
-    return plan, ws.data
+    return plan
 
 
 def _tangents(plan, data, V):
@@ -199,10 +211,7 @@ def _hvp_rows(plan, data, V):
     """``V @ H`` for the scalar output's Hessian ``H`` over the arguments (rows of ``V`` are
     directions)."""
     tp = plan.tp
-    if plan.n_out != 1:
-        raise ValueError(
-            f"Hessians need a scalar output; this tape's outputs have shapes {plan.out_shapes}"
-        )
+    plan.require_scalar()
     out = np.empty((V.shape[0], plan.n_in), tp.dtype)
     step = plan.chunk(V.shape[0])
     seed = plan.seed
@@ -359,10 +368,7 @@ def hvp(t, *args, v):
     plan, data = _forward(t, args)
     vals = plan.in_values(v, "hvp: v")
     tp = plan.tp
-    if plan.n_out != 1:
-        raise ValueError(
-            f"Hessians need a scalar output; this tape's outputs have shapes {plan.out_shapes}"
-        )
+    plan.require_scalar()
     T, GT, grad = plan.arenas(1)
     for a, o, n in zip(vals, plan.in_off, plan.in_size):
         T[0, o : o + n] = a.ravel()
@@ -384,9 +390,7 @@ def sparsity(t, *args):
         plan, data = _forward(t, args)
     else:
         t._check_replay()
-        plan = getattr(t, "_deriv_plan", None) or _Plan(t)
-        t._deriv_plan = plan
-        data = t.data
+        plan, data = _plan(t), t.data
     return SP.patterns(plan, data)
 
 

@@ -289,10 +289,7 @@ def sparse_jacobian(plan, data):
 
 def sparse_hessian(plan, data):
     """The Hessian as ``csr_matrix`` by colouring."""
+    plan.require_scalar()
     pat = patterns(plan, data)
-    if pat.hessian is None:
-        raise ValueError(
-            f"Hessians need a scalar output; this tape's outputs have shapes {plan.out_shapes}"
-        )
     vals = hessian_entries(plan, data, pat)
     return sp.csr_matrix((vals, pat.hessian_nz), shape=pat.hessian.shape)
