@@ -23,6 +23,20 @@ from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
 from tape import compiled, kernels
 from tape import core as _core
 from tape._anomaly import AnomalyError, detect_anomaly
+from tape._front.creation import (
+    Generator,
+    accelerator,
+    default_generator,
+    initial_seed,
+    manual_seed,
+    normal,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    seed,
+)
 from tape._generated import sweeps
 from tape._generated import sweeps as _sweeps
 from tape._replay import GuardError, ReplayError
@@ -32,12 +46,17 @@ from tape._tensor import (
     arange,
     as_tensor,
     bool_,
+    device,
+    empty,
+    empty_like,
     enable_grad,
     eye,
     float32,
     float64,
     full,
     full_like,
+    get_default_device,
+    get_default_dtype,
     int32,
     int64,
     is_grad_enabled,
@@ -45,6 +64,8 @@ from tape._tensor import (
     no_grad,
     ones,
     ones_like,
+    set_default_device,
+    set_default_dtype,
     tensor,
     zeros,
     zeros_like,
@@ -62,6 +83,7 @@ __version__ = "0.1.0"
 double = float64
 float = float32  # noqa: A001  (torch.float is float32)
 long = int64
+int = int32  # noqa: A001  (torch.int is int32)
 bool = bool_  # noqa: A001
 
 __all__ = [
@@ -69,6 +91,10 @@ __all__ = [
     "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "float64", "float32", "int64", "int32", "bool_", "warmup",
+    "randn", "rand", "randint", "randn_like", "rand_like", "normal", "manual_seed", "seed",
+    "initial_seed", "Generator", "default_generator", "empty", "empty_like", "device",
+    "accelerator", "set_default_device", "get_default_device", "set_default_dtype",
+    "get_default_dtype", "double", "long",
     "grad", "value_and_grad", "jacobian", "jacfwd", "jacrev", "hessian", "jvp", "vjp", "hvp",
 ] + list(_functional_all)  # fmt: skip
 
@@ -83,7 +109,8 @@ def _to_cuda(t, device, **kwargs):
 _core.register_extension("to_cuda", _to_cuda)
 
 
-_LAZY = ("autograd", "optimize", "sparse", "derivatives")
+_LAZY = ("autograd", "optimize", "sparse", "derivatives", "optim", "nn")
+_UNSUPPORTED_DTYPES = ("half", "float16", "bfloat16", "complex64", "complex128", "cfloat", "cdouble")
 
 
 def __getattr__(name):
@@ -92,6 +119,11 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(f"tape.{name}")
+    if name in _UNSUPPORTED_DTYPES:
+        raise TypeError(
+            f"tape.{name}: tape computes in float32 and float64 only (and int64/bool data); "
+            "use tape.float32 or tape.float64"
+        )
     raise AttributeError(f"module 'tape' has no attribute {name!r}")
 
 

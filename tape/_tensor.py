@@ -43,6 +43,94 @@ int32 = np.dtype(np.int32)
 bool_ = np.dtype(np.bool_)
 
 
+_DEFAULT_FLOAT = [float64]  # set_default_dtype (process-wide, as in PyTorch)
+
+
+def get_default_dtype():
+    """The dtype Python floats and float constructors give: ``tape.float64`` unless changed
+    with :func:`set_default_dtype` (PyTorch's default is float32; tape's is float64, which
+    finite-difference checks need)."""
+    return _DEFAULT_FLOAT[0]
+
+
+def set_default_dtype(dtype):
+    """Set the default floating-point dtype (``tape.float32`` or ``tape.float64``)."""
+    dt = np.dtype(dtype)
+    if dt not in (float32, float64):
+        raise TypeError(
+            f"set_default_dtype: only tape.float32 and tape.float64 are supported, got {dt}"
+        )
+    _DEFAULT_FLOAT[0] = dt
+
+
+class device:
+    """Where a tensor lives, as ``torch.device``: ``device("cpu")``. Eager tensors live on
+    the CPU; GPU work goes through recorded tapes (``Tape.to("cuda")``)."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, type="cpu", index=None):  # noqa: A002
+        if isinstance(type, device):
+            type, index = type.type, type.index  # noqa: A001
+        type = str(type)  # noqa: A001
+        if ":" in type:
+            type, _, ix = type.partition(":")  # noqa: A001
+            index = int(ix)
+        if type not in ("cpu", "cuda"):
+            raise RuntimeError(f"Expected one of cpu, cuda device type at start of device string: {type}")
+        self.type = type
+        self.index = index
+
+    def __repr__(self):
+        ix = "" if self.index is None else f", index={self.index}"
+        return f"device(type='{self.type}'{ix})"
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __eq__(self, other):
+        try:
+            other = device(other)
+        except (RuntimeError, TypeError, ValueError):
+            return NotImplemented
+        return self.type == other.type and self.index == other.index
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+
+CPU = device("cpu")
+_DEFAULT_DEVICE = [CPU]
+
+CUDA_EAGER = (
+    "eager tensors live on the CPU: tape runs on a GPU through recorded tapes. Record the "
+    "function on CPU tensors (t = tape.record(fn, x)) and move the tape with t.to('cuda')"
+)
+
+
+def check_device(dev, what="tensor"):
+    """``dev`` (None, a string or a :class:`device`) as a device eager tensors can live on."""
+    if dev is None:
+        return _DEFAULT_DEVICE[0]
+    d = device(dev)
+    if d.type != "cpu":
+        raise RuntimeError(f"{what}: device={str(d)!r} is not available to eager tensors; {CUDA_EAGER}")
+    return d
+
+
+def set_default_device(dev):
+    """Set the device constructors use by default; only ``"cpu"`` is available to eager
+    tensors (see ``Tape.to("cuda")`` for GPU replay)."""
+    _DEFAULT_DEVICE[0] = check_device(dev, "set_default_device")
+
+
+def get_default_device():
+    return _DEFAULT_DEVICE[0]
+
+
+_device_cls = device
+
+
 class _State(threading.local):
     """Per-thread state; class attributes are the defaults every thread starts with (a
     ``getattr`` with a default on a plain ``threading.local`` costs a caught AttributeError:
@@ -98,7 +186,7 @@ class GradFn:
         self.name = name
 
     def __repr__(self):
-        return f"<{''.join(p.capitalize() for p in self.name.split('_'))}Backward>"
+        return f"<{''.join(p.capitalize() for p in self.name.split('_'))}Backward0>"
 
 
 def _check_dtype(dt):
@@ -402,17 +490,50 @@ class Tensor:
             return NotImplemented
         return self._inplace(other, np.divide)
 
-    def to(self, dtype):
-        """A copy converted to ``dtype`` (differentiable between float dtypes)."""
+    def to(self, *args, dtype=None, device=None, non_blocking=False, copy=False):
+        """A copy converted to ``dtype`` (differentiable between float dtypes), as PyTorch's
+        ``to``: ``x.to(dtype)``, ``x.to(device)``, ``x.to(device, dtype)``, ``x.to(other)``
+        (other's dtype), with ``dtype=`` / ``device=`` keywords. Only the CPU is a device for
+        eager tensors (``"cuda"`` raises, pointing to ``Tape.to("cuda")``)."""
+        for a in args:
+            if isinstance(a, Tensor):
+                dtype = a.dtype
+            elif isinstance(a, (str, _device_cls)):
+                device = a
+            elif a is not None:
+                dtype = a
+        check_device(device, "to")
+        if dtype is None:
+            return self.clone() if copy else self
         dtype = _check_dtype(dtype)
         if dtype == self.dtype:
-            return self
+            return self.clone() if copy else self
         if dtype.kind == "f" and self.dtype.kind == "f" and (self._rg or self._tape is not None):
             st = c_strides(self.shape)
             return apply(
                 COPY, [self], self.shape, copy_block(self.shape, 0, st, 0, st), dtype=dtype
             )
         return Tensor(self.numpy().astype(dtype))
+
+    @property
+    def device(self):
+        """Always ``device(type='cpu')``: eager tensors live on the CPU."""
+        return CPU
+
+    is_cuda = False
+
+    def cpu(self):
+        return self
+
+    def cuda(self, device=None):
+        raise RuntimeError(f"cuda(): {CUDA_EAGER}")
+
+    def clone(self):
+        """A copy with its own memory; differentiable (its gradient flows back to ``self``)."""
+        if self._tape is None and not (self._rg and is_grad_enabled()):
+            return Tensor(self._value.copy())
+        st = c_strides(self.shape)
+        return apply(COPY, [self], self.shape, copy_block(self.shape, 0, st, 0, st), dtype=self.dtype)
 
     astype = to
 
@@ -492,16 +613,11 @@ class Tensor:
     # ------------------------------------------------------------ display
 
     def __repr__(self):
-        v = self._peek()
-        body = np.array2string(v, separator=", ", prefix="tensor(", precision=4)
-        extra = []
-        if self.dtype not in (float64, int64, bool_):
-            extra.append(f"dtype={self.dtype}")
-        if self._op is not None:
-            extra.append(f"grad_fn={self.grad_fn!r}")
-        elif self._rg:
-            extra.append("requires_grad=True")
-        return f"tensor({body}{''.join(', ' + e for e in extra)})"
+        from tape._format import tensor_repr
+
+        return tensor_repr(self)
+
+    __str__ = __repr__
 
 
 # ---------------------------------------------------------------- recording
@@ -900,13 +1016,23 @@ def _coalesce(dims, strides):
 # ---------------------------------------------------------------- constructors
 
 
-def tensor(data, requires_grad=False, dtype=None) -> Tensor:
+def _float_default(v, dtype):
+    """``v`` in the default float dtype when it came from Python floats (no dtype given)."""
+    if dtype is None and v.dtype == float64 and _DEFAULT_FLOAT[0] != float64:
+        return v.astype(_DEFAULT_FLOAT[0])
+    return v
+
+
+def tensor(data, requires_grad=False, dtype=None, *, device=None) -> Tensor:
     """A new leaf tensor holding a copy of ``data`` (nested lists, NumPy arrays, numbers).
 
-    Python floats give float64, ints int64, bools bool (PyTorch defaults to float32; tape
-    defaults to float64, which finite-difference checks need). Pass ``dtype=tape.float32``
-    for single precision.
+    Python floats give the default dtype (float64 unless :func:`set_default_dtype` changed it;
+    PyTorch's is float32, tape's float64, which finite-difference checks need), ints int64,
+    bools bool; NumPy arrays keep their dtype. Pass ``dtype=tape.float32`` for single
+    precision. ``device`` may only be the CPU.
     """
+    check_device(device, "tensor")
+    src = data
     if isinstance(data, Tensor):
         data = data.numpy()
     try:
@@ -916,49 +1042,90 @@ def tensor(data, requires_grad=False, dtype=None) -> Tensor:
     dt = _check_dtype(v.dtype)
     if v.dtype != dt:
         v = v.astype(dt)
+    if not isinstance(src, (np.ndarray, np.generic, Tensor)):
+        v = _float_default(v, dtype)
     return Tensor(v, requires_grad=requires_grad)
 
 
-def _shape_args(shape):
+def _shape_args(shape, what="shape"):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    return tuple(int(s) for s in shape)
+    try:
+        out = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"{what}: the size must be ints or a tuple of ints, got {shape!r}") from None
+    if any(s < 0 for s in out):
+        raise ValueError(f"{what}: negative dimension in size {out}")
+    return out
 
 
-def zeros(*shape, dtype=float64, requires_grad=False) -> Tensor:
-    return Tensor(np.zeros(_shape_args(shape), _check_dtype(dtype)), requires_grad)
+def _dtype_or_default(dtype):
+    return _DEFAULT_FLOAT[0] if dtype is None else _check_dtype(dtype)
 
 
-def ones(*shape, dtype=float64, requires_grad=False) -> Tensor:
-    return Tensor(np.ones(_shape_args(shape), _check_dtype(dtype)), requires_grad)
+def zeros(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A tensor of zeros (the default float dtype unless ``dtype``)."""
+    check_device(device, "zeros")
+    return Tensor(np.zeros(_shape_args(shape, "zeros"), _dtype_or_default(dtype)), requires_grad)
 
 
-def full(shape, fill_value, dtype=None, requires_grad=False) -> Tensor:
+def ones(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A tensor of ones (the default float dtype unless ``dtype``)."""
+    check_device(device, "ones")
+    return Tensor(np.ones(_shape_args(shape, "ones"), _dtype_or_default(dtype)), requires_grad)
+
+
+def empty(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """A tensor to be overwritten (PyTorch's ``empty``). Its memory is zeroed, never garbage."""
+    check_device(device, "empty")
+    return Tensor(np.zeros(_shape_args(shape, "empty"), _dtype_or_default(dtype)), requires_grad)
+
+
+def full(shape, fill_value, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+    """A tensor of ``shape`` filled with ``fill_value`` (its dtype follows the value)."""
+    check_device(device, "full")
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return tensor(np.full(shape, fill_value, dtype=dtype), requires_grad, None)
+    v = np.full(shape, fill_value, dtype=dtype)
+    if isinstance(fill_value, float):
+        v = _float_default(v, dtype)
+    return tensor(v, requires_grad, None)
 
 
-def zeros_like(x, dtype=None, requires_grad=False) -> Tensor:
-    return zeros(_shape_of(x), dtype=dtype or as_tensor(x).dtype, requires_grad=requires_grad)
+def _like(x, dtype):
+    return _check_dtype(dtype) if dtype is not None else as_tensor(x).dtype
 
 
-def ones_like(x, dtype=None, requires_grad=False) -> Tensor:
-    return ones(_shape_of(x), dtype=dtype or as_tensor(x).dtype, requires_grad=requires_grad)
+def zeros_like(x, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+    return zeros(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
-def full_like(x, fill_value, dtype=None, requires_grad=False) -> Tensor:
-    return full(_shape_of(x), fill_value, dtype or as_tensor(x).dtype, requires_grad)
+def ones_like(x, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+    return ones(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
-def arange(start, stop=None, step=1, dtype=None, requires_grad=False) -> Tensor:
-    return tensor(
-        np.arange(start, stop, step) if stop is not None else np.arange(start), requires_grad, dtype
-    )
+def empty_like(x, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+    return empty(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
-def linspace(start, stop, num=50, dtype=None, requires_grad=False) -> Tensor:
-    return tensor(np.linspace(start, stop, num), requires_grad, dtype)
+def full_like(x, fill_value, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+    return full(_shape_of(x), fill_value, _like(x, dtype), requires_grad, device=device)
 
 
-def eye(n, m=None, dtype=float64, requires_grad=False) -> Tensor:
-    return Tensor(np.eye(n, m, dtype=_check_dtype(dtype)), requires_grad)
+def arange(start, end=None, step=1, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+    """Values from ``start`` (default 0) to ``end`` (excluded) by ``step``: ints give int64,
+    floats the default float dtype."""
+    check_device(device, "arange")
+    v = np.arange(start, end, step) if end is not None else np.arange(start)
+    return tensor(_float_default(v, dtype), requires_grad, dtype)
+
+
+def linspace(start, end, steps=50, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+    """``steps`` evenly spaced values from ``start`` to ``end`` (both included)."""
+    check_device(device, "linspace")
+    return tensor(_float_default(np.linspace(start, end, steps), dtype), requires_grad, dtype)
+
+
+def eye(n, m=None, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+    """The ``n`` x ``m`` identity (``m`` defaults to ``n``)."""
+    check_device(device, "eye")
+    return Tensor(np.eye(n, m, dtype=_dtype_or_default(dtype)), requires_grad)

@@ -1,4 +1,5 @@
-"""``tape.autograd``: PyTorch's ``torch.autograd.grad`` for eager tensors.
+"""``tape.autograd``: PyTorch's ``torch.autograd``: :func:`grad`, :func:`backward` and
+:class:`Function` (user-defined forward and backward in Python) for eager tensors.
 
 Higher-order derivatives come from recorded tapes, not from eager graphs: use
 :meth:`tape.Tape.hvp` / :meth:`tape.Tape.hessian` (or :func:`tape.hvp`, :func:`tape.hessian`)
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from tape import _callbacks
+from tape._callbacks import FunctionCtx
 from tape._layout import B_KIND, LEAF
 from tape._tensor import Tensor
 
-__all__ = ["grad"]
+__all__ = ["grad", "backward", "Function", "FunctionCtx"]
 
 CREATE_GRAPH = (
     "tape.autograd.grad(create_graph=True): eager graphs are first order. For second "
@@ -141,3 +144,82 @@ def _leaf_only(o_list, seeds, x, allow_unused, materialize):
             )
         return Tensor(np.zeros(x.shape, x.dtype)) if materialize else None
     return Tensor(np.asarray(g, dtype=x.dtype))
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """``tensors[k].backward(grad_tensors[k])`` for every tensor, as ``torch.autograd.backward``:
+    gradients accumulate into the leaves' ``.grad``. ``inputs`` (leaves) restricts which
+    leaves accumulate."""
+    ts = _seq(tensors)
+    if grad_tensors is None:
+        gs = [None] * len(ts)
+    else:
+        gs = [grad_tensors] if isinstance(grad_tensors, Tensor) else list(grad_tensors)
+    if len(gs) != len(ts):
+        raise ValueError(f"backward: {len(ts)} tensors but {len(gs)} grad_tensors")
+    if inputs is not None:
+        ins = _seq(inputs)
+        grads = grad(ts, ins, gs if grad_tensors is not None else None, retain_graph,
+                     create_graph, allow_unused=True)  # fmt: skip
+        for x, g in zip(ins, grads):
+            if g is not None:
+                x._accumulate(g._value)
+        return None
+    for k, (t, g) in enumerate(zip(ts, gs)):
+        last = k == len(ts) - 1
+        t.backward(g, retain_graph=retain_graph if last else True, create_graph=create_graph)
+    return None
+
+
+class _FunctionMeta(type):
+    def __call__(cls, *args, **kwargs):
+        raise RuntimeError(
+            f"{cls.__name__}: autograd.Function is not instantiated: call "
+            f"{cls.__name__}.apply(*args)"
+        )
+
+
+class Function(metaclass=_FunctionMeta):
+    """A differentiable operation with its own ``forward`` and ``backward``, as
+    ``torch.autograd.Function``::
+
+        class Cube(tape.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x ** 3
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                (x,) = ctx.saved_tensors
+                return grad_output * 3 * x ** 2
+
+        y = Cube.apply(x)
+
+    ``forward(ctx, *args)`` gets the arguments (tensors as plain values, outside any graph)
+    and returns a tensor or a tuple of them; ``backward(ctx, *grad_outputs)`` gets one
+    adjoint per output and returns one gradient (or None) per argument of ``forward``. Use
+    ``ctx.save_for_backward(*tensors)`` / ``ctx.saved_tensors``, ``ctx.needs_input_grad`` and
+    ``ctx.mark_non_differentiable(*outputs)``; other values can be kept as attributes of
+    ``ctx``.
+
+    It works in eager mode and inside :func:`tape.record`: a replay runs ``forward`` and
+    ``backward`` as Python callbacks between segments of the interpreter's sweeps. Such a
+    tape does not compile, batch, move to a GPU, save, or take forward-mode and second-order
+    drivers (they need every entry as compiled code): those raise.
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("subclasses of autograd.Function implement forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("subclasses of autograd.Function implement backward(ctx, ...)")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        """Run ``forward`` on ``args`` and connect its outputs to the graph."""
+        if kwargs:
+            raise TypeError(f"{cls.__name__}.apply takes positional arguments only")
+        return _callbacks.apply(cls, args)

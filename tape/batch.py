@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
+from tape._callbacks import refuse
 from tape._generated import sweeps as S
 from tape._layout import B_OFF, B_SIZE
 from tape._replay import GuardError
@@ -118,6 +119,7 @@ class BatchPlan:
 
 
 def _plan(t):
+    refuse(t, "batched replay (gradient_batch)")
     key = (t.n_entries, t.n_bufs, t.n_data, tuple(t.inputs), tuple(t.outputs), tuple(t.wrt))
     plan = getattr(t, "_batch_plan", None)
     if plan is None or plan[0] != key:

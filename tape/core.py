@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tape import _anomaly, registry
+from tape._callbacks import CALLBACK, CallbackSweeps, eager_backward, refuse
 from tape._generated import sweeps as S
 from tape._layout import (
     ACTIVE,
@@ -152,6 +153,7 @@ class Tape:
             None  # eager: bool per buffer, True once a backward without retain_graph used it
         )
         self.leaves: list = []  # [(leaf tensor, buffer)] of eager leaves copied in
+        self.callbacks = None  # {call id: tape._callbacks.Call}: autograd.Function calls
         self.recording = False
         self.closed = False  # set by an eager backward: new leaf expressions start elsewhere
         self._merged = None  # (tape, buffer shift) once merged into another tape
@@ -328,6 +330,7 @@ class Tape:
         Returns the mask of buffers the roots depend on."""
         self.ensure_grad()
         if _anomaly.enabled():
+            refuse(self, "detect_anomaly()")
             return _anomaly.backward(
                 self, self.data, self.grad, np.asarray(roots, np.int64),
                 np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
@@ -336,6 +339,14 @@ class Tape:
         emask, need = S.reach(self.entries, self.bufs, self.n_entries, roots)
         S.zero_adjoints(self.bufs, self.grad, need, self.n_bufs, zero_leaves)
         S.add_seeds(self.bufs, self.grad, roots, np.ascontiguousarray(seeds, self.dtype).ravel())
+        if self.callbacks:
+            done = set()
+            for i in np.flatnonzero(emask)[::-1]:
+                if self.entries[i, E_OP] == CALLBACK:
+                    eager_backward(self, int(i), emask, need, done)
+                else:
+                    run_entry_back(self, int(i), self.data, self.grad)
+            return need
         for i in np.flatnonzero(emask)[::-1]:
             run_entry_back(self, int(i), self.data, self.grad)
         return need
@@ -377,6 +388,11 @@ class Tape:
         self.shapes.extend(other.shapes)
         for i, src in other.sources.items():
             self.sources[i + ne] = src
+        if other.callbacks:
+            for call in other.callbacks.values():
+                call.ins = [b + nb for b in call.ins]
+                call.outs = [b + nb for b in call.outs]
+            self.callbacks = {**(self.callbacks or {}), **other.callbacks}
         for leaf, b in other.leaves:
             self.leaves.append((leaf, b + nb))
             if id(leaf) not in self.leaf_bufs:
@@ -434,7 +450,9 @@ class Tape:
         self._tls = threading.local()
         self._variants_lock = threading.Lock()
         sig = Signature(self)
-        if self._run_with[0] is S:
+        if self.callbacks:
+            self._run_with = (CallbackSweeps(self), self.ipool)
+        elif self._run_with[0] is S:
             self._run_with = (S, self.ipool)
         self._replay = dict(
             sig=sig,
@@ -570,9 +588,9 @@ class Tape:
                 self._warned.add(status)
                 warnings.warn(str(failure(self, status, buffer_reader(self, ws.data))) + " (continuing on "
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
-            status = S.forward_sweep(  # the interpreter: compiled code runs whole tapes only
-                self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries
-            )
+            # the interpreter (compiled code runs whole tapes only), in segments around callbacks
+            fs = self._run_with[0].forward_sweep if self.callbacks else S.forward_sweep
+            status = fs(self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries)
         ws.ok = True
         if grad:
             sw, pool = self._run_with
@@ -762,6 +780,7 @@ class Tape:
             return self
         if not str(device).startswith("cuda"):
             raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+        refuse(self, f"to({str(device)!r})")
         return _EXTENSIONS["to_cuda"](self, device, **kwargs)
 
     # ------------------------------------------------------------ compiled tier
@@ -774,6 +793,13 @@ class Tape:
         rounding. Raises :class:`tape.compiled.CompileError` for tapes the tier does not take
         (needing more than ``tape.compiled.MAX_UNIT_KINDS`` kinds of unit)."""
         self._check_replay()
+        if self.callbacks:
+            from tape.compiled import CompileError
+
+            try:
+                refuse(self, "compile()")
+            except NotImplementedError as e:
+                raise CompileError(str(e)) from None
         with _PREPARE_LOCK:  # one compile, however many threads promote at once
             if self._run_with[0] is S:
                 self._compile_now()
@@ -794,6 +820,8 @@ class Tape:
         """Automatic promotion (``tape.record(..., compile="auto")``): compile at the
         ``compile_after``-th replay; a tape the tier does not take stays on the interpreter."""
         self.compile_after = None
+        if self.callbacks:
+            return  # Python callbacks run on the interpreter
         try:
             self.compile()
         except Exception as e:  # noqa: BLE001  (a replay must not fail because promotion did)
@@ -887,7 +915,10 @@ class Tape:
         for i in range(self.n_entries):
             e = self.entries[i]
             ins = ", ".join(f"%{b}" for b in e[E_IN0 : E_IN0 + 3] if b >= 0)
-            name = registry.OPS[e[E_OP]].name
+            if e[E_OP] == CALLBACK:
+                name = f"{self.callbacks[int(self.ipool[e[E_ATTR]])].fn.__name__}.apply"
+            else:
+                name = registry.OPS[e[E_OP]].name
             src = self.sources.get(i)
             line = f"  {i:4d}  %{e[E_OUT]:<4d} {str(self.shapes[e[E_OUT]]):<12} = {name}({ins})"
             lines.append(f"{line:<60}  # {src}" if src else line)
@@ -911,6 +942,7 @@ class Tape:
     def _state(self):
         if self._merged is not None:
             raise RuntimeError("this tape was merged into another one")
+        refuse(self, "saving or pickling")
         ops = sorted({int(c) for c in self.entries[: self.n_entries, E_OP]})
         meta = dict(
             version=FORMAT_VERSION,

@@ -25,6 +25,7 @@ import threading
 
 import numpy as np
 
+from tape._callbacks import refuse
 from tape._generated import sweeps as S
 from tape._layout import B_OFF, B_SIZE
 
@@ -193,6 +194,7 @@ def _plan(tp):
     """The tape's :class:`_Plan`, made on first use."""
     plan = getattr(tp, "_deriv_plan", None)
     if plan is None:
+        refuse(tp, "forward mode and second derivatives")
         plan = tp._deriv_plan = _Plan(tp)
     return plan
 

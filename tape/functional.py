@@ -11,11 +11,12 @@ and their methods are listed here. Reductions accept NumPy's ``axis=`` and PyTor
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from tape import registry
-from tape._front import linalg, movement, reduce
+from tape._front import creation, linalg, movement, reduce
 from tape._tensor import (
     Tensor,
     as_tensor,
@@ -61,6 +62,8 @@ for _op in registry.OPS:
         _export(_make_elementwise(_op))
 
 exp, log, where = globals()["exp"], globals()["log"], globals()["where"]
+maximum, minimum = globals()["maximum"], globals()["minimum"]
+add, sub, mul, div = globals()["add"], globals()["sub"], globals()["mul"], globals()["div"]
 
 # NumPy spellings
 for _alias, _name in (
@@ -102,28 +105,108 @@ def clip(x, min=None, max=None):
 clamp = _export(clip, "clamp")
 
 
-@_export
-def sum(x, axis=None, keepdims=False, *, dim=None):  # noqa: A001
-    return reduce.sum(x, _axis(axis, dim), keepdims)
+def _keep(keepdims, keepdim):
+    return bool(keepdims or keepdim)
 
 
 @_export
-def max(x, axis=None, keepdims=False, *, dim=None):  # noqa: A001
-    return reduce.max(x, _axis(axis, dim), keepdims)
+def sum(x, axis=None, keepdims=False, *, dim=None, keepdim=False):  # noqa: A001
+    """Sum over ``axis`` (NumPy) or ``dim`` (PyTorch); None sums everything."""
+    return reduce.sum(x, _axis(axis, dim), _keep(keepdims, keepdim))
+
+
+class MaxMin(NamedTuple):
+    """What ``max(x, dim)`` / ``min(x, dim)`` return, as PyTorch: the values (differentiable)
+    and the int64 positions they came from."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def _extreme(name, red, x, dim, keepdim, axis, keepdims):
+    if isinstance(dim, Tensor) or (dim is not None and not isinstance(dim, (int, np.integer, tuple, list))):
+        if axis is not None:
+            raise TypeError(f"{name}(x, other) is elementwise: it takes no axis")
+        return (maximum if name == "max" else minimum)(x, dim)
+    keep = _keep(keepdims, keepdim)
+    if dim is None or isinstance(dim, (tuple, list)):
+        return red(x, _axis(axis, dim), keep)
+    if axis is not None:
+        raise TypeError("pass axis= or dim=, not both")
+    # PyTorch: an int dim gives (values, indices)
+    values = red(x, dim, keep)
+    return MaxMin(values, _arg(name, x, dim, keep))
+
+
+def _arg(name, x, dim, keepdim):
+    """Positions of the maximum / minimum along ``dim`` (first one on ties), int64, no
+    gradient. Inside ``tape.record`` they would be frozen at the recorded values, so there
+    they raise."""
+    x = as_tensor(x)
+    if x._tape is not None and x._resolve()[0].recording:
+        raise NotImplementedError(
+            f"{name} indices inside tape.record() would be frozen at their recorded values; "
+            f"record the values only (tape.{name}(x, axis=...)), or compute indices outside"
+        )
+    v = x._peek()
+    fn = np.argmax if name in ("max", "argmax") else np.argmin
+    if dim is None:
+        if v.size == 0:
+            raise ValueError(f"{name}: cannot take the position of an extreme of an empty tensor")
+        out = np.asarray(fn(v.reshape(-1)))
+        if keepdim:
+            out = out.reshape((1,) * v.ndim)
+        return Tensor(out.astype(np.int64))
+    d = reduce.normalize_axes(name, dim, v.ndim)
+    d = d[0] if d else 0
+    if v.ndim and v.shape[d] == 0:
+        raise ValueError(f"{name}: dimension {dim} of shape {v.shape} is empty")
+    out = fn(v, axis=d, keepdims=keepdim) if v.ndim else np.asarray(0)
+    return Tensor(np.asarray(out, np.int64))
 
 
 @_export
-def min(x, axis=None, keepdims=False, *, dim=None):  # noqa: A001
-    return reduce.min(x, _axis(axis, dim), keepdims)
+def max(x, dim=None, keepdim=False, *, axis=None, keepdims=False):  # noqa: A001
+    """Maximum, as PyTorch and NumPy: ``max(x)`` is the largest element; ``max(x, dim)``
+    (an int) returns ``(values, indices)``; ``max(x, axis=...)`` (NumPy: an int or tuple)
+    returns the values only; ``max(x, other)`` is the elementwise :func:`maximum`. The
+    gradient goes to the maximal elements, split evenly on ties."""
+    return _extreme("max", reduce.max, x, dim, keepdim, axis, keepdims)
 
 
 @_export
-def prod(x, axis=None, keepdims=False, *, dim=None):
-    return reduce.prod(x, _axis(axis, dim), keepdims)
+def min(x, dim=None, keepdim=False, *, axis=None, keepdims=False):  # noqa: A001
+    """Minimum: see :func:`max`."""
+    return _extreme("min", reduce.min, x, dim, keepdim, axis, keepdims)
 
 
-amax = _export(max, "amax")
-amin = _export(min, "amin")
+@_export
+def argmax(x, dim=None, keepdim=False, *, axis=None):
+    """Position of the maximum (flattened when ``dim`` is None), int64; first one on ties."""
+    return _arg("argmax", x, _axis(axis, dim), keepdim)
+
+
+@_export
+def argmin(x, dim=None, keepdim=False, *, axis=None):
+    """Position of the minimum (flattened when ``dim`` is None), int64; first one on ties."""
+    return _arg("argmin", x, _axis(axis, dim), keepdim)
+
+
+@_export
+def prod(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
+    return reduce.prod(x, _axis(axis, dim), _keep(keepdims, keepdim))
+
+
+@_export
+def amax(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
+    """Maximum over ``axis`` / ``dim`` (an int or a tuple): the values only."""
+    return reduce.max(x, _axis(axis, dim), _keep(keepdims, keepdim))
+
+
+@_export
+def amin(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
+    """Minimum over ``axis`` / ``dim`` (an int or a tuple): the values only."""
+    return reduce.min(x, _axis(axis, dim), _keep(keepdims, keepdim))
 
 
 def _count(x, axes):
@@ -131,9 +214,10 @@ def _count(x, axes):
 
 
 @_export
-def mean(x, axis=None, keepdims=False, *, dim=None):
-    """Arithmetic mean over ``axis`` (NaN for an empty reduction, as NumPy)."""
+def mean(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
+    """Arithmetic mean over ``axis`` / ``dim`` (NaN for an empty reduction, as NumPy)."""
     x = as_tensor(x)
+    keepdims = _keep(keepdims, keepdim)
     axes = reduce.normalize_axes("mean", _axis(axis, dim), x.ndim)
     n = _count(x, axes)
     s = reduce.sum(x, axes, keepdims)
@@ -141,10 +225,15 @@ def mean(x, axis=None, keepdims=False, *, dim=None):
 
 
 @_export
-def var(x, axis=None, keepdims=False, ddof=0, *, dim=None, correction=None):
-    """Variance with ``ddof`` delta degrees of freedom (NumPy's default 0; PyTorch's
-    ``correction=1`` is accepted too)."""
+def var(x, axis=None, keepdims=False, ddof=0, *, dim=None, correction=None, keepdim=False,
+        unbiased=None):  # fmt: skip
+    """Variance with ``ddof`` delta degrees of freedom: NumPy's default 0 for this function.
+    PyTorch's ``correction=`` / ``unbiased=`` are accepted; the method ``x.var()`` follows
+    PyTorch (default ``correction=1``)."""
     x = as_tensor(x)
+    keepdims = _keep(keepdims, keepdim)
+    if unbiased is not None:
+        ddof = int(bool(unbiased))
     if correction is not None:
         ddof = correction
     axes = reduce.normalize_axes("var", _axis(axis, dim), x.ndim)
@@ -153,9 +242,13 @@ def var(x, axis=None, keepdims=False, ddof=0, *, dim=None, correction=None):
 
 
 @_export
-def std(x, axis=None, keepdims=False, ddof=0, *, dim=None, correction=None):
-    """Standard deviation (see :func:`var`)."""
-    return var(x, axis, keepdims, ddof, dim=dim, correction=correction) ** 0.5
+def std(x, axis=None, keepdims=False, ddof=0, *, dim=None, correction=None, keepdim=False,
+        unbiased=None):  # fmt: skip
+    """Standard deviation (see :func:`var`: NumPy's ``ddof=0`` default for this function,
+    PyTorch's ``correction=1`` for the method ``x.std()``)."""
+    v = var(x, axis, keepdims, ddof, dim=dim, correction=correction, keepdim=keepdim,
+            unbiased=unbiased)  # fmt: skip
+    return v**0.5
 
 
 @_export
@@ -179,9 +272,10 @@ def norm(x, ord=None, axis=None, keepdims=False, *, dim=None):
 
 
 @_export
-def logsumexp(x, axis=None, keepdims=False, *, dim=None):
+def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
     """``log(sum(exp(x)))`` over ``axis``, computed without overflow."""
     x = as_tensor(x)
+    keepdims = _keep(keepdims, keepdim)
     axes = reduce.normalize_axes("logsumexp", _axis(axis, dim), x.ndim)
     m = _finite_or_zero(reduce.max(x, axes, keepdims=True).detach())
     out = log(reduce.sum(exp(x - m), axes, keepdims=True)) + m
@@ -273,6 +367,7 @@ def _install():
     T.transpose = _tensor_transpose
     T.T = property(lambda x: movement.transpose(x))
     T.mT = property(lambda x: movement.swapaxes(x, -1, -2))
+    _install_torch_methods(T)
 
 
 def _operator(op, fn, reflected):
@@ -289,7 +384,10 @@ def _operator(op, fn, reflected):
 
 def _pow(a, b):
     if isinstance(b, (int, float)) and not isinstance(b, bool) and b == 2:
-        return elementwise(SQUARE, a)
+        y = elementwise(SQUARE, a)
+        if y._op is not None:
+            y._op = "pow"  # grad_fn=<PowBackward0>, as PyTorch names x ** 2
+        return y
     return elementwise(POW, a, b)
 
 
@@ -301,6 +399,193 @@ def _tensor_transpose(x, *axes):
     if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
         axes = tuple(axes[0])
     return movement.transpose(x, axes or None)
+
+
+
+# ---------------------------------------------------------------- PyTorch's method spellings
+
+
+def _scaled(other, alpha):
+    return other if alpha == 1 else other * alpha
+
+
+def _alpha_op(fn, name):
+    def method(x, other, *, alpha=1):
+        return fn(x, _scaled(other, alpha))
+
+    method.__name__ = name
+    method.__doc__ = f"``{name}(other, alpha=1)``: ``x {name} alpha * other``, as PyTorch."
+    return method
+
+
+def _div(x, other, *, rounding_mode=None):
+    """``x / other``; ``rounding_mode`` other than None raises (no gradient is defined)."""
+    if rounding_mode is not None:
+        raise NotImplementedError(f"div: rounding_mode={rounding_mode!r} is not supported")
+    return div(x, other)
+
+
+def _matrix(name, x, nd):
+    if x.ndim != nd:
+        raise RuntimeError(f"{name}: expected a {nd}-D tensor, got shape {x.shape}")
+
+
+def mm(a, b):
+    """Matrix product of two 2-D tensors."""
+    a, b = as_tensor(a), as_tensor(b)
+    _matrix("mm", a, 2)
+    _matrix("mm", b, 2)
+    return linalg.matmul(a, b)
+
+
+def mv(a, v):
+    """Matrix-vector product of a 2-D and a 1-D tensor."""
+    a, v = as_tensor(a), as_tensor(v)
+    _matrix("mv", a, 2)
+    _matrix("mv", v, 1)
+    return linalg.matmul(a, v)
+
+
+def bmm(a, b):
+    """Batched matrix product of two 3-D tensors ``(b, n, m) @ (b, m, p)``."""
+    a, b = as_tensor(a), as_tensor(b)
+    _matrix("bmm", a, 3)
+    _matrix("bmm", b, 3)
+    if a.shape[0] != b.shape[0]:
+        raise RuntimeError(f"bmm: batch sizes differ: {a.shape} and {b.shape}")
+    return linalg.matmul(a, b)
+
+
+def t(x):
+    """Transpose of a tensor of at most 2 dimensions (PyTorch's ``x.t()``)."""
+    x = as_tensor(x)
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return movement.transpose(x) if x.ndim == 2 else x
+
+
+for _fn in (mm, mv, bmm, t):
+    _export(_fn)
+
+
+def _alpha_fn(fn, name):
+    def f(input, other, *, alpha=1):  # noqa: A002
+        return fn(input, _scaled(other, alpha))
+
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"Elementwise ``{name}`` with NumPy broadcasting; ``alpha`` scales ``other`` (PyTorch)."
+    return f
+
+
+_export(_alpha_fn(add, "add"))
+_export(_alpha_fn(sub, "sub"))
+_export(globals()["sub"], "subtract")
+
+
+def _expand(x, *sizes):
+    """Broadcast to ``sizes`` (``-1`` keeps a dimension), as PyTorch's ``expand``."""
+    sizes = _sizes(sizes)
+    lead = len(sizes) - x.ndim
+    if lead < 0:
+        raise RuntimeError(
+            f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to "
+            f"the number of dimensions in the tensor ({x.ndim})"
+        )
+    shape = tuple(x.shape[k - lead] if s == -1 and k >= lead else s for k, s in enumerate(sizes))
+    if any(s < 0 for s in shape):
+        raise RuntimeError(f"expand: -1 is not allowed in a leading, new dimension: {sizes}")
+    return movement.broadcast_to(x, shape)
+
+
+def _sizes(sizes):
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        return tuple(int(s) for s in sizes[0])
+    return tuple(int(s) for s in sizes)
+
+
+def _t_var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Variance over ``dim`` with PyTorch's default ``correction=1`` (Bessel's)."""
+    if correction is None:
+        correction = 1 if unbiased is None else int(bool(unbiased))
+    return var(x, dim, keepdim, correction)
+
+
+def _t_std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Standard deviation over ``dim`` with PyTorch's default ``correction=1``."""
+    return _t_var(x, dim, unbiased, keepdim, correction=correction) ** 0.5
+
+
+def _leaf_inplace(name, compute):
+    """An in-place method on a tensor that owns its value (a leaf under ``no_grad``, or a
+    tensor outside any graph): ``compute(value)`` gives the new value."""
+
+    def method(x, *args, **kwargs):
+        x._inplace_check()
+        v = compute(x._value, *args, **kwargs)
+        try:
+            x._value[...] = v
+        except ValueError:
+            raise RuntimeError(
+                f"{name}: the result of shape {np.shape(v)} does not fit the tensor's shape {x.shape}"
+            ) from None
+        x._bump()
+        return x
+
+    method.__name__ = name
+    return method
+
+
+def _val(v):
+    return v._peek() if isinstance(v, Tensor) else v
+
+
+def _normal_(value, mean=0.0, std=1.0, *, generator=None):
+    return creation._rng(generator).normal(mean, std, value.shape)
+
+
+def _uniform_(value, a=0.0, b=1.0, *, generator=None, **kw):
+    a, b = kw.get("from_", a), kw.get("to", b)
+    return creation._rng(generator).uniform(a, b, value.shape)
+
+
+def _install_torch_methods(T):
+    """PyTorch's method names and arguments (``dim``, ``keepdim``, ``alpha``), on top of the
+    registry's."""
+    T.add = _alpha_op(add, "add")
+    T.sub = _alpha_op(sub, "sub")
+    T.mul = lambda x, other: mul(x, other)
+    T.div = _div
+    T.pow = lambda x, exponent: _pow(x, exponent)
+    T.t = t
+    T.mm = mm
+    T.mv = mv
+    T.bmm = bmm
+    T.sum = sum
+    T.mean = mean
+    T.prod = prod
+    T.max = max
+    T.min = min
+    T.argmax = argmax
+    T.argmin = argmin
+    T.var = _t_var
+    T.std = _t_std
+    T.expand = _expand
+    T.expand_as = lambda x, other: movement.broadcast_to(x, other.shape)
+    T.view_as = lambda x, other: reshape(x, other.shape)
+    T.contiguous = lambda x, memory_format=None: x  # tensors are always C-contiguous
+    T.type_as = lambda x, other: x.to(other.dtype)
+    T.clip = T.clamp = lambda x, min=None, max=None: clip(x, min, max)  # noqa: A006
+    T.add_ = _leaf_inplace("add_", lambda v, o, alpha=1: v + alpha * _val(o))
+    T.sub_ = _leaf_inplace("sub_", lambda v, o, alpha=1: v - alpha * _val(o))
+    T.mul_ = _leaf_inplace("mul_", lambda v, o: v * _val(o))
+    T.div_ = _leaf_inplace("div_", lambda v, o: v / _val(o))
+    T.clamp_ = T.clip_ = _leaf_inplace(
+        "clamp_",
+        lambda v, min=None, max=None: np.clip(v, -np.inf if min is None else _val(min),  # noqa: A006
+                                              np.inf if max is None else _val(max)),  # fmt: skip
+    )
+    T.normal_ = _leaf_inplace("normal_", _normal_)
+    T.uniform_ = _leaf_inplace("uniform_", _uniform_)
 
 
 _install()

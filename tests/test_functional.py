@@ -96,7 +96,7 @@ def test_numpy_interop_and_attributes():
     d = y.detach()
     assert not d.requires_grad and d.is_leaf
     assert "requires_grad=True" in repr(x)
-    assert "dtype=float32" in repr(tp.ones(1, dtype=tp.float32))
+    assert "dtype=tape.float32" in repr(tp.ones(1, dtype=tp.float32))
     with tp.no_grad():
         w = x * 3
     assert not w.requires_grad and w.grad_fn is None

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8e0caa892811873649213255c5a22baee6aaa870cbe8c5984889812e9467f7f9"
+FINGERPRINT = "a89368f9f227a9f1e4647cfc4a5af30cd4b5953f0f7a0f9e227bb42020bc32ff"
 
 import numpy as np
 from numba import njit, prange
@@ -71,6 +71,12 @@ relu_rev0 = BY_NAME["relu"].rev[0]
 softplus_fwd = BY_NAME["softplus"].fwd
 softplus_rev0 = BY_NAME["softplus"].rev[0]
 softplus_h0 = BY_NAME["softplus"].hess[0]
+erf_fwd = BY_NAME["erf"].fwd
+erf_rev0 = BY_NAME["erf"].rev[0]
+erf_h0 = BY_NAME["erf"].hess[0]
+erfc_fwd = BY_NAME["erfc"].fwd
+erfc_rev0 = BY_NAME["erfc"].rev[0]
+erfc_h0 = BY_NAME["erfc"].hess[0]
 stop_gradient_fwd = BY_NAME["stop_gradient"].fwd
 add_fwd = BY_NAME["add"].fwd
 add_rev0 = BY_NAME["add"].rev[0]
@@ -490,6 +496,48 @@ def _tan_softplus(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_softplus(i, entries, bufs, ipool, data, grad, T, GT):
     L.unary_hrev(softplus_rev0, softplus_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_erf(i, entries, bufs, ipool, data):
+    L.unary_fwd(erf_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_erf(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(erf_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_erf(i, entries, bufs, ipool, data, T):
+    L.unary_tan(erf_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_erf(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(erf_rev0, erf_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_erfc(i, entries, bufs, ipool, data):
+    L.unary_fwd(erfc_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_erfc(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(erfc_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_erfc(i, entries, bufs, ipool, data, T):
+    L.unary_tan(erfc_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_erfc(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(erfc_rev0, erfc_h0, True, i, entries, bufs, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -1056,6 +1104,26 @@ def _emit_softplus(
 
 
 @njit(**SWEEP_JIT)
+def _emit_erf(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_erf(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_erfc(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_erfc(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
 def _emit_stop_gradient(
     entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
     in1, in2, attr
@@ -1337,67 +1405,71 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
             _fwd_relu(i, entries, bufs, ipool, data)
         elif op == 17:  # softplus
             _fwd_softplus(i, entries, bufs, ipool, data)
-        elif op == 18:  # stop_gradient
+        elif op == 18:  # erf
+            _fwd_erf(i, entries, bufs, ipool, data)
+        elif op == 19:  # erfc
+            _fwd_erfc(i, entries, bufs, ipool, data)
+        elif op == 20:  # stop_gradient
             _fwd_stop_gradient(i, entries, bufs, ipool, data)
-        elif op == 19:  # add
+        elif op == 21:  # add
             _fwd_add(i, entries, bufs, ipool, data)
-        elif op == 20:  # sub
+        elif op == 22:  # sub
             _fwd_sub(i, entries, bufs, ipool, data)
-        elif op == 21:  # mul
+        elif op == 23:  # mul
             _fwd_mul(i, entries, bufs, ipool, data)
-        elif op == 22:  # div
+        elif op == 24:  # div
             _fwd_div(i, entries, bufs, ipool, data)
-        elif op == 23:  # pow
+        elif op == 25:  # pow
             _fwd_pow(i, entries, bufs, ipool, data)
-        elif op == 24:  # maximum
+        elif op == 26:  # maximum
             _fwd_maximum(i, entries, bufs, ipool, data)
-        elif op == 25:  # minimum
+        elif op == 27:  # minimum
             _fwd_minimum(i, entries, bufs, ipool, data)
-        elif op == 26:  # less
+        elif op == 28:  # less
             _fwd_less(i, entries, bufs, ipool, data)
-        elif op == 27:  # less_equal
+        elif op == 29:  # less_equal
             _fwd_less_equal(i, entries, bufs, ipool, data)
-        elif op == 28:  # greater
+        elif op == 30:  # greater
             _fwd_greater(i, entries, bufs, ipool, data)
-        elif op == 29:  # greater_equal
+        elif op == 31:  # greater_equal
             _fwd_greater_equal(i, entries, bufs, ipool, data)
-        elif op == 30:  # equal
+        elif op == 32:  # equal
             _fwd_equal(i, entries, bufs, ipool, data)
-        elif op == 31:  # not_equal
+        elif op == 33:  # not_equal
             _fwd_not_equal(i, entries, bufs, ipool, data)
-        elif op == 32:  # where
+        elif op == 34:  # where
             _fwd_where(i, entries, bufs, ipool, data)
-        elif op == 33:  # clip
+        elif op == 35:  # clip
             _fwd_clip(i, entries, bufs, ipool, data)
-        elif op == 34:  # matmul
+        elif op == 36:  # matmul
             status = matmul_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 35:  # copy
+        elif op == 37:  # copy
             status = copy_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 36:  # take
+        elif op == 38:  # take
             status = take_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 37:  # sum
+        elif op == 39:  # sum
             status = sum_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 38:  # max
+        elif op == 40:  # max
             status = max_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 39:  # min
+        elif op == 41:  # min
             status = min_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 40:  # prod
+        elif op == 42:  # prod
             status = prod_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 41:  # guard
+        elif op == 43:  # guard
             status = guard_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
@@ -1448,37 +1520,41 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
             _rev_relu(i, entries, bufs, ipool, data, grad)
         elif op == 17:  # softplus
             _rev_softplus(i, entries, bufs, ipool, data, grad)
-        elif op == 19:  # add
+        elif op == 18:  # erf
+            _rev_erf(i, entries, bufs, ipool, data, grad)
+        elif op == 19:  # erfc
+            _rev_erfc(i, entries, bufs, ipool, data, grad)
+        elif op == 21:  # add
             _rev_add(i, entries, bufs, ipool, data, grad)
-        elif op == 20:  # sub
+        elif op == 22:  # sub
             _rev_sub(i, entries, bufs, ipool, data, grad)
-        elif op == 21:  # mul
+        elif op == 23:  # mul
             _rev_mul(i, entries, bufs, ipool, data, grad)
-        elif op == 22:  # div
+        elif op == 24:  # div
             _rev_div(i, entries, bufs, ipool, data, grad)
-        elif op == 23:  # pow
+        elif op == 25:  # pow
             _rev_pow(i, entries, bufs, ipool, data, grad)
-        elif op == 24:  # maximum
+        elif op == 26:  # maximum
             _rev_maximum(i, entries, bufs, ipool, data, grad)
-        elif op == 25:  # minimum
+        elif op == 27:  # minimum
             _rev_minimum(i, entries, bufs, ipool, data, grad)
-        elif op == 32:  # where
+        elif op == 34:  # where
             _rev_where(i, entries, bufs, ipool, data, grad)
-        elif op == 33:  # clip
+        elif op == 35:  # clip
             _rev_clip(i, entries, bufs, ipool, data, grad)
-        elif op == 34:  # matmul
+        elif op == 36:  # matmul
             matmul_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 35:  # copy
+        elif op == 37:  # copy
             copy_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 36:  # take
+        elif op == 38:  # take
             take_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 37:  # sum
+        elif op == 39:  # sum
             sum_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 38:  # max
+        elif op == 40:  # max
             max_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 39:  # min
+        elif op == 41:  # min
             min_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 40:  # prod
+        elif op == 42:  # prod
             prod_rev(i, entries, bufs, ipool, data, grad)
 
 
@@ -1530,37 +1606,41 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
             _tan_relu(i, entries, bufs, ipool, data, T)
         elif op == 17:  # softplus
             _tan_softplus(i, entries, bufs, ipool, data, T)
-        elif op == 19:  # add
+        elif op == 18:  # erf
+            _tan_erf(i, entries, bufs, ipool, data, T)
+        elif op == 19:  # erfc
+            _tan_erfc(i, entries, bufs, ipool, data, T)
+        elif op == 21:  # add
             _tan_add(i, entries, bufs, ipool, data, T)
-        elif op == 20:  # sub
+        elif op == 22:  # sub
             _tan_sub(i, entries, bufs, ipool, data, T)
-        elif op == 21:  # mul
+        elif op == 23:  # mul
             _tan_mul(i, entries, bufs, ipool, data, T)
-        elif op == 22:  # div
+        elif op == 24:  # div
             _tan_div(i, entries, bufs, ipool, data, T)
-        elif op == 23:  # pow
+        elif op == 25:  # pow
             _tan_pow(i, entries, bufs, ipool, data, T)
-        elif op == 24:  # maximum
+        elif op == 26:  # maximum
             _tan_maximum(i, entries, bufs, ipool, data, T)
-        elif op == 25:  # minimum
+        elif op == 27:  # minimum
             _tan_minimum(i, entries, bufs, ipool, data, T)
-        elif op == 32:  # where
+        elif op == 34:  # where
             _tan_where(i, entries, bufs, ipool, data, T)
-        elif op == 33:  # clip
+        elif op == 35:  # clip
             _tan_clip(i, entries, bufs, ipool, data, T)
-        elif op == 34:  # matmul
+        elif op == 36:  # matmul
             _tan_matmul(i, entries, bufs, ipool, data, T)
-        elif op == 35:  # copy
+        elif op == 37:  # copy
             _tan_copy(i, entries, bufs, ipool, data, T)
-        elif op == 36:  # take
+        elif op == 38:  # take
             _tan_take(i, entries, bufs, ipool, data, T)
-        elif op == 37:  # sum
+        elif op == 39:  # sum
             _tan_sum(i, entries, bufs, ipool, data, T)
-        elif op == 38:  # max
+        elif op == 40:  # max
             _tan_max(i, entries, bufs, ipool, data, T)
-        elif op == 39:  # min
+        elif op == 41:  # min
             _tan_min(i, entries, bufs, ipool, data, T)
-        elif op == 40:  # prod
+        elif op == 42:  # prod
             _tan_prod(i, entries, bufs, ipool, data, T)
 
 
@@ -1614,37 +1694,41 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
             _hrev_relu(i, entries, bufs, ipool, data, grad, T, GT)
         elif op == 17:  # softplus
             _hrev_softplus(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 19:  # add
+        elif op == 18:  # erf
+            _hrev_erf(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 19:  # erfc
+            _hrev_erfc(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 21:  # add
             _hrev_add(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 20:  # sub
+        elif op == 22:  # sub
             _hrev_sub(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 21:  # mul
+        elif op == 23:  # mul
             _hrev_mul(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 22:  # div
+        elif op == 24:  # div
             _hrev_div(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 23:  # pow
+        elif op == 25:  # pow
             _hrev_pow(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 24:  # maximum
+        elif op == 26:  # maximum
             _hrev_maximum(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 25:  # minimum
+        elif op == 27:  # minimum
             _hrev_minimum(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 32:  # where
+        elif op == 34:  # where
             _hrev_where(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 33:  # clip
+        elif op == 35:  # clip
             _hrev_clip(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 34:  # matmul
+        elif op == 36:  # matmul
             _hrev_matmul(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 35:  # copy
+        elif op == 37:  # copy
             _hrev_copy(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 36:  # take
+        elif op == 38:  # take
             _hrev_take(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 37:  # sum
+        elif op == 39:  # sum
             _hrev_sum(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 38:  # max
+        elif op == 40:  # max
             _hrev_max(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 39:  # min
+        elif op == 41:  # min
             _hrev_min(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 40:  # prod
+        elif op == 42:  # prod
             _hrev_prod(i, entries, bufs, ipool, data, grad, T, GT)
 
 @njit(**SWEEP_JIT)
@@ -1892,6 +1976,6 @@ def ka_gradient(ka):
 
 # Per-op functions, indexed by op code: eager mode and per-entry checks call these, so
 # they compile (or load) only the ops they use, never the whole sweeps above.
-FWD = (_fwd_neg, _fwd_abs, _fwd_square, _fwd_sqrt, _fwd_exp, _fwd_log, _fwd_log1p, _fwd_expm1, _fwd_sin, _fwd_cos, _fwd_tan, _fwd_tanh, _fwd_sinh, _fwd_cosh, _fwd_arctan, _fwd_sigmoid, _fwd_relu, _fwd_softplus, _fwd_stop_gradient, _fwd_add, _fwd_sub, _fwd_mul, _fwd_div, _fwd_pow, _fwd_maximum, _fwd_minimum, _fwd_less, _fwd_less_equal, _fwd_greater, _fwd_greater_equal, _fwd_equal, _fwd_not_equal, _fwd_where, _fwd_clip, _fwd_matmul, _fwd_copy, _fwd_take, _fwd_sum, _fwd_max, _fwd_min, _fwd_prod, _fwd_guard,)
-REV = (_rev_neg, _rev_abs, _rev_square, _rev_sqrt, _rev_exp, _rev_log, _rev_log1p, _rev_expm1, _rev_sin, _rev_cos, _rev_tan, _rev_tanh, _rev_sinh, _rev_cosh, _rev_arctan, _rev_sigmoid, _rev_relu, _rev_softplus, None, _rev_add, _rev_sub, _rev_mul, _rev_div, _rev_pow, _rev_maximum, _rev_minimum, None, None, None, None, None, None, _rev_where, _rev_clip, _rev_matmul, _rev_copy, _rev_take, _rev_sum, _rev_max, _rev_min, _rev_prod, None,)
-EMIT = (_emit_neg, _emit_abs, _emit_square, _emit_sqrt, _emit_exp, _emit_log, _emit_log1p, _emit_expm1, _emit_sin, _emit_cos, _emit_tan, _emit_tanh, _emit_sinh, _emit_cosh, _emit_arctan, _emit_sigmoid, _emit_relu, _emit_softplus, _emit_stop_gradient, _emit_add, _emit_sub, _emit_mul, _emit_div, _emit_pow, _emit_maximum, _emit_minimum, _emit_less, _emit_less_equal, _emit_greater, _emit_greater_equal, _emit_equal, _emit_not_equal, _emit_where, _emit_clip, _emit_matmul, _emit_copy, _emit_take, _emit_sum, _emit_max, _emit_min, _emit_prod, _emit_guard,)
+FWD = (_fwd_neg, _fwd_abs, _fwd_square, _fwd_sqrt, _fwd_exp, _fwd_log, _fwd_log1p, _fwd_expm1, _fwd_sin, _fwd_cos, _fwd_tan, _fwd_tanh, _fwd_sinh, _fwd_cosh, _fwd_arctan, _fwd_sigmoid, _fwd_relu, _fwd_softplus, _fwd_erf, _fwd_erfc, _fwd_stop_gradient, _fwd_add, _fwd_sub, _fwd_mul, _fwd_div, _fwd_pow, _fwd_maximum, _fwd_minimum, _fwd_less, _fwd_less_equal, _fwd_greater, _fwd_greater_equal, _fwd_equal, _fwd_not_equal, _fwd_where, _fwd_clip, _fwd_matmul, _fwd_copy, _fwd_take, _fwd_sum, _fwd_max, _fwd_min, _fwd_prod, _fwd_guard,)
+REV = (_rev_neg, _rev_abs, _rev_square, _rev_sqrt, _rev_exp, _rev_log, _rev_log1p, _rev_expm1, _rev_sin, _rev_cos, _rev_tan, _rev_tanh, _rev_sinh, _rev_cosh, _rev_arctan, _rev_sigmoid, _rev_relu, _rev_softplus, _rev_erf, _rev_erfc, None, _rev_add, _rev_sub, _rev_mul, _rev_div, _rev_pow, _rev_maximum, _rev_minimum, None, None, None, None, None, None, _rev_where, _rev_clip, _rev_matmul, _rev_copy, _rev_take, _rev_sum, _rev_max, _rev_min, _rev_prod, None,)
+EMIT = (_emit_neg, _emit_abs, _emit_square, _emit_sqrt, _emit_exp, _emit_log, _emit_log1p, _emit_expm1, _emit_sin, _emit_cos, _emit_tan, _emit_tanh, _emit_sinh, _emit_cosh, _emit_arctan, _emit_sigmoid, _emit_relu, _emit_softplus, _emit_erf, _emit_erfc, _emit_stop_gradient, _emit_add, _emit_sub, _emit_mul, _emit_div, _emit_pow, _emit_maximum, _emit_minimum, _emit_less, _emit_less_equal, _emit_greater, _emit_greater_equal, _emit_equal, _emit_not_equal, _emit_where, _emit_clip, _emit_matmul, _emit_copy, _emit_take, _emit_sum, _emit_max, _emit_min, _emit_prod, _emit_guard,)

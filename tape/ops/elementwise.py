@@ -15,6 +15,8 @@ sweeps; the front-end function (``tp.<name>``), the ``Tensor`` operators and met
 names, the result dtype and the tests follow from the op's record.
 """
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -45,6 +47,11 @@ def _ref_relu(x):
 
 def _ref_softplus(x):
     return np.logaddexp(0.0, x)
+
+
+_ref_erf = np.vectorize(math.erf, otypes=[np.float64])
+_ref_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 def _ref_identity(x):
@@ -117,6 +124,10 @@ unary("relu",    lambda x0: np.maximum(x0, 0.0),
                                               lambda x0, y, gy: gy if x0 > 0.0 else 0.0, _ref_relu, kinks=KINK_AT_ZERO)
 unary("softplus", _softplus,                  lambda x0, y, gy: gy * sigmoid_scalar(x0), _ref_softplus, (-4.0, 4.0),
       h=lambda x0, y: sigmoid_scalar(x0) * (1.0 - sigmoid_scalar(x0)))
+unary("erf",     lambda x0: math.erf(x0),     lambda x0, y, gy: gy * TWO_OVER_SQRT_PI * np.exp(-x0 * x0), _ref_erf,
+      h=lambda x0, y: -2.0 * x0 * TWO_OVER_SQRT_PI * np.exp(-x0 * x0))
+unary("erfc",    lambda x0: math.erfc(x0),    lambda x0, y, gy: -gy * TWO_OVER_SQRT_PI * np.exp(-x0 * x0), _ref_erfc,
+      h=lambda x0, y: 2.0 * x0 * TWO_OVER_SQRT_PI * np.exp(-x0 * x0))
 # The value, recomputed at every replay, with no gradient (``detach`` inside a recording).
 unary("stop_gradient", lambda x0: x0,         None,                                    _ref_identity)
 

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "887a13622b51f5eeb23d470a66da929cd6ea03b9fcba1b41994d7d5ee01b0192"
+FINGERPRINT = "02e103a72fcce5da234cb7e1d6c763c07641f2167cad766fd44cca52a4debf24"
 
 from numba import cuda, float64
 
@@ -61,6 +61,10 @@ relu_fwd = device_rule(BY_NAME["relu"].fwd)
 relu_rev0 = device_rule(BY_NAME["relu"].rev[0])
 softplus_fwd = device_rule(BY_NAME["softplus"].fwd)
 softplus_rev0 = device_rule(BY_NAME["softplus"].rev[0])
+erf_fwd = device_rule(BY_NAME["erf"].fwd)
+erf_rev0 = device_rule(BY_NAME["erf"].rev[0])
+erfc_fwd = device_rule(BY_NAME["erfc"].fwd)
+erfc_rev0 = device_rule(BY_NAME["erfc"].rev[0])
 stop_gradient_fwd = device_rule(BY_NAME["stop_gradient"].fwd)
 add_fwd = device_rule(BY_NAME["add"].fwd)
 add_rev0 = device_rule(BY_NAME["add"].rev[0])
@@ -152,53 +156,57 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         L.unary_fwd(relu_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 17:  # softplus
         L.unary_fwd(softplus_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 18:  # stop_gradient
+    elif op == 18:  # erf
+        L.unary_fwd(erf_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 19:  # erfc
+        L.unary_fwd(erfc_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 20:  # stop_gradient
         L.unary_fwd(stop_gradient_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 19:  # add
+    elif op == 21:  # add
         L.binary_fwd(add_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 20:  # sub
+    elif op == 22:  # sub
         L.binary_fwd(sub_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 21:  # mul
+    elif op == 23:  # mul
         L.binary_fwd(mul_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 22:  # div
+    elif op == 24:  # div
         L.binary_fwd(div_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 23:  # pow
+    elif op == 25:  # pow
         L.binary_fwd(pow_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 24:  # maximum
+    elif op == 26:  # maximum
         L.binary_fwd(maximum_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 25:  # minimum
+    elif op == 27:  # minimum
         L.binary_fwd(minimum_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 26:  # less
+    elif op == 28:  # less
         L.binary_fwd(less_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 27:  # less_equal
+    elif op == 29:  # less_equal
         L.binary_fwd(less_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 28:  # greater
+    elif op == 30:  # greater
         L.binary_fwd(greater_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 29:  # greater_equal
+    elif op == 31:  # greater_equal
         L.binary_fwd(greater_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 30:  # equal
+    elif op == 32:  # equal
         L.binary_fwd(equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 31:  # not_equal
+    elif op == 33:  # not_equal
         L.binary_fwd(not_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 32:  # where
+    elif op == 34:  # where
         L.ternary_fwd(where_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 33:  # clip
+    elif op == 35:  # clip
         L.ternary_fwd(clip_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 34:  # matmul
+    elif op == 36:  # matmul
         k_matmul_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 35:  # copy
+    elif op == 37:  # copy
         k_copy_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 36:  # take
+    elif op == 38:  # take
         k_take_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 37:  # sum
+    elif op == 39:  # sum
         k_sum_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 38:  # max
+    elif op == 40:  # max
         k_max_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 39:  # min
+    elif op == 41:  # min
         k_min_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 40:  # prod
+    elif op == 42:  # prod
         k_prod_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 41:  # guard
+    elif op == 43:  # guard
         k_guard_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
@@ -241,37 +249,41 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         L.unary_rev(relu_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 17:  # softplus
         L.unary_rev(softplus_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 19:  # add
+    elif op == 18:  # erf
+        L.unary_rev(erf_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 19:  # erfc
+        L.unary_rev(erfc_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 21:  # add
         L.binary_rev(add_rev0, add_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 20:  # sub
+    elif op == 22:  # sub
         L.binary_rev(sub_rev0, sub_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 21:  # mul
+    elif op == 23:  # mul
         L.binary_rev(mul_rev0, mul_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 22:  # div
+    elif op == 24:  # div
         L.binary_rev(div_rev0, div_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 23:  # pow
+    elif op == 25:  # pow
         L.binary_rev(pow_rev0, pow_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 24:  # maximum
+    elif op == 26:  # maximum
         L.binary_rev(maximum_rev0, maximum_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 25:  # minimum
+    elif op == 27:  # minimum
         L.binary_rev(minimum_rev0, minimum_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 32:  # where
+    elif op == 34:  # where
         L.ternary_rev(no_rule5, where_rev1, where_rev2, False, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 33:  # clip
+    elif op == 35:  # clip
         L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 34:  # matmul
+    elif op == 36:  # matmul
         k_matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 35:  # copy
+    elif op == 37:  # copy
         k_copy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 36:  # take
+    elif op == 38:  # take
         k_take_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 37:  # sum
+    elif op == 39:  # sum
         k_sum_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 38:  # max
+    elif op == 40:  # max
         k_max_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 39:  # min
+    elif op == 41:  # min
         k_min_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 40:  # prod
+    elif op == 42:  # prod
         k_prod_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 

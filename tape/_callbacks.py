@@ -1,0 +1,341 @@
+"""Python callbacks in a tape: how :class:`tape.autograd.Function` runs its own ``forward``
+and ``backward`` inside the compiled sweeps.
+
+A Function call with outputs ``y_0 .. y_{m-1}`` and tensor inputs ``x_0 .. x_{n-1}`` is
+recorded as a group of consecutive entries with op code :data:`CALLBACK`: for each output,
+``ceil(n / 3)`` entries (at least one) whose inputs are the tensor inputs three at a time and
+whose output is that output, so the reachability pass (``reach``) sees every dependency. Their
+attribute block is ``[call id, part]``; the id keys the call's Python record in
+``tape.callbacks``. The op code is not a registry op: the compiled sweeps never run these
+entries. Instead:
+
+- eager ``backward`` (an entry-by-entry loop in Python) calls the Function's ``backward`` when
+  it reaches the group;
+- a replay runs the interpreter's sweeps in segments between groups
+  (:class:`CallbackSweeps`, which stands in for the sweeps module in ``Tape._run_with``): the
+  forward sweep stops before a group, Python runs ``forward`` on the arena's values and writes
+  the outputs, and the sweep resumes after it; the reverse sweep likewise stops after a group,
+  Python runs ``backward`` on the outputs' adjoints and adds the results to the inputs'
+  adjoints, and the sweep resumes before it.
+
+Tapes with callbacks replay on the interpreter only: the compiled tier, batched replay, GPU
+replay, forward-mode and second-order drivers, and saving refuse them with a clear error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import numpy as np
+
+from tape._generated import sweeps as S
+from tape._layout import ACTIVE, B_KIND, CONST, E_ATTR, E_OP
+
+CALLBACK = -2  # op code of a callback entry (never a registry op's)
+NAME = "autograd.Function"
+_ids = itertools.count(1)
+
+REFUSED = (
+    "{what}: this tape calls Python (a tape.autograd.Function: {names}); {what} needs every "
+    "entry as compiled code. Replay it with forward()/gradient()/value_and_grad(), or write the "
+    "function's rules as ops"
+)
+
+
+def refuse(t, what):
+    """Raise a clear error when ``what`` (a driver name) cannot run tape ``t``'s callbacks."""
+    calls = getattr(t, "callbacks", None)
+    if calls:
+        names = ", ".join(sorted({c.fn.__name__ for c in calls.values()}))
+        raise NotImplementedError(REFUSED.format(what=what, names=names))
+
+
+class Call:
+    """One recorded Function application: the class, the arguments (tensor positions hold
+    ``None``), the tensor inputs' buffers and dtypes, the outputs' buffers, shapes and
+    dtypes, and the eager call's context."""
+
+    __slots__ = ("fn", "args", "tensor_pos", "ins", "in_dtypes", "outs", "out_shapes",
+                 "out_dtypes", "out_pos", "single", "ctx", "needs")  # fmt: skip
+
+    def forward(self, tp, data, tls):
+        """Run the Function's ``forward`` on the values in arena ``data``; write its outputs
+        there. The context is kept per thread for the backward that follows."""
+        from tape._tensor import Tensor, no_grad
+
+        args = list(self.args)
+        for k, b, dt in zip(self.tensor_pos, self.ins, self.in_dtypes):
+            args[k] = Tensor(np.array(tp.view(data, b), dtype=dt))
+        ctx = FunctionCtx(self.needs)
+        with no_grad():
+            res = self.fn.forward(ctx, *args)
+        outs = res if isinstance(res, (tuple, list)) else (res,)
+        if len(outs) <= self.out_pos[-1]:
+            raise _replay_error(self, f"returned {len(outs)} outputs")
+        for b, pos, shape in zip(self.outs, self.out_pos, self.out_shapes):
+            v = outs[pos]
+            v = v._peek() if isinstance(v, Tensor) else np.asarray(v)
+            if v.shape != shape:
+                raise _replay_error(self, f"output {pos} has shape {v.shape}, recorded {shape}")
+            tp.view(data, b)[...] = v
+        tls[id(self)] = ctx
+
+    def backward(self, tp, data, grad, need, ctx):
+        """Run the Function's ``backward`` on the outputs' adjoints and add what it returns to
+        the inputs' adjoints."""
+        from tape._tensor import Tensor, no_grad
+
+        if ctx is None:
+            raise RuntimeError(f"{self.fn.__name__}.backward: no forward ran on this thread")
+        gouts = []
+        for b, shape, dt in zip(self.outs, self.out_shapes, self.out_dtypes):
+            if need[b] and tp.bufs[b, B_KIND] != CONST:
+                gouts.append(Tensor(np.array(tp.view(grad, b), dtype=dt)))
+            else:
+                gouts.append(Tensor(np.zeros(shape, dt)))
+        with no_grad():
+            res = self.fn.backward(ctx, *gouts)
+        gins = res if isinstance(res, tuple) else (res,)
+        if isinstance(res, list):
+            gins = tuple(res)
+        n = len(self.args)
+        if len(gins) != n:
+            raise RuntimeError(
+                f"{self.fn.__name__}.backward returned an incorrect number of gradients "
+                f"(expected {n}, got {len(gins)})"
+            )
+        for k, b in zip(self.tensor_pos, self.ins):
+            g = gins[k]
+            if g is None or tp.bufs[b, B_KIND] == CONST or not need[b]:
+                continue
+            g = g._peek() if isinstance(g, Tensor) else np.asarray(g, np.float64)
+            tp.view(grad, b)[...] += _sum_to(self.fn.__name__, k, g, tp.shapes[b])
+
+
+def _sum_to(name, k, g, shape):
+    """``g`` summed down to ``shape`` where it was broadcast (as PyTorch accepts)."""
+    if g.shape == shape:
+        return g
+    try:
+        if np.broadcast_shapes(g.shape, shape) != g.shape:
+            raise ValueError
+    except ValueError:
+        raise RuntimeError(
+            f"{name}.backward: gradient {k} has shape {g.shape}, but input {k} has shape {shape}"
+        ) from None
+    lead = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(lead))) if lead else g
+    axes = tuple(a for a, s in enumerate(shape) if s == 1 and g.shape[a] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _replay_error(call, what):
+    from tape._replay import ReplayError
+
+    return ReplayError(
+        f"{call.fn.__name__}.forward {what} at replay: a tape replays the shapes it recorded"
+    )
+
+
+class FunctionCtx:
+    """The ``ctx`` of :class:`tape.autograd.Function`'s ``forward`` and ``backward``."""
+
+    def __init__(self, needs=()):
+        self.needs_input_grad = tuple(needs)
+        self.saved_tensors = ()
+        self.non_differentiable = ()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        """Keep tensors (or None) for ``backward``, as ``ctx.saved_tensors``."""
+        from tape._tensor import Tensor
+
+        for k, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(
+                    f"save_for_backward can only save tensors (or None), got {type(t).__name__} "
+                    f"at position {k}; keep other values as attributes of ctx"
+                )
+        self.saved_tensors = tuple(tensors)
+
+    def mark_non_differentiable(self, *tensors):
+        """Outputs that get no gradient (their adjoints in ``backward`` are zeros)."""
+        self.non_differentiable = tuple(tensors)
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors):
+        raise NotImplementedError(
+            "mark_dirty: in-place autograd.Functions are not supported; return a new tensor"
+        )
+
+
+def apply(fn, args):
+    """``fn.apply(*args)``: run ``fn.forward`` now; record it when gradients or a recording
+    need it (see the module docstring)."""
+    from tape import _tensor as T
+
+    grad_on = T.is_grad_enabled()
+    rec = None
+    eager = []
+    for a in args:
+        if isinstance(a, T.Tensor) and a._tape is not None:
+            tp = a._resolve()[0]
+            if tp.recording:
+                if rec is not None and rec is not tp:
+                    raise RuntimeError("an op mixes tensors from two different recordings")
+                rec = tp
+            else:
+                eager.append(tp)
+    needs = tuple(isinstance(a, T.Tensor) and a._rg and grad_on for a in args)
+    ctx = FunctionCtx(needs)
+    plain = [T.Tensor(a._peek()) if isinstance(a, T.Tensor) else a for a in args]
+    with T.no_grad():
+        res = fn.forward(ctx, *plain)
+    single = not isinstance(res, (tuple, list))
+    outs = (res,) if single else tuple(res)
+    if rec is None and not any(needs):
+        return res
+    tensors = [k for k, a in enumerate(args) if isinstance(a, T.Tensor)]
+    out_pos = [k for k, o in enumerate(outs) if isinstance(o, T.Tensor)]
+    if not out_pos:
+        if rec is not None:
+            raise NotImplementedError(
+                f"{fn.__name__}.forward returned no tensor: inside tape.record() a Function "
+                "must return tensors"
+            )
+        return res
+    target = rec if rec is not None else T._union(eager, [args[k] for k in tensors])
+    for o in (outs[k] for k in out_pos):
+        if o.dtype.kind == "f" and o.dtype.itemsize > target.dtype.itemsize:
+            target.promote(o.dtype)
+    ins = [T._buffer_in(target, args[k], grad_on) for k in tensors]
+    active = grad_on and any(
+        needs[k] or target.bufs[b, B_KIND] != CONST for k, b in zip(tensors, ins)
+    )
+    nondiff = {id(t) for t in ctx.non_differentiable}
+    call = Call()
+    call.fn = fn
+    call.args = tuple(None if isinstance(a, T.Tensor) else a for a in args)
+    call.tensor_pos = tensors
+    call.ins = ins
+    call.in_dtypes = [args[k].dtype for k in tensors]
+    call.out_pos = out_pos
+    call.single = single
+    call.ctx = ctx
+    call.needs = needs
+    call.outs, call.out_shapes, call.out_dtypes = [], [], []
+    cid = next(_ids)
+    if not hasattr(target, "callbacks") or target.callbacks is None:
+        target.callbacks = {}
+    target.callbacks[cid] = call
+    first = target.n_entries
+    result = list(outs)
+    part = 0
+    chunks = [ins[j : j + 3] for j in range(0, len(ins), 3)] or [[]]
+    for pos in out_pos:
+        o = outs[pos]
+        diff = active and o.dtype.kind == "f" and id(o) not in nondiff
+        b = target.new_buffer(o.shape, ACTIVE if diff else CONST, o._peek())
+        call.outs.append(b)
+        call.out_shapes.append(tuple(o.shape))
+        call.out_dtypes.append(o.dtype)
+        for ch in chunks:
+            target.add_entry(CALLBACK, ch, b, [cid, part])
+            part += 1
+        result[pos] = T.Tensor._traced(target, b, tuple(o.shape), o.dtype, diff, fn.__name__)
+    if target.recording:
+        from tape._source import user_line
+
+        src = user_line()
+        for i in range(first, target.n_entries):
+            target.sources[i] = src
+    return result[0] if single else tuple(result)
+
+
+def groups(tp):
+    """The callback groups of ``tp`` in entry order: ``(start, stop, call)``."""
+    n = tp.n_entries
+    idx = np.flatnonzero(tp.entries[:n, E_OP] == CALLBACK)
+    out = []
+    last = None
+    for i in idx:
+        cid = int(tp.ipool[tp.entries[i, E_ATTR]])
+        if last is not None and last[2] == cid and last[1] == i:
+            last[1] = i + 1
+            continue
+        last = [int(i), int(i) + 1, cid]
+        out.append(last)
+    return [(s, e, tp.callbacks[c]) for s, e, c in out]
+
+
+def eager_backward(tp, i, emask, need, done):
+    """Eager ``backward`` reached callback entry ``i``: run the call's ``backward`` once, at
+    the first entry of its group that the roots need (the last one the reverse loop visits)."""
+    cid = int(tp.ipool[tp.entries[i, E_ATTR]])
+    if cid in done:
+        return
+    call = tp.callbacks[cid]
+    j = i - 1
+    while j >= 0 and tp.entries[j, E_OP] == CALLBACK and int(tp.ipool[tp.entries[j, E_ATTR]]) == cid:
+        if emask[j]:
+            return  # an earlier entry of the group will run it
+        j -= 1
+    done.add(cid)
+    call.backward(tp, tp.data, tp.grad, need, call.ctx)
+
+
+class CallbackSweeps:
+    """Stands in for the sweeps module in ``Tape._run_with`` for a tape with callbacks: the
+    interpreter's sweeps, run in segments between the callback groups (same signatures)."""
+
+    def __init__(self, tp):
+        self.tp = tp
+        self.groups = groups(tp)
+        self._tls = threading.local()
+
+    def _ctx(self):
+        d = getattr(self._tls, "ctx", None)
+        if d is None:
+            d = self._tls.ctx = {}
+        return d
+
+    def forward_sweep(self, entries, bufs, ipool, data, start, stop):
+        lo = start
+        for s, e, call in self.groups:
+            if e <= start or s < start:
+                continue
+            if s >= stop:
+                break
+            status = S.forward_sweep(entries, bufs, ipool, data, lo, s)
+            if status >= 0:
+                return status
+            call.forward(self.tp, data, self._ctx())
+            lo = e
+        return S.forward_sweep(entries, bufs, ipool, data, lo, stop)
+
+    def backward(self, entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds,
+                 zero_leaves):  # fmt: skip
+        emask, need = S.reach(entries, bufs, n_entries, roots)
+        S.zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+        S.add_seeds(bufs, grad, roots, seeds)
+        hi = n_entries
+        ctxs = self._ctx()
+        for s, e, call in reversed(self.groups):
+            S.reverse_sweep(entries, bufs, ipool, data, grad, emask, e, hi)
+            if emask[s:e].any():
+                call.backward(self.tp, data, grad, need, ctxs.get(id(call)))
+            hi = s
+        S.reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, hi)
+        return need
+
+    def forward_backward(self, entries, bufs, ipool, data, grad, n_entries, n_bufs, roots,
+                         seeds, zero_leaves):  # fmt: skip
+        status = self.forward_sweep(entries, bufs, ipool, data, 0, n_entries)
+        if status >= 0:
+            return status
+        self.backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds,
+                      zero_leaves)  # fmt: skip
+        return -1
