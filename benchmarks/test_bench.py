@@ -58,3 +58,22 @@ def test_gradient(benchmark, case, tool):
     impl.grad()  # warm-up: jit compilation, first-call caches
     benchmark.group = f"{case.problem} {case.label}"
     benchmark(impl.grad)
+
+
+def _eager_params():
+    from tape.bench.eager import LOOPS, peers
+
+    return [
+        pytest.param(loop, T, id=f"eager-{name}-{lib}")
+        for name, loop in LOOPS.items()
+        for lib, T in peers().items()
+    ]
+
+
+@pytest.mark.parametrize("loop,T", _eager_params())
+def test_eager_loop(benchmark, loop, T):
+    """The eager training loops of :mod:`tape.bench.eager` (200 steps), tape and PyTorch
+    side by side (``python benchmarks/eager_loops.py`` runs them in full)."""
+    loop(T, steps=5)  # warm-up
+    benchmark.group = f"eager {loop.__name__}"
+    benchmark(loop, T, steps=200)

@@ -92,8 +92,10 @@ class Call:
         for b, shape, dt in zip(self.outs, self.out_shapes, self.out_dtypes):
             if need[b] and tp.bufs[b, B_KIND] != CONST:
                 gouts.append(Tensor(np.array(tp.view(grad, b), dtype=dt)))
-            else:
+            elif ctx.materialize_grads:
                 gouts.append(Tensor(np.zeros(shape, dt)))
+            else:
+                gouts.append(None)
         with no_grad():
             res = self.fn.backward(ctx, *gouts)
         gins = res if isinstance(res, tuple) else (res,)
@@ -245,7 +247,12 @@ def apply(fn, args):
         for ch in chunks:
             target.add_entry(CALLBACK, ch, b, [cid, part])
             part += 1
-        result[pos] = T.Tensor._traced(target, b, tuple(o.shape), o.dtype, diff, fn.__name__)
+        if diff:
+            result[pos] = T.Tensor._traced(target, b, tuple(o.shape), o.dtype, True, fn.__name__)
+        elif target.recording:  # recomputed at every replay, but no gradient: a leaf
+            result[pos] = T.Tensor._traced(target, b, tuple(o.shape), o.dtype, False, None)
+        else:
+            result[pos] = o  # eager: a plain tensor outside the graph, as in PyTorch
     if target.recording:
         from tape._source import user_line
 

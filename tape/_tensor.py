@@ -138,6 +138,7 @@ class _State(threading.local):
 
     grad = True
     scratch = None
+    open = None  # weakref to the newest eager tape made on this thread
 
 
 _state = _State()
@@ -167,6 +168,35 @@ class no_grad:
         wrapper.__name__ = getattr(fn, "__name__", "wrapper")
         wrapper.__doc__ = fn.__doc__
         return wrapper
+
+
+class set_grad_enabled(no_grad):
+    """Context manager (and function) setting gradient tracking on or off, as
+    ``torch.set_grad_enabled(mode)``: called plainly it sets the mode for the thread."""
+
+    def __init__(self, mode):
+        self._prev = is_grad_enabled()
+        self.mode = bool(mode)
+        _state.grad = self.mode
+
+    def __enter__(self):
+        _state.grad = self.mode
+
+    def __exit__(self, *exc):
+        _state.grad = self._prev
+        return False
+
+
+class inference_mode(no_grad):
+    """``torch.inference_mode()``: here the same as :class:`no_grad` (``mode=False`` leaves
+    tracking on)."""
+
+    def __init__(self, mode=True):
+        self.mode = bool(mode)
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _state.grad = not self.mode and self._prev
 
 
 class enable_grad(no_grad):
@@ -212,7 +242,7 @@ class Tensor:
 
     __slots__ = (
         "_tape", "_buf", "_value", "_base", "_last", "shape", "dtype", "_rg", "grad", "_op", "_ver",
-        "__weakref__",
+        "_copied", "__weakref__",
     )  # fmt: skip
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
 
@@ -228,6 +258,7 @@ class Tensor:
         self._op = None
         self.grad = None
         self._rg = False
+        self._copied = False  # a strided slice or transpose: a copy where PyTorch has a view
         if requires_grad:
             self.requires_grad_(True)
 
@@ -245,6 +276,7 @@ class Tensor:
         t.grad = None
         t._op = op
         t._ver = None
+        t._copied = False
         return t
 
     # ------------------------------------------------------------ autograd attributes
@@ -457,11 +489,36 @@ class Tensor:
             raise RuntimeError(
                 "in-place operations are not supported on tensors computed in a graph"
             )
+        if self._copied:
+            raise RuntimeError(
+                "in-place write to a strided slice, transpose or expansion of a tensor: in tape "
+                "these are copies, not views, so the write would not reach the original. Write "
+                "into the original instead, e.g. `x[:, 0] = 2.0` under no_grad"
+            )
         if self._rg and is_grad_enabled():
             raise RuntimeError(
                 "a leaf tensor that requires grad is being used in an in-place operation; "
                 "wrap the update in `with tape.no_grad():`"
             )
+
+    def __setitem__(self, key, value):
+        """``x[key] = value`` on a tensor that owns its value (a leaf: under ``no_grad`` if it
+        requires grad), with NumPy's indexing; bumps the version."""
+        self._inplace_check()
+        if isinstance(key, Tensor):
+            key = key._peek()
+        elif isinstance(key, tuple):
+            key = tuple(k._peek() if isinstance(k, Tensor) else k for k in key)
+        v = value._peek() if isinstance(value, Tensor) else value
+        if not np.can_cast(np.result_type(v), self.dtype, "same_kind"):
+            raise RuntimeError(
+                f"setitem: a value of dtype {np.result_type(v)} can't be cast to the tensor's dtype {self.dtype}"
+            )
+        try:
+            self._value[key] = v
+        except (IndexError, ValueError) as e:
+            raise type(e)(f"setitem on a tensor of shape {self.shape}: {e}") from None
+        self._bump()
 
     def _inplace(self, other, fn):
         self._inplace_check()
@@ -508,7 +565,9 @@ class Tensor:
         dtype = _check_dtype(dtype)
         if dtype == self.dtype:
             return self.clone() if copy else self
-        if dtype.kind == "f" and self.dtype.kind == "f" and (self._rg or self._tape is not None):
+        if dtype.kind == "f" and self.dtype.kind == "f" and (
+            (self._rg and is_grad_enabled()) or self._tape is not None
+        ):
             st = c_strides(self.shape)
             return apply(
                 COPY, [self], self.shape, copy_block(self.shape, 0, st, 0, st), dtype=dtype
@@ -539,6 +598,18 @@ class Tensor:
 
     def double(self):
         return self.to(float64)
+
+    def long(self):
+        return self.to(int64)
+
+    def int(self):
+        return self.to(int32)
+
+    def bool(self):
+        return self.to(bool_)
+
+    def is_contiguous(self, memory_format=None):
+        return True  # every tensor is C-contiguous (views that are not are copies)
 
     def float(self):
         return self.to(float32)
@@ -653,11 +724,19 @@ def result_dtype(ts, rule="promote"):
         return bool_
     if rule.__class__ is tuple:
         ts = [ts[k] for k in rule[1]]
-    f = _float_dtype(ts)
-    if f is not None:
-        return f
-    if rule == "float" or any(isinstance(t, (float, np.floating)) for t in ts):
-        return float64
+    best = None
+    pyfloat = False
+    for t in ts:
+        if t.__class__ is Tensor:
+            d = t.dtype
+            if d.kind == "f" and (best is None or d.itemsize > best.itemsize):
+                best = d
+        elif t.__class__ is float or isinstance(t, np.floating):
+            pyfloat = True
+    if best is not None:
+        return best
+    if rule == "float" or pyfloat:
+        return _DEFAULT_FLOAT[0]
     return int64
 
 
@@ -763,6 +842,7 @@ _BY_NAME = registry.BY_NAME
 
 
 REUSE_LIMIT = 4096
+EAGER_ARENA = 1 << 20  # the most elements a fresh eager tape reserves up front
 
 
 def _union(tapes, inputs) -> Tape:
@@ -770,7 +850,9 @@ def _union(tapes, inputs) -> Tape:
 
     With no graph among the inputs (an expression starting from leaves), the tape a leaf was
     last copied into is reused while it is open (no ``backward`` yet, under ``REUSE_LIMIT``
-    entries), so ``f(x[1:], x[:-1])`` builds one graph instead of merging two.
+    entries), so ``f(x[1:], x[:-1])`` builds one graph instead of merging two; failing that,
+    the thread's newest open eager tape, so ``a + b * x + c * x ** 2`` grows one tape instead
+    of merging three.
     """
     if tapes and all(tp is tapes[0] for tp in tapes):
         return tapes[0]
@@ -793,8 +875,17 @@ def _union(tapes, inputs) -> Tape:
                 ):
                     return tp
                 leaves.append(leaf)
-        tp = Tape(_float_dtype(inputs) or float64)
-        ref = weakref.ref(tp)
+        ref = _state.open
+        tp = ref() if ref is not None else None
+        if tp is None or tp.closed or tp._merged is not None or tp.n_entries >= REUSE_LIMIT:
+            # room for a few values of the inputs' size: an expression's first entries
+            # then need no arena growth (each growth copies the arena)
+            n = 0
+            for t in inputs:
+                if t.__class__ is Tensor:
+                    n += t.numel()
+            tp = Tape(_float_dtype(inputs) or float64, min(16 * n, EAGER_ARENA))
+            ref = _state.open = weakref.ref(tp)
         for leaf in leaves:
             leaf._last = ref
         return tp
@@ -820,8 +911,28 @@ def _scratch(dtype) -> Tape:
 
 
 def _compute_constant(op, inputs, shape, ints, parts, dtype):
-    """Run one op on values that need no gradient, on a scratch tape; the result owns its value."""
+    """Run one op on values that need no gradient, on a scratch tape; the result owns its value.
+    Ops whose NumPy reference gives the kernel's bits (``Op.exact_ref``) use it instead, on
+    float data, without a compiled call."""
     arena = float32 if (_float_dtype(inputs) == float32 and dtype == float32) else float64
+    if op.exact_ref and parts is None:
+        vals = []
+        for x in inputs:
+            v = x._value if x.__class__ is Tensor and x._tape is None else _value_of(x)
+            if v.__class__ is np.ndarray:
+                if v.dtype != arena:
+                    if v.dtype.kind != "f":
+                        break
+                    v = v.astype(arena)
+            elif v.__class__ is float or v.__class__ is int:
+                v = arena.type(v)
+            else:
+                break
+            vals.append(v)
+        else:
+            with np.errstate(all="ignore"):
+                r = op.ref(*vals)
+            return Tensor(np.asarray(r, dtype).reshape(shape))
     tp = _scratch(arena)
     ins = []
     for x in inputs:
@@ -834,7 +945,10 @@ def _compute_constant(op, inputs, shape, ints, parts, dtype):
         for pos, pints in parts:
             tp.add_entry(op.code, [ins[k] for k in pos], out, pints)
     tp.run_forward(0, tp.n_entries)
-    return Tensor(tp.value(out).astype(dtype, copy=True))
+    res = Tensor(tp.value(out).astype(dtype, copy=True))
+    if op is COPY and parts is None:
+        res._copied = True  # a strided slice, transpose or expansion (see _inplace_check)
+    return res
 
 
 def view(x, shape, offset=0) -> Tensor:

@@ -136,12 +136,13 @@ class Tape:
     or ``ipool`` with the compiled tier's tables appended). One attribute, read once per
     replay, so a replay never pairs one tier's code with the other's pool."""
 
-    def __init__(self, dtype=np.float64):
+    def __init__(self, dtype=np.float64, capacity=64):
+        """An empty tape; ``capacity``: the value arena's first size (it grows as needed)."""
         self.dtype = np.dtype(dtype)
-        self.entries = np.empty((8, ENTRY_COLS), np.int64)
-        self.bufs = np.empty((16, BUF_COLS), np.int64)
-        self.ipool = np.empty(64, np.int64)
-        self.data = np.empty(64, self.dtype)
+        self.entries = np.empty((32, ENTRY_COLS), np.int64)
+        self.bufs = np.empty((64, BUF_COLS), np.int64)
+        self.ipool = np.empty(128, np.int64)
+        self.data = np.zeros(max(int(capacity), 64), self.dtype)
         self.grad = None
         self.n_entries = self.n_bufs = self.n_ipool = self.n_data = 0
         self.shapes: list[tuple] = []  # Python copy of each buffer's shape (hot path reads it)
@@ -347,8 +348,11 @@ class Tape:
                 else:
                     run_entry_back(self, int(i), self.data, self.grad)
             return need
-        for i in np.flatnonzero(emask)[::-1]:
-            run_entry_back(self, int(i), self.data, self.grad)
+        rev, entries, bufs, ipool, data, grad = S.REV, self.entries, self.bufs, self.ipool, self.data, self.grad
+        for i in np.flatnonzero(emask)[::-1].tolist():
+            fn = rev[entries.item(i, E_OP)]
+            if fn is not None:
+                fn(i, entries, bufs, ipool, data, grad)
         return need
 
     def promote(self, dtype):

@@ -10,6 +10,7 @@ and their methods are listed here. Reductions accept NumPy's ``axis=`` and PyTor
 
 from __future__ import annotations
 
+import builtins
 import math
 from typing import NamedTuple
 
@@ -22,6 +23,7 @@ from tape._tensor import (
     as_tensor,
     elementwise,
     flatten,
+    is_grad_enabled,
     reshape,
     squeeze,
     unsqueeze,
@@ -133,9 +135,34 @@ def _extreme(name, red, x, dim, keepdim, axis, keepdims):
         return red(x, _axis(axis, dim), keep)
     if axis is not None:
         raise TypeError("pass axis= or dim=, not both")
-    # PyTorch: an int dim gives (values, indices)
-    values = red(x, dim, keep)
-    return MaxMin(values, _arg(name, x, dim, keep))
+    # PyTorch: an int dim gives (values, indices); the values are gathered at the indices,
+    # so on ties the gradient goes to the returned position, as in PyTorch
+    x = as_tensor(x)
+    idx = _arg(name, x, dim, True)
+    if x.ndim == 0:
+        return MaxMin(x, idx.reshape(()) if not keep else idx)
+    d = reduce.normalize_axes(name, dim, x.ndim)[0]
+    values = _take_along(x, idx, d)
+    if not keep:
+        values = squeeze(values, d)
+        idx = Tensor(np.squeeze(idx._value, d))
+    if values._op is not None:
+        values._op = name  # grad_fn=<MaxBackward0>, as PyTorch names it
+    return MaxMin(values, idx)
+
+
+def _take_along(x, idx, d):
+    """``x`` gathered along axis ``d`` at ``idx`` (an int64 tensor of x's shape with axis
+    ``d`` of length 1, outside any graph): ``numpy.take_along_axis``, differentiable."""
+    order = [a for a in range(x.ndim) if a != d] + [d]
+    moved = movement.transpose(x, order) if order != list(range(x.ndim)) else x
+    rows = reshape(moved, -1, x.shape[d])
+    k = np.moveaxis(idx._value, d, -1).reshape(-1)
+    picked = rows[np.arange(k.shape[0]), k]
+    shape = [x.shape[a] for a in order[:-1]] + [1]
+    out = reshape(picked, shape)
+    back = np.argsort(order).tolist()
+    return movement.transpose(out, back) if back != list(range(x.ndim)) else out
 
 
 def _arg(name, x, dim, keepdim):
@@ -193,6 +220,73 @@ def argmin(x, dim=None, keepdim=False, *, axis=None):
 
 
 @_export
+def all(x, dim=None, keepdim=False, *, axis=None):  # noqa: A001
+    """Whether every element (along ``dim``) is nonzero: a bool tensor."""
+    x = as_tensor(x)
+    return reduce.min(x != 0, _axis(axis, dim), keepdim) > 0.5
+
+
+@_export
+def any(x, dim=None, keepdim=False, *, axis=None):  # noqa: A001
+    """Whether some element (along ``dim``) is nonzero: a bool tensor."""
+    x = as_tensor(x)
+    return reduce.max(x != 0, _axis(axis, dim), keepdim) > 0.5
+
+
+@_export
+def logical_and(a, b):
+    """Elementwise ``a and b`` (nonzero is true): a bool tensor."""
+    return (as_tensor(a) != 0) * (as_tensor(b) != 0) > 0.5
+
+
+@_export
+def logical_or(a, b):
+    """Elementwise ``a or b`` (nonzero is true): a bool tensor."""
+    return maximum(as_tensor(a) != 0, as_tensor(b) != 0) > 0.5
+
+
+@_export
+def logical_xor(a, b):
+    """Elementwise ``a xor b`` (nonzero is true): a bool tensor."""
+    return (as_tensor(a) != 0) != (as_tensor(b) != 0)
+
+
+@_export
+def logical_not(a):
+    """Elementwise ``not a`` (nonzero is true): a bool tensor."""
+    return as_tensor(a) == 0
+
+
+def _bool_op(fn, sym):
+    def op(a, b):
+        for t in (a, b):
+            if isinstance(t, Tensor) and t.dtype.kind != "b":
+                raise TypeError(
+                    f"operator {sym} is defined for bool tensors here (logical); got {t.dtype}"
+                )
+        return fn(a, b)
+
+    return op
+
+
+@_export
+def isclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):  # noqa: A002
+    """``|input - other| <= atol + rtol * |other|`` elementwise (a bool tensor), as
+    ``torch.isclose``; infinities are close to themselves, NaNs only with ``equal_nan``."""
+    a, b = as_tensor(input), as_tensor(other)
+    close = logical_or(a == b, abs(a - b) <= atol + rtol * abs(b))
+    if equal_nan:
+        close = logical_or(close, logical_and(a != a, b != b))
+    return close
+
+
+@_export
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):  # noqa: A002
+    """Whether every element is close (see :func:`isclose`): a Python bool."""
+    return bool(all(isclose(input, other, rtol, atol, equal_nan)))
+
+
+@_export
 def prod(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
     return reduce.prod(x, _axis(axis, dim), _keep(keepdims, keepdim))
 
@@ -227,11 +321,15 @@ def mean(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
 @_export
 def var(x, axis=None, keepdims=False, ddof=0, *, dim=None, correction=None, keepdim=False,
         unbiased=None):  # fmt: skip
-    """Variance with ``ddof`` delta degrees of freedom: NumPy's default 0 for this function.
-    PyTorch's ``correction=`` / ``unbiased=`` are accepted; the method ``x.var()`` follows
-    PyTorch (default ``correction=1``)."""
+    """Variance with ``ddof`` delta degrees of freedom. NumPy's spelling (``axis=``, ``ddof``,
+    default 0) or PyTorch's (``dim=``, ``correction=`` / ``unbiased=``, default
+    ``correction=1``): ``var(x, dim=0)`` is PyTorch's unbiased variance, ``var(x, axis=0)``
+    NumPy's. With neither, ``var(x)`` is NumPy's ``ddof=0``; the method ``x.var()`` follows
+    PyTorch (``correction=1``)."""
     x = as_tensor(x)
     keepdims = _keep(keepdims, keepdim)
+    if dim is not None and ddof == 0 and correction is None and unbiased is None:
+        ddof = 1  # PyTorch's spelling (dim=) brings PyTorch's default, correction=1
     if unbiased is not None:
         ddof = int(bool(unbiased))
     if correction is not None:
@@ -244,8 +342,7 @@ def var(x, axis=None, keepdims=False, ddof=0, *, dim=None, correction=None, keep
 @_export
 def std(x, axis=None, keepdims=False, ddof=0, *, dim=None, correction=None, keepdim=False,
         unbiased=None):  # fmt: skip
-    """Standard deviation (see :func:`var`: NumPy's ``ddof=0`` default for this function,
-    PyTorch's ``correction=1`` for the method ``x.std()``)."""
+    """Standard deviation: see :func:`var` for the NumPy and PyTorch spellings and defaults."""
     v = var(x, axis, keepdims, ddof, dim=dim, correction=correction, keepdim=keepdim,
             unbiased=unbiased)  # fmt: skip
     return v**0.5
@@ -383,6 +480,15 @@ def _operator(op, fn, reflected):
 
 
 def _pow(a, b):
+    if (
+        b.__class__ in (int, float)
+        and b == 3
+        and a._tape is None
+        and a.dtype.kind == "f"
+        and not (a._rg and is_grad_enabled())
+    ):
+        v = a._value  # a constant: x * x * x, the pow kernel's own product for exponent 3
+        return Tensor(v * v * v)
     if isinstance(b, (int, float)) and not isinstance(b, bool) and b == 2:
         y = elementwise(SQUARE, a)
         if y._op is not None:
@@ -394,7 +500,7 @@ def _pow(a, b):
 def _tensor_transpose(x, *axes):
     """PyTorch's ``x.transpose(dim0, dim1)`` swaps two axes; ``x.transpose()`` or a full
     permutation behaves as NumPy's."""
-    if len(axes) == 2 and all(isinstance(a, int) for a in axes):
+    if len(axes) == 2 and builtins.all(isinstance(a, int) for a in axes):
         return movement.swapaxes(x, axes[0], axes[1])
     if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
         axes = tuple(axes[0])
@@ -492,7 +598,7 @@ def _expand(x, *sizes):
             f"the number of dimensions in the tensor ({x.ndim})"
         )
     shape = tuple(x.shape[k - lead] if s == -1 and k >= lead else s for k, s in enumerate(sizes))
-    if any(s < 0 for s in shape):
+    if builtins.any(s < 0 for s in shape):
         raise RuntimeError(f"expand: -1 is not allowed in a leading, new dimension: {sizes}")
     return movement.broadcast_to(x, shape)
 
@@ -522,6 +628,9 @@ def _leaf_inplace(name, compute):
     def method(x, *args, **kwargs):
         x._inplace_check()
         v = compute(x._value, *args, **kwargs)
+        vd = np.result_type(v)
+        if not np.can_cast(vd, x.dtype, "same_kind"):
+            raise RuntimeError(f"{name}: result type {vd} can't be cast to the tensor's dtype {x.dtype}")
         try:
             x._value[...] = v
         except ValueError:
@@ -567,6 +676,17 @@ def _install_torch_methods(T):
     T.min = min
     T.argmax = argmax
     T.argmin = argmin
+    T.__and__ = T.__rand__ = _bool_op(logical_and, "&")
+    T.__or__ = T.__ror__ = _bool_op(logical_or, "|")
+    T.__xor__ = T.__rxor__ = _bool_op(logical_xor, "^")
+    T.__invert__ = lambda a: _bool_op(lambda x, _: logical_not(x), "~")(a, None)
+    T.all = all
+    T.any = any
+    T.isclose = isclose
+    T.allclose = allclose
+    for name, fn in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
+                     ("gt", "greater"), ("ge", "greater_equal")):  # fmt: skip
+        setattr(T, name, globals()[fn])
     T.var = _t_var
     T.std = _t_std
     T.expand = _expand

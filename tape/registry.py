@@ -124,6 +124,10 @@ class Op:
         ``(rtol, atol)`` of forward values against ``ref`` and across backends.
     fd_tol : tuple
         ``(rtol, atol)`` of gradients against central finite differences.
+    exact_ref : bool
+        Elementwise ops whose NumPy reference gives the kernel's bits (IEEE basic operations,
+        correctly rounded in both): eager mode computes values that need no gradient with it,
+        without a compiled call.
     hess : tuple
         Elementwise ops: second partials ``h(x0[, x1], y)``, upper triangle row by row
         (``(h00,)`` unary, ``(h00, h01, h11)`` binary), ``None`` where identically zero.
@@ -166,6 +170,7 @@ class Op:
     kinks: tuple = ()
     tol: tuple = (1e-12, 1e-12)
     fd_tol: tuple = (1e-3, 1e-5)
+    exact_ref: bool = False
     hess: tuple = ()
     jvp: Callable | str | None = None
     hvp: Callable | str | None = None

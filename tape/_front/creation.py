@@ -71,35 +71,48 @@ def _float_dtype(dtype, what):
 
 
 def _new(v, dtype, requires_grad):
-    return T.Tensor(np.ascontiguousarray(v, dtype=dtype), requires_grad=requires_grad)
+    return T.Tensor(np.array(v, dtype=dtype), requires_grad=requires_grad)
+
+
+def _size(size, what):
+    if not size:
+        raise TypeError(f"{what}() missing the size: pass ints or a tuple (() for a 0-d tensor)")
+    return T._shape_args(size, what)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Standard normal samples of shape ``size`` (ints or one tuple; ``()`` is 0-d)."""
     T.check_device(device, "randn")
     dt = _float_dtype(dtype, "randn")
-    return _new(_rng(generator).standard_normal(T._shape_args(size, "randn")), dt, requires_grad)
+    return _new(_rng(generator).standard_normal(_size(size, "randn")), dt, requires_grad)
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform samples on ``[0, 1)`` of shape ``size``."""
     T.check_device(device, "rand")
     dt = _float_dtype(dtype, "rand")
-    return _new(_rng(generator).random(T._shape_args(size, "rand")), dt, requires_grad)
+    return _new(_rng(generator).random(_size(size, "rand")), dt, requires_grad)
 
 
-def randint(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False):
-    """Integers uniform on ``[low, high)``: ``randint(high, size)`` or
-    ``randint(low, high, size)`` (int64 unless ``dtype``)."""
+def randint(*args, low=None, high=None, size=None, generator=None, dtype=None, device=None,
+            requires_grad=False):  # fmt: skip
+    """Integers uniform on ``[low, high)``: ``randint(high, size)``,
+    ``randint(low, high, size)`` or with keywords (int64 unless ``dtype``)."""
     T.check_device(device, "randint")
     if size is None and args and isinstance(args[-1], (tuple, list)):
         size, args = args[-1], args[:-1]
-    if len(args) == 1:
-        low, high = 0, args[0]
-    elif len(args) == 2:
+    if len(args) == 2:
         low, high = args
-    else:
+    elif len(args) == 1:
+        if high is None:
+            high = args[0]
+        else:
+            low = args[0]
+    elif args:
         raise TypeError("randint: expected randint(high, size) or randint(low, high, size)")
+    low = 0 if low is None else low
+    if high is None:
+        raise TypeError("randint: missing high")
     if size is None:
         raise TypeError("randint: missing the size (a tuple)")
     if int(high) <= int(low):

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a89368f9f227a9f1e4647cfc4a5af30cd4b5953f0f7a0f9e227bb42020bc32ff"
+FINGERPRINT = "feee39b111061e087302ab6499f83cddaf318ddd0a337d2246337f663902bd59"
 
 import numpy as np
 from numba import njit, prange

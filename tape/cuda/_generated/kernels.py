@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "02e103a72fcce5da234cb7e1d6c763c07641f2167cad766fd44cca52a4debf24"
+FINGERPRINT = "f8e73212ddc07947bdc63cc9f40fcf51c1d8ff06cdcdc5ad821f434927b6db96"
 
 from numba import cuda, float64
 
