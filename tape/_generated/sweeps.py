@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "feee39b111061e087302ab6499f83cddaf318ddd0a337d2246337f663902bd59"
+FINGERPRINT = "cd66ec98bbfac736fdac321978247750770593ebb1d70a7d476d8c0e49097035"
 
 import numpy as np
 from numba import njit, prange
@@ -77,6 +77,55 @@ erf_h0 = BY_NAME["erf"].hess[0]
 erfc_fwd = BY_NAME["erfc"].fwd
 erfc_rev0 = BY_NAME["erfc"].rev[0]
 erfc_h0 = BY_NAME["erfc"].hess[0]
+arcsin_fwd = BY_NAME["arcsin"].fwd
+arcsin_rev0 = BY_NAME["arcsin"].rev[0]
+arcsin_h0 = BY_NAME["arcsin"].hess[0]
+arccos_fwd = BY_NAME["arccos"].fwd
+arccos_rev0 = BY_NAME["arccos"].rev[0]
+arccos_h0 = BY_NAME["arccos"].hess[0]
+arcsinh_fwd = BY_NAME["arcsinh"].fwd
+arcsinh_rev0 = BY_NAME["arcsinh"].rev[0]
+arcsinh_h0 = BY_NAME["arcsinh"].hess[0]
+arccosh_fwd = BY_NAME["arccosh"].fwd
+arccosh_rev0 = BY_NAME["arccosh"].rev[0]
+arccosh_h0 = BY_NAME["arccosh"].hess[0]
+arctanh_fwd = BY_NAME["arctanh"].fwd
+arctanh_rev0 = BY_NAME["arctanh"].rev[0]
+arctanh_h0 = BY_NAME["arctanh"].hess[0]
+log2_fwd = BY_NAME["log2"].fwd
+log2_rev0 = BY_NAME["log2"].rev[0]
+log2_h0 = BY_NAME["log2"].hess[0]
+log10_fwd = BY_NAME["log10"].fwd
+log10_rev0 = BY_NAME["log10"].rev[0]
+log10_h0 = BY_NAME["log10"].hess[0]
+exp2_fwd = BY_NAME["exp2"].fwd
+exp2_rev0 = BY_NAME["exp2"].rev[0]
+exp2_h0 = BY_NAME["exp2"].hess[0]
+cbrt_fwd = BY_NAME["cbrt"].fwd
+cbrt_rev0 = BY_NAME["cbrt"].rev[0]
+cbrt_h0 = BY_NAME["cbrt"].hess[0]
+reciprocal_fwd = BY_NAME["reciprocal"].fwd
+reciprocal_rev0 = BY_NAME["reciprocal"].rev[0]
+reciprocal_h0 = BY_NAME["reciprocal"].hess[0]
+lgamma_fwd = BY_NAME["lgamma"].fwd
+lgamma_rev0 = BY_NAME["lgamma"].rev[0]
+lgamma_h0 = BY_NAME["lgamma"].hess[0]
+digamma_fwd = BY_NAME["digamma"].fwd
+digamma_rev0 = BY_NAME["digamma"].rev[0]
+digamma_h0 = BY_NAME["digamma"].hess[0]
+erfinv_fwd = BY_NAME["erfinv"].fwd
+erfinv_rev0 = BY_NAME["erfinv"].rev[0]
+erfinv_h0 = BY_NAME["erfinv"].hess[0]
+sign_fwd = BY_NAME["sign"].fwd
+sign_rev0 = BY_NAME["sign"].rev[0]
+floor_fwd = BY_NAME["floor"].fwd
+floor_rev0 = BY_NAME["floor"].rev[0]
+ceil_fwd = BY_NAME["ceil"].fwd
+ceil_rev0 = BY_NAME["ceil"].rev[0]
+round_fwd = BY_NAME["round"].fwd
+round_rev0 = BY_NAME["round"].rev[0]
+trunc_fwd = BY_NAME["trunc"].fwd
+trunc_rev0 = BY_NAME["trunc"].rev[0]
 stop_gradient_fwd = BY_NAME["stop_gradient"].fwd
 add_fwd = BY_NAME["add"].fwd
 add_rev0 = BY_NAME["add"].rev[0]
@@ -105,6 +154,44 @@ maximum_rev1 = BY_NAME["maximum"].rev[1]
 minimum_fwd = BY_NAME["minimum"].fwd
 minimum_rev0 = BY_NAME["minimum"].rev[0]
 minimum_rev1 = BY_NAME["minimum"].rev[1]
+arctan2_fwd = BY_NAME["arctan2"].fwd
+arctan2_rev0 = BY_NAME["arctan2"].rev[0]
+arctan2_rev1 = BY_NAME["arctan2"].rev[1]
+arctan2_h0 = BY_NAME["arctan2"].hess[0]
+arctan2_h1 = BY_NAME["arctan2"].hess[1]
+arctan2_h2 = BY_NAME["arctan2"].hess[2]
+hypot_fwd = BY_NAME["hypot"].fwd
+hypot_rev0 = BY_NAME["hypot"].rev[0]
+hypot_rev1 = BY_NAME["hypot"].rev[1]
+hypot_h0 = BY_NAME["hypot"].hess[0]
+hypot_h1 = BY_NAME["hypot"].hess[1]
+hypot_h2 = BY_NAME["hypot"].hess[2]
+logaddexp_fwd = BY_NAME["logaddexp"].fwd
+logaddexp_rev0 = BY_NAME["logaddexp"].rev[0]
+logaddexp_rev1 = BY_NAME["logaddexp"].rev[1]
+logaddexp_h0 = BY_NAME["logaddexp"].hess[0]
+logaddexp_h1 = BY_NAME["logaddexp"].hess[1]
+logaddexp_h2 = BY_NAME["logaddexp"].hess[2]
+logaddexp2_fwd = BY_NAME["logaddexp2"].fwd
+logaddexp2_rev0 = BY_NAME["logaddexp2"].rev[0]
+logaddexp2_rev1 = BY_NAME["logaddexp2"].rev[1]
+logaddexp2_h0 = BY_NAME["logaddexp2"].hess[0]
+logaddexp2_h1 = BY_NAME["logaddexp2"].hess[1]
+logaddexp2_h2 = BY_NAME["logaddexp2"].hess[2]
+xlogy_fwd = BY_NAME["xlogy"].fwd
+xlogy_rev0 = BY_NAME["xlogy"].rev[0]
+xlogy_rev1 = BY_NAME["xlogy"].rev[1]
+xlogy_h1 = BY_NAME["xlogy"].hess[1]
+xlogy_h2 = BY_NAME["xlogy"].hess[2]
+fmod_fwd = BY_NAME["fmod"].fwd
+fmod_rev0 = BY_NAME["fmod"].rev[0]
+fmod_rev1 = BY_NAME["fmod"].rev[1]
+remainder_fwd = BY_NAME["remainder"].fwd
+remainder_rev0 = BY_NAME["remainder"].rev[0]
+remainder_rev1 = BY_NAME["remainder"].rev[1]
+floor_divide_fwd = BY_NAME["floor_divide"].fwd
+floor_divide_rev0 = BY_NAME["floor_divide"].rev[0]
+floor_divide_rev1 = BY_NAME["floor_divide"].rev[1]
 less_fwd = BY_NAME["less"].fwd
 less_equal_fwd = BY_NAME["less_equal"].fwd
 greater_fwd = BY_NAME["greater"].fwd
@@ -541,6 +628,384 @@ def _hrev_erfc(i, entries, bufs, ipool, data, grad, T, GT):
 
 
 @njit(**SWEEP_JIT)
+def _fwd_arcsin(i, entries, bufs, ipool, data):
+    L.unary_fwd(arcsin_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_arcsin(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(arcsin_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_arcsin(i, entries, bufs, ipool, data, T):
+    L.unary_tan(arcsin_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_arcsin(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(arcsin_rev0, arcsin_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_arccos(i, entries, bufs, ipool, data):
+    L.unary_fwd(arccos_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_arccos(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(arccos_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_arccos(i, entries, bufs, ipool, data, T):
+    L.unary_tan(arccos_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_arccos(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(arccos_rev0, arccos_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_arcsinh(i, entries, bufs, ipool, data):
+    L.unary_fwd(arcsinh_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_arcsinh(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(arcsinh_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_arcsinh(i, entries, bufs, ipool, data, T):
+    L.unary_tan(arcsinh_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_arcsinh(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(arcsinh_rev0, arcsinh_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_arccosh(i, entries, bufs, ipool, data):
+    L.unary_fwd(arccosh_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_arccosh(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(arccosh_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_arccosh(i, entries, bufs, ipool, data, T):
+    L.unary_tan(arccosh_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_arccosh(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(arccosh_rev0, arccosh_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_arctanh(i, entries, bufs, ipool, data):
+    L.unary_fwd(arctanh_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_arctanh(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(arctanh_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_arctanh(i, entries, bufs, ipool, data, T):
+    L.unary_tan(arctanh_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_arctanh(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(arctanh_rev0, arctanh_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_log2(i, entries, bufs, ipool, data):
+    L.unary_fwd(log2_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_log2(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(log2_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_log2(i, entries, bufs, ipool, data, T):
+    L.unary_tan(log2_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_log2(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(log2_rev0, log2_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_log10(i, entries, bufs, ipool, data):
+    L.unary_fwd(log10_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_log10(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(log10_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_log10(i, entries, bufs, ipool, data, T):
+    L.unary_tan(log10_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_log10(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(log10_rev0, log10_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_exp2(i, entries, bufs, ipool, data):
+    L.unary_fwd(exp2_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_exp2(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(exp2_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_exp2(i, entries, bufs, ipool, data, T):
+    L.unary_tan(exp2_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_exp2(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(exp2_rev0, exp2_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_cbrt(i, entries, bufs, ipool, data):
+    L.unary_fwd(cbrt_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_cbrt(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(cbrt_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_cbrt(i, entries, bufs, ipool, data, T):
+    L.unary_tan(cbrt_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_cbrt(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(cbrt_rev0, cbrt_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_reciprocal(i, entries, bufs, ipool, data):
+    L.unary_fwd(reciprocal_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_reciprocal(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(reciprocal_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_reciprocal(i, entries, bufs, ipool, data, T):
+    L.unary_tan(reciprocal_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_reciprocal(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(reciprocal_rev0, reciprocal_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_lgamma(i, entries, bufs, ipool, data):
+    L.unary_fwd(lgamma_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_lgamma(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(lgamma_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_lgamma(i, entries, bufs, ipool, data, T):
+    L.unary_tan(lgamma_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_lgamma(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(lgamma_rev0, lgamma_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_digamma(i, entries, bufs, ipool, data):
+    L.unary_fwd(digamma_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_digamma(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(digamma_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_digamma(i, entries, bufs, ipool, data, T):
+    L.unary_tan(digamma_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_digamma(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(digamma_rev0, digamma_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_erfinv(i, entries, bufs, ipool, data):
+    L.unary_fwd(erfinv_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_erfinv(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(erfinv_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_erfinv(i, entries, bufs, ipool, data, T):
+    L.unary_tan(erfinv_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_erfinv(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(erfinv_rev0, erfinv_h0, True, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_sign(i, entries, bufs, ipool, data):
+    L.unary_fwd(sign_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_sign(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(sign_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_sign(i, entries, bufs, ipool, data, T):
+    L.unary_tan(sign_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sign(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(sign_rev0, L.no_h2, False, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_floor(i, entries, bufs, ipool, data):
+    L.unary_fwd(floor_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_floor(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(floor_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_floor(i, entries, bufs, ipool, data, T):
+    L.unary_tan(floor_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_floor(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(floor_rev0, L.no_h2, False, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_ceil(i, entries, bufs, ipool, data):
+    L.unary_fwd(ceil_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_ceil(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(ceil_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_ceil(i, entries, bufs, ipool, data, T):
+    L.unary_tan(ceil_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_ceil(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(ceil_rev0, L.no_h2, False, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_round(i, entries, bufs, ipool, data):
+    L.unary_fwd(round_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_round(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(round_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_round(i, entries, bufs, ipool, data, T):
+    L.unary_tan(round_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_round(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(round_rev0, L.no_h2, False, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_trunc(i, entries, bufs, ipool, data):
+    L.unary_fwd(trunc_fwd, i, entries, bufs, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_trunc(i, entries, bufs, ipool, data, grad):
+    L.unary_rev(trunc_rev0, i, entries, bufs, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_trunc(i, entries, bufs, ipool, data, T):
+    L.unary_tan(trunc_rev0, i, entries, bufs, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_trunc(i, entries, bufs, ipool, data, grad, T, GT):
+    L.unary_hrev(trunc_rev0, L.no_h2, False, i, entries, bufs, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
 def _fwd_stop_gradient(i, entries, bufs, ipool, data):
     L.unary_fwd(stop_gradient_fwd, i, entries, bufs, data)
     return -1
@@ -691,6 +1156,174 @@ def _tan_minimum(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_minimum(i, entries, bufs, ipool, data, grad, T, GT):
     L.binary_hrev(minimum_rev0, minimum_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_arctan2(i, entries, bufs, ipool, data):
+    L.binary_fwd(arctan2_fwd, i, entries, bufs, ipool, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_arctan2(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(arctan2_rev0, arctan2_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_arctan2(i, entries, bufs, ipool, data, T):
+    L.binary_tan(arctan2_rev0, arctan2_rev1, True, True, i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_arctan2(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(arctan2_rev0, arctan2_rev1, arctan2_h0, arctan2_h1, arctan2_h2, True, True, True, True, True, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_hypot(i, entries, bufs, ipool, data):
+    L.binary_fwd(hypot_fwd, i, entries, bufs, ipool, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_hypot(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(hypot_rev0, hypot_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_hypot(i, entries, bufs, ipool, data, T):
+    L.binary_tan(hypot_rev0, hypot_rev1, True, True, i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_hypot(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(hypot_rev0, hypot_rev1, hypot_h0, hypot_h1, hypot_h2, True, True, True, True, True, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_logaddexp(i, entries, bufs, ipool, data):
+    L.binary_fwd(logaddexp_fwd, i, entries, bufs, ipool, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_logaddexp(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(logaddexp_rev0, logaddexp_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_logaddexp(i, entries, bufs, ipool, data, T):
+    L.binary_tan(logaddexp_rev0, logaddexp_rev1, True, True, i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_logaddexp(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(logaddexp_rev0, logaddexp_rev1, logaddexp_h0, logaddexp_h1, logaddexp_h2, True, True, True, True, True, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_logaddexp2(i, entries, bufs, ipool, data):
+    L.binary_fwd(logaddexp2_fwd, i, entries, bufs, ipool, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_logaddexp2(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(logaddexp2_rev0, logaddexp2_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_logaddexp2(i, entries, bufs, ipool, data, T):
+    L.binary_tan(logaddexp2_rev0, logaddexp2_rev1, True, True, i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_logaddexp2(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(logaddexp2_rev0, logaddexp2_rev1, logaddexp2_h0, logaddexp2_h1, logaddexp2_h2, True, True, True, True, True, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_xlogy(i, entries, bufs, ipool, data):
+    L.binary_fwd(xlogy_fwd, i, entries, bufs, ipool, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_xlogy(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(xlogy_rev0, xlogy_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_xlogy(i, entries, bufs, ipool, data, T):
+    L.binary_tan(xlogy_rev0, xlogy_rev1, True, True, i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_xlogy(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(xlogy_rev0, xlogy_rev1, L.no_h3, xlogy_h1, xlogy_h2, True, True, False, True, True, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_fmod(i, entries, bufs, ipool, data):
+    L.binary_fwd(fmod_fwd, i, entries, bufs, ipool, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_fmod(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(fmod_rev0, fmod_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_fmod(i, entries, bufs, ipool, data, T):
+    L.binary_tan(fmod_rev0, fmod_rev1, True, True, i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_fmod(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(fmod_rev0, fmod_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_remainder(i, entries, bufs, ipool, data):
+    L.binary_fwd(remainder_fwd, i, entries, bufs, ipool, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_remainder(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(remainder_rev0, remainder_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_remainder(i, entries, bufs, ipool, data, T):
+    L.binary_tan(remainder_rev0, remainder_rev1, True, True, i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_remainder(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(remainder_rev0, remainder_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_floor_divide(i, entries, bufs, ipool, data):
+    L.binary_fwd(floor_divide_fwd, i, entries, bufs, ipool, data)
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def _rev_floor_divide(i, entries, bufs, ipool, data, grad):
+    L.binary_rev(floor_divide_rev0, floor_divide_rev1, True, True, i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_floor_divide(i, entries, bufs, ipool, data, T):
+    L.binary_tan(floor_divide_rev0, floor_divide_rev1, True, True, i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_floor_divide(i, entries, bufs, ipool, data, grad, T, GT):
+    L.binary_hrev(floor_divide_rev0, floor_divide_rev1, L.no_h3, L.no_h3, L.no_h3, True, True, False, False, False, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 @njit(**SWEEP_JIT)
@@ -1124,6 +1757,186 @@ def _emit_erfc(
 
 
 @njit(**SWEEP_JIT)
+def _emit_arcsin(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_arcsin(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_arccos(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_arccos(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_arcsinh(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_arcsinh(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_arccosh(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_arccosh(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_arctanh(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_arctanh(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_log2(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_log2(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_log10(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_log10(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_exp2(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_exp2(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_cbrt(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_cbrt(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_reciprocal(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_reciprocal(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_lgamma(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_lgamma(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_digamma(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_digamma(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_erfinv(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_erfinv(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_sign(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_sign(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_floor(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_floor(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_ceil(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_ceil(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_round(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_round(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_trunc(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_trunc(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
 def _emit_stop_gradient(
     entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
     in1, in2, attr
@@ -1201,6 +2014,86 @@ def _emit_minimum(
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
               in2, attr)  # fmt: skip
     return _fwd_minimum(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_arctan2(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_arctan2(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_hypot(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_hypot(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_logaddexp(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_logaddexp(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_logaddexp2(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_logaddexp2(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_xlogy(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_xlogy(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_fmod(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_fmod(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_remainder(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_remainder(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_floor_divide(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_floor_divide(n_entries, entries, bufs, ipool, data)
 
 
 @njit(**SWEEP_JIT)
@@ -1409,67 +2302,119 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
             _fwd_erf(i, entries, bufs, ipool, data)
         elif op == 19:  # erfc
             _fwd_erfc(i, entries, bufs, ipool, data)
-        elif op == 20:  # stop_gradient
+        elif op == 20:  # arcsin
+            _fwd_arcsin(i, entries, bufs, ipool, data)
+        elif op == 21:  # arccos
+            _fwd_arccos(i, entries, bufs, ipool, data)
+        elif op == 22:  # arcsinh
+            _fwd_arcsinh(i, entries, bufs, ipool, data)
+        elif op == 23:  # arccosh
+            _fwd_arccosh(i, entries, bufs, ipool, data)
+        elif op == 24:  # arctanh
+            _fwd_arctanh(i, entries, bufs, ipool, data)
+        elif op == 25:  # log2
+            _fwd_log2(i, entries, bufs, ipool, data)
+        elif op == 26:  # log10
+            _fwd_log10(i, entries, bufs, ipool, data)
+        elif op == 27:  # exp2
+            _fwd_exp2(i, entries, bufs, ipool, data)
+        elif op == 28:  # cbrt
+            _fwd_cbrt(i, entries, bufs, ipool, data)
+        elif op == 29:  # reciprocal
+            _fwd_reciprocal(i, entries, bufs, ipool, data)
+        elif op == 30:  # lgamma
+            _fwd_lgamma(i, entries, bufs, ipool, data)
+        elif op == 31:  # digamma
+            _fwd_digamma(i, entries, bufs, ipool, data)
+        elif op == 32:  # erfinv
+            _fwd_erfinv(i, entries, bufs, ipool, data)
+        elif op == 33:  # sign
+            _fwd_sign(i, entries, bufs, ipool, data)
+        elif op == 34:  # floor
+            _fwd_floor(i, entries, bufs, ipool, data)
+        elif op == 35:  # ceil
+            _fwd_ceil(i, entries, bufs, ipool, data)
+        elif op == 36:  # round
+            _fwd_round(i, entries, bufs, ipool, data)
+        elif op == 37:  # trunc
+            _fwd_trunc(i, entries, bufs, ipool, data)
+        elif op == 38:  # stop_gradient
             _fwd_stop_gradient(i, entries, bufs, ipool, data)
-        elif op == 21:  # add
+        elif op == 39:  # add
             _fwd_add(i, entries, bufs, ipool, data)
-        elif op == 22:  # sub
+        elif op == 40:  # sub
             _fwd_sub(i, entries, bufs, ipool, data)
-        elif op == 23:  # mul
+        elif op == 41:  # mul
             _fwd_mul(i, entries, bufs, ipool, data)
-        elif op == 24:  # div
+        elif op == 42:  # div
             _fwd_div(i, entries, bufs, ipool, data)
-        elif op == 25:  # pow
+        elif op == 43:  # pow
             _fwd_pow(i, entries, bufs, ipool, data)
-        elif op == 26:  # maximum
+        elif op == 44:  # maximum
             _fwd_maximum(i, entries, bufs, ipool, data)
-        elif op == 27:  # minimum
+        elif op == 45:  # minimum
             _fwd_minimum(i, entries, bufs, ipool, data)
-        elif op == 28:  # less
+        elif op == 46:  # arctan2
+            _fwd_arctan2(i, entries, bufs, ipool, data)
+        elif op == 47:  # hypot
+            _fwd_hypot(i, entries, bufs, ipool, data)
+        elif op == 48:  # logaddexp
+            _fwd_logaddexp(i, entries, bufs, ipool, data)
+        elif op == 49:  # logaddexp2
+            _fwd_logaddexp2(i, entries, bufs, ipool, data)
+        elif op == 50:  # xlogy
+            _fwd_xlogy(i, entries, bufs, ipool, data)
+        elif op == 51:  # fmod
+            _fwd_fmod(i, entries, bufs, ipool, data)
+        elif op == 52:  # remainder
+            _fwd_remainder(i, entries, bufs, ipool, data)
+        elif op == 53:  # floor_divide
+            _fwd_floor_divide(i, entries, bufs, ipool, data)
+        elif op == 54:  # less
             _fwd_less(i, entries, bufs, ipool, data)
-        elif op == 29:  # less_equal
+        elif op == 55:  # less_equal
             _fwd_less_equal(i, entries, bufs, ipool, data)
-        elif op == 30:  # greater
+        elif op == 56:  # greater
             _fwd_greater(i, entries, bufs, ipool, data)
-        elif op == 31:  # greater_equal
+        elif op == 57:  # greater_equal
             _fwd_greater_equal(i, entries, bufs, ipool, data)
-        elif op == 32:  # equal
+        elif op == 58:  # equal
             _fwd_equal(i, entries, bufs, ipool, data)
-        elif op == 33:  # not_equal
+        elif op == 59:  # not_equal
             _fwd_not_equal(i, entries, bufs, ipool, data)
-        elif op == 34:  # where
+        elif op == 60:  # where
             _fwd_where(i, entries, bufs, ipool, data)
-        elif op == 35:  # clip
+        elif op == 61:  # clip
             _fwd_clip(i, entries, bufs, ipool, data)
-        elif op == 36:  # matmul
+        elif op == 62:  # matmul
             status = matmul_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 37:  # copy
+        elif op == 63:  # copy
             status = copy_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 38:  # take
+        elif op == 64:  # take
             status = take_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 39:  # sum
+        elif op == 65:  # sum
             status = sum_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 40:  # max
+        elif op == 66:  # max
             status = max_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 41:  # min
+        elif op == 67:  # min
             status = min_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 42:  # prod
+        elif op == 68:  # prod
             status = prod_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
-        elif op == 43:  # guard
+        elif op == 69:  # guard
             status = guard_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
@@ -1524,37 +2469,89 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
             _rev_erf(i, entries, bufs, ipool, data, grad)
         elif op == 19:  # erfc
             _rev_erfc(i, entries, bufs, ipool, data, grad)
-        elif op == 21:  # add
+        elif op == 20:  # arcsin
+            _rev_arcsin(i, entries, bufs, ipool, data, grad)
+        elif op == 21:  # arccos
+            _rev_arccos(i, entries, bufs, ipool, data, grad)
+        elif op == 22:  # arcsinh
+            _rev_arcsinh(i, entries, bufs, ipool, data, grad)
+        elif op == 23:  # arccosh
+            _rev_arccosh(i, entries, bufs, ipool, data, grad)
+        elif op == 24:  # arctanh
+            _rev_arctanh(i, entries, bufs, ipool, data, grad)
+        elif op == 25:  # log2
+            _rev_log2(i, entries, bufs, ipool, data, grad)
+        elif op == 26:  # log10
+            _rev_log10(i, entries, bufs, ipool, data, grad)
+        elif op == 27:  # exp2
+            _rev_exp2(i, entries, bufs, ipool, data, grad)
+        elif op == 28:  # cbrt
+            _rev_cbrt(i, entries, bufs, ipool, data, grad)
+        elif op == 29:  # reciprocal
+            _rev_reciprocal(i, entries, bufs, ipool, data, grad)
+        elif op == 30:  # lgamma
+            _rev_lgamma(i, entries, bufs, ipool, data, grad)
+        elif op == 31:  # digamma
+            _rev_digamma(i, entries, bufs, ipool, data, grad)
+        elif op == 32:  # erfinv
+            _rev_erfinv(i, entries, bufs, ipool, data, grad)
+        elif op == 33:  # sign
+            _rev_sign(i, entries, bufs, ipool, data, grad)
+        elif op == 34:  # floor
+            _rev_floor(i, entries, bufs, ipool, data, grad)
+        elif op == 35:  # ceil
+            _rev_ceil(i, entries, bufs, ipool, data, grad)
+        elif op == 36:  # round
+            _rev_round(i, entries, bufs, ipool, data, grad)
+        elif op == 37:  # trunc
+            _rev_trunc(i, entries, bufs, ipool, data, grad)
+        elif op == 39:  # add
             _rev_add(i, entries, bufs, ipool, data, grad)
-        elif op == 22:  # sub
+        elif op == 40:  # sub
             _rev_sub(i, entries, bufs, ipool, data, grad)
-        elif op == 23:  # mul
+        elif op == 41:  # mul
             _rev_mul(i, entries, bufs, ipool, data, grad)
-        elif op == 24:  # div
+        elif op == 42:  # div
             _rev_div(i, entries, bufs, ipool, data, grad)
-        elif op == 25:  # pow
+        elif op == 43:  # pow
             _rev_pow(i, entries, bufs, ipool, data, grad)
-        elif op == 26:  # maximum
+        elif op == 44:  # maximum
             _rev_maximum(i, entries, bufs, ipool, data, grad)
-        elif op == 27:  # minimum
+        elif op == 45:  # minimum
             _rev_minimum(i, entries, bufs, ipool, data, grad)
-        elif op == 34:  # where
+        elif op == 46:  # arctan2
+            _rev_arctan2(i, entries, bufs, ipool, data, grad)
+        elif op == 47:  # hypot
+            _rev_hypot(i, entries, bufs, ipool, data, grad)
+        elif op == 48:  # logaddexp
+            _rev_logaddexp(i, entries, bufs, ipool, data, grad)
+        elif op == 49:  # logaddexp2
+            _rev_logaddexp2(i, entries, bufs, ipool, data, grad)
+        elif op == 50:  # xlogy
+            _rev_xlogy(i, entries, bufs, ipool, data, grad)
+        elif op == 51:  # fmod
+            _rev_fmod(i, entries, bufs, ipool, data, grad)
+        elif op == 52:  # remainder
+            _rev_remainder(i, entries, bufs, ipool, data, grad)
+        elif op == 53:  # floor_divide
+            _rev_floor_divide(i, entries, bufs, ipool, data, grad)
+        elif op == 60:  # where
             _rev_where(i, entries, bufs, ipool, data, grad)
-        elif op == 35:  # clip
+        elif op == 61:  # clip
             _rev_clip(i, entries, bufs, ipool, data, grad)
-        elif op == 36:  # matmul
+        elif op == 62:  # matmul
             matmul_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 37:  # copy
+        elif op == 63:  # copy
             copy_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 38:  # take
+        elif op == 64:  # take
             take_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 39:  # sum
+        elif op == 65:  # sum
             sum_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 40:  # max
+        elif op == 66:  # max
             max_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 41:  # min
+        elif op == 67:  # min
             min_rev(i, entries, bufs, ipool, data, grad)
-        elif op == 42:  # prod
+        elif op == 68:  # prod
             prod_rev(i, entries, bufs, ipool, data, grad)
 
 
@@ -1610,37 +2607,89 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
             _tan_erf(i, entries, bufs, ipool, data, T)
         elif op == 19:  # erfc
             _tan_erfc(i, entries, bufs, ipool, data, T)
-        elif op == 21:  # add
+        elif op == 20:  # arcsin
+            _tan_arcsin(i, entries, bufs, ipool, data, T)
+        elif op == 21:  # arccos
+            _tan_arccos(i, entries, bufs, ipool, data, T)
+        elif op == 22:  # arcsinh
+            _tan_arcsinh(i, entries, bufs, ipool, data, T)
+        elif op == 23:  # arccosh
+            _tan_arccosh(i, entries, bufs, ipool, data, T)
+        elif op == 24:  # arctanh
+            _tan_arctanh(i, entries, bufs, ipool, data, T)
+        elif op == 25:  # log2
+            _tan_log2(i, entries, bufs, ipool, data, T)
+        elif op == 26:  # log10
+            _tan_log10(i, entries, bufs, ipool, data, T)
+        elif op == 27:  # exp2
+            _tan_exp2(i, entries, bufs, ipool, data, T)
+        elif op == 28:  # cbrt
+            _tan_cbrt(i, entries, bufs, ipool, data, T)
+        elif op == 29:  # reciprocal
+            _tan_reciprocal(i, entries, bufs, ipool, data, T)
+        elif op == 30:  # lgamma
+            _tan_lgamma(i, entries, bufs, ipool, data, T)
+        elif op == 31:  # digamma
+            _tan_digamma(i, entries, bufs, ipool, data, T)
+        elif op == 32:  # erfinv
+            _tan_erfinv(i, entries, bufs, ipool, data, T)
+        elif op == 33:  # sign
+            _tan_sign(i, entries, bufs, ipool, data, T)
+        elif op == 34:  # floor
+            _tan_floor(i, entries, bufs, ipool, data, T)
+        elif op == 35:  # ceil
+            _tan_ceil(i, entries, bufs, ipool, data, T)
+        elif op == 36:  # round
+            _tan_round(i, entries, bufs, ipool, data, T)
+        elif op == 37:  # trunc
+            _tan_trunc(i, entries, bufs, ipool, data, T)
+        elif op == 39:  # add
             _tan_add(i, entries, bufs, ipool, data, T)
-        elif op == 22:  # sub
+        elif op == 40:  # sub
             _tan_sub(i, entries, bufs, ipool, data, T)
-        elif op == 23:  # mul
+        elif op == 41:  # mul
             _tan_mul(i, entries, bufs, ipool, data, T)
-        elif op == 24:  # div
+        elif op == 42:  # div
             _tan_div(i, entries, bufs, ipool, data, T)
-        elif op == 25:  # pow
+        elif op == 43:  # pow
             _tan_pow(i, entries, bufs, ipool, data, T)
-        elif op == 26:  # maximum
+        elif op == 44:  # maximum
             _tan_maximum(i, entries, bufs, ipool, data, T)
-        elif op == 27:  # minimum
+        elif op == 45:  # minimum
             _tan_minimum(i, entries, bufs, ipool, data, T)
-        elif op == 34:  # where
+        elif op == 46:  # arctan2
+            _tan_arctan2(i, entries, bufs, ipool, data, T)
+        elif op == 47:  # hypot
+            _tan_hypot(i, entries, bufs, ipool, data, T)
+        elif op == 48:  # logaddexp
+            _tan_logaddexp(i, entries, bufs, ipool, data, T)
+        elif op == 49:  # logaddexp2
+            _tan_logaddexp2(i, entries, bufs, ipool, data, T)
+        elif op == 50:  # xlogy
+            _tan_xlogy(i, entries, bufs, ipool, data, T)
+        elif op == 51:  # fmod
+            _tan_fmod(i, entries, bufs, ipool, data, T)
+        elif op == 52:  # remainder
+            _tan_remainder(i, entries, bufs, ipool, data, T)
+        elif op == 53:  # floor_divide
+            _tan_floor_divide(i, entries, bufs, ipool, data, T)
+        elif op == 60:  # where
             _tan_where(i, entries, bufs, ipool, data, T)
-        elif op == 35:  # clip
+        elif op == 61:  # clip
             _tan_clip(i, entries, bufs, ipool, data, T)
-        elif op == 36:  # matmul
+        elif op == 62:  # matmul
             _tan_matmul(i, entries, bufs, ipool, data, T)
-        elif op == 37:  # copy
+        elif op == 63:  # copy
             _tan_copy(i, entries, bufs, ipool, data, T)
-        elif op == 38:  # take
+        elif op == 64:  # take
             _tan_take(i, entries, bufs, ipool, data, T)
-        elif op == 39:  # sum
+        elif op == 65:  # sum
             _tan_sum(i, entries, bufs, ipool, data, T)
-        elif op == 40:  # max
+        elif op == 66:  # max
             _tan_max(i, entries, bufs, ipool, data, T)
-        elif op == 41:  # min
+        elif op == 67:  # min
             _tan_min(i, entries, bufs, ipool, data, T)
-        elif op == 42:  # prod
+        elif op == 68:  # prod
             _tan_prod(i, entries, bufs, ipool, data, T)
 
 
@@ -1698,37 +2747,89 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
             _hrev_erf(i, entries, bufs, ipool, data, grad, T, GT)
         elif op == 19:  # erfc
             _hrev_erfc(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 21:  # add
+        elif op == 20:  # arcsin
+            _hrev_arcsin(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 21:  # arccos
+            _hrev_arccos(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 22:  # arcsinh
+            _hrev_arcsinh(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 23:  # arccosh
+            _hrev_arccosh(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 24:  # arctanh
+            _hrev_arctanh(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 25:  # log2
+            _hrev_log2(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 26:  # log10
+            _hrev_log10(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 27:  # exp2
+            _hrev_exp2(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 28:  # cbrt
+            _hrev_cbrt(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 29:  # reciprocal
+            _hrev_reciprocal(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 30:  # lgamma
+            _hrev_lgamma(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 31:  # digamma
+            _hrev_digamma(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 32:  # erfinv
+            _hrev_erfinv(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 33:  # sign
+            _hrev_sign(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 34:  # floor
+            _hrev_floor(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 35:  # ceil
+            _hrev_ceil(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 36:  # round
+            _hrev_round(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 37:  # trunc
+            _hrev_trunc(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 39:  # add
             _hrev_add(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 22:  # sub
+        elif op == 40:  # sub
             _hrev_sub(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 23:  # mul
+        elif op == 41:  # mul
             _hrev_mul(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 24:  # div
+        elif op == 42:  # div
             _hrev_div(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 25:  # pow
+        elif op == 43:  # pow
             _hrev_pow(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 26:  # maximum
+        elif op == 44:  # maximum
             _hrev_maximum(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 27:  # minimum
+        elif op == 45:  # minimum
             _hrev_minimum(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 34:  # where
+        elif op == 46:  # arctan2
+            _hrev_arctan2(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 47:  # hypot
+            _hrev_hypot(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 48:  # logaddexp
+            _hrev_logaddexp(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 49:  # logaddexp2
+            _hrev_logaddexp2(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 50:  # xlogy
+            _hrev_xlogy(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 51:  # fmod
+            _hrev_fmod(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 52:  # remainder
+            _hrev_remainder(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 53:  # floor_divide
+            _hrev_floor_divide(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 60:  # where
             _hrev_where(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 35:  # clip
+        elif op == 61:  # clip
             _hrev_clip(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 36:  # matmul
+        elif op == 62:  # matmul
             _hrev_matmul(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 37:  # copy
+        elif op == 63:  # copy
             _hrev_copy(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 38:  # take
+        elif op == 64:  # take
             _hrev_take(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 39:  # sum
+        elif op == 65:  # sum
             _hrev_sum(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 40:  # max
+        elif op == 66:  # max
             _hrev_max(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 41:  # min
+        elif op == 67:  # min
             _hrev_min(i, entries, bufs, ipool, data, grad, T, GT)
-        elif op == 42:  # prod
+        elif op == 68:  # prod
             _hrev_prod(i, entries, bufs, ipool, data, grad, T, GT)
 
 @njit(**SWEEP_JIT)
@@ -1976,6 +3077,6 @@ def ka_gradient(ka):
 
 # Per-op functions, indexed by op code: eager mode and per-entry checks call these, so
 # they compile (or load) only the ops they use, never the whole sweeps above.
-FWD = (_fwd_neg, _fwd_abs, _fwd_square, _fwd_sqrt, _fwd_exp, _fwd_log, _fwd_log1p, _fwd_expm1, _fwd_sin, _fwd_cos, _fwd_tan, _fwd_tanh, _fwd_sinh, _fwd_cosh, _fwd_arctan, _fwd_sigmoid, _fwd_relu, _fwd_softplus, _fwd_erf, _fwd_erfc, _fwd_stop_gradient, _fwd_add, _fwd_sub, _fwd_mul, _fwd_div, _fwd_pow, _fwd_maximum, _fwd_minimum, _fwd_less, _fwd_less_equal, _fwd_greater, _fwd_greater_equal, _fwd_equal, _fwd_not_equal, _fwd_where, _fwd_clip, _fwd_matmul, _fwd_copy, _fwd_take, _fwd_sum, _fwd_max, _fwd_min, _fwd_prod, _fwd_guard,)
-REV = (_rev_neg, _rev_abs, _rev_square, _rev_sqrt, _rev_exp, _rev_log, _rev_log1p, _rev_expm1, _rev_sin, _rev_cos, _rev_tan, _rev_tanh, _rev_sinh, _rev_cosh, _rev_arctan, _rev_sigmoid, _rev_relu, _rev_softplus, _rev_erf, _rev_erfc, None, _rev_add, _rev_sub, _rev_mul, _rev_div, _rev_pow, _rev_maximum, _rev_minimum, None, None, None, None, None, None, _rev_where, _rev_clip, _rev_matmul, _rev_copy, _rev_take, _rev_sum, _rev_max, _rev_min, _rev_prod, None,)
-EMIT = (_emit_neg, _emit_abs, _emit_square, _emit_sqrt, _emit_exp, _emit_log, _emit_log1p, _emit_expm1, _emit_sin, _emit_cos, _emit_tan, _emit_tanh, _emit_sinh, _emit_cosh, _emit_arctan, _emit_sigmoid, _emit_relu, _emit_softplus, _emit_erf, _emit_erfc, _emit_stop_gradient, _emit_add, _emit_sub, _emit_mul, _emit_div, _emit_pow, _emit_maximum, _emit_minimum, _emit_less, _emit_less_equal, _emit_greater, _emit_greater_equal, _emit_equal, _emit_not_equal, _emit_where, _emit_clip, _emit_matmul, _emit_copy, _emit_take, _emit_sum, _emit_max, _emit_min, _emit_prod, _emit_guard,)
+FWD = (_fwd_neg, _fwd_abs, _fwd_square, _fwd_sqrt, _fwd_exp, _fwd_log, _fwd_log1p, _fwd_expm1, _fwd_sin, _fwd_cos, _fwd_tan, _fwd_tanh, _fwd_sinh, _fwd_cosh, _fwd_arctan, _fwd_sigmoid, _fwd_relu, _fwd_softplus, _fwd_erf, _fwd_erfc, _fwd_arcsin, _fwd_arccos, _fwd_arcsinh, _fwd_arccosh, _fwd_arctanh, _fwd_log2, _fwd_log10, _fwd_exp2, _fwd_cbrt, _fwd_reciprocal, _fwd_lgamma, _fwd_digamma, _fwd_erfinv, _fwd_sign, _fwd_floor, _fwd_ceil, _fwd_round, _fwd_trunc, _fwd_stop_gradient, _fwd_add, _fwd_sub, _fwd_mul, _fwd_div, _fwd_pow, _fwd_maximum, _fwd_minimum, _fwd_arctan2, _fwd_hypot, _fwd_logaddexp, _fwd_logaddexp2, _fwd_xlogy, _fwd_fmod, _fwd_remainder, _fwd_floor_divide, _fwd_less, _fwd_less_equal, _fwd_greater, _fwd_greater_equal, _fwd_equal, _fwd_not_equal, _fwd_where, _fwd_clip, _fwd_matmul, _fwd_copy, _fwd_take, _fwd_sum, _fwd_max, _fwd_min, _fwd_prod, _fwd_guard,)
+REV = (_rev_neg, _rev_abs, _rev_square, _rev_sqrt, _rev_exp, _rev_log, _rev_log1p, _rev_expm1, _rev_sin, _rev_cos, _rev_tan, _rev_tanh, _rev_sinh, _rev_cosh, _rev_arctan, _rev_sigmoid, _rev_relu, _rev_softplus, _rev_erf, _rev_erfc, _rev_arcsin, _rev_arccos, _rev_arcsinh, _rev_arccosh, _rev_arctanh, _rev_log2, _rev_log10, _rev_exp2, _rev_cbrt, _rev_reciprocal, _rev_lgamma, _rev_digamma, _rev_erfinv, _rev_sign, _rev_floor, _rev_ceil, _rev_round, _rev_trunc, None, _rev_add, _rev_sub, _rev_mul, _rev_div, _rev_pow, _rev_maximum, _rev_minimum, _rev_arctan2, _rev_hypot, _rev_logaddexp, _rev_logaddexp2, _rev_xlogy, _rev_fmod, _rev_remainder, _rev_floor_divide, None, None, None, None, None, None, _rev_where, _rev_clip, _rev_matmul, _rev_copy, _rev_take, _rev_sum, _rev_max, _rev_min, _rev_prod, None,)
+EMIT = (_emit_neg, _emit_abs, _emit_square, _emit_sqrt, _emit_exp, _emit_log, _emit_log1p, _emit_expm1, _emit_sin, _emit_cos, _emit_tan, _emit_tanh, _emit_sinh, _emit_cosh, _emit_arctan, _emit_sigmoid, _emit_relu, _emit_softplus, _emit_erf, _emit_erfc, _emit_arcsin, _emit_arccos, _emit_arcsinh, _emit_arccosh, _emit_arctanh, _emit_log2, _emit_log10, _emit_exp2, _emit_cbrt, _emit_reciprocal, _emit_lgamma, _emit_digamma, _emit_erfinv, _emit_sign, _emit_floor, _emit_ceil, _emit_round, _emit_trunc, _emit_stop_gradient, _emit_add, _emit_sub, _emit_mul, _emit_div, _emit_pow, _emit_maximum, _emit_minimum, _emit_arctan2, _emit_hypot, _emit_logaddexp, _emit_logaddexp2, _emit_xlogy, _emit_fmod, _emit_remainder, _emit_floor_divide, _emit_less, _emit_less_equal, _emit_greater, _emit_greater_equal, _emit_equal, _emit_not_equal, _emit_where, _emit_clip, _emit_matmul, _emit_copy, _emit_take, _emit_sum, _emit_max, _emit_min, _emit_prod, _emit_guard,)

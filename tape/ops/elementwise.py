@@ -105,6 +105,158 @@ def ternary(name, fwd, rev0, rev1, rev2, ref, domain=(-2.0, 2.0), **facts):
 sigmoid_scalar = _jit(_sigmoid)
 softplus_scalar = _jit(_softplus)
 
+
+# ---- special functions: digamma and its derivatives (asymptotic series after shifting the
+# argument to x >= 6, reflection below 1/2), erfinv (Newton on erf)
+
+
+def _digamma(x):
+    if x <= 0.0 and np.floor(x) == x:
+        return np.nan
+    refl = 0.0
+    if x < 0.5:  # psi(1 - x) - psi(x) = pi cot(pi x)
+        refl = -np.pi / np.tan(np.pi * x)
+        x = 1.0 - x
+    r = 0.0
+    while x < 6.0:
+        r -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    t = f * (-1.0 / 12 + f * (1.0 / 120 + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132 + f * (691.0 / 32760 - f / 12.0))))))
+    return refl + r + np.log(x) - 0.5 / x + t
+
+
+def _trigamma(x):
+    if x <= 0.0 and np.floor(x) == x:
+        return np.nan
+    refl = 0.0
+    flip = False
+    if x < 0.5:  # psi'(x) = pi^2 / sin^2(pi x) - psi'(1 - x)
+        s = np.sin(np.pi * x)
+        refl = np.pi * np.pi / (s * s)
+        flip = True
+        x = 1.0 - x
+    r = 0.0
+    while x < 6.0:
+        r += 1.0 / (x * x)
+        x += 1.0
+    f = 1.0 / (x * x)
+    t = 1.0 / x + 0.5 * f + f / x * (1.0 / 6 + f * (-1.0 / 30 + f * (1.0 / 42 + f * (-1.0 / 30 + f * (5.0 / 66 + f * (-691.0 / 2730 + f * 7.0 / 6))))))
+    return refl - (r + t) if flip else r + t
+
+
+def _tetragamma(x):
+    if x <= 0.0 and np.floor(x) == x:
+        return np.nan
+    refl = 0.0
+    flip = False
+    if x < 0.5:  # psi''(x) = psi''(1 - x) - 2 pi^3 cos(pi x) / sin^3(pi x)
+        s = np.sin(np.pi * x)
+        refl = -2.0 * np.pi ** 3 * np.cos(np.pi * x) / (s * s * s)
+        flip = True
+        x = 1.0 - x
+    r = 0.0
+    while x < 6.0:
+        r -= 2.0 / (x * x * x)
+        x += 1.0
+    f = 1.0 / (x * x)
+    t = -f - f / x - f * f * (0.5 + f * (-1.0 / 6 + f * (1.0 / 6 + f * (-3.0 / 10 + f * (5.0 / 6 - f * 691.0 / 210)))))
+    return r + t + refl if flip else r + t
+
+
+def _erfinv(y):
+    if not (-1.0 < y < 1.0):
+        if y == 1.0:
+            return np.inf
+        if y == -1.0:
+            return -np.inf
+        return np.nan
+    # a first guess good to ~1e-3 (Winitzki), then Newton steps on erf
+    a = 0.147
+    ln = np.log(1.0 - y * y)
+    t = 2.0 / (np.pi * a) + 0.5 * ln
+    x = np.sqrt(np.sqrt(t * t - ln / a) - t)
+    if y < 0.0:
+        x = -x
+    for _ in range(4):
+        e = math.erf(x) - y
+        x -= e / (TWO_OVER_SQRT_PI * np.exp(-x * x))
+    return x
+
+
+digamma_scalar = _jit(_digamma)
+
+
+def _mod(x0, x1):
+    # Python's (and NumPy's) remainder: the sign of the divisor, computed as NumPy does
+    m = np.fmod(x0, x1)
+    if m != 0.0:
+        if (x1 < 0.0) != (m < 0.0):
+            m += x1
+    else:
+        m = math.copysign(0.0, x1)
+    return m
+
+
+def _floordiv(x0, x1):
+    # Python's (and NumPy's) floor division, consistent with _mod: (x0 - mod) / x1, rounded
+    m = np.fmod(x0, x1)
+    if x1 == 0.0:
+        return x0 / x1
+    d = (x0 - m) / x1
+    if m != 0.0 and (x1 < 0.0) != (m < 0.0):
+        d -= 1.0
+    if d == 0.0:
+        return math.copysign(0.0, x0 / x1)
+    f = np.floor(d)
+    if d - f > 0.5:
+        f += 1.0
+    return f
+
+
+mod_scalar = _jit(_mod)
+floordiv_scalar = _jit(_floordiv)
+trigamma_scalar = _jit(_trigamma)
+tetragamma_scalar = _jit(_tetragamma)
+
+
+def _bisect_erfinv(y):
+    # the reference: bisection on math.erf, independent of the Newton iteration above
+    if y <= -1.0 or y >= 1.0:
+        return math.copysign(math.inf, y) if abs(y) == 1.0 else math.nan
+    lo, hi = -6.0, 6.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if math.erf(mid) < y:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def _richardson_digamma(x):
+    # the reference: d/dx lgamma(x) by Richardson-extrapolated central differences
+    def d(h):
+        return (math.lgamma(x + h) - math.lgamma(x - h)) / (2 * h)
+
+    h = 1e-3 * max(1.0, abs(x))
+    return (4 * d(h / 2) - d(h)) / 3
+
+
+_ref_lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
+_ref_digamma = np.vectorize(_richardson_digamma, otypes=[np.float64])
+_ref_erfinv = np.vectorize(_bisect_erfinv, otypes=[np.float64])
+LN2 = math.log(2.0)
+LN10 = math.log(10.0)
+
+
+def _ref_xlogy(x, y):
+    return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, y)))
+
+
+def _ref_zero(*xs):
+    return np.zeros(np.broadcast_shapes(*(np.shape(x) for x in xs)))
+
 # Keyword facts of a line (see tape.registry.Op): ``operators`` / ``reflected``, the Tensor
 # operators that record the op; ``method``, whether ``tape.<name>`` is a Tensor method too;
 # ``dtype``, the result dtype rule; ``kinks`` and ``masks``, how the tests sample inputs.
@@ -137,6 +289,35 @@ unary("erf",     lambda x0: math.erf(x0),     lambda x0, y, gy: gy * TWO_OVER_SQ
       h=lambda x0, y: -2.0 * x0 * TWO_OVER_SQRT_PI * np.exp(-x0 * x0))
 unary("erfc",    lambda x0: math.erfc(x0),    lambda x0, y, gy: -gy * TWO_OVER_SQRT_PI * np.exp(-x0 * x0), _ref_erfc,
       h=lambda x0, y: 2.0 * x0 * TWO_OVER_SQRT_PI * np.exp(-x0 * x0))
+unary("arcsin",  lambda x0: np.arcsin(x0),    lambda x0, y, gy: gy / np.sqrt(1.0 - x0 * x0), np.arcsin, (-0.9, 0.9),
+      h=lambda x0, y: x0 / ((1.0 - x0 * x0) * np.sqrt(1.0 - x0 * x0)))
+unary("arccos",  lambda x0: np.arccos(x0),    lambda x0, y, gy: -gy / np.sqrt(1.0 - x0 * x0), np.arccos, (-0.9, 0.9),
+      h=lambda x0, y: -x0 / ((1.0 - x0 * x0) * np.sqrt(1.0 - x0 * x0)))
+unary("arcsinh", lambda x0: np.arcsinh(x0),   lambda x0, y, gy: gy / np.sqrt(x0 * x0 + 1.0), np.arcsinh,
+      h=lambda x0, y: -x0 / ((x0 * x0 + 1.0) * np.sqrt(x0 * x0 + 1.0)))
+unary("arccosh", lambda x0: np.arccosh(x0),   lambda x0, y, gy: gy / np.sqrt(x0 * x0 - 1.0), np.arccosh, (1.2, 3.0),
+      h=lambda x0, y: -x0 / ((x0 * x0 - 1.0) * np.sqrt(x0 * x0 - 1.0)))
+unary("arctanh", lambda x0: np.arctanh(x0),   lambda x0, y, gy: gy / (1.0 - x0 * x0),  np.arctanh, (-0.9, 0.9),
+      h=lambda x0, y: 2.0 * x0 / ((1.0 - x0 * x0) * (1.0 - x0 * x0)))
+unary("log2",    lambda x0: np.log2(x0),      lambda x0, y, gy: gy / (x0 * LN2),       np.log2, (0.1, 3.0), h=lambda x0, y: -1.0 / (x0 * x0 * LN2))
+unary("log10",   lambda x0: np.log10(x0),     lambda x0, y, gy: gy / (x0 * LN10),      np.log10, (0.1, 3.0), h=lambda x0, y: -1.0 / (x0 * x0 * LN10))
+unary("exp2",    lambda x0: np.exp2(x0),      lambda x0, y, gy: gy * y * LN2,          np.exp2, h=lambda x0, y: y * LN2 * LN2)
+unary("cbrt",    lambda x0: np.cbrt(x0),      lambda x0, y, gy: gy / (3.0 * y * y),    np.cbrt, (0.2, 3.0), h=lambda x0, y: -2.0 / (9.0 * y ** 5))
+unary("reciprocal", lambda x0: 1.0 / x0,      lambda x0, y, gy: -gy * y * y,           np.reciprocal, (0.5, 2.0), h=lambda x0, y: 2.0 * y * y * y,
+      exact_ref=True)
+unary("lgamma",  lambda x0: math.lgamma(x0),  lambda x0, y, gy: gy * digamma_scalar(x0), _ref_lgamma, (0.3, 5.0),
+      h=lambda x0, y: trigamma_scalar(x0))
+unary("digamma", _digamma,                    lambda x0, y, gy: gy * trigamma_scalar(x0), _ref_digamma, (0.3, 5.0),
+      h=lambda x0, y: tetragamma_scalar(x0), tol=(1e-8, 1e-8))
+unary("erfinv",  _erfinv,                     lambda x0, y, gy: gy / (TWO_OVER_SQRT_PI * np.exp(-y * y)), _ref_erfinv, (-0.9, 0.9),
+      h=lambda x0, y: 2.0 * y / ((TWO_OVER_SQRT_PI * np.exp(-y * y)) * (TWO_OVER_SQRT_PI * np.exp(-y * y))), tol=(1e-10, 1e-12))
+# Piecewise constant: a zero gradient (not none: the result still requires grad, as in NumPy
+# and PyTorch); sampled away from their jumps.
+unary("sign",    lambda x0: np.sign(x0),      lambda x0, y, gy: 0.0,                   np.sign, kinks=KINK_AT_ZERO)
+unary("floor",   lambda x0: np.floor(x0),     lambda x0, y, gy: 0.0,                   np.floor, (0.1, 0.9))
+unary("ceil",    lambda x0: np.ceil(x0),      lambda x0, y, gy: 0.0,                   np.ceil, (0.1, 0.9))
+unary("round",   lambda x0: np.rint(x0),      lambda x0, y, gy: 0.0,                   np.round, (0.1, 0.4))
+unary("trunc",   lambda x0: np.trunc(x0),     lambda x0, y, gy: 0.0,                   np.trunc, (0.1, 0.9))
 # The value, recomputed at every replay, with no gradient (``detach`` inside a recording).
 unary("stop_gradient", lambda x0: x0,         None,                                    _ref_identity)
 
@@ -166,6 +347,46 @@ binary("minimum", lambda x0, x1: np.minimum(x0, x1),
        lambda x0, x1, y, gy: gy if x0 < x1 else (0.5 * gy if x0 == x1 else 0.0),
        lambda x0, x1, y, gy: gy if x1 < x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.minimum,
        method=True, kinks=KINK_AT_TIES, exact_ref=True)
+binary("arctan2", lambda x0, x1: np.arctan2(x0, x1),
+       lambda x0, x1, y, gy: gy * x1 / (x0 * x0 + x1 * x1),
+       lambda x0, x1, y, gy: -gy * x0 / (x0 * x0 + x1 * x1),                                               np.arctan2, (0.5, 2.0),
+       h=(lambda x0, x1, y: -2.0 * x0 * x1 / ((x0 * x0 + x1 * x1) * (x0 * x0 + x1 * x1)),
+          lambda x0, x1, y: (x0 * x0 - x1 * x1) / ((x0 * x0 + x1 * x1) * (x0 * x0 + x1 * x1)),
+          lambda x0, x1, y: 2.0 * x0 * x1 / ((x0 * x0 + x1 * x1) * (x0 * x0 + x1 * x1))))
+binary("hypot",   lambda x0, x1: np.hypot(x0, x1),
+       lambda x0, x1, y, gy: gy * x0 / y,
+       lambda x0, x1, y, gy: gy * x1 / y,                                                                   np.hypot, (0.5, 2.0),
+       h=(lambda x0, x1, y: x1 * x1 / (y * y * y), lambda x0, x1, y: -x0 * x1 / (y * y * y),
+          lambda x0, x1, y: x0 * x0 / (y * y * y)))
+binary("logaddexp", lambda x0, x1: np.logaddexp(x0, x1),
+       lambda x0, x1, y, gy: gy * np.exp(x0 - y),
+       lambda x0, x1, y, gy: gy * np.exp(x1 - y),                                                           np.logaddexp,
+       h=(lambda x0, x1, y: np.exp(x0 - y) * np.exp(x1 - y), lambda x0, x1, y: -np.exp(x0 - y) * np.exp(x1 - y),
+          lambda x0, x1, y: np.exp(x0 - y) * np.exp(x1 - y)))
+binary("logaddexp2", lambda x0, x1: np.logaddexp2(x0, x1),
+       lambda x0, x1, y, gy: gy * np.exp2(x0 - y),
+       lambda x0, x1, y, gy: gy * np.exp2(x1 - y),                                                          np.logaddexp2,
+       h=(lambda x0, x1, y: LN2 * np.exp2(x0 - y) * np.exp2(x1 - y), lambda x0, x1, y: -LN2 * np.exp2(x0 - y) * np.exp2(x1 - y),
+          lambda x0, x1, y: LN2 * np.exp2(x0 - y) * np.exp2(x1 - y)))
+# xlogy(x, y) = x * log(y), and 0 where x == 0 (whatever y): the log-likelihood term
+binary("xlogy",   lambda x0, x1: 0.0 if x0 == 0.0 else x0 * np.log(x1),
+       lambda x0, x1, y, gy: gy * np.log(x1),
+       lambda x0, x1, y, gy: 0.0 if x0 == 0.0 else gy * x0 / x1,                                            _ref_xlogy, (0.5, 2.0),
+       h=(None, lambda x0, x1, y: 1.0 / x1, lambda x0, x1, y: -x0 / (x1 * x1)))
+# fmod (C's, the sign of x0) and remainder (Python's %, the sign of x1): the gradient is
+# 1 for x0 and -trunc(x0 / x1) / -floor(x0 / x1) for x1, sampled away from the jumps
+binary("fmod",    lambda x0, x1: np.fmod(x0, x1),
+       lambda x0, x1, y, gy: gy,
+       lambda x0, x1, y, gy: -gy * np.trunc(x0 / x1),                                                       np.fmod,
+       domains=((2.1, 2.8), (1.0, 1.04)))
+binary("remainder", _mod,
+       lambda x0, x1, y, gy: gy,
+       lambda x0, x1, y, gy: -gy * floordiv_scalar(x0, x1),                                                 np.remainder,
+       domains=((2.1, 2.8), (1.0, 1.04)), operators=("__mod__",), reflected=("__rmod__",))
+binary("floor_divide", _floordiv,
+       lambda x0, x1, y, gy: 0.0,
+       lambda x0, x1, y, gy: 0.0,                                                                           np.floor_divide,
+       domains=((2.1, 2.8), (1.0, 1.04)), operators=("__floordiv__",), reflected=("__rfloordiv__",))
 # Comparisons give 1.0 / 0.0 (typed bool by their dtype rule) and carry no gradient.
 binary("less",          lambda x0, x1: 1.0 if x0 < x1 else 0.0,  None, None, _cmp_ref(np.less),          operators=("__lt__",), dtype="bool", exact_ref=True)
 binary("less_equal",    lambda x0, x1: 1.0 if x0 <= x1 else 0.0, None, None, _cmp_ref(np.less_equal),    operators=("__le__",), dtype="bool", exact_ref=True)

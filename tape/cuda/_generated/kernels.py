@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "f8e73212ddc07947bdc63cc9f40fcf51c1d8ff06cdcdc5ad821f434927b6db96"
+FINGERPRINT = "6796f0ac20b590d500e6e8d69e967151b05675423d82f10fcd08f4894a28f6a2"
 
 from numba import cuda, float64
 
@@ -65,6 +65,42 @@ erf_fwd = device_rule(BY_NAME["erf"].fwd)
 erf_rev0 = device_rule(BY_NAME["erf"].rev[0])
 erfc_fwd = device_rule(BY_NAME["erfc"].fwd)
 erfc_rev0 = device_rule(BY_NAME["erfc"].rev[0])
+arcsin_fwd = device_rule(BY_NAME["arcsin"].fwd)
+arcsin_rev0 = device_rule(BY_NAME["arcsin"].rev[0])
+arccos_fwd = device_rule(BY_NAME["arccos"].fwd)
+arccos_rev0 = device_rule(BY_NAME["arccos"].rev[0])
+arcsinh_fwd = device_rule(BY_NAME["arcsinh"].fwd)
+arcsinh_rev0 = device_rule(BY_NAME["arcsinh"].rev[0])
+arccosh_fwd = device_rule(BY_NAME["arccosh"].fwd)
+arccosh_rev0 = device_rule(BY_NAME["arccosh"].rev[0])
+arctanh_fwd = device_rule(BY_NAME["arctanh"].fwd)
+arctanh_rev0 = device_rule(BY_NAME["arctanh"].rev[0])
+log2_fwd = device_rule(BY_NAME["log2"].fwd)
+log2_rev0 = device_rule(BY_NAME["log2"].rev[0])
+log10_fwd = device_rule(BY_NAME["log10"].fwd)
+log10_rev0 = device_rule(BY_NAME["log10"].rev[0])
+exp2_fwd = device_rule(BY_NAME["exp2"].fwd)
+exp2_rev0 = device_rule(BY_NAME["exp2"].rev[0])
+cbrt_fwd = device_rule(BY_NAME["cbrt"].fwd)
+cbrt_rev0 = device_rule(BY_NAME["cbrt"].rev[0])
+reciprocal_fwd = device_rule(BY_NAME["reciprocal"].fwd)
+reciprocal_rev0 = device_rule(BY_NAME["reciprocal"].rev[0])
+lgamma_fwd = device_rule(BY_NAME["lgamma"].fwd)
+lgamma_rev0 = device_rule(BY_NAME["lgamma"].rev[0])
+digamma_fwd = device_rule(BY_NAME["digamma"].fwd)
+digamma_rev0 = device_rule(BY_NAME["digamma"].rev[0])
+erfinv_fwd = device_rule(BY_NAME["erfinv"].fwd)
+erfinv_rev0 = device_rule(BY_NAME["erfinv"].rev[0])
+sign_fwd = device_rule(BY_NAME["sign"].fwd)
+sign_rev0 = device_rule(BY_NAME["sign"].rev[0])
+floor_fwd = device_rule(BY_NAME["floor"].fwd)
+floor_rev0 = device_rule(BY_NAME["floor"].rev[0])
+ceil_fwd = device_rule(BY_NAME["ceil"].fwd)
+ceil_rev0 = device_rule(BY_NAME["ceil"].rev[0])
+round_fwd = device_rule(BY_NAME["round"].fwd)
+round_rev0 = device_rule(BY_NAME["round"].rev[0])
+trunc_fwd = device_rule(BY_NAME["trunc"].fwd)
+trunc_rev0 = device_rule(BY_NAME["trunc"].rev[0])
 stop_gradient_fwd = device_rule(BY_NAME["stop_gradient"].fwd)
 add_fwd = device_rule(BY_NAME["add"].fwd)
 add_rev0 = device_rule(BY_NAME["add"].rev[0])
@@ -87,6 +123,30 @@ maximum_rev1 = device_rule(BY_NAME["maximum"].rev[1])
 minimum_fwd = device_rule(BY_NAME["minimum"].fwd)
 minimum_rev0 = device_rule(BY_NAME["minimum"].rev[0])
 minimum_rev1 = device_rule(BY_NAME["minimum"].rev[1])
+arctan2_fwd = device_rule(BY_NAME["arctan2"].fwd)
+arctan2_rev0 = device_rule(BY_NAME["arctan2"].rev[0])
+arctan2_rev1 = device_rule(BY_NAME["arctan2"].rev[1])
+hypot_fwd = device_rule(BY_NAME["hypot"].fwd)
+hypot_rev0 = device_rule(BY_NAME["hypot"].rev[0])
+hypot_rev1 = device_rule(BY_NAME["hypot"].rev[1])
+logaddexp_fwd = device_rule(BY_NAME["logaddexp"].fwd)
+logaddexp_rev0 = device_rule(BY_NAME["logaddexp"].rev[0])
+logaddexp_rev1 = device_rule(BY_NAME["logaddexp"].rev[1])
+logaddexp2_fwd = device_rule(BY_NAME["logaddexp2"].fwd)
+logaddexp2_rev0 = device_rule(BY_NAME["logaddexp2"].rev[0])
+logaddexp2_rev1 = device_rule(BY_NAME["logaddexp2"].rev[1])
+xlogy_fwd = device_rule(BY_NAME["xlogy"].fwd)
+xlogy_rev0 = device_rule(BY_NAME["xlogy"].rev[0])
+xlogy_rev1 = device_rule(BY_NAME["xlogy"].rev[1])
+fmod_fwd = device_rule(BY_NAME["fmod"].fwd)
+fmod_rev0 = device_rule(BY_NAME["fmod"].rev[0])
+fmod_rev1 = device_rule(BY_NAME["fmod"].rev[1])
+remainder_fwd = device_rule(BY_NAME["remainder"].fwd)
+remainder_rev0 = device_rule(BY_NAME["remainder"].rev[0])
+remainder_rev1 = device_rule(BY_NAME["remainder"].rev[1])
+floor_divide_fwd = device_rule(BY_NAME["floor_divide"].fwd)
+floor_divide_rev0 = device_rule(BY_NAME["floor_divide"].rev[0])
+floor_divide_rev1 = device_rule(BY_NAME["floor_divide"].rev[1])
 less_fwd = device_rule(BY_NAME["less"].fwd)
 less_equal_fwd = device_rule(BY_NAME["less_equal"].fwd)
 greater_fwd = device_rule(BY_NAME["greater"].fwd)
@@ -160,53 +220,105 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         L.unary_fwd(erf_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 19:  # erfc
         L.unary_fwd(erfc_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 20:  # stop_gradient
+    elif op == 20:  # arcsin
+        L.unary_fwd(arcsin_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 21:  # arccos
+        L.unary_fwd(arccos_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 22:  # arcsinh
+        L.unary_fwd(arcsinh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 23:  # arccosh
+        L.unary_fwd(arccosh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 24:  # arctanh
+        L.unary_fwd(arctanh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 25:  # log2
+        L.unary_fwd(log2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 26:  # log10
+        L.unary_fwd(log10_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 27:  # exp2
+        L.unary_fwd(exp2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 28:  # cbrt
+        L.unary_fwd(cbrt_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 29:  # reciprocal
+        L.unary_fwd(reciprocal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 30:  # lgamma
+        L.unary_fwd(lgamma_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 31:  # digamma
+        L.unary_fwd(digamma_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 32:  # erfinv
+        L.unary_fwd(erfinv_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 33:  # sign
+        L.unary_fwd(sign_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 34:  # floor
+        L.unary_fwd(floor_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 35:  # ceil
+        L.unary_fwd(ceil_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 36:  # round
+        L.unary_fwd(round_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 37:  # trunc
+        L.unary_fwd(trunc_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 38:  # stop_gradient
         L.unary_fwd(stop_gradient_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 21:  # add
+    elif op == 39:  # add
         L.binary_fwd(add_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 22:  # sub
+    elif op == 40:  # sub
         L.binary_fwd(sub_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 23:  # mul
+    elif op == 41:  # mul
         L.binary_fwd(mul_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 24:  # div
+    elif op == 42:  # div
         L.binary_fwd(div_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 25:  # pow
+    elif op == 43:  # pow
         L.binary_fwd(pow_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 26:  # maximum
+    elif op == 44:  # maximum
         L.binary_fwd(maximum_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 27:  # minimum
+    elif op == 45:  # minimum
         L.binary_fwd(minimum_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 28:  # less
+    elif op == 46:  # arctan2
+        L.binary_fwd(arctan2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 47:  # hypot
+        L.binary_fwd(hypot_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 48:  # logaddexp
+        L.binary_fwd(logaddexp_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 49:  # logaddexp2
+        L.binary_fwd(logaddexp2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 50:  # xlogy
+        L.binary_fwd(xlogy_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 51:  # fmod
+        L.binary_fwd(fmod_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 52:  # remainder
+        L.binary_fwd(remainder_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 53:  # floor_divide
+        L.binary_fwd(floor_divide_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 54:  # less
         L.binary_fwd(less_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 29:  # less_equal
+    elif op == 55:  # less_equal
         L.binary_fwd(less_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 30:  # greater
+    elif op == 56:  # greater
         L.binary_fwd(greater_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 31:  # greater_equal
+    elif op == 57:  # greater_equal
         L.binary_fwd(greater_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 32:  # equal
+    elif op == 58:  # equal
         L.binary_fwd(equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 33:  # not_equal
+    elif op == 59:  # not_equal
         L.binary_fwd(not_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 34:  # where
+    elif op == 60:  # where
         L.ternary_fwd(where_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 35:  # clip
+    elif op == 61:  # clip
         L.ternary_fwd(clip_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 36:  # matmul
+    elif op == 62:  # matmul
         k_matmul_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 37:  # copy
+    elif op == 63:  # copy
         k_copy_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 38:  # take
+    elif op == 64:  # take
         k_take_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 39:  # sum
+    elif op == 65:  # sum
         k_sum_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 40:  # max
+    elif op == 66:  # max
         k_max_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 41:  # min
+    elif op == 67:  # min
         k_min_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 42:  # prod
+    elif op == 68:  # prod
         k_prod_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 43:  # guard
+    elif op == 69:  # guard
         k_guard_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
@@ -253,37 +365,89 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         L.unary_rev(erf_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 19:  # erfc
         L.unary_rev(erfc_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 21:  # add
+    elif op == 20:  # arcsin
+        L.unary_rev(arcsin_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 21:  # arccos
+        L.unary_rev(arccos_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 22:  # arcsinh
+        L.unary_rev(arcsinh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 23:  # arccosh
+        L.unary_rev(arccosh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 24:  # arctanh
+        L.unary_rev(arctanh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 25:  # log2
+        L.unary_rev(log2_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 26:  # log10
+        L.unary_rev(log10_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 27:  # exp2
+        L.unary_rev(exp2_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 28:  # cbrt
+        L.unary_rev(cbrt_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 29:  # reciprocal
+        L.unary_rev(reciprocal_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 30:  # lgamma
+        L.unary_rev(lgamma_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 31:  # digamma
+        L.unary_rev(digamma_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 32:  # erfinv
+        L.unary_rev(erfinv_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 33:  # sign
+        L.unary_rev(sign_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 34:  # floor
+        L.unary_rev(floor_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 35:  # ceil
+        L.unary_rev(ceil_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 36:  # round
+        L.unary_rev(round_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 37:  # trunc
+        L.unary_rev(trunc_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 39:  # add
         L.binary_rev(add_rev0, add_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 22:  # sub
+    elif op == 40:  # sub
         L.binary_rev(sub_rev0, sub_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 23:  # mul
+    elif op == 41:  # mul
         L.binary_rev(mul_rev0, mul_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 24:  # div
+    elif op == 42:  # div
         L.binary_rev(div_rev0, div_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 25:  # pow
+    elif op == 43:  # pow
         L.binary_rev(pow_rev0, pow_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 26:  # maximum
+    elif op == 44:  # maximum
         L.binary_rev(maximum_rev0, maximum_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 27:  # minimum
+    elif op == 45:  # minimum
         L.binary_rev(minimum_rev0, minimum_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 34:  # where
+    elif op == 46:  # arctan2
+        L.binary_rev(arctan2_rev0, arctan2_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 47:  # hypot
+        L.binary_rev(hypot_rev0, hypot_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 48:  # logaddexp
+        L.binary_rev(logaddexp_rev0, logaddexp_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 49:  # logaddexp2
+        L.binary_rev(logaddexp2_rev0, logaddexp2_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 50:  # xlogy
+        L.binary_rev(xlogy_rev0, xlogy_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 51:  # fmod
+        L.binary_rev(fmod_rev0, fmod_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 52:  # remainder
+        L.binary_rev(remainder_rev0, remainder_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 53:  # floor_divide
+        L.binary_rev(floor_divide_rev0, floor_divide_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 60:  # where
         L.ternary_rev(no_rule5, where_rev1, where_rev2, False, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 35:  # clip
+    elif op == 61:  # clip
         L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 36:  # matmul
+    elif op == 62:  # matmul
         k_matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 37:  # copy
+    elif op == 63:  # copy
         k_copy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 38:  # take
+    elif op == 64:  # take
         k_take_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 39:  # sum
+    elif op == 65:  # sum
         k_sum_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 40:  # max
+    elif op == 66:  # max
         k_max_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 41:  # min
+    elif op == 67:  # min
         k_min_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 42:  # prod
+    elif op == 68:  # prod
         k_prod_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
