@@ -941,6 +941,18 @@ class Tape:
                 )
         return "\n".join(lines)
 
+    def to_dot(self, file=None, max_entries=5000) -> str:
+        """Graphviz source of the Wengert list: entries (op, shape, source line), arguments,
+        constants, guards and outputs (see :mod:`tape._dot`). Written to ``file`` (a path)
+        when given; returned either way. Render with ``dot -Tsvg tape.dot -o tape.svg``."""
+        from tape._dot import to_dot
+
+        src = to_dot(self, max_entries)
+        if file is not None:
+            with open(file, "w") as f:
+                f.write(src)
+        return src
+
     # ------------------------------------------------------------ persistence
 
     def _state(self):
