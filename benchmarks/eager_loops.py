@@ -2,7 +2,8 @@
 
 The loops (:mod:`tape.bench.eager`) are one piece of code run with ``T = tape`` and with
 ``T = torch``: a polynomial fit by hand-written gradient descent (2,000 steps on 2,000-element
-tensors) and a small MLP trained with ``optim.Adam``. Both run in float64 on one thread; the
+tensors) and a small MLP trained with ``optim.Adam``. The polynomial fit also runs recorded
+once with ``tape.record`` and replayed (tape's way for a hot loop). Both run in float64 on one thread; the
 final losses are printed so agreement can be seen. Runs alternate between the libraries and
 the best of ``--repeats`` is reported, with the ratio tape / torch.
 """
@@ -23,7 +24,7 @@ def main(argv=None):
     ap.add_argument("--json", help="write the figures to this file")
     a = ap.parse_args(argv)
     from tape.bench.cli import _cpu_name
-    from tape.bench.eager import LOOPS, peers, time_loop
+    from tape.bench.eager import LOOPS, RECORDED, peers, time_loop
 
     libs = peers()
     print(f"CPU: {_cpu_name()} ({os.cpu_count()} cpus); one thread per library")
@@ -35,6 +36,11 @@ def main(argv=None):
         cells = " ".join(f"{s:8.3f} s (loss {loss:.5g})" for s, loss in res.values())
         ratio = f"{res['tape'][0] / res['torch'][0]:10.2f}x" if "torch" in res else ""
         print(f"{name:<12} {cells}   {ratio}")
+        if name in RECORDED:
+            s, loss = time_loop(RECORDED[name], libs["tape"], a.repeats)
+            rows[name]["tape recorded"] = {"seconds": s, "loss": loss}
+            ratio = f"{s / res['torch'][0]:10.2f}x" if "torch" in res else ""
+            print(f"{'  recorded':<12} {s:8.3f} s (loss {loss:.5g}) (tape.record, compiled)   {ratio}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(cpu=_cpu_name(), loops=rows), f, indent=1)

@@ -842,7 +842,8 @@ _BY_NAME = registry.BY_NAME
 
 
 REUSE_LIMIT = 4096
-EAGER_ARENA = 1 << 20  # the most elements a fresh eager tape reserves up front
+EAGER_ARENA = 1 << 20  # the most elements a fresh eager tape reserves for its inputs' sake
+EAGER_ARENA_REUSE = 1 << 24  # ... and to match the previous eager tape's size
 
 
 def _union(tapes, inputs) -> Tape:
@@ -878,13 +879,17 @@ def _union(tapes, inputs) -> Tape:
         ref = _state.open
         tp = ref() if ref is not None else None
         if tp is None or tp.closed or tp._merged is not None or tp.n_entries >= REUSE_LIMIT:
-            # room for a few values of the inputs' size: an expression's first entries
-            # then need no arena growth (each growth copies the arena)
+            # room for a few values of the inputs' size, or for as much as the thread's
+            # previous eager tape used (a training loop builds the same graph every step):
+            # then the arena need not grow (each growth copies it)
             n = 0
             for t in inputs:
                 if t.__class__ is Tensor:
                     n += t.numel()
-            tp = Tape(_float_dtype(inputs) or float64, min(16 * n, EAGER_ARENA))
+            cap = min(16 * n, EAGER_ARENA)
+            if tp is not None and tp._merged is None:
+                cap = max(cap, min(tp.n_data, EAGER_ARENA_REUSE))
+            tp = Tape(_float_dtype(inputs) or float64, cap)
             ref = _state.open = weakref.ref(tp)
         for leaf in leaves:
             leaf._last = ref

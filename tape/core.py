@@ -111,7 +111,9 @@ def _grow(a, n, fill=0):
     cap = a.shape[0]
     if n <= cap:
         return a
-    new = np.full((max(n, 2 * cap),) + a.shape[1:], fill, a.dtype)
+    shape = (max(n, 2 * cap),) + a.shape[1:]
+    # zeros come from calloc: pages past the copied part are not touched until written
+    new = np.zeros(shape, a.dtype) if fill == 0 else np.full(shape, fill, a.dtype)
     new[:cap] = a
     return new
 

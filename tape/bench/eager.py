@@ -76,7 +76,29 @@ def mlp_adam(T, steps=200, shape=MLP_SHAPE):
     return loss.item()
 
 
+def polynomial_recorded(T, steps=2000, n=POLY_N):
+    """The same fit with the loss recorded once (``tape.record``) and its gradient replayed
+    every step: tape's way for a hot loop (PyTorch has no counterpart; returns None there)."""
+    if not hasattr(T, "record"):
+        return None
+    x = np.linspace(-math.pi, math.pi, n)
+    y = np.sin(x)
+
+    def loss_fn(p):
+        return ((p[0] + p[1] * x + p[2] * x**2 + p[3] * x**3 - y) ** 2).sum()
+
+    p = np.array([0.1, -0.2, 0.05, 0.01])
+    t = T.record(loss_fn, p, compile=True)
+    lr = 1e-6
+    loss = None
+    for _ in range(steps):
+        loss, g = t.value_and_grad(p)
+        p -= lr * g
+    return float(loss)
+
+
 LOOPS = {"polynomial": polynomial, "mlp_adam": mlp_adam}
+RECORDED = {"polynomial": polynomial_recorded}
 
 
 def peers():

@@ -532,6 +532,23 @@ def _nll_terms(name, logp, target, weight, ignore_index):
     cdim = 0 if logp.ndim == 1 else 1
     c = logp.shape[cdim]
     w = _class_weight(name, weight, c, logp)
+    if t._tape is None and logp.ndim <= 2 and logp.numel() < 1 << 24:
+        # a target that is data, not a traced value: gather logp at the targets (one entry;
+        # flat positions under 2**24 are exact in a float32 arena too)
+        tv = np.asarray(t._value, np.int64)
+        ign = tv == ignore_index
+        safe = np.where(ign, 0, np.where(tv < 0, tv + c, tv))
+        picked = logp[int(safe)] if logp.ndim == 1 else logp[np.arange(safe.shape[0]), safe]
+        keep = np.where(ign, 0.0, 1.0).astype(logp.dtype)
+        if w is None:
+            w_t = as_tensor(keep)
+            per = -picked
+        else:
+            w_t = _movement.take(w, safe) * keep
+            per = -(w_t * picked)
+        if ign.any():
+            per = _tf.where(ign, 0.0, per)
+        return per, w_t, as_tensor(ign), w, cdim
     ignored = t == ignore_index
     # w[t] through take: its index is checked at every replay, so a traced target out of range
     # raises there (negative targets are shifted out of take's range, which accepts -C..-1)
