@@ -52,6 +52,13 @@ _MATH = {
     "arctan2": math.atan2,
     "hypot": math.hypot,
     "erf": None,
+    # float in, float out (Python's math.floor & co. return ints): libdevice's own
+    "floor": "floor",
+    "ceil": "ceil",
+    "trunc": "trunc",
+    "rint": "rint",
+    "cbrt": "cbrt",
+    "fmod": "fmod",
 }
 
 
@@ -133,6 +140,13 @@ def _logaddexp(x0, x1):
     return m + math.log1p(math.exp(-abs(x0 - x1)))
 
 
+def _logaddexp2(x0, x1):
+    m = x0 if x0 >= x1 else x1
+    if m == math.inf or m == -math.inf:
+        return x0 + x1 if x0 == x1 else m
+    return m + math.log1p(2.0 ** (-abs(x0 - x1))) / math.log(2.0)
+
+
 def _where(c, x0, x1):
     return x0 if c else x1
 
@@ -155,6 +169,7 @@ _PYTHON = {
     "power": _power,
     "exp2": _exp2,
     "logaddexp": _logaddexp,
+    "logaddexp2": _logaddexp2,
     "where": _where,
 }
 
@@ -167,6 +182,10 @@ def _build_npgpu():
         if SIMULATOR:
             # NumPy's scalar functions give inf / NaN where Python's math raises
             setattr(mod, name, getattr(np, name))
+        elif isinstance(f, str):
+            from numba.cuda import libdevice
+
+            setattr(mod, name, getattr(libdevice, f))
         else:
             setattr(mod, name, f)
     for name, f in _PYTHON.items():

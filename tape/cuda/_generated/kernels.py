@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "6796f0ac20b590d500e6e8d69e967151b05675423d82f10fcd08f4894a28f6a2"
+FINGERPRINT = "76dc7bf7219eabb2369e12115faa3858c01807b7e8c17f52249867660532255a"
 
 from numba import cuda, float64
 
