@@ -180,17 +180,7 @@ def apply(fn, args):
     from tape import _tensor as T
 
     grad_on = T.is_grad_enabled()
-    rec = None
-    eager = []
-    for a in args:
-        if isinstance(a, T.Tensor) and a._tape is not None:
-            tp = a._resolve()[0]
-            if tp.recording:
-                if rec is not None and rec is not tp:
-                    raise RuntimeError("an op mixes tensors from two different recordings")
-                rec = tp
-            else:
-                eager.append(tp)
+    rec, eager = T.tapes_of(args)
     needs = tuple(isinstance(a, T.Tensor) and a._rg and grad_on for a in args)
     ctx = FunctionCtx(needs)
     plain = [T.Tensor(a._peek()) if isinstance(a, T.Tensor) else a for a in args]

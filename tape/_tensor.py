@@ -773,6 +773,24 @@ def _buffer_in(target: Tape, x, grad_on):
     return target.new_buffer(v.shape, CONST, v)
 
 
+def tapes_of(args):
+    """``(recording, eager_tapes)`` of the tensors among ``args``: the recording they belong
+    to (None if none; two different ones raise) and the open eager tapes. :func:`apply`
+    runs the same loop inline (its hot path)."""
+    rec = None
+    eager = []
+    for a in args:
+        if a.__class__ is Tensor and a._tape is not None:
+            tp = a._resolve()[0]
+            if tp.recording:
+                if rec is not None and rec is not tp:
+                    raise RuntimeError("an op mixes tensors from two different recordings")
+                rec = tp
+            else:
+                eager.append(tp)
+    return rec, eager
+
+
 def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
     """Record ``op`` (a :class:`tape.registry.Op`, or its name) on ``inputs`` (Tensors, NumPy
     arrays or numbers) with output ``shape`` and attribute block ``ints``; returns the output
