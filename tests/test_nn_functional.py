@@ -290,3 +290,51 @@ def test_errors(k):
     fn, exc, match = ERRORS[k]
     with pytest.raises(exc, match=match):
         fn()
+
+
+# ---------------------------------------------------------------- one_hot, dropout
+
+
+def test_one_hot_matches_numpy_and_checks_range():
+    t = tape.tensor([[0, 2], [1, 3]])
+    got = F.one_hot(t)
+    want = np.eye(4, dtype=np.int64)[t.numpy()]
+    assert got.dtype == np.int64 and got.shape == (2, 2, 4)
+    np.testing.assert_array_equal(got.numpy(), want)
+    np.testing.assert_array_equal(F.one_hot(np.array([1]), num_classes=3).numpy(), [[0, 1, 0]])
+    with pytest.raises(RuntimeError, match="in \\[0, 3\\)"):
+        F.one_hot(tape.tensor([3]), num_classes=3)
+    with pytest.raises(RuntimeError, match="index tensors"):
+        F.one_hot(tape.tensor([1.0]))
+
+
+def test_one_hot_recorded_follows_new_targets():
+    logits = np.linspace(-1, 1, 12).reshape(4, 3)
+
+    def f(x, t):
+        return (x * F.one_hot(t, num_classes=3)).sum()
+
+    rec = tape.record(f, logits, np.array([0, 1, 2, 0]))
+    for t in (np.array([2, 2, 1, 0]), np.array([1, 0, 0, 2])):
+        want = logits[np.arange(4), t].sum()
+        np.testing.assert_allclose(rec.forward(logits, t), want, rtol=1e-14)
+
+
+def test_dropout_scales_the_kept_elements_and_is_reproducible():
+    x = tape.ones(1000, requires_grad=True)
+    tape.manual_seed(3)
+    y = F.dropout(x, p=0.25)
+    v = y.detach().numpy()
+    assert set(np.unique(v)) <= {0.0, 1.0 / 0.75}
+    assert 0.65 < (v > 0).mean() < 0.85
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), v)  # the gradient is the mask, scaled
+    tape.manual_seed(3)
+    np.testing.assert_array_equal(F.dropout(x, p=0.25).detach().numpy(), v)
+    assert F.dropout(x, p=0.25, training=False) is x
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        F.dropout(x, p=1.5)
+    with pytest.raises(NotImplementedError, match="frozen"):
+        tape.record(lambda z: F.dropout(z, 0.5).sum(), np.ones(3))
+    t = tape.record(lambda z: F.dropout(z, 0.5, training=False).sum(), np.ones(3))
+    assert t.forward(np.full(3, 2.0)) == 6.0

@@ -50,6 +50,8 @@ __all__ = [
     "softplus",
     "linear",
     "normalize",
+    "one_hot",
+    "dropout",
 ]
 
 _REDUCTIONS = ("none", "mean", "sum")
@@ -636,3 +638,49 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     else:
         smooth = _reduce(smooth, reduction)
     return nll * (1.0 - label_smoothing) + smooth * (label_smoothing / c)
+
+
+# ---------------------------------------------------------------- encoding and dropout
+
+
+def one_hot(tensor, num_classes=-1):
+    """Class indices (int64, any shape) as one-hot rows: shape ``tensor.shape + (C,)``, int64.
+    ``num_classes=-1`` takes ``max + 1`` (read from the values: inside ``tape.record`` pass it
+    explicitly, as the shape is fixed at record time)."""
+    t = tensor if isinstance(tensor, Tensor) else as_tensor(np.asarray(tensor))
+    if t.dtype.kind not in "iu":
+        raise RuntimeError(f"one_hot is only applicable to index tensors, got dtype {t.dtype}")
+    v = t._peek()
+    if num_classes == -1:
+        if t._tape is not None and t._resolve()[0].recording:
+            raise ValueError(
+                "one_hot inside tape.record(): pass num_classes (the shape cannot follow the data)"
+            )
+        num_classes = int(v.max()) + 1 if v.size else 0
+    if v.size and (v.min() < 0 or v.max() >= num_classes):
+        raise RuntimeError(f"one_hot: class values must be in [0, {num_classes}), got {v.min()}..{v.max()}")
+    classes = np.arange(num_classes)
+    return (unsqueeze(t, t.ndim) == classes) * 1
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``
+    (``training=False``: the input itself). The mask comes from tape's default generator
+    (``tape.manual_seed``). Inside ``tape.record`` it would be drawn once and frozen into
+    the tape, so there it raises; record with ``training=False``."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    x = _float(input)
+    if not training or p == 0.0:
+        return x
+    if x._tape is not None and x._resolve()[0].recording:
+        raise NotImplementedError(
+            "dropout(training=True) inside tape.record(): its random mask would be frozen "
+            "into the tape; record with training=False, or apply dropout outside the recording"
+        )
+    from tape._front.creation import _rng
+
+    keep = (_rng(None).random(x.shape) >= p).astype(x.dtype)
+    scaled = keep / (1.0 - p) if p < 1.0 else keep
+    out = x * scaled
+    return _inplace("dropout", input, out, inplace) if inplace else out
