@@ -896,7 +896,14 @@ def _union(tapes, inputs) -> Tape:
                 leaves.append(leaf)
         ref = _state.open
         tp = ref() if ref is not None else None
-        if tp is None or tp.closed or tp._merged is not None or tp.n_entries >= REUSE_LIMIT:
+        want = _float_dtype(inputs) or float64
+        if (
+            tp is None
+            or tp.closed
+            or tp._merged is not None
+            or tp.n_entries >= REUSE_LIMIT
+            or tp.dtype != want  # a float32 expression keeps a float32 arena
+        ):
             # room for a few values of the inputs' size, or for as much as the thread's
             # previous eager tape used (a training loop builds the same graph every step):
             # then the arena need not grow (each growth copies it)
@@ -907,7 +914,7 @@ def _union(tapes, inputs) -> Tape:
             cap = min(16 * n, EAGER_ARENA)
             if tp is not None and tp._merged is None:
                 cap = max(cap, min(tp.n_data, EAGER_ARENA_REUSE))
-            tp = Tape(_float_dtype(inputs) or float64, cap)
+            tp = Tape(want, cap)
             ref = _state.open = weakref.ref(tp)
         for leaf in leaves:
             leaf._last = ref
