@@ -808,9 +808,13 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
     rec = None
     need = False
     eager = []
+    best = None  # the widest float dtype among the tensors (result_dtype's "promote")
     for t, d in zip(inputs, diff):
         if t.__class__ is not Tensor:
             continue
+        dt = t.dtype
+        if dt.kind == "f" and (best is None or dt.itemsize > best.itemsize):
+            best = dt
         tp = t._tape
         if tp is not None:
             if tp._merged is not None:
@@ -824,13 +828,25 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
         if d and t._rg and grad_on:
             need = True
     if dtype is None:
-        dtype = result_dtype(inputs, op.dtype)
+        rule = op.dtype
+        if best is not None and (rule == "promote" or rule == "float"):
+            dtype = best
+        else:
+            dtype = result_dtype(inputs, rule)
     if rec is None and not need:
         return _compute_constant(op, inputs, shape, ints, parts, dtype)
-    target = rec if rec is not None else _union(eager, inputs)
+    if rec is not None:
+        target = rec
+    elif eager and (len(eager) == 1 or (len(eager) == 2 and eager[0] is eager[1])):
+        target = eager[0]  # one eager tape among the inputs: _union's first case, inline
+    else:
+        target = _union(eager, inputs)
     if dtype.kind == "f" and dtype.itemsize > target.dtype.itemsize:
         target.promote(dtype)
-    ins = [_buffer_in(target, t, grad_on) for t in inputs]
+    ins = [
+        t._buf if (t.__class__ is Tensor and t._tape is target) else _buffer_in(target, t, grad_on)
+        for t in inputs
+    ]
     active = False
     if grad_on:
         bufs = target.bufs
@@ -1076,15 +1092,18 @@ def elementwise(op, *args) -> Tensor:
     NumPy broadcasting."""
     if op.__class__ is str:
         op = _BY_NAME[op]
-    shapes = tuple([_shape_of(a) for a in args])
+    shapes = tuple([a.shape if a.__class__ is Tensor else _shape_of(a) for a in args])
     key = (op.code, shapes)
     hit = _bcast_cache.get(key)
     if hit is None:
         out_shape, ints = _broadcast_block(op.name, shapes)
         hit = _bcast_cache[key] = (out_shape, None if ints is None else tuple(ints))
     out_shape, ints = hit
-    args = [_const(a) for a in args]
+    args = [a if a.__class__ in _PLAIN else _const(a) for a in args]
     return apply(op, args, out_shape, ints)
+
+
+_PLAIN = (Tensor, float, int)  # arguments _const passes through as they are
 
 
 def _const(a):

@@ -284,8 +284,16 @@ class Tape:
         i = self.n_entries
         if i >= self.entries.shape[0]:
             self.entries = _grow(self.entries, i + 1, -1)
-        sp = self.intern(shape)
-        p = self.intern(attr) if attr is not None else -1
+        interned = self._interned  # intern(), inline for the tuples eager ops pass
+        sp = interned.get(shape) if shape.__class__ is tuple else None
+        if sp is None:
+            sp = self.intern(shape)
+        if attr is None:
+            p = -1
+        else:
+            p = interned.get(attr) if attr.__class__ is tuple else None
+            if p is None:
+                p = self.intern(attr)
         n = len(ins)
         status = S.EMIT[code](
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
