@@ -844,7 +844,11 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
     if dtype.kind == "f" and dtype.itemsize > target.dtype.itemsize:
         target.promote(dtype)
     ins = [
-        t._buf if (t.__class__ is Tensor and t._tape is target) else _buffer_in(target, t, grad_on)
+        t._buf
+        if (t.__class__ is Tensor and t._tape is target)
+        else target.constant(t)
+        if t.__class__ is float
+        else _buffer_in(target, t, grad_on)
         for t in inputs
     ]
     active = False
@@ -1092,7 +1096,10 @@ def elementwise(op, *args) -> Tensor:
     NumPy broadcasting."""
     if op.__class__ is str:
         op = _BY_NAME[op]
-    shapes = tuple([a.shape if a.__class__ is Tensor else _shape_of(a) for a in args])
+    shapes = tuple(
+        [a.shape if a.__class__ is Tensor else () if a.__class__ in _NUMBER else _shape_of(a)
+         for a in args]  # fmt: skip
+    )
     key = (op.code, shapes)
     hit = _bcast_cache.get(key)
     if hit is None:
@@ -1104,6 +1111,7 @@ def elementwise(op, *args) -> Tensor:
 
 
 _PLAIN = (Tensor, float, int)  # arguments _const passes through as they are
+_NUMBER = (float, int)
 
 
 def _const(a):
