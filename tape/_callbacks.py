@@ -33,7 +33,6 @@ from tape._generated import sweeps as S
 from tape._layout import ACTIVE, B_KIND, CONST, E_ATTR, E_OP
 
 CALLBACK = -2  # op code of a callback entry (never a registry op's)
-NAME = "autograd.Function"
 _ids = itertools.count(1)
 
 REFUSED = (
