@@ -477,17 +477,6 @@ class SGD(Optimizer):
         if group["nesterov"] and (momentum <= 0 or group["dampening"] != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
-    def step(self, closure=None):
-        """Perform a single SGD step over every parameter that has a ``.grad``.
-
-        Args:
-            closure (callable, optional): re-evaluates the model and returns the loss.
-
-        Returns:
-            The closure's loss, or None.
-        """
-        return super().step(closure)
-
     def _update_group(self, group):
         lr = _scalar(group["lr"])
         momentum = group["momentum"]
@@ -595,17 +584,6 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid beta parameter at index 0: {beta1}")
         if not 0.0 <= beta2 < 1.0:
             raise ValueError(f"Invalid beta parameter at index 1: {beta2}")
-
-    def step(self, closure=None):
-        """Perform a single Adam step over every parameter that has a ``.grad``.
-
-        Args:
-            closure (callable, optional): re-evaluates the model and returns the loss.
-
-        Returns:
-            The closure's loss, or None.
-        """
-        return super().step(closure)
 
     def _update_group(self, group):
         lr = _scalar(group["lr"])
