@@ -42,12 +42,23 @@ REFUSED = (
 )
 
 
-def refuse(t, what):
-    """Raise a clear error when ``what`` (a driver name) cannot run tape ``t``'s callbacks."""
+def refuse(t, what, error=NotImplementedError):
+    """Raise ``error`` with a clear message when ``what`` (a driver name) cannot run tape
+    ``t``'s callbacks."""
     calls = getattr(t, "callbacks", None)
     if calls:
         names = ", ".join(sorted({c.fn.__name__ for c in calls.values()}))
-        raise NotImplementedError(REFUSED.format(what=what, names=names))
+        raise error(REFUSED.format(what=what, names=names))
+
+
+def entry_name(t, i):
+    """The name entry ``i`` of tape ``t`` shows: its op's, or ``<Function>.apply``."""
+    code = int(t.entries[i, E_OP])
+    if code == CALLBACK:
+        return f"{t.callbacks[int(t.ipool[t.entries[i, E_ATTR]])].fn.__name__}.apply"
+    from tape import registry
+
+    return registry.OPS[code].name
 
 
 class Call:

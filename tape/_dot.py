@@ -8,7 +8,7 @@ argument) that wrote a buffer to the entries that read it. Render with ``dot -Ts
 
 from __future__ import annotations
 
-from tape._layout import B_ALIAS, B_KIND, CONST, E_ATTR, E_IN0, E_OP, E_OUT
+from tape._layout import B_ALIAS, B_KIND, CONST, E_IN0, E_OUT
 
 
 def _q(text):
@@ -19,8 +19,7 @@ def _q(text):
 def to_dot(t, max_entries=5000) -> str:
     """Graphviz source of tape ``t`` (raises ``ValueError`` past ``max_entries`` entries:
     pictures of longer tapes are unreadable; pass a larger limit to draw them anyway)."""
-    from tape import registry
-    from tape._callbacks import CALLBACK
+    from tape._callbacks import entry_name
     from tape._replay import is_guard
 
     if t._merged is not None:
@@ -52,11 +51,7 @@ def to_dot(t, max_entries=5000) -> str:
     consts = set()
     for i in range(n):
         e = t.entries[i]
-        code = int(e[E_OP])
-        if code == CALLBACK:
-            name = f"{t.callbacks[int(t.ipool[e[E_ATTR]])].fn.__name__}.apply"
-        else:
-            name = registry.OPS[code].name
+        name = entry_name(t, i)
         out = int(e[E_OUT])
         label = f"{i}: {name}\n{t.shapes[out]}"
         src = t.sources.get(i)

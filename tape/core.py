@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tape import _anomaly, registry
-from tape._callbacks import CALLBACK, CallbackSweeps, eager_backward, refuse
+from tape._callbacks import CALLBACK, CallbackSweeps, eager_backward, entry_name, refuse
 from tape._generated import sweeps as S
 from tape._layout import (
     ACTIVE,
@@ -42,7 +42,6 @@ from tape._replay import (
     failure,
     is_guard,
     run_entry,
-    run_entry_back,
 )
 
 FORMAT_VERSION = 1
@@ -350,17 +349,15 @@ class Tape:
         emask, need = S.reach(self.entries, self.bufs, self.n_entries, roots)
         S.zero_adjoints(self.bufs, self.grad, need, self.n_bufs, zero_leaves)
         S.add_seeds(self.bufs, self.grad, roots, np.ascontiguousarray(seeds, self.dtype).ravel())
-        if self.callbacks:
-            done = set()
-            for i in np.flatnonzero(emask)[::-1]:
-                if self.entries[i, E_OP] == CALLBACK:
-                    eager_backward(self, int(i), emask, need, done)
-                else:
-                    run_entry_back(self, int(i), self.data, self.grad)
-            return need
-        rev, entries, bufs, ipool, data, grad = S.REV, self.entries, self.bufs, self.ipool, self.data, self.grad
+        rev, entries, bufs, ipool = S.REV, self.entries, self.bufs, self.ipool
+        data, grad = self.data, self.grad
+        done = set()  # autograd.Function calls already run
         for i in np.flatnonzero(emask)[::-1].tolist():
-            fn = rev[entries.item(i, E_OP)]
+            code = entries.item(i, E_OP)
+            if code == CALLBACK:
+                eager_backward(self, i, emask, need, done)
+                continue
+            fn = rev[code]
             if fn is not None:
                 fn(i, entries, bufs, ipool, data, grad)
         return need
@@ -810,10 +807,7 @@ class Tape:
         if self.callbacks:
             from tape.compiled import CompileError
 
-            try:
-                refuse(self, "compile()")
-            except NotImplementedError as e:
-                raise CompileError(str(e)) from None
+            refuse(self, "compile()", CompileError)
         with _PREPARE_LOCK:  # one compile, however many threads promote at once
             if self._run_with[0] is S:
                 self._compile_now()
@@ -929,10 +923,7 @@ class Tape:
         for i in range(self.n_entries):
             e = self.entries[i]
             ins = ", ".join(f"%{b}" for b in e[E_IN0 : E_IN0 + 3] if b >= 0)
-            if e[E_OP] == CALLBACK:
-                name = f"{self.callbacks[int(self.ipool[e[E_ATTR]])].fn.__name__}.apply"
-            else:
-                name = registry.OPS[e[E_OP]].name
+            name = entry_name(self, i)
             src = self.sources.get(i)
             line = f"  {i:4d}  %{e[E_OUT]:<4d} {str(self.shapes[e[E_OUT]]):<12} = {name}({ins})"
             lines.append(f"{line:<60}  # {src}" if src else line)
