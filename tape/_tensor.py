@@ -568,10 +568,7 @@ class Tensor:
         if dtype.kind == "f" and self.dtype.kind == "f" and (
             (self._rg and is_grad_enabled()) or self._tape is not None
         ):
-            st = c_strides(self.shape)
-            return apply(
-                COPY, [self], self.shape, copy_block(self.shape, 0, st, 0, st), dtype=dtype
-            )
+            return self._copy_entry(dtype)
         return Tensor(self.numpy().astype(dtype))
 
     @property
@@ -591,8 +588,12 @@ class Tensor:
         """A copy with its own memory; differentiable (its gradient flows back to ``self``)."""
         if self._tape is None and not (self._rg and is_grad_enabled()):
             return Tensor(self._value.copy())
+        return self._copy_entry(self.dtype)
+
+    def _copy_entry(self, dtype):
+        """A recorded, differentiable copy of this tensor as ``dtype`` (one COPY entry)."""
         st = c_strides(self.shape)
-        return apply(COPY, [self], self.shape, copy_block(self.shape, 0, st, 0, st), dtype=self.dtype)
+        return apply(COPY, [self], self.shape, copy_block(self.shape, 0, st, 0, st), dtype=dtype)
 
     astype = to
 
