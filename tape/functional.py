@@ -155,14 +155,13 @@ def _take_along(x, idx, d):
     """``x`` gathered along axis ``d`` at ``idx`` (an int64 tensor of x's shape with axis
     ``d`` of length 1, outside any graph): ``numpy.take_along_axis``, differentiable."""
     order = [a for a in range(x.ndim) if a != d] + [d]
-    moved = movement.transpose(x, order) if order != list(range(x.ndim)) else x
+    moved = movement.transpose(x, order)  # the identity order returns x itself
     rows = reshape(moved, -1, x.shape[d])
     k = np.moveaxis(idx._value, d, -1).reshape(-1)
     picked = rows[np.arange(k.shape[0]), k]
     shape = [x.shape[a] for a in order[:-1]] + [1]
     out = reshape(picked, shape)
-    back = np.argsort(order).tolist()
-    return movement.transpose(out, back) if back != list(range(x.ndim)) else out
+    return movement.transpose(out, np.argsort(order).tolist())
 
 
 def _arg(name, x, dim, keepdim):
