@@ -453,7 +453,7 @@ def _install():
     T.__pos__ = lambda a: a
     T.__getitem__ = movement.getitem
     for name in (
-        "mean", "var", "std", "norm", "logsumexp", "softmax", "log_softmax", "clamp", "dot",
+        "mean", "norm", "logsumexp", "softmax", "log_softmax", "clamp", "dot",
         "outer", "flatten", "squeeze", "unsqueeze", "broadcast_to", "amax", "amin",
     ):  # fmt: skip
         setattr(T, name, globals()[name])
@@ -661,15 +661,14 @@ def _install_torch_methods(T):
     registry's."""
     T.add = _alpha_op(add, "add")
     T.sub = _alpha_op(sub, "sub")
-    T.mul = lambda x, other: mul(x, other)
+    T.mul = mul
     T.div = _div
-    T.pow = lambda x, exponent: _pow(x, exponent)
+    T.pow = _pow
     T.t = t
     T.mm = mm
     T.mv = mv
     T.bmm = bmm
     T.sum = sum
-    T.mean = mean
     T.prod = prod
     T.max = max
     T.min = min
@@ -693,7 +692,6 @@ def _install_torch_methods(T):
     T.view_as = lambda x, other: reshape(x, other.shape)
     T.contiguous = lambda x, memory_format=None: x  # tensors are always C-contiguous
     T.type_as = lambda x, other: x.to(other.dtype)
-    T.clip = T.clamp = lambda x, min=None, max=None: clip(x, min, max)  # noqa: A006
     T.add_ = _leaf_inplace("add_", lambda v, o, alpha=1: v + alpha * _val(o))
     T.sub_ = _leaf_inplace("sub_", lambda v, o, alpha=1: v - alpha * _val(o))
     T.mul_ = _leaf_inplace("mul_", lambda v, o: v * _val(o))
