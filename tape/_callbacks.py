@@ -67,7 +67,7 @@ class Call:
     dtypes, and the eager call's context."""
 
     __slots__ = ("fn", "args", "tensor_pos", "ins", "in_dtypes", "outs", "out_shapes",
-                 "out_dtypes", "out_pos", "single", "ctx", "needs")  # fmt: skip
+                 "out_dtypes", "out_pos", "ctx", "needs")  # fmt: skip
 
     def forward(self, tp, data, tls):
         """Run the Function's ``forward`` on the values in arena ``data``; write its outputs
@@ -108,9 +108,7 @@ class Call:
                 gouts.append(None)
         with no_grad():
             res = self.fn.backward(ctx, *gouts)
-        gins = res if isinstance(res, tuple) else (res,)
-        if isinstance(res, list):
-            gins = tuple(res)
+        gins = tuple(res) if isinstance(res, (tuple, list)) else (res,)
         n = len(self.args)
         if len(gins) != n:
             raise RuntimeError(
@@ -225,7 +223,6 @@ def apply(fn, args):
     call.ins = ins
     call.in_dtypes = [args[k].dtype for k in tensors]
     call.out_pos = out_pos
-    call.single = single
     call.ctx = ctx
     call.needs = needs
     call.outs, call.out_shapes, call.out_dtypes = [], [], []
