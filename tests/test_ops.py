@@ -6,6 +6,8 @@ KERNEL_CASES (a test fails until it does)."""
 import numpy as np
 import pytest
 
+import cases_factor  # tests/ is on sys.path (pytest's rootdir-less import mode)
+import cases_scan
 import tape as tp
 from tape.ops.elementwise import COMPARISONS
 from tape.registry import OPS
@@ -186,6 +188,10 @@ KERNEL_CASES = {
 }
 # fmt: on
 x_mask = np.array([[True, False, True], [False, True, True]])
+
+for _cases in (cases_scan.CASES, cases_factor.CASES):
+    for _name, _list in _cases.items():
+        KERNEL_CASES.setdefault(_name, []).extend(_list)
 
 KERNELS = [op for op in OPS if op.kind == "kernel"]
 

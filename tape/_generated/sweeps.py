@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "cd66ec98bbfac736fdac321978247750770593ebb1d70a7d476d8c0e49097035"
+FINGERPRINT = "dae2596ef7ebe22bbdd6d8227d73ed311fa0fb860d2b0ab233c685ce92a3c56c"
 
 import numpy as np
 from numba import njit, prange

@@ -571,3 +571,9 @@ GPU_KERNELS = {
 }
 """The GPU path of every ``kernel`` op of the registry, by the key its record names
 (:attr:`tape.registry.Op.gpu`)."""
+
+# the op families kept in files of their own (they import GpuKernel from this module)
+from tape.cuda import _factor_kernels, _scan_kernels  # noqa: E402
+
+GPU_KERNELS.update(_scan_kernels.KERNELS)
+GPU_KERNELS.update(_factor_kernels.KERNELS)

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "76dc7bf7219eabb2369e12115faa3858c01807b7e8c17f52249867660532255a"
+FINGERPRINT = "bfee5fff91142acaad99bfa9afb129156f5af304761ab7c16535b2478dc2a88b"
 
 from numba import cuda, float64
 

@@ -1,0 +1,3 @@
+"""GPU entry kernels of the factorisation ops (:mod:`tape.ops.factor`)."""
+
+KERNELS = {}

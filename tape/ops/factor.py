@@ -1,0 +1,1 @@
+"""Matrix factorisations and the solves built on them."""

@@ -1,0 +1,1 @@
+"""Scans and selection along an axis (cumulative sums, sorting permutations)."""
