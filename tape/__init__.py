@@ -74,11 +74,15 @@ from tape._tensor import (
 )
 from tape.compiled import CompileError
 from tape.core import GuardWarning, KernelArgs, Tape, load
+from tape.custom import CustomOp, custom_op
 from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all
 from tape.record import record
 from tape.testing import GradcheckError, gradcheck
 from tape.transforms import grad, hessian, hvp, jacfwd, jacobian, jacrev, jvp, value_and_grad, vjp
+
+# isort: split
+from tape import linalg  # after tape.functional, which it builds on
 
 __version__ = "0.1.0"
 
@@ -89,7 +93,7 @@ int = int32  # noqa: A001  (torch.int is int32)
 bool = bool_  # noqa: A001
 
 __all__ = [
-    "Tape", "KernelArgs", "sweeps", "kernels", "compiled", "CompileError", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck",
+    "Tape", "KernelArgs", "sweeps", "kernels", "compiled", "linalg", "CompileError", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck", "custom_op", "CustomOp",
     "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "set_grad_enabled", "inference_mode",

@@ -36,9 +36,9 @@ CALLBACK = -2  # op code of a callback entry (never a registry op's)
 _ids = itertools.count(1)
 
 REFUSED = (
-    "{what}: this tape calls Python (a tape.autograd.Function: {names}); {what} needs every "
-    "entry as compiled code. Replay it with forward()/gradient()/value_and_grad(), or write the "
-    "function's rules as ops"
+    "{what}: this tape calls Python (a tape.autograd.Function or a tape.custom_op: {names}); "
+    "{what} needs every entry as compiled code. Replay it with forward()/gradient()/"
+    "value_and_grad()/gradient_batch(), or write the function's rules as registry ops"
 )
 
 
@@ -47,15 +47,23 @@ def refuse(t, what, error=NotImplementedError):
     ``t``'s callbacks."""
     calls = getattr(t, "callbacks", None)
     if calls:
-        names = ", ".join(sorted({c.fn.__name__ for c in calls.values()}))
+        names = ", ".join(sorted({c.label for c in calls.values()}))
         raise error(REFUSED.format(what=what, names=names))
+
+
+def python_free(t):
+    """Whether every callback of ``t`` is a :func:`tape.custom_op` application, whose
+    functions the compiled tier calls from generated code (no Python at replay)."""
+    return all(
+        getattr(c, "compiled_ok", False) for c in (getattr(t, "callbacks", None) or {}).values()
+    )
 
 
 def entry_name(t, i):
     """The name entry ``i`` of tape ``t`` shows: its op's, or ``<Function>.apply``."""
     code = int(t.entries[i, E_OP])
     if code == CALLBACK:
-        return f"{t.callbacks[int(t.ipool[t.entries[i, E_ATTR]])].fn.__name__}.apply"
+        return t.callbacks[int(t.ipool[t.entries[i, E_ATTR]])].label
     from tape import registry
 
     return registry.OPS[code].name
@@ -68,6 +76,11 @@ class Call:
 
     __slots__ = ("fn", "args", "tensor_pos", "ins", "in_dtypes", "outs", "out_shapes",
                  "out_dtypes", "out_pos", "ctx", "needs")  # fmt: skip
+
+    @property
+    def label(self):
+        """How entries and messages name the call."""
+        return f"{self.fn.__name__}.apply"
 
     def forward(self, tp, data, tls):
         """Run the Function's ``forward`` on the values in arena ``data``; write its outputs
@@ -225,38 +238,47 @@ def apply(fn, args):
     call.out_pos = out_pos
     call.ctx = ctx
     call.needs = needs
-    call.outs, call.out_shapes, call.out_dtypes = [], [], []
-    cid = next(_ids)
-    if not hasattr(target, "callbacks") or target.callbacks is None:
-        target.callbacks = {}
-    target.callbacks[cid] = call
-    first = target.n_entries
     result = list(outs)
-    part = 0
-    chunks = [ins[j : j + 3] for j in range(0, len(ins), 3)] or [[]]
-    for pos in out_pos:
+    diff = [active and outs[p].dtype.kind == "f" and id(outs[p]) not in nondiff for p in out_pos]
+    bufs = add_group(target, call, [outs[p]._peek() for p in out_pos], diff)
+    for pos, b, d in zip(out_pos, bufs, diff):
         o = outs[pos]
-        diff = active and o.dtype.kind == "f" and id(o) not in nondiff
-        b = target.new_buffer(o.shape, ACTIVE if diff else CONST, o._peek())
-        call.outs.append(b)
-        call.out_shapes.append(tuple(o.shape))
-        call.out_dtypes.append(o.dtype)
-        for ch in chunks:
-            target.add_entry(CALLBACK, ch, b, [cid, part])
-            part += 1
-        if diff:
+        if d:
             result[pos] = T.Tensor._traced(target, b, tuple(o.shape), o.dtype, True, fn.__name__)
         elif target.recording:  # recomputed at every replay, but no gradient: a leaf
             result[pos] = T.Tensor._traced(target, b, tuple(o.shape), o.dtype, False, None)
         else:
             result[pos] = o  # eager: a plain tensor outside the graph, as in PyTorch
+    return result[0] if single else tuple(result)
+
+
+def add_group(target, call, values, diff):
+    """Register ``call`` (its ``ins`` set) on tape ``target`` and record its entry group: one
+    buffer per output value (``ACTIVE`` where ``diff``), each the output of ``ceil(n / 3)``
+    callback entries reading the inputs three at a time. Returns the output buffers."""
+    cid = next(_ids)
+    if getattr(target, "callbacks", None) is None:
+        target.callbacks = {}
+    target.callbacks[cid] = call
+    first = target.n_entries
+    chunks = [call.ins[j : j + 3] for j in range(0, len(call.ins), 3)] or [[]]
+    call.outs, call.out_shapes, call.out_dtypes = [], [], []
+    part = 0
+    for v, d in zip(values, diff):
+        b = target.new_buffer(v.shape, ACTIVE if d else CONST, v)
+        call.outs.append(b)
+        call.out_shapes.append(tuple(v.shape))
+        call.out_dtypes.append(v.dtype)
+        for ch in chunks:
+            target.add_entry(CALLBACK, ch, b, [cid, part])
+            part += 1
     if target.recording:
         from tape._source import user_line
 
         src = user_line()
         for i in range(first, target.n_entries):
             target.sources[i] = src
-    return result[0] if single else tuple(result)
+    return call.outs
 
 
 def groups(tp):
@@ -283,7 +305,9 @@ def eager_backward(tp, i, emask, need, done):
         return
     call = tp.callbacks[cid]
     j = i - 1
-    while j >= 0 and tp.entries[j, E_OP] == CALLBACK and int(tp.ipool[tp.entries[j, E_ATTR]]) == cid:
+    while (
+        j >= 0 and tp.entries[j, E_OP] == CALLBACK and int(tp.ipool[tp.entries[j, E_ATTR]]) == cid
+    ):
         if emask[j]:
             return  # an earlier entry of the group will run it
         j -= 1

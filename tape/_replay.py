@@ -174,7 +174,8 @@ def is_guard(t, i) -> bool:
 
 def failure(t, i, read):
     """The exception for a sweep stopped at entry ``i``: :class:`GuardError` for a guard,
-    ``IndexError`` for an op that rejected its data (a gather index out of bounds), with the
+    the op's ``error`` class for an op that rejected its data (``IndexError`` for a gather
+    index out of bounds, ``LinAlgError`` for a singular matrix), with the
     text of the op's ``describe_failure`` (:class:`tape.registry.Op`). ``read(b)`` returns
     buffer ``b``'s flat values in the arena the sweep ran on (host or device). Batched replays
     redo a failed instance alone and prefix the message with it (:mod:`tape.batch`)."""
@@ -184,7 +185,7 @@ def failure(t, i, read):
     text = op.describe_failure(t, i, read, at) if op.describe_failure is not None else None
     if op.guard:
         return GuardError(text, entry=i, source=src)
-    return IndexError(text or f"entry {i} ({op.name}){at} rejected its input data")
+    return op.error(text or f"entry {i} ({op.name}){at} rejected its input data")
 
 
 def buffer_reader(t, data):

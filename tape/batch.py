@@ -25,6 +25,7 @@ from tape.core import register_extension
 
 __all__ = ["gradient_batch", "BatchPlan"]
 
+
 class BatchPlan:
     """Everything about a tape that batched replay needs, computed once per tape (host side,
     shared by the CPU and the GPU versions).
@@ -106,8 +107,8 @@ class BatchPlan:
             inst = [a[b] for a in arrs]
             try:
                 v, g = t.value_and_grad(*inst)
-            except IndexError as e:
-                raise IndexError(f"instance {b}: {e}") from None
+            except (IndexError, np.linalg.LinAlgError) as e:
+                raise type(e)(f"instance {b}: {e}") from None
             except GuardError as e:
                 raise GuardError(f"instance {b}: {e}", e.entry, e.source) from None
             vals[b] = np.ravel(v)
@@ -154,6 +155,8 @@ def gradient_batch(t, *args, n_threads=None):
     The tape itself is not modified: every chunk of instances replays on private copies of
     the arenas, so ``t.grads`` and ``t.forward`` results are left as they were.
     """
+    if getattr(t, "callbacks", None):
+        return _python_instances(t, args)
     plan = _plan(t)
     packed, arrs = plan.pack_args(args)
     batch = packed.shape[0]
@@ -172,6 +175,33 @@ def gradient_batch(t, *args, n_threads=None):
     if failed.size:
         plan.redo_failed(failed, arrs, vals, grads)
     return plan.unpack(vals, grads)
+
+
+def _python_instances(t, args):
+    """``gradient_batch`` of a tape that calls Python (``tape.autograd.Function``,
+    ``tape.custom_op``): instance by instance through :meth:`tape.Tape.value_and_grad`."""
+    arrs = [np.asarray(a) for a in args]
+    if len(arrs) != len(t.inputs) or not arrs:
+        raise TypeError(
+            f"gradient_batch: the tape takes {len(t.inputs)} arguments, got {len(arrs)}"
+        )
+    n = arrs[0].shape[0] if arrs[0].ndim else -1
+    if n < 0 or any(a.ndim == 0 or a.shape[0] != n for a in arrs):
+        raise ValueError(
+            "gradient_batch: every argument needs the same leading batch axis; got shapes "
+            f"{[a.shape for a in arrs]}"
+        )
+    vals, grads = [], []
+    for b in range(n):
+        try:
+            v, g = t.value_and_grad(*[a[b] for a in arrs])
+        except (IndexError, np.linalg.LinAlgError) as e:
+            raise type(e)(f"instance {b}: {e}") from None
+        vals.append(np.asarray(v))
+        grads.append(g if isinstance(g, tuple) else (g,))
+    k = len(t.wrt)
+    gs = tuple(np.stack([g[j] for g in grads]) if n else np.zeros((0,)) for j in range(k))
+    return np.stack(vals) if n else np.zeros(0), (gs[0] if k == 1 else gs)
 
 
 register_extension("gradient_batch", gradient_batch)

@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from tape import registry
+from tape._callbacks import CALLBACK
 from tape._codegen import drivers_text
 from tape._generated import sweeps as _S
 from tape._layout import (
@@ -112,6 +113,11 @@ class CompileError(RuntimeError):
     """A tape cannot be compiled (too many kinds of unit, or not a recorded tape)."""
 
 
+_CALLBACK_OP = registry.Op(name="callback", kind="kernel", fwd=None, rev=(None,))
+"""Stands in for the op of a callback entry (a :func:`tape.custom_op` application: its unit
+calls the user's functions, see :meth:`_Gen.custom_forward`)."""
+
+
 # ---------------------------------------------------------------- analysis
 
 
@@ -140,7 +146,7 @@ class _Plan:
         self.t = t
         E = self.E = t.entries[:n]
         B = self.B = t.bufs[: t.n_bufs]
-        self.ops = [registry.OPS[c] for c in E[:, E_OP]]
+        self.ops = [_CALLBACK_OP if c == CALLBACK else registry.OPS[c] for c in E[:, E_OP]]
         owner = self.owner = np.where(B[:, B_ALIAS] >= 0, B[:, B_ALIAS], np.arange(len(B)))
         # views with the same memory are one operand (x[:-1] taken twice is one load)
         same: dict[tuple, int] = {}
@@ -247,6 +253,13 @@ class _Plan:
                 for b in self.ins[i]:
                     self.uses.setdefault(int(self.owner[b]), set()).add(u)
 
+    def call_id(self, i):
+        """The call a callback entry belongs to (its attribute block ``[id, part]``)."""
+        return int(self.t.ipool[self.E[i, E_ATTR]])
+
+    def part(self, i):
+        return int(self.t.ipool[self.E[i, E_ATTR] + 1])
+
     def external(self, o, u):
         """Value ``o`` made by unit ``u`` is read outside it (or is an output)."""
         return o in self.root_owners or bool(self.uses.get(o, set()) - {u})
@@ -320,6 +333,7 @@ class _Gen:
 
     def __init__(self, plan: _Plan):
         self.p = plan
+        self.custom: dict[int, tuple] = {}  # id(custom op) -> (number, op)
         self.kinds: dict[str, str] = {}  # code text -> its name ("_fwd3")
         self.blocks: dict[str, tuple] = {}  # name -> (description, code lines)
 
@@ -417,7 +431,10 @@ class _Gen:
         """Rows ``[function, parameters...]`` of the forward table."""
         rows = []
         for u, unit in enumerate(self.p.units):
-            if isinstance(unit, _Call):
+            if isinstance(unit, _Call) and self.p.ops[unit.entries[0]] is _CALLBACK_OP:
+                if self.p.part(unit.entries[0]) == 0:  # the group's first entry runs the call
+                    rows.append(self.custom_forward(unit.entries[0]))
+            elif isinstance(unit, _Call):
                 rows.append(self.forward_call(unit.entries[0]))
             else:
                 rows.append(self.forward_group(u, unit))
@@ -467,7 +484,13 @@ class _Gen:
         aliased = {int(p.owner[b]) for b in range(len(p.B)) if p.B[b, B_ALIAS] >= 0}
         for u in range(len(p.units) - 1, -1, -1):
             unit = p.units[u]
-            if isinstance(unit, _Call):
+            if isinstance(unit, _Call) and p.ops[unit.entries[0]] is _CALLBACK_OP:
+                i = unit.entries[0]
+                if p.part(i) == 0 and p.emask[i]:
+                    rows.append(self.custom_reverse(i))
+                    call = p.t.callbacks[p.call_id(i)]
+                    touched.update(int(p.owner[b]) for b in call.ins)
+            elif isinstance(unit, _Call):
                 i = unit.entries[0]
                 if p.emask[i]:
                     rows.append(self.reverse_call(i))
@@ -484,6 +507,42 @@ class _Gen:
         return self.add(
             "_rev", c, f"Entry P[0]: {op.name} (reverse).", [call], inline=True
         ), c.params
+
+    # -- custom ops ------------------------------------------------------------------
+    def custom_name(self, i):
+        """The module-level names of the call's functions (``_u<k>_fwd``, ``_u<k>_vjp``)."""
+        fn = self.p.t.callbacks[self.p.call_id(i)].fn
+        k = self.custom.setdefault(id(fn), (len(self.custom), fn))[0]
+        return f"_u{k}"
+
+    def _custom_args(self, c, call):
+        return [
+            f"{c.view('data', b)}.reshape({tuple(s)!r})" for b, s in zip(call.ins, call.in_shapes)
+        ]
+
+    def custom_forward(self, i):
+        call = self.p.t.callbacks[self.p.call_id(i)]
+        u = self.custom_name(i)
+        c = _Code(self.p.B)
+        args = self._custom_args(c, call)
+        c(f"_c_store({c.view('data', call.outs[0])}, {u}_fwd({', '.join(args)}))")
+        return self.add("_fwd", c, f"{call.fn.name} (custom op)."), c.params
+
+    def custom_reverse(self, i):
+        p = self.p
+        call = p.t.callbacks[p.call_id(i)]
+        u = self.custom_name(i)
+        c = _Code(p.B)
+        args = self._custom_args(c, call)
+        o = call.outs[0]
+        shape = tuple(call.out_shapes[0])
+        gy, y = f"{c.view('grad', o)}.reshape({shape!r})", f"{c.view('data', o)}.reshape({shape!r})"
+        c(f"gs = _c_as_tuple({u}_vjp({gy}, {y}, {', '.join(args)}))")
+        c(f"_c_check(gs, {len(call.ins)})")
+        for k, b in enumerate(call.ins):
+            if p.B[b, B_KIND] != CONST and p.rneed[int(p.owner[b])]:
+                c(f"_c_add({c.view('grad', b)}, gs[{k}])")
+        return self.add("_rev", c, f"{call.fn.name} (custom op, reverse)."), c.params
 
     def reverse_group(self, u, g, touched, assigned, aliased):
         p = self.p
@@ -672,6 +731,10 @@ def generate(t):
         "from tape._loops import masked as _masked",
         "from tape.registry import BY_NAME",
     ]
+    if gen.custom:
+        src += ["from tape.custom import _c_add, _c_as_tuple, _c_check, _c_store", ""]
+        src += [f"# {k} = user functions {fn.name!r} (set on loading; source {_source_key(fn)})"
+                for k, fn in _custom_globals(gen)]  # fmt: skip
     src += [""]
     src += _rule_names(plan.ops[i] for i in plan.live) + ["", ""]
     src += [
@@ -726,7 +789,29 @@ def generate(t):
         s += size
     src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["", ""]
     src.append(drivers_text(shared_only=True))
-    return "\n".join(src), pool
+    extra = {}
+    for k, fn in _custom_globals(gen):
+        extra[f"{k}_fwd"], extra[f"{k}_vjp"] = fn.fwd, fn.vjp
+    return "\n".join(src), pool, extra
+
+
+def _custom_globals(gen):
+    return [(f"_u{k}", fn) for k, fn in sorted(gen.custom.values(), key=lambda v: v[0])]
+
+
+def _source_key(fn):
+    """A hash of a custom op's functions' source: the module text (its name, and Numba's cache
+    of it) changes when the user's code does."""
+    import inspect
+
+    parts = []
+    for f in (fn.fwd, fn.vjp):
+        f = getattr(f, "py_func", f)
+        try:
+            parts.append(inspect.getsource(f))
+        except (OSError, TypeError):
+            parts.append(f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', repr(f))}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------- cache and loading
@@ -741,7 +826,7 @@ def cache_dir() -> Path:
     return Path(base) / "tape"
 
 
-def _load(source: str) -> types.ModuleType:
+def _load(source: str, extra=None) -> types.ModuleType:
     key = hashlib.sha256(f"{GENERATOR_VERSION}\n{source}".encode()).hexdigest()[:24]
     name = f"tape_compiled_{key}"
     with _LOCK:
@@ -753,6 +838,7 @@ def _load(source: str) -> types.ModuleType:
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)
+        mod.__dict__.update(extra or {})  # custom ops' functions, read when Numba compiles
         mod.SOURCE = source
         _MODULES[name] = mod
         return mod
@@ -779,8 +865,8 @@ def compile_tape(t):
     """``(module, pool)``: the compiled module for tape ``t`` (generated, written and loaded;
     Numba compiles it on first call) and the integer pool its sweeps take in place of
     ``t.ipool``."""
-    source, pool = generate(t)
-    return _load(source), pool
+    source, pool, extra = generate(t)
+    return _load(source, extra), pool
 
 
 def kernels_of(mod) -> types.ModuleType:

@@ -18,7 +18,14 @@ from typing import NamedTuple
 import numpy as np
 
 from tape import _anomaly, registry
-from tape._callbacks import CALLBACK, CallbackSweeps, eager_backward, entry_name, refuse
+from tape._callbacks import (
+    CALLBACK,
+    CallbackSweeps,
+    eager_backward,
+    entry_name,
+    python_free,
+    refuse,
+)
 from tape._generated import sweeps as S
 from tape._layout import (
     ACTIVE,
@@ -462,7 +469,9 @@ class Tape:
         self._variants_lock = threading.Lock()
         sig = Signature(self)
         if self.callbacks:
-            self._run_with = (CallbackSweeps(self), self.ipool)
+            self._segments = CallbackSweeps(self)  # the interpreter, around the callbacks
+            if self.tier == "interpreter":
+                self._run_with = (self._segments, self.ipool)
         elif self._run_with[0] is S:
             self._run_with = (S, self.ipool)
         self._replay = dict(
@@ -538,7 +547,8 @@ class Tape:
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
         else:
-            sw, pool = (S, self.ipool) if interp else self._run_with
+            interp_sw = self._segments if self.callbacks else S
+            sw, pool = (interp_sw, self.ipool) if interp else self._run_with
             status = sw.forward_sweep(self.entries, self.bufs, pool, ws.data, 0, self.n_entries)
         if status < 0:
             ws.ok = True
@@ -600,7 +610,7 @@ class Tape:
                 warnings.warn(str(failure(self, status, buffer_reader(self, ws.data))) + " (continuing on "
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
             # the interpreter (compiled code runs whole tapes only), in segments around callbacks
-            fs = self._run_with[0].forward_sweep if self.callbacks else S.forward_sweep
+            fs = self._segments.forward_sweep if self.callbacks else S.forward_sweep
             status = fs(self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries)
         ws.ok = True
         if grad:
@@ -804,12 +814,12 @@ class Tape:
         rounding. Raises :class:`tape.compiled.CompileError` for tapes the tier does not take
         (needing more than ``tape.compiled.MAX_UNIT_KINDS`` kinds of unit)."""
         self._check_replay()
-        if self.callbacks:
+        if self.callbacks and not python_free(self):
             from tape.compiled import CompileError
 
             refuse(self, "compile()", CompileError)
         with _PREPARE_LOCK:  # one compile, however many threads promote at once
-            if self._run_with[0] is S:
+            if self.tier == "interpreter":
                 self._compile_now()
         self.compile_after = None
         return self
@@ -828,8 +838,8 @@ class Tape:
         """Automatic promotion (``tape.record(..., compile="auto")``): compile at the
         ``compile_after``-th replay; a tape the tier does not take stays on the interpreter."""
         self.compile_after = None
-        if self.callbacks:
-            return  # Python callbacks run on the interpreter
+        if self.callbacks and not python_free(self):
+            return  # Python callbacks (autograd.Function) run on the interpreter
         try:
             self.compile()
         except Exception as e:  # noqa: BLE001  (a replay must not fail because promotion did)
@@ -842,7 +852,8 @@ class Tape:
     @property
     def tier(self) -> str:
         """``"compiled"`` after :meth:`compile` (or promotion), else ``"interpreter"``."""
-        return "interpreter" if self._run_with[0] is S else "compiled"
+        sw = self._run_with[0]
+        return "interpreter" if sw is S or isinstance(sw, CallbackSweeps) else "compiled"
 
     @property
     def compiled_source(self):

@@ -103,6 +103,10 @@ class Op:
         ``i`` of ``t`` stop a sweep was (``read(b)`` gives buffer ``b``'s values in the arena
         the sweep ran on; ``at`` is `` at file:line`` of the recording, or empty). None, or
         no description: "entry i (name) rejected its input data".
+    error : type
+        The exception class raised (eagerly, or by a replay) when an entry of this op rejects
+        its data: ``IndexError`` (a gather index) unless the record says otherwise
+        (``numpy.linalg.LinAlgError`` for a singular matrix).
     gpu : str or None
         Kernel ops: the key of the op's GPU kernel in
         :data:`tape.cuda._kernels.GPU_KERNELS`, resolved only by the CUDA code (this module
@@ -162,6 +166,7 @@ class Op:
     method: bool = False
     guard: bool = False
     describe_failure: Callable | None = None
+    error: type = IndexError
     gpu: str | None = None
     check: Callable | None = None
     domain: tuple = (-2.0, 2.0)
@@ -314,6 +319,8 @@ def missing_facts(op: Op) -> list[str]:
         out.append("a guard needs describe_failure (the GuardError's text)")
     if op.describe_failure is not None and not callable(op.describe_failure):
         out.append("describe_failure is not callable")
+    if not (isinstance(op.error, type) and issubclass(op.error, Exception)):
+        out.append(f"error {op.error!r} is not an exception class")
     if op.kind == "kernel":
         if len(op.rev) != 1:
             out.append("a kernel op has one reverse kernel (or None)")

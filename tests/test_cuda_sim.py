@@ -310,6 +310,41 @@ else:
         check(t, [a, b, c, v, sq])
         check(t, [a, b, c, v, sq], cooperative=False, blocks=2)
 
+    def test_factorisation_ops_match_cpu(rng):
+        # cholesky, triangular and general solves (a batch sharing one matrix: atomics),
+        # slogdet, and their rejections of singular / indefinite data
+        import tape.linalg as la
+
+        x = rng.standard_normal((4, 4))
+        y = rng.standard_normal(4)
+        a = rng.standard_normal((3, 3)) + 3 * np.eye(3)
+        bs = rng.standard_normal((2, 3, 2))
+
+        def f(x, y, a, bs):
+            k = x @ x.T + 4 * tp.eye(4)
+            low = la.cholesky(k)
+            z = la.solve_triangular(low, y, lower=True)
+            u = la.solve_triangular(low.T, y)  # upper
+            return ((z * z).sum() + la.logdet_cholesky(low) + (u * 0.5).sum()
+                    + (la.solve(a, bs) ** 2).sum() + la.slogdet(a)[1] * 1.5)  # fmt: skip
+
+        t = tp.record(f, x, y, a, bs)
+        check(t, [x, y, a, bs], rtol=1e-10, atol=1e-12)
+        check(t, [x, y, a, bs], rtol=1e-10, atol=1e-12, cooperative=False, blocks=2)
+        ct = CudaTape(t, threads=THREADS)
+        with pytest.raises(np.linalg.LinAlgError, match="singular"):
+            ct.forward(x, y, np.zeros((3, 3)), bs)
+        t2 = tp.record(lambda s: la.cholesky(s).sum(), np.eye(3))
+        with pytest.raises(np.linalg.LinAlgError, match="positive definite"):
+            CudaTape(t2, threads=THREADS).forward(-np.eye(3))
+        X = rng.standard_normal((5, 4, 4))
+        v, g = gradient_batch(t, X, np.tile(y, (5, 1)), np.tile(a, (5, 1, 1)),
+                              np.tile(bs, (5, 1, 1, 1)), threads=THREADS)  # fmt: skip
+        for b in range(5):
+            want = t.gradient(X[b], y, a, bs)
+            np.testing.assert_allclose(g[0][b], want[0], rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(v[b], t.forward(X[b], y, a, bs), rtol=1e-12)
+
     def test_overlapping_views_of_one_input(rng):
         # x[1:] and x[:-1] view the same adjoint memory: the reverse takes one input per phase
         def rosen(x):

@@ -63,7 +63,8 @@ class GpuKernel:
         For each reverse phase, the input whose adjoint it writes (the phase is skipped when
         that input has no adjoint), ``-1`` for "always run"; None: run every phase.
     work : callable or None
-        ``work(n_out, parts) -> int``: scratch elements one entry needs.
+        ``work(n_out, parts, block) -> int``: scratch elements one entry needs (``block``:
+        the integer pool from the entry's attribute block on).
     checks : tuple
         Forward phases that may reject the entry's data (calling
         :func:`tape.cuda._loops.reject`): the kernels read the status after them and stop.
@@ -318,7 +319,7 @@ def prod_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
             A[ix(gx + j, step, base)] += A[ix(gy + k, step, base)] * nz
 
 
-def _reduce_work(n_out, parts):
+def _reduce_work(n_out, parts, block):
     return 2 * n_out * parts + 2 * n_out
 
 

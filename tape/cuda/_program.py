@@ -45,6 +45,7 @@ from tape._layout import (
     B_SIZE,
     BUF_COLS,
     CONST,
+    E_ATTR,
     E_IN0,
     E_OP,
     E_OUT,
@@ -97,8 +98,8 @@ def gpu_spec(op):
     checks)``.
 
     ``rev_inputs[p]`` is the input whose adjoint reverse phase ``p`` writes (the phase is
-    skipped when that input has no adjoint) or ``-1`` (always run); ``work(n_out, parts)`` the
-    scratch an entry needs; ``checks`` the forward phases that may reject the entry's data.
+    skipped when that input has no adjoint) or ``-1`` (always run); ``work(n_out, parts,
+    block)`` the scratch an entry needs; ``checks`` the forward phases that may reject the entry's data.
     """
     if op.kind != "kernel":
         n = op.arity
@@ -164,7 +165,8 @@ class Program:
             if wfn is not None:
                 n_out = int(bufs[entries[i, E_OUT], B_SIZE])
                 parts = max(1, n_blocks // max(n_out, 1))
-                work = max(work, int(wfn(n_out, parts)))
+                block = t.ipool[int(entries[i, E_ATTR]) :]
+                work = max(work, int(wfn(n_out, parts, block)))
         owners = [b for b in range(nb) if bufs[b, B_ALIAS] < 0]
         zact = [b for b in owners if need[b] and bufs[b, B_KIND] == ACTIVE]
         zleaf = [b for b in owners if bufs[b, B_KIND] == LEAF]

@@ -1,1 +1,509 @@
-"""Matrix factorisations and the solves built on them."""
+"""Matrix factorisations and the solves built on them: ``solve`` (general, lower or upper
+triangular), ``cholesky`` and ``slogdet``, batched over square ``n x n`` matrices.
+
+Every rule is the matrix-calculus result for the whole factorisation (no differentiation
+through its loops); the forward kernels call LAPACK through Numba's ``np.linalg`` where it has
+the routine, and substitution loops for triangular systems.
+
+``solve`` attribute block: ``[batch, n, k, stride_a, stride_b, mode]``: output matrix ``b``
+(``n x k``) is ``X[b] = op(A[b])^-1 B[b]`` with ``A[b]`` starting at ``b * stride_a`` and
+``B[b]`` at ``b * stride_b`` (``0``: one matrix shared by the batch). ``mode`` 0 reads all of
+``A``; 1 (``LOWER``) and 2 (``UPPER``) read only that triangle of ``A``, whose adjoint is
+then that triangle too. Reverse: ``G = A^-T gX``, ``gB += G``, ``gA += mask(-G X^T)``.
+
+``cholesky`` attribute block: ``[batch, n]``. As ``numpy.linalg.cholesky``, only the lower
+triangle of ``A`` is read (the matrix factorised is ``tril(A) + tril(A, -1)^T``), so the
+adjoint is lower triangular: ``gA = Phi(S + S^T)`` with ``S = L^-T Phi(L^T gL) L^-1`` and
+``Phi`` the lower triangle with its diagonal halved. A matrix that is not positive definite
+stops the sweep.
+
+``slogdet`` attribute block: ``[batch, n]``; the output is ``batch x 2``: the sign (no
+gradient) and ``log|det A|``, whose adjoint is ``g A^-T``. A singular matrix stops the sweep:
+its log-determinant is ``-inf`` and has no derivative.
+"""
+
+import numpy as np
+from numba import njit
+
+from tape import _validate as V
+from tape import registry
+from tape._config import KERNEL_JIT
+from tape._layout import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
+from tape._loops import active, view
+
+_jit = njit(**KERNEL_JIT)
+
+GENERAL, LOWER, UPPER = 0, 1, 2
+"""``solve`` modes: which part of ``A`` is read."""
+
+
+# ---------------------------------------------------------------- dense helpers
+
+
+@_jit
+def _mat(flat, off, r, c):
+    return flat[off : off + r * c].reshape((r, c))
+
+
+@_jit
+def _mask(m, mode):
+    """The part of ``m`` a ``solve`` of this mode reads (a copy)."""
+    if mode == LOWER:
+        return np.tril(m)
+    if mode == UPPER:
+        return np.triu(m)
+    return m.copy()
+
+
+@_jit
+def _tri_solve(a, b, lower, trans):
+    """``op(a)^-1 b`` by substitution, ``op(a)`` = ``a`` or ``a^T``, reading only the
+    ``lower`` (or upper) triangle of ``a``."""
+    n = a.shape[0]
+    k = b.shape[1]
+    x = b.copy()
+    down = lower != trans  # op(a) is lower triangular: solve top-down
+    for s in range(n):
+        r = s if down else n - 1 - s
+        c0, c1 = (0, r) if down else (r + 1, n)
+        for c in range(c0, c1):
+            coef = a[c, r] if trans else a[r, c]
+            if coef != 0.0:
+                for j in range(k):
+                    x[r, j] -= coef * x[c, j]
+        d = a[r, r]
+        for j in range(k):
+            x[r, j] /= d
+    return x
+
+
+@_jit
+def _solve(a, b, mode, trans):
+    """``op(a)^-1 b`` for a ``solve`` of ``mode`` (``a`` must be nonsingular)."""
+    if mode == GENERAL:
+        return np.linalg.solve(np.ascontiguousarray(a.T) if trans else a, b)
+    return _tri_solve(a, b, mode == LOWER, trans)
+
+
+@_jit
+def _singular(a, mode):
+    """Whether ``solve`` cannot solve with ``a``: a zero (or non-finite) pivot of a
+    triangular matrix; a general matrix is tested by LAPACK in :func:`_try_solve`."""
+    for r in range(a.shape[0]):
+        d = a[r, r]
+        if d == 0.0 or not np.isfinite(d):
+            return True
+    return False
+
+
+@_jit
+def _try_solve(a, b):
+    try:
+        return np.linalg.solve(a, b), True
+    except Exception:  # noqa: BLE001  (LAPACK: exactly singular)
+        return b.copy(), False
+
+
+@_jit
+def _solve_block(ipool, p):
+    return ipool[p], ipool[p + 1], ipool[p + 2], ipool[p + 3], ipool[p + 4], ipool[p + 5]
+
+
+# ---------------------------------------------------------------- solve
+
+
+@_jit
+def solve_fwd(i, entries, bufs, ipool, data):
+    A = view(bufs, data, entries[i, E_IN0])
+    B = view(bufs, data, entries[i, E_IN1])
+    Y = view(bufs, data, entries[i, E_OUT])
+    nb, n, k, sa, sb, mode = _solve_block(ipool, entries[i, E_ATTR])
+    if n * k == 0:
+        return -1
+    for b in range(nb):
+        a = _mat(A, b * sa, n, n)
+        rhs = _mat(B, b * sb, n, k)
+        y = _mat(Y, b * n * k, n, k)
+        if mode == GENERAL:
+            x, ok = _try_solve(a, rhs)
+            if not ok:
+                return i
+        else:
+            if _singular(a, mode):
+                return i
+            x = _tri_solve(a, rhs, mode == LOWER, False)
+        y[:] = x
+    return -1
+
+
+@_jit
+def solve_rev(i, entries, bufs, ipool, data, grad):
+    ia, ib = entries[i, E_IN0], entries[i, E_IN1]
+    act_a, act_b = active(bufs, ia), active(bufs, ib)
+    A, X = view(bufs, data, ia), view(bufs, data, entries[i, E_OUT])
+    gA, gB, gX = view(bufs, grad, ia), view(bufs, grad, ib), view(bufs, grad, entries[i, E_OUT])
+    nb, n, k, sa, sb, mode = _solve_block(ipool, entries[i, E_ATTR])
+    if n * k == 0:
+        return
+    for b in range(nb):
+        a = _mat(A, b * sa, n, n)
+        g = _solve(a, _mat(gX, b * n * k, n, k), mode, True)  # A^-T gX
+        if act_b:
+            gb = _mat(gB, b * sb, n, k)
+            gb += g
+        if act_a:
+            ga = _mat(gA, b * sa, n, n)
+            ga -= _mask(np.dot(g, _mat(X, b * n * k, n, k).T), mode)
+
+
+@_jit
+def solve_jvp(i, entries, bufs, ipool, data, T):
+    # tX = A^-1 (tB - mask(tA) X), per direction
+    ia, ib, io = entries[i, E_IN0], entries[i, E_IN1], entries[i, E_OUT]
+    act_a, act_b = active(bufs, ia), active(bufs, ib)
+    A, X = view(bufs, data, ia), view(bufs, data, io)
+    nb, n, k, sa, sb, mode = _solve_block(ipool, entries[i, E_ATTR])
+    for d in range(T.shape[0]):
+        tY = view(bufs, T[d], io)
+        tY[:] = 0.0
+        if n * k == 0:
+            continue
+        for b in range(nb):
+            a = _mat(A, b * sa, n, n)
+            r = np.zeros((n, k), A.dtype)
+            if act_b:
+                r += _mat(view(bufs, T[d], ib), b * sb, n, k)
+            if act_a:
+                ta = _mask(_mat(view(bufs, T[d], ia), b * sa, n, n), mode)
+                r -= np.dot(ta, _mat(X, b * n * k, n, k))
+            ty = _mat(tY, b * n * k, n, k)
+            ty[:] = _solve(a, r, mode, False)
+
+
+@_jit
+def solve_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    # the reverse rule is G = A^-T gX, gB += G, gA += mask(-G X^T); its tangent:
+    # tG = A^-T (tgX - mask(tA)^T G), tgB += tG, tgA += mask(-tG X^T - G tX^T)
+    ia, ib, io = entries[i, E_IN0], entries[i, E_IN1], entries[i, E_OUT]
+    act_a, act_b = active(bufs, ia), active(bufs, ib)
+    A, X, gX = view(bufs, data, ia), view(bufs, data, io), view(bufs, grad, io)
+    nb, n, k, sa, sb, mode = _solve_block(ipool, entries[i, E_ATTR])
+    if n * k == 0:
+        return
+    for d in range(T.shape[0]):
+        for b in range(nb):
+            a = _mat(A, b * sa, n, n)
+            x = _mat(X, b * n * k, n, k)
+            g = _solve(a, _mat(gX, b * n * k, n, k), mode, True)
+            r = _mat(view(bufs, GT[d], io), b * n * k, n, k).copy()
+            if act_a:
+                ta = _mask(_mat(view(bufs, T[d], ia), b * sa, n, n), mode)
+                r -= np.dot(ta.T, g)
+            tg = _solve(a, r, mode, True)
+            if act_b:
+                gtb = _mat(view(bufs, GT[d], ib), b * sb, n, k)
+                gtb += tg
+            if act_a:
+                tx = _mat(view(bufs, T[d], io), b * n * k, n, k)
+                gta = _mat(view(bufs, GT[d], ia), b * sa, n, n)
+                gta -= _mask(np.dot(tg, x.T) + np.dot(g, tx.T), mode)
+
+
+# ---------------------------------------------------------------- cholesky
+
+
+@_jit
+def _from_lower(a):
+    """The symmetric matrix whose lower triangle is ``a``'s."""
+    low = np.tril(a)
+    return low + np.tril(a, -1).T
+
+
+@_jit
+def _phi(m):
+    """Lower triangle of ``m`` with the diagonal halved."""
+    out = np.tril(m)
+    for r in range(m.shape[0]):
+        out[r, r] *= 0.5
+    return out
+
+
+@_jit
+def _try_cholesky(a):
+    try:
+        return np.linalg.cholesky(a), True
+    except Exception:  # noqa: BLE001  (LAPACK: not positive definite)
+        return a.copy(), False
+
+
+@_jit
+def _inv_lower(low):
+    n = low.shape[0]
+    return _tri_solve(low, np.eye(n, dtype=low.dtype), True, False)
+
+
+@_jit
+def cholesky_fwd(i, entries, bufs, ipool, data):
+    A = view(bufs, data, entries[i, E_IN0])
+    Y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    nb, n = ipool[p], ipool[p + 1]
+    for b in range(nb):
+        low, ok = _try_cholesky(_from_lower(_mat(A, b * n * n, n, n)))
+        if not ok:
+            return i
+        for r in range(n):
+            if not (low[r, r] > 0.0 and np.isfinite(low[r, r])):
+                return i
+        y = _mat(Y, b * n * n, n, n)
+        y[:] = low
+    return -1
+
+
+@_jit
+def _cholesky_s(low, gl):
+    """``S = L^-T Phi(L^T gL) L^-1`` and ``L^-1``."""
+    li = _inv_lower(low)
+    return np.dot(np.dot(li.T, _phi(np.dot(low.T, gl))), li), li
+
+
+@_jit
+def cholesky_rev(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    L, gL, gA = (
+        view(bufs, data, entries[i, E_OUT]),
+        view(bufs, grad, entries[i, E_OUT]),
+        view(bufs, grad, a),
+    )
+    p = entries[i, E_ATTR]
+    nb, n = ipool[p], ipool[p + 1]
+    for b in range(nb):
+        s, _ = _cholesky_s(_mat(L, b * n * n, n, n), _mat(gL, b * n * n, n, n))
+        ga = _mat(gA, b * n * n, n, n)
+        ga += _phi(s + s.T)
+
+
+@_jit
+def cholesky_jvp(i, entries, bufs, ipool, data, T):
+    # tL = L Phi(L^-1 tA_s L^-T), tA_s the symmetric matrix of tA's lower triangle
+    a, o = entries[i, E_IN0], entries[i, E_OUT]
+    act = active(bufs, a)
+    L = view(bufs, data, o)
+    p = entries[i, E_ATTR]
+    nb, n = ipool[p], ipool[p + 1]
+    for b in range(nb):
+        low = _mat(L, b * n * n, n, n)
+        li = _inv_lower(low)
+        for d in range(T.shape[0]):
+            ty = _mat(view(bufs, T[d], o), b * n * n, n, n)
+            if not act:
+                ty[:] = 0.0
+                continue
+            ta = _from_lower(_mat(view(bufs, T[d], a), b * n * n, n, n))
+            ty[:] = np.dot(low, _phi(np.dot(np.dot(li, ta), li.T)))
+
+
+@_jit
+def cholesky_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    # tangent of gA = Phi(S + S^T): tS = -L^-T tL^T S - S tL L^-1 + L^-T Phi(tL^T gL + L^T tgL) L^-1
+    a, o = entries[i, E_IN0], entries[i, E_OUT]
+    if not active(bufs, a):
+        return
+    L, gL = view(bufs, data, o), view(bufs, grad, o)
+    p = entries[i, E_ATTR]
+    nb, n = ipool[p], ipool[p + 1]
+    for b in range(nb):
+        low = _mat(L, b * n * n, n, n)
+        gl = _mat(gL, b * n * n, n, n)
+        s, li = _cholesky_s(low, gl)
+        for d in range(T.shape[0]):
+            tl = _mat(view(bufs, T[d], o), b * n * n, n, n)
+            tgl = _mat(view(bufs, GT[d], o), b * n * n, n, n)
+            inner = _phi(np.dot(tl.T, gl) + np.dot(low.T, tgl))
+            ts = np.dot(np.dot(li.T, inner), li)
+            ts -= np.dot(li.T, np.dot(tl.T, s))
+            ts -= np.dot(np.dot(s, tl), li)
+            gta = _mat(view(bufs, GT[d], a), b * n * n, n, n)
+            gta += _phi(ts + ts.T)
+
+
+# ---------------------------------------------------------------- slogdet
+
+
+@_jit
+def slogdet_fwd(i, entries, bufs, ipool, data):
+    A = view(bufs, data, entries[i, E_IN0])
+    Y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    nb, n = ipool[p], ipool[p + 1]
+    for b in range(nb):
+        a = _mat(A, b * n * n, n, n)
+        if not np.all(np.isfinite(a)):
+            return i
+        sign, lad = np.linalg.slogdet(a)
+        if sign == 0.0 or not np.isfinite(lad):
+            return i
+        Y[2 * b] = sign
+        Y[2 * b + 1] = lad
+    return -1
+
+
+@_jit
+def _inv_t(a):
+    return np.ascontiguousarray(np.linalg.inv(a).T)
+
+
+@_jit
+def slogdet_rev(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    A, gA, gY = view(bufs, data, a), view(bufs, grad, a), view(bufs, grad, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    nb, n = ipool[p], ipool[p + 1]
+    for b in range(nb):
+        g = gY[2 * b + 1]
+        if g != 0.0:
+            ga = _mat(gA, b * n * n, n, n)
+            ga += g * _inv_t(_mat(A, b * n * n, n, n))
+
+
+@_jit
+def slogdet_jvp(i, entries, bufs, ipool, data, T):
+    # t(log|det A|) = tr(A^-1 tA) = sum(A^-T * tA); the sign's tangent is 0
+    a, o = entries[i, E_IN0], entries[i, E_OUT]
+    act = active(bufs, a)
+    A = view(bufs, data, a)
+    p = entries[i, E_ATTR]
+    nb, n = ipool[p], ipool[p + 1]
+    for b in range(nb):
+        it = _inv_t(_mat(A, b * n * n, n, n)) if act else np.zeros((n, n), A.dtype)
+        for d in range(T.shape[0]):
+            ty = view(bufs, T[d], o)
+            ty[2 * b] = 0.0
+            ty[2 * b + 1] = np.sum(it * _mat(view(bufs, T[d], a), b * n * n, n, n)) if act else 0.0
+
+
+@_jit
+def slogdet_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    # tangent of gA = g A^-T: tg A^-T - g A^-T tA^T A^-T
+    a, o = entries[i, E_IN0], entries[i, E_OUT]
+    if not active(bufs, a):
+        return
+    A, gY = view(bufs, data, a), view(bufs, grad, o)
+    p = entries[i, E_ATTR]
+    nb, n = ipool[p], ipool[p + 1]
+    for b in range(nb):
+        it = _inv_t(_mat(A, b * n * n, n, n))
+        g = gY[2 * b + 1]
+        for d in range(T.shape[0]):
+            ta = _mat(view(bufs, T[d], a), b * n * n, n, n)
+            gta = _mat(view(bufs, GT[d], a), b * n * n, n, n)
+            gta += view(bufs, GT[d], o)[2 * b + 1] * it - g * np.dot(np.dot(it, ta.T), it)
+
+
+# ---------------------------------------------------------------- sparsity and checks
+
+
+def _dense_sparsity(t, i, inputs, nb, out_per, nonlinear):
+    """Each output matrix depends on the whole of its inputs' matrices (a superset for the
+    triangular modes): ``inputs`` is ``[(k, per_matrix, batch_stride)]``; ``nonlinear`` lists
+    the pairs ``(k, l)`` of inputs whose elements interact within a matrix."""
+    deps = []
+    out = np.arange(nb * out_per)
+    spread = (out, out // out_per, (nb * out_per, nb))
+    elems = {}
+    for k, per, stride in inputs:
+        size = int(t.bufs[t.entries[i, E_IN0 + k], B_SIZE])
+        b = np.repeat(np.arange(nb), per)
+        e = b * stride + np.tile(np.arange(per), nb)
+        elems[k] = (b, e)
+        deps.append((k, (spread, (b, e, (nb, size)))))
+    pairs = []
+    for k, l in nonlinear:
+        bk, ek = elems[k]
+        bl, el = elems[l]
+        pairs.append((k, bk, ek, l, bl, el))
+    return deps, pairs
+
+
+def solve_sparsity(t, i, data):
+    """``X[b]`` depends on all of ``A[b]`` and ``B[b]``; ``A`` interacts with itself and
+    with ``B`` (``X`` is linear in ``B``)."""
+    p = int(t.entries[i, E_ATTR])
+    nb, n, k, sa, sb, _ = (int(v) for v in t.ipool[p : p + 6])
+    return _dense_sparsity(t, i, [(0, n * n, sa), (1, n * k, sb)], nb, n * k, [(0, 0), (0, 1)])
+
+
+def _square_sparsity(out_per):
+    def sparsity(t, i, data):
+        p = int(t.entries[i, E_ATTR])
+        nb, n = int(t.ipool[p]), int(t.ipool[p + 1])
+        return _dense_sparsity(t, i, [(0, n * n, n * n)], nb, out_per(n), [(0, 0)])
+
+    sparsity.__doc__ = "Each output matrix depends on all of its input matrix, nonlinearly."
+    return sparsity
+
+
+def check_solve(t, i, e):
+    """Validation of a ``solve`` entry: ``batch`` outputs of ``n x k``; ``A`` read as
+    ``batch`` ``n x n`` matrices ``stride_a`` apart, ``B`` as ``n x k`` matrices ``stride_b``
+    apart; ``mode`` 0, 1 or 2."""
+    a, b, y = e[E_IN0], e[E_IN1], e[E_OUT]
+    names = ("batch", "n", "k", "stride_a", "stride_b", "mode")
+    ints = V.block(t, i, 0, 6, ", ".join(names))
+    for name, v in zip(names, ints):
+        V.count(t, i, v, name, hi=1 << 62)
+    nb, n, k, sa, sb, mode = ints
+    if mode not in (GENERAL, LOWER, UPPER):
+        V.fail(t, i, f"mode {mode} is not 0 (general), 1 (lower) or 2 (upper)")
+    V.equal_sizes(t, i, "the output", y, nb * n * k, f"{nb} matrices of {n} x {k}")
+    if nb and n:
+        V.inside(t, i, "input 0", a, (0, (nb - 1) * sa + n * n - 1))
+    if nb and n * k:
+        V.inside(t, i, "input 1", b, (0, (nb - 1) * sb + n * k - 1))
+
+
+def _check_square(out_per):
+    def check(t, i, e):
+        a, y = e[E_IN0], e[E_OUT]
+        nb, n = V.block(t, i, 0, 2, "batch, n")
+        V.count(t, i, nb, "batch", hi=1 << 62)
+        V.count(t, i, n, "n", hi=1 << 31)
+        V.equal_sizes(t, i, "input 0", a, nb * n * n, f"{nb} matrices of {n} x {n}")
+        V.equal_sizes(t, i, "the output", y, nb * out_per(n), f"{nb} results of {out_per(n)}")
+
+    check.__doc__ = (
+        "Validation of a square-matrix entry: the input is ``batch`` ``n x n`` matrices."
+    )
+    return check
+
+
+def _describe(name, what):
+    def describe(t, i, read, at):
+        return f"entry {i} ({name}){at}: {what}"
+
+    describe.__doc__ = f"Why a ``{name}`` entry stopped the sweep."
+    return describe
+
+
+SOLVE = registry.kernel(
+    "solve", solve_fwd, solve_rev, module=__name__, n_inputs=2, differentiable=(True, True),
+    check=check_solve, gpu="solve", jvp=solve_jvp, hvp=solve_hvp, sparsity=solve_sparsity,
+    error=np.linalg.LinAlgError, describe_failure=_describe("solve", "the matrix is singular (a zero pivot): the system has no unique solution"),
+)  # fmt: skip
+CHOLESKY = registry.kernel(
+    "cholesky", cholesky_fwd, cholesky_rev, module=__name__, n_inputs=1, differentiable=(True,),
+    check=_check_square(lambda n: n * n), gpu="cholesky", jvp=cholesky_jvp, hvp=cholesky_hvp,
+    sparsity=_square_sparsity(lambda n: n * n),
+    error=np.linalg.LinAlgError, describe_failure=_describe("cholesky", "the matrix is not positive definite (Cholesky failed)"),
+)  # fmt: skip
+SLOGDET = registry.kernel(
+    "slogdet", slogdet_fwd, slogdet_rev, module=__name__, n_inputs=1, differentiable=(True,),
+    check=_check_square(lambda n: 2), gpu="slogdet", jvp=slogdet_jvp, hvp=slogdet_hvp,
+    sparsity=_square_sparsity(lambda n: 2), error=np.linalg.LinAlgError, describe_failure=_describe(
+        "slogdet", "the matrix is singular (or not finite): log|det| is -inf and has no derivative"
+    ),
+)  # fmt: skip

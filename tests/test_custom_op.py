@@ -1,0 +1,140 @@
+"""User-defined ops (``tape.custom_op``) written here, as a user would: forward and vjp as
+``@njit`` functions over NumPy arrays, in eager mode, replay, batched replay and the compiled
+tier, checked against finite differences and NumPy."""
+
+import numpy as np
+import pytest
+from numba import njit
+
+import tape as tp
+
+
+@njit
+def softclip_fwd(x, c):
+    return c * np.tanh(x / c)
+
+
+@njit
+def softclip_vjp(gy, y, x, c):
+    r = y / c
+    d = 1.0 - r * r
+    gx = gy * d
+    # dy/dc = tanh(x/c) - (x/c) (1 - tanh^2): summed where c was broadcast (a scalar)
+    return gx, np.full_like(c, np.sum(gy * (r - (x / c) * d)))
+
+
+softclip = tp.custom_op("softclip", softclip_fwd, softclip_vjp)
+
+
+@njit
+def rowdot_fwd(a, b):  # (n, k), (n, k) -> (n,)
+    return (a * b).sum(axis=1)
+
+
+@njit
+def rowdot_vjp(gy, y, a, b):
+    return gy[:, None] * b, gy[:, None] * a
+
+
+rowdot = tp.custom_op("rowdot", rowdot_fwd, rowdot_vjp, out_shape=lambda sa, sb: sa[:1])
+
+
+def plain_square_vjp(gy, y, x):  # a plain Python function works too (eager and replay)
+    return 2.0 * x * gy
+
+
+square_py = tp.custom_op("square_py", lambda x: x * x, plain_square_vjp)
+
+
+def np_softclip(x, c):
+    return c * np.tanh(x / c)
+
+
+def f(x, c):
+    return (softclip(x, c) ** 2).sum() + rowdot(x.reshape(2, 3), x.reshape(2, 3) * 0.5).sum()
+
+
+def f_np(x, c):
+    return (np_softclip(x, c) ** 2).sum() + 0.5 * (x**2).sum()
+
+
+@pytest.fixture
+def data(rng):
+    return rng.normal(size=6), np.array(1.5)
+
+
+def test_eager_value_and_backward_match_numpy_and_fd(data):
+    x, c = data
+    xt = tp.tensor(x, requires_grad=True)
+    ct = tp.tensor(c, requires_grad=True)
+    y = f(xt, ct)
+    np.testing.assert_allclose(y.item(), f_np(x, c), rtol=1e-13)
+    y.backward()
+    eps = 1e-6
+    fd = np.array([(f_np(x + eps * e, c) - f_np(x - eps * e, c)) / (2 * eps) for e in np.eye(6)])
+    np.testing.assert_allclose(xt.grad.numpy(), fd, rtol=1e-6, atol=1e-8)
+    fdc = (f_np(x, c + eps) - f_np(x, c - eps)) / (2 * eps)
+    np.testing.assert_allclose(ct.grad.item(), fdc, rtol=1e-6)
+    assert repr(softclip(xt, ct).grad_fn) == "<SoftclipBackward0>"
+
+
+def test_gradcheck(data):
+    x, c = data
+    assert tp.gradcheck(lambda x, c: softclip(x, c), x, c)
+    assert tp.gradcheck(lambda a, b: rowdot(a, b), x.reshape(2, 3), x.reshape(2, 3) + 1.0)
+    assert tp.gradcheck(lambda x: square_py(x), x)
+
+
+def test_replay_on_new_inputs_and_compiled_tier(data, rng):
+    x, c = data
+    t = tp.record(f, x, c)
+    assert t.tier == "interpreter"
+    x2, c2 = rng.normal(size=6), np.array(0.7)
+    want_v = f_np(x2, c2)
+    v, (gx, gc) = t.value_and_grad(x2, c2)
+    np.testing.assert_allclose(v, want_v, rtol=1e-13)
+    ref = tp.tensor(x2, requires_grad=True), tp.tensor(c2, requires_grad=True)
+    f(*ref).backward()
+    np.testing.assert_allclose(gx, ref[0].grad.numpy(), rtol=1e-13)
+    np.testing.assert_allclose(gc, ref[1].grad.numpy(), rtol=1e-13)
+    assert t.compile() is t and t.tier == "compiled"
+    assert "softclip (custom op)" in t.compiled_source
+    v3, (gx3, gc3) = t.value_and_grad(x2, c2)
+    np.testing.assert_allclose(v3, want_v, rtol=1e-12)
+    np.testing.assert_allclose(gx3, gx, rtol=1e-12)
+    np.testing.assert_allclose(gc3, gc, rtol=1e-12)
+    # batched replay, on the compiled tape and on an interpreter one
+    X = rng.normal(size=(4, 6))
+    C = np.abs(rng.normal(size=4)) + 0.5
+    for tape_ in (t, tp.record(f, x, c)):
+        vals, (GX, GC) = tape_.gradient_batch(X, C)
+        for b in range(4):
+            vb, (gxb, gcb) = tp.record(f, X[b], C[b]).value_and_grad(X[b], C[b])
+            np.testing.assert_allclose(vals[b], vb, rtol=1e-12)
+            np.testing.assert_allclose(GX[b], gxb, rtol=1e-12)
+            np.testing.assert_allclose(GC[b], gcb, rtol=1e-12)
+
+
+def test_compiled_record_and_scalar_output(rng):
+    x = rng.normal(size=5)
+    t = tp.record(lambda x: softclip(x, 2.0).sum() * 3.0, x, compile=True)
+    assert t.tier == "compiled"
+    g = t.gradient(x)
+    np.testing.assert_allclose(g, 3.0 / np.cosh(x / 2.0) ** 2, rtol=1e-12)
+
+
+def test_errors(rng):
+    with pytest.raises(TypeError, match="fwd must be callable"):
+        tp.custom_op("bad", 3, softclip_vjp)
+    bad_shape = tp.custom_op("bad_shape", lambda x: x[:2], lambda gy, y, x: (gy,))
+    with pytest.raises(ValueError, match=r"bad_shape.*fwd returned shape \(2,\)"):
+        bad_shape(tp.ones(3))
+    few = tp.custom_op("few", lambda a, b: a + b, lambda gy, y, a, b: (gy,))
+    a = tp.ones(3, requires_grad=True)
+    with pytest.raises(ValueError, match="few.*1 cotangents for 2 inputs"):
+        few(a, tp.ones(3)).sum().backward()
+    t = tp.record(lambda x: softclip(x, 1.0).sum(), np.ones(3))
+    with pytest.raises(NotImplementedError, match="softclip"):
+        t.hessian(np.ones(3))  # second order needs rules the custom op does not give
+    with pytest.raises(NotImplementedError, match="softclip"):
+        t.to("cuda")
