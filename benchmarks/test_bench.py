@@ -8,17 +8,18 @@ ratios) is ``python -m tape.bench``; this is the same code timed by pytest-bench
 
 import pytest
 
-from tape.bench import adbench, ba, gmm, lstm, second, simple
+from tape.bench import adbench, ba, gmm, gp, lstm, second, simple
 from tape.bench.harness import Opts, Skip
 
 DATA = adbench.find_data_dir()
-TOOLS = ("tape", "tape eager", "njit (hand)", "jax jit", "torch", "autograd")
+TOOLS = ("tape", "tape eager", "njit (hand)", "numpy (hand)", "jax jit", "torch", "autograd")
 
 
 def _cases():
     out = []
     out += [c for c in simple.rosenbrock_cases(Opts()) if c.size in (10, 1000, 100_000)]
     out += simple.mlp_cases(Opts()) + simple.mlp_large_cases(Opts()) + simple.linreg_cases(Opts())
+    out += gp.gp_cases(Opts()) + gp.gp_x_cases(Opts(quick=True))
     if DATA is not None:
         out += [c for c in gmm.gmm_cases(Opts(quick=True)) if c.label != "10k d10 K25"]
         out += ba.ba_cases(Opts(quick=True))

@@ -18,9 +18,12 @@ from tape.bench.harness import Opts, Progress, Skip
 
 def problems():
     """Every problem, in report order."""
-    from tape.bench import ba, gmm, lstm, second, simple
+    from tape.bench import ba, gmm, gp, lstm, second, simple
 
-    return simple.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS + second.PROBLEMS
+    return (
+        simple.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS + gp.PROBLEMS
+        + second.PROBLEMS
+    )  # fmt: skip
 
 
 def machine_info() -> dict:
