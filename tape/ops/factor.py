@@ -41,6 +41,12 @@ GENERAL, LOWER, UPPER = 0, 1, 2
 
 
 @_jit
+def _dot(a, b):
+    """``a @ b`` through BLAS, on contiguous copies of transposed operands."""
+    return np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+
+
+@_jit
 def _mat(flat, off, r, c):
     return flat[off : off + r * c].reshape((r, c))
 
@@ -153,7 +159,7 @@ def solve_rev(i, entries, bufs, ipool, data, grad):
             gb += g
         if act_a:
             ga = _mat(gA, b * sa, n, n)
-            ga -= _mask(np.dot(g, _mat(X, b * n * k, n, k).T), mode)
+            ga -= _mask(_dot(g, _mat(X, b * n * k, n, k).T), mode)
 
 
 @_jit
@@ -175,7 +181,7 @@ def solve_jvp(i, entries, bufs, ipool, data, T):
                 r += _mat(view(bufs, T[d], ib), b * sb, n, k)
             if act_a:
                 ta = _mask(_mat(view(bufs, T[d], ia), b * sa, n, n), mode)
-                r -= np.dot(ta, _mat(X, b * n * k, n, k))
+                r -= _dot(ta, _mat(X, b * n * k, n, k))
             ty = _mat(tY, b * n * k, n, k)
             ty[:] = _solve(a, r, mode, False)
 
@@ -198,7 +204,7 @@ def solve_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             r = _mat(view(bufs, GT[d], io), b * n * k, n, k).copy()
             if act_a:
                 ta = _mask(_mat(view(bufs, T[d], ia), b * sa, n, n), mode)
-                r -= np.dot(ta.T, g)
+                r -= _dot(ta.T, g)
             tg = _solve(a, r, mode, True)
             if act_b:
                 gtb = _mat(view(bufs, GT[d], ib), b * sb, n, k)
@@ -206,7 +212,7 @@ def solve_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             if act_a:
                 tx = _mat(view(bufs, T[d], io), b * n * k, n, k)
                 gta = _mat(view(bufs, GT[d], ia), b * sa, n, n)
-                gta -= _mask(np.dot(tg, x.T) + np.dot(g, tx.T), mode)
+                gta -= _mask(_dot(tg, x.T) + _dot(g, tx.T), mode)
 
 
 # ---------------------------------------------------------------- cholesky
@@ -265,7 +271,7 @@ def cholesky_fwd(i, entries, bufs, ipool, data):
 def _cholesky_s(low, gl):
     """``S = L^-T Phi(L^T gL) L^-1`` and ``L^-1``."""
     li = _inv_lower(low)
-    return np.dot(np.dot(li.T, _phi(np.dot(low.T, gl))), li), li
+    return _dot(_dot(li.T, _phi(_dot(low.T, gl))), li), li
 
 
 @_jit
@@ -303,7 +309,7 @@ def cholesky_jvp(i, entries, bufs, ipool, data, T):
                 ty[:] = 0.0
                 continue
             ta = _from_lower(_mat(view(bufs, T[d], a), b * n * n, n, n))
-            ty[:] = np.dot(low, _phi(np.dot(np.dot(li, ta), li.T)))
+            ty[:] = _dot(low, _phi(_dot(_dot(li, ta), li.T)))
 
 
 @_jit
@@ -322,10 +328,10 @@ def cholesky_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         for d in range(T.shape[0]):
             tl = _mat(view(bufs, T[d], o), b * n * n, n, n)
             tgl = _mat(view(bufs, GT[d], o), b * n * n, n, n)
-            inner = _phi(np.dot(tl.T, gl) + np.dot(low.T, tgl))
-            ts = np.dot(np.dot(li.T, inner), li)
-            ts -= np.dot(li.T, np.dot(tl.T, s))
-            ts -= np.dot(np.dot(s, tl), li)
+            inner = _phi(_dot(tl.T, gl) + _dot(low.T, tgl))
+            ts = _dot(_dot(li.T, inner), li)
+            ts -= _dot(li.T, _dot(tl.T, s))
+            ts -= _dot(_dot(s, tl), li)
             gta = _mat(view(bufs, GT[d], a), b * n * n, n, n)
             gta += _phi(ts + ts.T)
 
@@ -402,7 +408,7 @@ def slogdet_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         for d in range(T.shape[0]):
             ta = _mat(view(bufs, T[d], a), b * n * n, n, n)
             gta = _mat(view(bufs, GT[d], a), b * n * n, n, n)
-            gta += view(bufs, GT[d], o)[2 * b + 1] * it - g * np.dot(np.dot(it, ta.T), it)
+            gta += view(bufs, GT[d], o)[2 * b + 1] * it - g * _dot(_dot(it, ta.T), it)
 
 
 # ---------------------------------------------------------------- sparsity and checks

@@ -22,7 +22,7 @@ from numba import njit
 from tape import _validate as V
 from tape import registry
 from tape._config import KERNEL_JIT
-from tape._layout import B_OFF, E_ATTR, E_IN0, E_IN1, E_OUT
+from tape._layout import B_OFF, E_ATTR, E_IN0, E_IN1, E_OP, E_OUT
 from tape._loops import active, strided_offsets, view
 
 _jit = njit(**KERNEL_JIT)
@@ -195,15 +195,16 @@ def check_take(t, i, e):
 
 
 def take_failure(t, i, read, at):
-    """Why a ``take`` entry stopped the sweep: the first index out of range (or not an
-    integer), as the kernel checks them."""
+    """Why a ``take`` (or ``scatter_add``) entry stopped the sweep: the first index out of
+    range (or not an integer), as the kernel checks them."""
     rows = int(t.ipool[t.entries[i, E_ATTR]])
     idx = np.asarray(read(int(t.entries[i, E_IN1]))).ravel()
     bad = [v for v in idx if not -rows <= v < rows or v != int(v)]
     if not bad:
         return None
+    name = registry.OPS[int(t.entries[i, E_OP])].name
     return (
-        f"entry {i} (take){at}: index {bad[0]:g} is out of bounds for an axis of size {rows} "
+        f"entry {i} ({name}){at}: index {bad[0]:g} is out of bounds for an axis of size {rows} "
         "(indices are checked at every replay)"
     )
 
