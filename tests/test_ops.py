@@ -8,6 +8,7 @@ import pytest
 
 import cases_factor  # tests/ is on sys.path (pytest's rootdir-less import mode)
 import cases_scan
+import cases_scatter
 import tape as tp
 from tape.ops.elementwise import COMPARISONS
 from tape.registry import OPS
@@ -122,6 +123,11 @@ def _r(*shape, seed=0, lo=-2.0, hi=2.0):
     return np.random.default_rng(seed + sum(shape)).uniform(lo, hi, shape)
 
 
+def _q(*shape, seed=0):
+    """Random values on a grid of eighths (exact products and sums in float64)."""
+    return np.round(_r(*shape, seed=seed) * 8) / 8
+
+
 # each case: (function of tensors, NumPy reference of the same, inputs)
 # fmt: off
 KERNEL_CASES = {
@@ -133,6 +139,14 @@ KERNEL_CASES = {
         (lambda x: tp.sum(x, axis=-1), lambda x: np.sum(x, axis=-1), [_r(2, 3, 4)]),
         (lambda x: tp.sum(x, dim=1), lambda x: np.sum(x, axis=1), [_r(2, 3, 4)]),
         (lambda x: tp.sum(x), lambda x: np.sum(x), [np.array(1.5)]),
+        # composites recording copy + sum
+        (lambda x: tp.trace(x), lambda x: np.trace(x), [_r(3, 3)]),
+        (lambda x: x.trace(1, -1, 0), lambda x: np.trace(x, 1, -1, 0), [_r(3, 4, 2)]),
+        (lambda x: tp.einsum("ii->", x), lambda x: np.einsum("ii->", x), [_r(4, 4)]),
+        (lambda x: tp.einsum("ij->", x), lambda x: np.einsum("ij->", x), [_r(3, 4)]),
+        (lambda x: tp.einsum("ijk->j", x), lambda x: np.einsum("ijk->j", x), [_r(2, 3, 4)]),
+        (lambda x: tp.einsum("iij->j", x), lambda x: np.einsum("iij->j", x), [_r(3, 3, 2)]),
+        (lambda x: tp.einsum("i...->...", x), lambda x: np.einsum("i...->...", x), [_r(2, 3)]),
     ],
     "max": [
         (lambda x: tp.max(x), lambda x: np.max(x), [_r(3, 4)]),
@@ -160,6 +174,35 @@ KERNEL_CASES = {
         (lambda a, b: tp.concatenate([a, b, a], axis=0), lambda a, b: np.concatenate([a, b, a], 0), [_r(2, 3), _r(4, 3)]),
         (lambda a, b: tp.cat([a, b], dim=1), lambda a, b: np.concatenate([a, b], 1), [_r(2, 3), _r(2, 1)]),
         (lambda a, b: tp.stack([a, b], axis=1), lambda a, b: np.stack([a, b], 1), [_r(2, 3), _r(2, 3, seed=1)]),
+        # NumPy shape composites recording strided copies
+        (lambda x: tp.flip(x), lambda x: np.flip(x), [_r(2, 3, 4)]),
+        (lambda x: tp.flip(x, (0, -1)), lambda x: np.flip(x, (0, -1)), [_r(2, 3, 4)]),
+        (lambda x: tp.flip(x, dims=[1]), lambda x: np.flip(x, 1), [_r(3, 4)]),
+        (lambda x: x.flip(0, 1), lambda x: np.flip(x, (0, 1)), [_r(3, 4)]),
+        (lambda x: tp.roll(x, 5), lambda x: np.roll(x, 5), [_r(3, 4)]),
+        (lambda x: tp.roll(x, -1, axis=-1), lambda x: np.roll(x, -1, axis=-1), [_r(2, 3, 4)]),
+        (lambda x: tp.roll(x, (1, 7), (0, 2)), lambda x: np.roll(x, (1, 7), (0, 2)), [_r(2, 3, 4)]),
+        (lambda x: tp.tile(x, (2, 1, 3)), lambda x: np.tile(x, (2, 1, 3)), [_r(3, 2)]),
+        (lambda x: tp.tile(x, 2), lambda x: np.tile(x, 2), [_r(2, 3)]),
+        (lambda x: x.repeat(2, 1, 2), lambda x: np.tile(x, (2, 1, 2)), [_r(3, 2)]),
+        (lambda x: tp.repeat(x, 2), lambda x: np.repeat(x, 2), [_r(2, 3)]),
+        (lambda x: tp.repeat(x, 3, axis=-2), lambda x: np.repeat(x, 3, axis=-2), [_r(2, 3, 2)]),
+        (lambda x: tp.concatenate(tp.split(x, [1, 3], axis=1)[::-1], axis=1), lambda x: np.concatenate(np.split(x, [1, 3], axis=1)[::-1], axis=1), [_r(2, 5)]),
+        (lambda x: tp.concatenate([p * (k + 1) for k, p in enumerate(tp.split(x, 3, axis=-1))], -1), lambda x: np.concatenate([p * (k + 1) for k, p in enumerate(np.split(x, 3, axis=-1))], -1), [_r(2, 6)]),
+        (lambda x: tp.stack([p.sum() for p in tp.array_split(x, 3)]), lambda x: np.stack([p.sum() for p in np.array_split(x, 3)]), [_r(7)]),
+        (lambda x: tp.stack([p.sum() for p in x.split([1, 3], dim=1)]), lambda x: np.stack([x[:, :1].sum(), x[:, 1:].sum()]), [_r(2, 4)]),
+        (lambda x: tp.moveaxis(x, 0, -1), lambda x: np.moveaxis(x, 0, -1), [_r(2, 3, 4)]),
+        (lambda x: tp.moveaxis(x, [0, -1], [-1, 1]), lambda x: np.moveaxis(x, [0, -1], [-1, 1]), [_r(2, 3, 4)]),
+        (lambda x: tp.swapaxes(x, -1, 0), lambda x: np.swapaxes(x, -1, 0), [_r(2, 3, 4)]),
+        (lambda x: tp.pad(x, 1), lambda x: np.pad(x, 1), [_r(2, 3)]),
+        (lambda x: tp.pad(x, ((1, 0), (0, 2), (3, 1))), lambda x: np.pad(x, ((1, 0), (0, 2), (3, 1))), [_r(2, 3, 2)]),
+        (lambda x: tp.pad(x, ((1, 2), (2, 1)), constant_values=((1.5, -2), (3, 4))), lambda x: np.pad(x, ((1, 2), (2, 1)), constant_values=((1.5, -2), (3, 4))), [_r(2, 3)]),
+        (lambda x: tp.pad(x, (0, 3), constant_values=-1.0), lambda x: np.pad(x, (0, 3), constant_values=-1.0), [_r(4)]),
+        (lambda x: tp.diagonal(x), lambda x: np.diagonal(x), [_r(3, 4)]),
+        (lambda x: tp.diagonal(x, -1, 2, 0), lambda x: np.diagonal(x, -1, 2, 0), [_r(3, 2, 4)]),
+        (lambda x: tp.diag(x, 1), lambda x: np.diag(x, 1), [_r(3, 4)]),
+        (lambda x: tp.einsum("ij->ji", x), lambda x: np.einsum("ij->ji", x), [_r(3, 4)]),
+        (lambda x: tp.einsum("ii->i", x), lambda x: np.einsum("ii->i", x), [_r(3, 3)]),
     ],
     "take": [
         (lambda x: x[np.array([2, 0, 2, -1])], lambda x: x[np.array([2, 0, 2, -1])], [_r(4, 3)]),
@@ -167,6 +210,14 @@ KERNEL_CASES = {
         (lambda x: tp.take(x, np.array([[0, 1], [1, 1]]), axis=1), lambda x: np.take(x, [[0, 1], [1, 1]], axis=1), [_r(2, 3, 2)]),
         (lambda x: x[np.array([0, 2]), np.array([1, 3])], lambda x: x[[0, 2], [1, 3]], [_r(3, 4)]),
         (lambda x: x[x_mask], lambda x: x[x_mask], [_r(2, 3)]),
+        # NumPy composites recording gathers
+        (lambda x: tp.repeat(x, [1, 0, 2], axis=1), lambda x: np.repeat(x, [1, 0, 2], axis=1), [_r(2, 3)]),
+        (lambda x: tp.repeat(x, np.array([2, 1, 3])), lambda x: np.repeat(x, [2, 1, 3]), [_r(3)]),
+        (lambda x: tp.diag(x), lambda x: np.diag(x), [_r(3)]),
+        (lambda x: tp.diag(x, -2), lambda x: np.diag(x, -2), [_r(3)]),
+        (lambda x: tp.take_along_axis(x, tal_idx, 1), lambda x: np.take_along_axis(x, tal_idx, 1), [_r(3, 4)]),
+        (lambda x: tp.take_along_axis(x, tal_idx3, -1), lambda x: np.take_along_axis(x, tal_idx3, -1), [_r(2, 1, 4)]),
+        (lambda x: tp.take_along_axis(x, np.array([5, 0, -1, 5]), None), lambda x: np.take_along_axis(x, np.array([5, 0, -1, 5]), None), [_r(2, 3)]),
     ],
     "matmul": [
         (lambda a, b: a @ b, lambda a, b: a @ b, [_r(3, 4), _r(4, 2)]),
@@ -178,6 +229,26 @@ KERNEL_CASES = {
         (lambda a, b: a @ b, lambda a, b: a @ b, [_r(3, 4), _r(2, 4, 5)]),
         (lambda a, b: tp.outer(a, b), lambda a, b: np.outer(a, b), [_r(3), _r(2)]),
         (lambda a: a @ a, lambda a: a @ a, [_r(3, 3)]),
+        # N-D batches broadcast with NumPy's rules
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(2, 1, 3, 4), _r(5, 4, 2)]),
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(2, 2, 3, 4), _r(2, 2, 4, 2, seed=1)]),
+        (lambda a, b: tp.matmul(a, b), lambda a, b: np.matmul(a, b), [_r(4), _r(2, 3, 4, 2)]),
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(2, 3, 3, 4), _r(4)]),
+        (lambda a, b: a @ b, lambda a, b: a @ b, [_r(1, 1, 3, 4), _r(2, 4, 2)]),
+        # contractions lowered to matmul
+        (lambda a, b: tp.tensordot(a, b), lambda a, b: np.tensordot(a, b), [_r(2, 3, 4), _r(3, 4, 2)]),
+        (lambda a, b: tp.tensordot(a, b, ([0, 2], [2, 0])), lambda a, b: np.tensordot(a, b, ([0, 2], [2, 0])), [_r(2, 3, 4), _r(4, 5, 2)]),
+        (lambda a, b: tp.einsum("ij,jk->ik", a, b), lambda a, b: np.einsum("ij,jk->ik", a, b), [_r(2, 3), _r(3, 4)]),
+        (lambda a, b: tp.einsum("bij,bjk->bik", a, b), lambda a, b: np.einsum("bij,bjk->bik", a, b), [_r(2, 3, 4), _r(2, 4, 2)]),
+        (lambda a, b: tp.einsum("i,i->", a, b), lambda a, b: np.einsum("i,i->", a, b), [_r(4), _r(4, seed=1)]),
+        (lambda a, b: tp.einsum("...ij,...jk", a, b), lambda a, b: np.einsum("...ij,...jk", a, b), [_r(2, 3, 4), _r(4, 2)]),
+        (lambda a, b: tp.einsum("...ij,...jk->...ik", a, b), lambda a, b: np.einsum("...ij,...jk->...ik", a, b), [_r(2, 1, 3, 4), _r(5, 4, 2)]),
+        (lambda a, b: tp.einsum("ijk,jil->kl", a, b), lambda a, b: np.einsum("ijk,jil->kl", a, b), [_r(2, 3, 4), _r(3, 2, 5)]),
+        # two products in a row: inputs on a grid of eighths, so that every product and sum is
+        # exact and the sparse (compressed) Jacobian equals the dense one bit for bit
+        (lambda a, b, c: tp.einsum("ab,cd,bc->ad", a, b, c), lambda a, b, c: np.einsum("ab,cd,bc->ad", a, b, c), [_q(2, 3), _q(4, 2), _q(3, 4)]),
+        (lambda a, b: tp.einsum("ij,ij->ij", a, b), lambda a, b: np.einsum("ij,ij->ij", a, b), [_r(1, 3), _r(2, 3)]),
+        (lambda a, b: tp.einsum("aab,bc->ac", a, b), lambda a, b: np.einsum("aab,bc->ac", a, b), [_r(2, 2, 3), _r(3, 4)]),
     ],
     "guard": [
         # a Python branch on a traced value records a guard; eager ignores it
@@ -188,8 +259,10 @@ KERNEL_CASES = {
 }
 # fmt: on
 x_mask = np.array([[True, False, True], [False, True, True]])
+tal_idx = np.array([[0, 3, 3], [1, -1, 0], [2, 2, 1]])
+tal_idx3 = np.array([[[0, 3]], [[-2, 1]]])
 
-for _cases in (cases_scan.CASES, cases_factor.CASES):
+for _cases in (cases_scan.CASES, cases_factor.CASES, cases_scatter.CASES):
     for _name, _list in _cases.items():
         KERNEL_CASES.setdefault(_name, []).extend(_list)
 

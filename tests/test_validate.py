@@ -138,6 +138,22 @@ def _guarded(x):
 FAMILIES["guard"] = (_guarded, (np.arange(1.0, 4.0),))
 
 
+def _factor(x, b):
+    import tape.linalg as la
+
+    k = x @ x.T + 3.0 * tp.eye(3)
+    low = la.cholesky(k)
+    return (la.solve_triangular(low, b, lower=True).sum() + la.solve(k, b).sum()
+            + la.slogdet(k)[1])  # fmt: skip
+
+
+FAMILIES["factor"] = (_factor, (np.arange(9.0).reshape(3, 3) / 9.0, np.arange(1.0, 4.0)))
+FAMILIES["scatter"] = (
+    lambda x, v, i: (x.at[i].add(v) * x).sum() + x.at[np.array([0, 0])].add(v[:2]).sum(),
+    (np.arange(4.0), np.arange(1.0, 4.0), np.array([3, 0, 3])),
+)
+
+
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_valid_tapes_load_and_replay_the_same(name):
     fn, args = FAMILIES[name]
