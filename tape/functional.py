@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tape import registry
-from tape._front import creation, linalg, movement, reduce
+from tape._front import creation, linalg, movement, reduce, scan, scatter
 from tape._tensor import (
     Tensor,
     as_tensor,
@@ -142,10 +142,11 @@ def _extreme(name, red, x, dim, keepdim, axis, keepdims):
     if x.ndim == 0:
         return MaxMin(x, idx.reshape(()) if not keep else idx)
     d = reduce.normalize_axes(name, dim, x.ndim)[0]
-    values = _take_along(x, idx, d)
+    traced = idx._tape is not None  # inside tape.record: positions recomputed at each replay
+    values = scan.take_along(x, idx, d) if traced else _take_along(x, idx, d)
     if not keep:
         values = squeeze(values, d)
-        idx = Tensor(np.squeeze(idx._value, d))
+        idx = squeeze(idx, d) if traced else Tensor(np.squeeze(idx._value, d))
     if values._op is not None:
         values._op = name  # grad_fn=<MaxBackward0>, as PyTorch names it
     return MaxMin(values, idx)
@@ -166,14 +167,16 @@ def _take_along(x, idx, d):
 
 def _arg(name, x, dim, keepdim):
     """Positions of the maximum / minimum along ``dim`` (first one on ties), int64, no
-    gradient. Inside ``tape.record`` they would be frozen at the recorded values, so there
-    they raise."""
+    gradient. Inside ``tape.record`` they are an entry (``argmax`` / ``argmin`` ops), so a
+    replay recomputes them on its own data; elsewhere they are computed by NumPy."""
     x = as_tensor(x)
     if x._tape is not None and x._resolve()[0].recording:
-        raise NotImplementedError(
-            f"{name} indices inside tape.record() would be frozen at their recorded values; "
-            f"record the values only (tape.{name}(x, axis=...)), or compute indices outside"
-        )
+        if dim is not None and not isinstance(dim, (int, np.integer)):
+            dim = reduce.normalize_axes(name, dim, x.ndim)
+            if len(dim) != 1:
+                raise ValueError(f"{name}: dim must be one axis, got {dim!r}")
+            dim = dim[0]
+        return scan.arg_extreme(name, x, dim, keepdim)
     v = x._peek()
     fn = np.argmax if name in ("max", "argmax") else np.argmin
     if dim is None:
@@ -208,13 +211,15 @@ def min(x, dim=None, keepdim=False, *, axis=None, keepdims=False):  # noqa: A001
 
 @_export
 def argmax(x, dim=None, keepdim=False, *, axis=None):
-    """Position of the maximum (flattened when ``dim`` is None), int64; first one on ties."""
+    """Position of the maximum (flattened when ``dim`` is None), int64; first one on ties,
+    the first NaN if any (NumPy's rule). Inside :func:`tape.record` it is an entry, so a
+    replay recomputes it on the replay's data."""
     return _arg("argmax", x, _axis(axis, dim), keepdim)
 
 
 @_export
 def argmin(x, dim=None, keepdim=False, *, axis=None):
-    """Position of the minimum (flattened when ``dim`` is None), int64; first one on ties."""
+    """Position of the minimum (flattened when ``dim`` is None), int64: see :func:`argmax`."""
     return _arg("argmin", x, _axis(axis, dim), keepdim)
 
 
@@ -406,8 +411,22 @@ for _fn in (
     linalg.matmul,
     linalg.dot,
     linalg.outer,
+    linalg.diagonal,
+    linalg.diag,
+    linalg.trace,
+    linalg.tensordot,
+    linalg.einsum,
     movement.transpose,
     movement.swapaxes,
+    movement.moveaxis,
+    movement.flip,
+    movement.roll,
+    movement.tile,
+    movement.repeat,
+    movement.split,
+    movement.array_split,
+    movement.pad,
+    movement.take_along_axis,
     movement.broadcast_to,
     movement.concatenate,
     movement.stack,
@@ -419,6 +438,8 @@ for _fn in (
 ):
     _export(_fn)
 cat = _export(movement.concatenate, "cat")
+for _fn in scan.EXPORTS:
+    _export(_fn)
 
 
 def permute(x, *axes):
@@ -428,6 +449,7 @@ def permute(x, *axes):
 
 
 _export(permute)
+_export(scatter.index_add)
 
 
 # ---------------------------------------------------------------- Tensor operators and methods
@@ -455,6 +477,7 @@ def _install():
     for name in (
         "mean", "norm", "logsumexp", "softmax", "log_softmax", "clamp", "dot",
         "outer", "flatten", "squeeze", "unsqueeze", "broadcast_to", "amax", "amin",
+        "diagonal", "trace", "moveaxis", "swapaxes", "roll",
     ):  # fmt: skip
         setattr(T, name, globals()[name])
     T.reshape = lambda x, *shape: reshape(x, *shape)
@@ -674,6 +697,14 @@ def _install_torch_methods(T):
     T.min = min
     T.argmax = argmax
     T.argmin = argmin
+    # PyTorch's methods: x.sort() gives (values, indices), where tape.sort (NumPy) gives values
+    T.at = property(scatter.at)
+    T.index_add = scatter.index_add
+    T.cumsum = scan.cumsum
+    T.cumprod = scan.cumprod
+    T.sort = scan.sort_method
+    T.argsort = scan.argsort_method
+    T.topk = scan.topk
     T.__and__ = T.__rand__ = _bool_op(logical_and, "&")
     T.__or__ = T.__ror__ = _bool_op(logical_or, "|")
     T.__xor__ = T.__rxor__ = _bool_op(logical_xor, "^")
@@ -685,6 +716,13 @@ def _install_torch_methods(T):
     for name, fn in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
                      ("gt", "greater"), ("ge", "greater_equal")):  # fmt: skip
         setattr(T, name, globals()[fn])
+    # PyTorch's spellings where they differ from NumPy's functions: x.repeat(*sizes) is
+    # tape.tile, x.repeat_interleave is tape.repeat, x.split takes piece sizes, x.flip(*dims)
+    T.repeat = movement.torch_repeat
+    T.repeat_interleave = lambda x, repeats, dim=None: movement.repeat(x, repeats, dim)
+    T.split = movement.torch_split
+    T.flip = movement.torch_flip
+    T.tile = lambda x, *reps: movement.tile(x, reps[0] if len(reps) == 1 else reps)
     T.var = _t_var
     T.std = _t_std
     T.expand = _expand

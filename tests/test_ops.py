@@ -3,12 +3,12 @@ reverse against central finite differences (float64), over 0-d, 1-d, 2-d and bro
 shapes. A new elementwise op is picked up automatically; a new kernel op must add cases to
 KERNEL_CASES (a test fails until it does)."""
 
-import numpy as np
-import pytest
-
 import cases_factor  # tests/ is on sys.path (pytest's rootdir-less import mode)
 import cases_scan
 import cases_scatter
+import numpy as np
+import pytest
+
 import tape as tp
 from tape.ops.elementwise import COMPARISONS
 from tape.registry import OPS

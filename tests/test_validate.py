@@ -148,6 +148,11 @@ def _factor(x, b):
 
 
 FAMILIES["factor"] = (_factor, (np.arange(9.0).reshape(3, 3) / 9.0, np.arange(1.0, 4.0)))
+FAMILIES["scan"] = (
+    lambda x: tp.cumsum(x, 0).sum() + (tp.cumprod(x, axis=1) * 0.5).sum()
+    + tp.topk(x, 2).values.sum() + (tp.max(x, dim=0).values * tp.argmin(x, axis=1).sum()).sum(),
+    (np.arange(1.0, 13.0).reshape(3, 4),),
+)  # fmt: skip
 FAMILIES["scatter"] = (
     lambda x, v, i: (x.at[i].add(v) * x).sum() + x.at[np.array([0, 0])].add(v[:2]).sum(),
     (np.arange(4.0), np.arange(1.0, 4.0), np.array([3, 0, 3])),

@@ -1,1 +1,455 @@
-"""Scans and selection along an axis (cumulative sums, sorting permutations)."""
+"""Scans and selection along an axis: cumulative sums and products, sorting permutations,
+positions of extrema.
+
+The input is viewed as ``(outer, n, inner)`` with ``n`` the length of the axis, so element
+``j`` of row ``(o, q)`` is at ``o * n * inner + j * inner + q`` (a free reshape: no axis is ever
+moved). The front ends are in :mod:`tape._front.scan`.
+
+``cumsum``, ``cumprod`` attribute block: ``[outer, n, inner]``; the output has the input's
+layout. ``cumprod``'s rules divide by nothing, so they are exact when elements are zero: with
+``y`` the output, ``dL/dx_j = y_{j-1} S_j`` where ``S_j = gy_j + x_{j+1} S_{j+1}`` runs
+backwards along the row (``y_{-1} = 1``).
+
+``argsort`` attribute block: ``[outer, n, inner, descending]``; output element ``(o, k, q)`` is
+the position along the axis of the ``k``-th smallest (``descending``: largest) element of row
+``(o, q)``. The order is stable (ties keep their order, NumPy's ``kind="stable"``); NaN sorts
+after every number ascending and before every number descending (as NumPy and PyTorch).
+
+``argmax``, ``argmin`` attribute block: ``[outer, n, inner]``; output element ``(o, q)`` is the
+first position of the row's maximum (minimum), or of its first NaN (NumPy's rule).
+
+The index ops have no differentiable input and write integer positions into the float arena
+(exact below ``2**24`` in float32, ``2**53`` in float64); ``take`` reads them back as indices.
+"""
+
+import numpy as np
+from numba import njit
+
+from tape import _validate as V
+from tape import registry
+from tape._config import KERNEL_JIT
+from tape._layout import E_ATTR, E_IN0, E_OUT
+from tape._loops import active, view
+
+_jit = njit(**KERNEL_JIT)
+
+
+@_jit
+def _block(ipool, p):
+    return ipool[p], ipool[p + 1], ipool[p + 2]
+
+
+@_jit
+def _row(a, o, q, n, inner):
+    """Row ``(o, q)`` of ``a`` viewed as ``(outer, n, inner)``: a strided view of ``n``."""
+    b = o * n * inner + q
+    return a[b : b + (n - 1) * inner + 1 : inner]
+
+
+# ---------------------------------------------------------------- cumsum
+
+
+@_jit
+def cumsum_fwd(i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return -1
+    m = n * inner
+    for o in range(outer):
+        xs = x[o * m : (o + 1) * m]
+        ys = y[o * m : (o + 1) * m]
+        if inner == 1:
+            acc = xs[0]  # not 0.0 + x: keeps a leading -0.0, as NumPy does
+            ys[0] = acc
+            for j in range(1, n):
+                acc += xs[j]
+                ys[j] = acc
+        else:
+            # the same sequential sums, row by row of the inner axis (contiguous loops)
+            ys[:inner] = xs[:inner]
+            for j in range(1, n):
+                for q in range(inner):
+                    ys[j * inner + q] = ys[(j - 1) * inner + q] + xs[j * inner + q]
+    return -1
+
+
+@_jit
+def cumsum_rev(i, entries, bufs, ipool, data, grad):
+    # dL/dx_j = sum_{k >= j} gy_k: a cumulative sum backwards
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    m = n * inner
+    acc = np.zeros(inner, grad.dtype)
+    for o in range(outer):
+        gxs = gx[o * m : (o + 1) * m]
+        gys = gy[o * m : (o + 1) * m]
+        acc[:] = 0.0
+        for j in range(n - 1, -1, -1):
+            for q in range(inner):
+                acc[q] += gys[j * inner + q]
+                gxs[j * inner + q] += acc[q]
+
+
+# ---------------------------------------------------------------- cumprod
+
+
+@_jit
+def cumprod_fwd(i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return -1
+    m = n * inner
+    for o in range(outer):
+        xs = x[o * m : (o + 1) * m]
+        ys = y[o * m : (o + 1) * m]
+        ys[:inner] = xs[:inner]
+        for j in range(1, n):
+            for q in range(inner):
+                ys[j * inner + q] = ys[(j - 1) * inner + q] * xs[j * inner + q]
+    return -1
+
+
+@_jit
+def cumprod_rev(i, entries, bufs, ipool, data, grad):
+    # dL/dx_j = y_{j-1} S_j, S_j = gy_j + x_{j+1} S_{j+1}: no division, exact with zeros
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o_ = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o_)
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, o_)
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    for o in range(outer):
+        for q in range(inner):
+            xs = _row(x, o, q, n, inner)
+            ys = _row(y, o, q, n, inner)
+            gxs = _row(gx, o, q, n, inner)
+            gys = _row(gy, o, q, n, inner)
+            s = gys[n - 1]
+            for j in range(n - 1, -1, -1):
+                if j < n - 1:
+                    s = gys[j] + xs[j + 1] * s
+                if j > 0:
+                    gxs[j] += ys[j - 1] * s
+                else:
+                    gxs[j] += s
+
+
+EXACT_ROW = 64
+"""Rows up to this length take ``cumprod``'s tangent in the reverse rule's association."""
+
+
+@_jit
+def _cumprod_tangent_row(xs, ys, txs, tys, n):
+    if n <= EXACT_ROW:
+        # d y_j / d x_i = y_{i-1} (x_{i+1} (... x_j)), multiplied in the order the reverse
+        # rule's S recursion multiplies it, so that forward and reverse Jacobians (one-hot
+        # directions and adjoints) agree to the bit; O(n^2), hence short rows only
+        for j in range(n):
+            acc = 0.0 * txs[0]
+            suf = 1.0 + 0.0 * xs[0]
+            for k in range(j, -1, -1):
+                if k < j:
+                    suf = xs[k + 1] * suf
+                t = txs[k]
+                if t != 0.0:  # a zero tangent contributes exactly zero (no 0 * inf)
+                    if k > 0:
+                        acc += ys[k - 1] * suf * t
+                    else:
+                        acc += suf * t
+            tys[j] = acc
+        return
+    # ty_j = ty_{j-1} x_j + y_{j-1} tx_j: the product rule, step by step (exact with zeros;
+    # the same values as above up to rounding)
+    tys[0] = txs[0]
+    for j in range(1, n):
+        tys[j] = tys[j - 1] * xs[j] + ys[j - 1] * txs[j]
+
+
+@_jit
+def cumprod_jvp(i, entries, bufs, ipool, data, T):
+    a = entries[i, E_IN0]
+    o_ = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o_)
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        ty = view(bufs, T[d], o_)
+        for o in range(outer):
+            for q in range(inner):
+                _cumprod_tangent_row(
+                    _row(x, o, q, n, inner), _row(y, o, q, n, inner), _row(tx, o, q, n, inner),
+                    _row(ty, o, q, n, inner), n,
+                )  # fmt: skip
+
+
+@_jit
+def cumprod_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    # the tangent of gx_j = y_{j-1} S_j: ty_{j-1} S_j + y_{j-1} tS_j, with
+    # tS_j = gty_j + tx_{j+1} S_{j+1} + x_{j+1} tS_{j+1} (ty recomputed: no division)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o_ = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o_)
+    gy = view(bufs, grad, o_)
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    ty = np.empty(n, T.dtype)
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        gtx = view(bufs, GT[d], a)
+        gty = view(bufs, GT[d], o_)
+        for o in range(outer):
+            for q in range(inner):
+                xs = _row(x, o, q, n, inner)
+                ys = _row(y, o, q, n, inner)
+                gys = _row(gy, o, q, n, inner)
+                txs = _row(tx, o, q, n, inner)
+                gtxs = _row(gtx, o, q, n, inner)
+                gtys = _row(gty, o, q, n, inner)
+                ty[0] = txs[0]
+                for j in range(1, n):
+                    ty[j] = ty[j - 1] * xs[j] + ys[j - 1] * txs[j]
+                s = gys[n - 1]
+                ts = gtys[n - 1]
+                for j in range(n - 1, -1, -1):
+                    if j < n - 1:
+                        ts = gtys[j] + txs[j + 1] * s + xs[j + 1] * ts
+                        s = gys[j] + xs[j + 1] * s
+                    if j > 0:
+                        gtxs[j] += ty[j - 1] * s + ys[j - 1] * ts
+                    else:
+                        gtxs[j] += ts
+
+
+# ---------------------------------------------------------------- argsort
+
+
+@_jit
+def before(a, b, descending):
+    """Whether ``a`` sorts strictly before ``b``: NaN after every number ascending, before
+    every number descending; equal values (and two NaNs) are tied."""
+    if descending:
+        return a > b or (a != a and b == b)
+    return a < b or (a == a and b != b)
+
+
+@_jit
+def _merge_sort(keys, descending, idx, tmp):
+    """Stable argsort of ``keys`` (bottom-up merge sort); returns the array holding it
+    (``idx`` or ``tmp``)."""
+    n = keys.shape[0]
+    for j in range(n):
+        idx[j] = j
+    src = idx
+    dst = tmp
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            a = lo
+            b = mid
+            k = lo
+            while a < mid and b < hi:
+                # the right run wins only when strictly before: ties keep their order
+                if before(keys[src[b]], keys[src[a]], descending):
+                    dst[k] = src[b]
+                    b += 1
+                else:
+                    dst[k] = src[a]
+                    a += 1
+                k += 1
+            while a < mid:
+                dst[k] = src[a]
+                a += 1
+                k += 1
+            while b < hi:
+                dst[k] = src[b]
+                b += 1
+                k += 1
+        src, dst = dst, src
+        width *= 2
+    return src
+
+
+@_jit
+def argsort_fwd(i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    outer, n, inner = _block(ipool, p)
+    descending = ipool[p + 3] != 0
+    if n == 0:
+        return -1
+    keys = np.empty(n, data.dtype)
+    idx = np.empty(n, np.int64)
+    tmp = np.empty(n, np.int64)
+    for o in range(outer):
+        for q in range(inner):
+            keys[:] = _row(x, o, q, n, inner)
+            perm = _merge_sort(keys, descending, idx, tmp)
+            ys = _row(y, o, q, n, inner)
+            for k in range(n):
+                ys[k] = perm[k]
+    return -1
+
+
+# ---------------------------------------------------------------- argmax, argmin
+
+
+@_jit
+def _arg_extreme(is_max, i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return -1
+    for o in range(outer):
+        for q in range(inner):
+            xs = _row(x, o, q, n, inner)
+            best = xs[0]
+            at = 0
+            if best == best:
+                for j in range(1, n):
+                    v = xs[j]
+                    if v != v:  # the first NaN wins, as in NumPy
+                        at = j
+                        break
+                    if (is_max and v > best) or (not is_max and v < best):
+                        best = v
+                        at = j
+            y[o * inner + q] = at
+    return -1
+
+
+@_jit
+def argmax_fwd(i, entries, bufs, ipool, data):
+    return _arg_extreme(True, i, entries, bufs, ipool, data)
+
+
+@_jit
+def argmin_fwd(i, entries, bufs, ipool, data):
+    return _arg_extreme(False, i, entries, bufs, ipool, data)
+
+
+# ---------------------------------------------------------------- sparsity
+
+
+def _blocks(t, i):
+    p = int(t.entries[i, E_ATTR])
+    return (int(v) for v in t.ipool[p : p + 3])
+
+
+def _scan_sparsity(nonlinear):
+    """Output ``j`` of a row depends on the row's inputs ``0..j``: a dense lower triangle per
+    row, given as ``ceil(log2 n)`` factors ``I + shift by 2**k`` along the axis (whose boolean
+    product reaches every shift ``0..n-1``), linear in the size where the pairs would be
+    quadratic. ``cumprod``: every two elements of a row interact (group: the row)."""
+
+    def sparsity(t, i, data):
+        outer, n, inner = _blocks(t, i)
+        size = outer * n * inner
+        e = np.arange(size)
+        j = (e // max(inner, 1)) % max(n, 1)
+        factors = []
+        s = 1
+        while s < n:
+            keep = e[j >= s]
+            rows = np.concatenate([e, keep])
+            cols = np.concatenate([e, keep - s * inner])
+            factors.append((rows, cols, (size, size)))
+            s *= 2
+        if not factors:
+            factors.append((e, e, (size, size)))
+        pairs = []
+        if nonlinear:
+            group = (e // max(n * inner, 1)) * inner + e % max(inner, 1)
+            pairs.append((0, group, e, 0, group, e))
+        return [(0, tuple(factors))], pairs
+
+    sparsity.__doc__ = _scan_sparsity.__doc__
+    return sparsity
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check_rows(t, i, e, n_flags, out_size):
+    """The block's ``outer, n, inner`` (and ``n_flags`` flags after them): the input holds
+    exactly ``outer * n * inner`` elements, the output ``out_size(outer, n, inner)``."""
+    x, y = e[E_IN0], e[E_OUT]
+    ints = V.block(t, i, 0, 3 + n_flags, "outer, n and inner" + " and a flag" * n_flags)
+    outer, n, inner = ints[:3]
+    V.dims(t, i, [outer, n, inner], "the (outer, n, inner) view")
+    for flag in ints[3:]:
+        if flag not in (0, 1):
+            V.fail(t, i, f"flag {flag} in the attribute block, expected 0 or 1")
+    V.equal_sizes(
+        t, i, "input 0", x, outer * n * inner, f"it is read as {outer} x {n} x {inner}"
+    )  # fmt: skip
+    V.equal_sizes(t, i, "the output", y, out_size(outer, n, inner), "the block's shape")
+    return outer, n, inner
+
+
+def check_scan(t, i, e):
+    """Validation of a ``cumsum`` / ``cumprod`` entry: input and output are both read as
+    ``(outer, n, inner)``."""
+    _check_rows(t, i, e, 0, lambda o, n, q: o * n * q)
+
+
+def check_argsort(t, i, e):
+    """Validation of an ``argsort`` entry: as a scan, plus the ``descending`` flag."""
+    _check_rows(t, i, e, 1, lambda o, n, q: o * n * q)
+
+
+def check_arg_extreme(t, i, e):
+    """Validation of an ``argmax`` / ``argmin`` entry: one output per row ``(o, q)``; a row
+    must not be empty (its position would be no index at all)."""
+    outer, n, inner = _check_rows(t, i, e, 0, lambda o, n, q: o * q)
+    if n == 0 and outer * inner:
+        V.fail(t, i, f"takes the position of an extreme of {outer * inner} empty rows")
+
+
+LINEAR = registry.LINEAR
+CUMSUM = registry.kernel(
+    "cumsum", cumsum_fwd, cumsum_rev, module=__name__, n_inputs=1, differentiable=(True,),
+    check=check_scan, gpu="cumsum", jvp=LINEAR, hvp=LINEAR, sparsity=_scan_sparsity(False),
+)  # fmt: skip
+CUMPROD = registry.kernel(
+    "cumprod", cumprod_fwd, cumprod_rev, module=__name__, n_inputs=1, differentiable=(True,),
+    check=check_scan, gpu="cumprod", jvp=cumprod_jvp, hvp=cumprod_hvp,
+    sparsity=_scan_sparsity(True),
+)  # fmt: skip
+ARGSORT = registry.kernel(
+    "argsort", argsort_fwd, None, module=__name__, n_inputs=1, differentiable=(False,),
+    check=check_argsort, gpu="argsort",
+)  # fmt: skip
+ARGMAX = registry.kernel(
+    "argmax", argmax_fwd, None, module=__name__, n_inputs=1, differentiable=(False,),
+    check=check_arg_extreme, gpu="argmax",
+)  # fmt: skip
+ARGMIN = registry.kernel(
+    "argmin", argmin_fwd, None, module=__name__, n_inputs=1, differentiable=(False,),
+    check=check_arg_extreme, gpu="argmin",
+)  # fmt: skip

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "bfee5fff91142acaad99bfa9afb129156f5af304761ab7c16535b2478dc2a88b"
+FINGERPRINT = "33f98d4840756e6d6b81a9e68ab9be2059883e8fda3cea2c75c868108aaad431"
 
 from numba import cuda, float64
 
@@ -175,6 +175,21 @@ k_min_rev = GPU_KERNELS["min"].rev
 k_prod_fwd = GPU_KERNELS["prod"].fwd
 k_prod_rev = GPU_KERNELS["prod"].rev
 k_guard_fwd = GPU_KERNELS["guard"].fwd
+k_cumsum_fwd = GPU_KERNELS["cumsum"].fwd
+k_cumsum_rev = GPU_KERNELS["cumsum"].rev
+k_cumprod_fwd = GPU_KERNELS["cumprod"].fwd
+k_cumprod_rev = GPU_KERNELS["cumprod"].rev
+k_argsort_fwd = GPU_KERNELS["argsort"].fwd
+k_argmax_fwd = GPU_KERNELS["argmax"].fwd
+k_argmin_fwd = GPU_KERNELS["argmin"].fwd
+k_solve_fwd = GPU_KERNELS["solve"].fwd
+k_solve_rev = GPU_KERNELS["solve"].rev
+k_cholesky_fwd = GPU_KERNELS["cholesky"].fwd
+k_cholesky_rev = GPU_KERNELS["cholesky"].rev
+k_slogdet_fwd = GPU_KERNELS["slogdet"].fwd
+k_slogdet_rev = GPU_KERNELS["slogdet"].rev
+k_scatter_add_fwd = GPU_KERNELS["scatter_add"].fwd
+k_scatter_add_rev = GPU_KERNELS["scatter_add"].rev
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -320,6 +335,24 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_prod_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 69:  # guard
         k_guard_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 70:  # cumsum
+        k_cumsum_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 71:  # cumprod
+        k_cumprod_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 72:  # argsort
+        k_argsort_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 73:  # argmax
+        k_argmax_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 74:  # argmin
+        k_argmin_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 75:  # solve
+        k_solve_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 76:  # cholesky
+        k_cholesky_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 77:  # slogdet
+        k_slogdet_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 78:  # scatter_add
+        k_scatter_add_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -449,6 +482,18 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_min_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 68:  # prod
         k_prod_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 70:  # cumsum
+        k_cumsum_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 71:  # cumprod
+        k_cumprod_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 75:  # solve
+        k_solve_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 76:  # cholesky
+        k_cholesky_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 77:  # slogdet
+        k_slogdet_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 78:  # scatter_add
+        k_scatter_add_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
