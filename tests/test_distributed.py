@@ -1,0 +1,223 @@
+"""tape.distributed: a sum-over-data objective and its gradient on a Dask LocalCluster."""
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+import tape as tp  # noqa: E402
+from tape import distributed as D  # noqa: E402
+
+
+def nll(w, b, X, y):
+    """Logistic regression: the negative log-likelihood of one chunk of rows."""
+    return tp.sum(tp.logaddexp(0.0, -y * (X @ w + b)))
+
+
+def quad(w, X):
+    return tp.sum((X @ w) ** 2)
+
+
+def branchy(w, X):
+    # a Python branch on the data: a guard, so chunks of either sign take their own path
+    if float(tp.sum(X)) > 0:
+        return tp.sum(tp.exp(X @ w))
+    return tp.sum((X @ w) ** 2)
+
+
+def vector_out(w, X):
+    return X @ w
+
+
+def close(a, b, rtol):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.shape == b.shape
+    assert np.max(np.abs(a - b)) <= rtol * max(np.max(np.abs(b)), 1e-300), (a, b)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((1000, 5))
+    y = np.sign(rng.standard_normal(1000))
+    w = rng.standard_normal(5)
+    b = np.array(0.3)
+    return X, y, w, b
+
+
+@pytest.fixture(scope="module")
+def client(data):
+    # load the sweeps in this process first, so the workers find them in Numba's disk cache
+    X, y, w, b = data
+    tp.record(nll, w, b, X, y, wrt=[0, 1]).value_and_grad(w, b, X, y)
+    a32 = tuple(a.astype(np.float32) for a in (w, b, X[:10], y[:10]))
+    tp.record(nll, *a32, wrt=[0, 1]).value_and_grad(*a32)
+    tp.record(branchy, w, X[:10], wrt=0).value_and_grad(w, X[:10])
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as c:  # fmt: skip
+        yield c
+
+
+def totals(client):
+    stats = D.worker_stats(client)
+    return {k: sum(s[k] for s in stats.values()) for k in ("records", "replays", "fallbacks")}
+
+
+def test_matches_single_machine_float64(client, data):
+    X, y, w, b = data
+    Xd, yd = da.from_array(X, chunks=(250, 5)), da.from_array(y, chunks=250)
+    value, (gw, gb) = D.value_and_grad(nll, (w, b), Xd, yd, client=client)
+    ref_v, (ref_w, ref_b) = tp.record(nll, w, b, X, y, wrt=[0, 1]).value_and_grad(w, b, X, y)
+    close(value, ref_v, 1e-12)
+    close(gw, ref_w, 1e-12)
+    close(gb, ref_b, 1e-12)
+    assert value.dtype == np.float64 and gw.dtype == np.float64 and gb.shape == ()
+
+
+def test_second_call_does_not_record_again(client, data):
+    X, y, w, b = data
+    Xd = da.from_array(X, chunks=(250, 5)).persist()
+    yd = da.from_array(y, chunks=250).persist()
+
+    def fn(w, b, X, y):  # a function of its own: its tapes are recorded by this test
+        return 2.0 * nll(w, b, X, y)
+
+    before = totals(client)
+    D.value_and_grad(fn, (w, b), Xd, yd, client=client)
+    first = totals(client)
+    assert 1 <= first["records"] - before["records"] <= 2  # one shape, at most once per worker
+    assert first["replays"] - before["replays"] == 4
+    for k in range(3):  # later calls replay; a worker records only a shape it has not met
+        w2 = w + 0.1 * (k + 1)
+        v2, (g2, _) = D.value_and_grad(fn, (w2, b), Xd, yd, client=client)
+    second = totals(client)
+    assert second["records"] - before["records"] <= 2  # the scheduler may move chunks
+    assert second["replays"] - first["replays"] == 12
+    # the function was deserialised once per worker, not per call or task
+    assert all(s["functions"] <= 2 for s in D.worker_stats(client).values())
+    ref_v, (ref_w, _) = tp.record(fn, w2, b, X, y, wrt=[0, 1]).value_and_grad(w2, b, X, y)
+    close(v2, ref_v, 1e-12)
+    close(g2, ref_w, 1e-12)
+
+
+def test_uneven_chunks_record_a_second_shape(client, data):
+    X, _, w, _ = data
+    Xd = da.from_array(X, chunks=(300, 5))  # 300, 300, 300, 100
+    value, g = D.value_and_grad(quad, w, Xd, client=client)
+    shapes = {s for st in D.worker_stats(client).values() for s in st["shapes"]}
+    assert ((5,), (300, 5)) in shapes and ((5,), (100, 5)) in shapes
+    ref_v, ref_g = tp.record(quad, w, X, wrt=0).value_and_grad(w, X)
+    close(value, ref_v, 1e-12)
+    assert isinstance(g, np.ndarray)  # a single array param: a single gradient
+    close(g, ref_g, 1e-12)
+
+
+def test_tree_reduction(client, data):
+    X, y, w, b = data
+    Xd, yd = da.from_array(X, chunks=(45, 5)), da.from_array(y, chunks=45)  # 23 chunks
+    value, (gw, gb) = D.value_and_grad(nll, [w, b], Xd, yd, client=client, split_every=3)
+    ref_v, (ref_w, ref_b) = tp.record(nll, w, b, X, y, wrt=[0, 1]).value_and_grad(w, b, X, y)
+    close(value, ref_v, 1e-12)
+    close(gw, ref_w, 1e-12)
+    close(gb, ref_b, 1e-12)
+
+
+def test_float32(client, data):
+    X, y, w, b = data
+    X32, y32, w32, b32 = (a.astype(np.float32) for a in (X, y, w, b))
+    Xd, yd = da.from_array(X32, chunks=(250, 5)), da.from_array(y32, chunks=250)
+    value, (gw, gb) = D.value_and_grad(nll, (w32, b32), Xd, yd, client=client)
+    assert value.dtype == np.float32 and gw.dtype == np.float32 and gb.dtype == np.float32
+    ref_v, (ref_w, ref_b) = tp.record(nll, w, b, X, y, wrt=[0, 1]).value_and_grad(w, b, X, y)
+    close(value, ref_v, 1e-5)
+    close(gw, ref_w, 1e-5)
+    close(gb, ref_b, 1e-5)
+
+
+def test_guards_retrace_per_chunk(client, data):
+    X, _, w, _ = data
+    Xs = X.copy()
+    Xs[:250] = np.abs(Xs[:250])  # chunk 0 sums positive, the others (checked) negative
+    Xs[250:] = -np.abs(Xs[250:])
+    Xd = da.from_array(Xs, chunks=(250, 5))
+    before = sum(s["retraces"] + s["records"] for s in D.worker_stats(client).values())
+    value, g = D.value_and_grad(branchy, w * 0.1, Xd, client=client)
+    after = sum(s["retraces"] + s["records"] for s in D.worker_stats(client).values())
+    assert after - before >= 2  # both paths were traced
+    ref_v, ref_g = 0.0, np.zeros(5)
+    for i in range(4):
+        c = Xs[250 * i : 250 * (i + 1)]
+        v, gg = tp.record(branchy, w * 0.1, c, wrt=0).value_and_grad(w * 0.1, c)
+        ref_v, ref_g = ref_v + v, ref_g + gg
+    close(value, ref_v, 1e-12)
+    close(g, ref_g, 1e-12)
+
+
+def test_mismatched_chunks_are_rechunked(client, data):
+    X, y, w, b = data
+    Xd = da.from_array(X, chunks=((400, 600), (2, 3)))  # two chunks along columns too
+    yd = da.from_array(y, chunks=250)
+    value, (gw, gb) = D.value_and_grad(nll, (w, b), Xd, yd, client=client)
+    ref_v, (ref_w, ref_b) = tp.record(nll, w, b, X, y, wrt=[0, 1]).value_and_grad(w, b, X, y)
+    close(value, ref_v, 1e-12)
+    close(gw, ref_w, 1e-12)
+
+
+def test_default_client_is_used(client, data):
+    # the fixture's Client is the default one: client=None runs there
+    X, _, w, _ = data
+    before = totals(client)["replays"]
+    D.value_and_grad(quad, w, da.from_array(X, chunks=500))
+    assert totals(client)["replays"] - before == 2
+
+
+def test_errors(client, data):
+    X, y, w, b = data
+    Xd, yd = da.from_array(X, chunks=(250, 5)), da.from_array(y, chunks=250)
+    with pytest.raises(ValueError, match="one scalar"):
+        D.value_and_grad(vector_out, w, Xd, client=client)
+    with pytest.raises(TypeError, match="not a Dask array"):
+        D.value_and_grad(quad, w, X, client=client)
+    with pytest.raises(ValueError, match="rows"):
+        D.value_and_grad(nll, (w, b), Xd, yd[:999], client=client)
+    with pytest.raises(TypeError, match="floating"):
+        D.value_and_grad(quad, np.arange(5), Xd, client=client)
+    with pytest.raises(TypeError, match="Dask array"):
+        D.value_and_grad(quad, Xd, Xd, client=client)
+    with pytest.raises(ValueError, match="no data"):
+        D.value_and_grad(quad, w, client=client)
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        D.value_and_grad(quad, w, Xd[Xd[:, 0] > 0], client=client)
+    with pytest.raises(ValueError, match="0-d"):
+        D.value_and_grad(quad, w, da.from_array(np.array(1.0)), client=client)
+
+
+def test_own_local_cluster(data):
+    X, _, w, _ = data
+    try:
+        c = D.get_client(n_workers=1)
+        assert len(c.scheduler_info()["workers"]) == 1
+        value, g = D.value_and_grad(quad, w, da.from_array(X, chunks=500), n_workers=1)
+        assert D.get_client(n_workers=1) is c
+        ref_v, ref_g = tp.record(quad, w, X, wrt=0).value_and_grad(w, X)
+        close(value, ref_v, 1e-12)
+        close(g, ref_g, 1e-12)
+    finally:
+        D.shutdown()
+
+
+def test_missing_dask_message(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_dask(name, *a, **k):
+        if name == "dask" or name.startswith("dask."):
+            raise ImportError("No module named 'dask'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_dask)
+    with pytest.raises(ImportError, match=r"pip install 'tape\[distributed\]'"):
+        D.value_and_grad(quad, np.ones(2))
