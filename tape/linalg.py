@@ -53,7 +53,7 @@ class SlogdetResult(NamedTuple):
     logabsdet: T.Tensor
 
 
-def _float(x, what):
+def _float(x):
     x = T.as_tensor(x)
     if x.dtype.kind != "f":
         x = (
@@ -65,7 +65,7 @@ def _float(x, what):
 
 
 def _square(x, name):
-    x = _float(x, name)
+    x = _float(x)
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ValueError(
             f"{name}: expected a square matrix or a batch of them (shape (..., n, n)), "
@@ -89,7 +89,7 @@ def _batched(x, batch, n_rows, n_cols):
 
 def _solve(a, b, mode, name):
     a = _square(a, name)
-    b = _float(b, name)
+    b = _float(b)
     n = a.shape[-1]
     vec = b.ndim == 1
     b2 = T.view(b, b.shape + (1,), 0) if vec else b

@@ -25,10 +25,13 @@ _dev = cuda.jit(**DEVICE_JIT)
 
 
 @_dev
-def _gauss(A, w, r, n, k, step, base):
-    """Solve ``W X = R`` in place (``R`` becomes ``X``; ``W``, ``n x n`` at arena offset
-    ``w``, is destroyed) by Gaussian elimination with partial pivoting. False on a zero
-    pivot."""
+def _eliminate(A, w, r, n, k, step, base):
+    """Gaussian elimination with partial pivoting of the ``n x n`` matrix at arena offset
+    ``w`` (left upper triangular, the factor ``U`` of ``P W = L U``), applied to the
+    ``n x k`` right-hand sides at ``r`` (``k`` may be 0). Returns ``(ok, sign, log|det|)``:
+    ``ok`` False on a zero (or non-finite) pivot."""
+    sign = 1.0
+    lad = 0.0
     for c in range(n):
         piv = c
         best = abs(A[ix(w + c * n + c, step, base)])
@@ -38,8 +41,9 @@ def _gauss(A, w, r, n, k, step, base):
                 best = v
                 piv = q
         if not (best > 0.0 and best < math.inf):
-            return False
+            return False, sign, lad
         if piv != c:
+            sign = -sign
             for j in range(n):
                 p1, p2 = ix(w + c * n + j, step, base), ix(w + piv * n + j, step, base)
                 A[p1], A[p2] = A[p2], A[p1]
@@ -47,6 +51,9 @@ def _gauss(A, w, r, n, k, step, base):
                 p1, p2 = ix(r + c * k + j, step, base), ix(r + piv * k + j, step, base)
                 A[p1], A[p2] = A[p2], A[p1]
         d = A[ix(w + c * n + c, step, base)]
+        if d < 0.0:
+            sign = -sign
+        lad += math.log(abs(d))
         for q in range(c + 1, n):
             f = A[ix(w + q * n + c, step, base)] / d
             if f != 0.0:
@@ -54,6 +61,16 @@ def _gauss(A, w, r, n, k, step, base):
                     A[ix(w + q * n + j, step, base)] -= f * A[ix(w + c * n + j, step, base)]
                 for j in range(k):
                     A[ix(r + q * k + j, step, base)] -= f * A[ix(r + c * k + j, step, base)]
+    return True, sign, lad
+
+
+@_dev
+def _gauss(A, w, r, n, k, step, base):
+    """Solve ``W X = R`` in place (``R`` becomes ``X``; ``W``, ``n x n`` at arena offset
+    ``w``, is destroyed). False on a zero pivot."""
+    ok, _, _ = _eliminate(A, w, r, n, k, step, base)
+    if not ok:
+        return False
     for s in range(n):
         q = n - 1 - s
         d = A[ix(w + q * n + q, step, base)]
@@ -263,33 +280,7 @@ def slogdet_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
         y = boff(prog, ent(prog, i, E_OUT)) + 2 * b
         w = woff(prog) + 2 * b * n * n
         _copy(A, a, w, n * n, step, base)
-        sign = 1.0
-        lad = 0.0
-        ok = True
-        for c in range(n):
-            piv = c
-            best = abs(A[ix(w + c * n + c, step, base)])
-            for q in range(c + 1, n):
-                v = abs(A[ix(w + q * n + c, step, base)])
-                if v > best:
-                    best = v
-                    piv = q
-            if not (best > 0.0 and best < math.inf):
-                ok = False
-                break
-            if piv != c:
-                sign = -sign
-                for j in range(n):
-                    p1, p2 = ix(w + c * n + j, step, base), ix(w + piv * n + j, step, base)
-                    A[p1], A[p2] = A[p2], A[p1]
-            d = A[ix(w + c * n + c, step, base)]
-            if d < 0.0:
-                sign = -sign
-            lad += math.log(abs(d))
-            for q in range(c + 1, n):
-                f = A[ix(w + q * n + c, step, base)] / d
-                for j in range(c + 1, n):
-                    A[ix(w + q * n + j, step, base)] -= f * A[ix(w + c * n + j, step, base)]
+        ok, sign, lad = _eliminate(A, w, w, n, 0, step, base)
         if not (ok and abs(lad) < math.inf):
             reject(i, prog, A, base, step, solo)
             return

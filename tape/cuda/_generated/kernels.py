@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "33f98d4840756e6d6b81a9e68ab9be2059883e8fda3cea2c75c868108aaad431"
+FINGERPRINT = "75467339535e1bacc42bc563c873e82cc25e4de57df8f7b8afec954ee54fe98d"
 
 from numba import cuda, float64
 
