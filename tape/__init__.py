@@ -74,6 +74,7 @@ from tape._tensor import (
 )
 from tape.compiled import CompileError
 from tape.core import GuardWarning, KernelArgs, Tape, load
+from tape.checkpoint import checkpoint
 from tape.custom import CustomOp, custom_op
 from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all
@@ -93,7 +94,7 @@ int = int32  # noqa: A001  (torch.int is int32)
 bool = bool_  # noqa: A001
 
 __all__ = [
-    "Tape", "KernelArgs", "sweeps", "kernels", "compiled", "linalg", "CompileError", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck", "custom_op", "CustomOp",
+    "Tape", "KernelArgs", "sweeps", "kernels", "compiled", "linalg", "CompileError", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck", "custom_op", "CustomOp", "checkpoint",
     "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "set_grad_enabled", "inference_mode",

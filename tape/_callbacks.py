@@ -31,12 +31,14 @@ import numpy as np
 
 from tape._generated import sweeps as S
 from tape._layout import ACTIVE, B_KIND, CONST, E_ATTR, E_OP
+from tape._replay import GuardError
 
 CALLBACK = -2  # op code of a callback entry (never a registry op's)
 _ids = itertools.count(1)
 
 REFUSED = (
-    "{what}: this tape calls Python (a tape.autograd.Function or a tape.custom_op: {names}); "
+    "{what}: this tape calls Python (a tape.autograd.Function, tape.custom_op or tape.checkpoint: "
+    "{names}); "
     "{what} needs every entry as compiled code. Replay it with forward()/gradient()/"
     "value_and_grad()/gradient_batch(), or write the function's rules as registry ops"
 )
@@ -315,6 +317,13 @@ def eager_backward(tp, i, emask, need, done):
     call.backward(tp, tp.data, tp.grad, need, call.ctx)
 
 
+def failed_guard(tp):
+    """The :class:`GuardError` of the sub-tape whose failure stopped ``tp``'s last forward
+    sweep at a callback group on this thread (:func:`tape.checkpoint`), or ``None``."""
+    seg = getattr(tp, "_segments", None)
+    return None if seg is None else getattr(seg._tls, "failed", None)
+
+
 class CallbackSweeps:
     """Stands in for the sweeps module in ``Tape._run_with`` for a tape with callbacks: the
     interpreter's sweeps, run in segments between the callback groups (same signatures)."""
@@ -332,6 +341,7 @@ class CallbackSweeps:
 
     def forward_sweep(self, entries, bufs, ipool, data, start, stop):
         lo = start
+        self._tls.failed = None
         for s, e, call in self.groups:
             if e <= start or s < start:
                 continue
@@ -340,7 +350,13 @@ class CallbackSweeps:
             status = S.forward_sweep(entries, bufs, ipool, data, lo, s)
             if status >= 0:
                 return status
-            call.forward(self.tp, data, self._ctx())
+            try:
+                call.forward(self.tp, data, self._ctx())
+            except GuardError as err:
+                if not getattr(call, "escalates", False):
+                    raise
+                self._tls.failed = err  # a guard inside a checkpoint: this tape's guard failed
+                return s
             lo = e
         return S.forward_sweep(entries, bufs, ipool, data, lo, stop)
 

@@ -169,7 +169,17 @@ class Signature:
 
 def is_guard(t, i) -> bool:
     """Whether entry ``i`` of ``t`` is a guard (a failed status there means another path)."""
-    return 0 <= i < t.n_entries and registry.OPS[t.entries[i, E_OP]].guard
+    return 0 <= i < t.n_entries and t.entries[i, E_OP] >= 0 and registry.OPS[t.entries[i, E_OP]].guard
+
+
+def stopped_by_guard(t, i) -> bool:
+    """Whether a sweep of ``t`` that stopped at entry ``i`` met another path: a guard of
+    ``t``, or one inside a :func:`tape.checkpoint` (the callback group it stopped at)."""
+    if 0 <= i < t.n_entries and t.entries[i, E_OP] < 0:
+        from tape._callbacks import failed_guard
+
+        return failed_guard(t) is not None
+    return is_guard(t, i)
 
 
 def failure(t, i, read):
@@ -179,9 +189,14 @@ def failure(t, i, read):
     text of the op's ``describe_failure`` (:class:`tape.registry.Op`). ``read(b)`` returns
     buffer ``b``'s flat values in the arena the sweep ran on (host or device). Batched replays
     redo a failed instance alone and prefix the message with it (:mod:`tape.batch`)."""
-    op = registry.OPS[t.entries[i, E_OP]]
     src = t.sources.get(i, "")
     at = f" at {src}" if src else ""
+    if t.entries[i, E_OP] < 0:  # a guard inside a checkpoint (tape._callbacks.failed_guard)
+        from tape._callbacks import entry_name, failed_guard
+
+        inner = failed_guard(t)
+        return GuardError(f"inside {entry_name(t, i)}{at}: {inner}", entry=i, source=src)
+    op = registry.OPS[t.entries[i, E_OP]]
     text = op.describe_failure(t, i, read, at) if op.describe_failure is not None else None
     if op.guard:
         return GuardError(text, entry=i, source=src)

@@ -139,6 +139,34 @@ class _State(threading.local):
     grad = True
     scratch = None
     open = None  # weakref to the newest eager tape made on this thread
+    recordings = ()  # the tape.record() calls in progress on this thread, innermost last
+
+
+def current_recording():
+    """The innermost recording in progress on this thread (``None`` outside ``tape.record``)."""
+    r = _state.recordings
+    return r[-1] if r else None
+
+
+def nested_in(inner, outer) -> bool:
+    """Whether recording ``inner`` is ``outer`` or a sub-tape recorded inside it (by
+    :func:`tape.checkpoint`, whose lifted inputs connect the two)."""
+    while inner is not None:
+        if inner is outer:
+            return True
+        lift = inner._lift
+        inner = lift.parent if lift is not None else None
+    return False
+
+
+def _deeper(a, b):
+    """Of two recordings an op mixes, the one nested in the other (a checkpoint's sub-tape
+    reading a tensor of the recording around it); other pairs raise."""
+    if nested_in(a, b):
+        return a
+    if nested_in(b, a):
+        return b
+    raise RuntimeError("an op mixes tensors from two different recordings")
 
 
 _state = _State()
@@ -759,6 +787,8 @@ def _buffer_in(target: Tape, x, grad_on):
             target.leaf_bufs[key] = b
             target.leaf_vers[key] = ver
             target.leaves.append((x, b))  # keeps x alive; not a leaf, so it gets no .grad
+        elif b is None and target._lift is not None and target.recording and target._lift.wants(x):
+            b = target._lift.add(target, x, x._arena_value())  # a checkpoint's closure tensor
         elif b is None:
             kind = (
                 LEAF if (x._rg and grad_on and not target.recording and x._tape is None) else CONST
@@ -784,9 +814,7 @@ def tapes_of(args):
         if a.__class__ is Tensor and a._tape is not None:
             tp = a._resolve()[0]
             if tp.recording:
-                if rec is not None and rec is not tp:
-                    raise RuntimeError("an op mixes tensors from two different recordings")
-                rec = tp
+                rec = tp if rec is None or rec is tp else _deeper(rec, tp)
             else:
                 eager.append(tp)
     return rec, eager
@@ -821,9 +849,7 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
             if tp._merged is not None:
                 tp = t._resolve()[0]
             if tp.recording:
-                if rec is not None and rec is not tp:
-                    raise RuntimeError("an op mixes tensors from two different recordings")
-                rec = tp
+                rec = tp if rec is None or rec is tp else _deeper(rec, tp)
             else:
                 eager.append(tp)
         if d and t._rg and grad_on:

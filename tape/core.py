@@ -49,6 +49,7 @@ from tape._replay import (
     failure,
     is_guard,
     run_entry,
+    stopped_by_guard,
 )
 
 FORMAT_VERSION = 1
@@ -164,6 +165,7 @@ class Tape:
         self.leaves: list = []  # [(leaf tensor, buffer)] of eager leaves copied in
         self.callbacks = None  # {call id: tape._callbacks.Call}: autograd.Function calls
         self.recording = False
+        self._lift = None  # a tape.checkpoint sub-tape being recorded: what becomes an input
         self.closed = False  # set by an eager backward: new leaf expressions start elsewhere
         self._merged = None  # (tape, buffer shift) once merged into another tape
         # replay signature (set by tape.record)
@@ -557,7 +559,7 @@ class Tape:
 
     def _recover(self, status, ws, args, grad, interp=False):
         """A sweep stopped at entry ``status``: raise, or follow the ``on_change`` policy."""
-        if not is_guard(self, status):
+        if not stopped_by_guard(self, status):
             raise failure(self, status, buffer_reader(self, ws.data))
         policy = self.on_change
         if policy == "_variant":
@@ -878,7 +880,7 @@ class Tape:
         """Whether a sweep status (the entry index a sweep stopped at, as returned by
         ``tape.sweeps.forward_backward``) is a failed guard: the replay's arguments would take
         another path than the recorded one (see README, "When replay is safe")."""
-        return is_guard(self, int(status))
+        return stopped_by_guard(self, int(status))
 
     def kernel_args(self) -> KernelArgs:
         """The tape's program and this thread's default workspace, as the compiled sweeps take

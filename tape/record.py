@@ -7,14 +7,15 @@ import inspect
 import numpy as np
 
 from tape._layout import CONST, LEAF
-from tape._tensor import Tensor, _buffer_in, _check_dtype, float32, float64, no_grad
+from tape._tensor import Tensor, _buffer_in, _check_dtype, _state, float32, float64, no_grad
 from tape.core import Tape
 
 ON_CHANGE = ("retrace", "raise", "warn")
 
 
 def record(
-    fn, *example_args, wrt=None, dtype=None, device=None, on_change="retrace", compile="auto"
+    fn, *example_args, wrt=None, dtype=None, device=None, on_change="retrace", compile="auto",
+    _lift=None,
 ) -> Tape:
     """Trace ``fn(*example_args)`` once into a replayable :class:`~tape.core.Tape`.
 
@@ -106,10 +107,15 @@ def record(
         t.input_names.append(names[k] if k < len(names) and not names[k].startswith("*") else f"arg{k}")
         t.input_dtypes.append(v.dtype)
     t.wrt = wrt
+    if _lift is not None:  # a tape.checkpoint sub-tape: tensors read from outside are inputs
+        _lift.begin(t)
+    outer = _state.recordings
+    _state.recordings = outer + (t,)
     try:
         out = fn(*tracers)
     finally:
         t.recording = False
+        _state.recordings = outer
     single = not isinstance(out, (tuple, list))
     outs = [out] if single else list(out)
     for o in outs:
