@@ -72,9 +72,9 @@ from tape._tensor import (
     zeros,
     zeros_like,
 )
+from tape.checkpoint import checkpoint
 from tape.compiled import CompileError
 from tape.core import GuardWarning, KernelArgs, Tape, load
-from tape.checkpoint import checkpoint
 from tape.custom import CustomOp, custom_op
 from tape.functional import *  # noqa: F401,F403
 from tape.functional import __all__ as _functional_all
