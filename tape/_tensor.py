@@ -29,7 +29,7 @@ import weakref
 import numpy as np
 
 from tape import _anomaly, registry
-from tape._layout import ACTIVE, B_KIND, CONST, GENERAL, LEAF, SAME
+from tape._layout import ACTIVE, B_ALIAS, B_KIND, CONST, GENERAL, LEAF, SAME
 from tape._source import user_line
 from tape.core import Tape, resolve
 from tape.ops.elementwise import STOP_GRADIENT
@@ -366,6 +366,8 @@ class Tensor:
         if self._tape is None:
             return self._value
         tp, b = self._resolve()
+        if tp._written:
+            stale(tp, [b])
         return tp.value(b)
 
     def numpy(self) -> np.ndarray:
@@ -530,8 +532,19 @@ class Tensor:
             )
 
     def __setitem__(self, key, value):
-        """``x[key] = value`` on a tensor that owns its value (a leaf: under ``no_grad`` if it
-        requires grad), with NumPy's indexing; bumps the version."""
+        """``x[key] = value`` with NumPy's indexing.
+
+        On a tensor that owns its value (a leaf: under ``no_grad`` if it requires grad) the
+        write happens in place and bumps the version. On a tensor computed in a graph (or
+        inside :func:`tape.record`) it is recorded as a functional update,
+        ``x.at[key].set(value)``, and ``x`` is rebound to the result: gradients flow to
+        ``value`` and to the elements of ``x`` not overwritten, and ops recorded before the
+        write keep the old value, as their backward needs. Tensors sharing the old memory
+        (views made by reshape or contiguous slicing, or the base of a view written to) would
+        see the write in PyTorch; tape refuses to use them afterwards (a clear error), so they
+        never silently keep the old value."""
+        if self._tape is not None:
+            return self._setitem_traced(key, value)
         self._inplace_check()
         if isinstance(key, Tensor):
             key = key._peek()
@@ -547,6 +560,35 @@ class Tensor:
         except (IndexError, ValueError) as e:
             raise type(e)(f"setitem on a tensor of shape {self.shape}: {e}") from None
         self._bump()
+
+    def _setitem_traced(self, key, value):
+        if self._op is None and self._rg and is_grad_enabled():
+            raise RuntimeError(
+                "a leaf tensor that requires grad is being used in an in-place operation "
+                "(x[...] = v on a differentiated argument of tape.record); write into a copy: "
+                "y = x.clone(); y[...] = v"
+            )
+        if self._copied:
+            raise RuntimeError(
+                "in-place write to a strided slice, transpose or expansion of a tensor: in tape "
+                "these are copies, not views, so the write would not reach the original. Write "
+                "into the original instead (x[:, 0] = v), or clone() the slice first"
+            )
+        from tape._front.scatter import at
+
+        v = value if isinstance(value, Tensor) else np.asarray(value)
+        if not np.can_cast(np.result_type(v.dtype), self.dtype, "same_kind"):
+            raise RuntimeError(
+                f"setitem: a value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}"
+            )
+        new = at(self)[key].set(value)
+        if new.dtype != self.dtype:
+            new = new.to(self.dtype)
+        tp, b = self._resolve()  # after the update: merging graphs may have moved it
+        root = int(tp.bufs[b, B_ALIAS])
+        tp._written.add(b if root < 0 else root)
+        self._tape, self._buf = new._resolve()
+        self._op, self._rg = "setitem", new._rg
 
     def _inplace(self, other, fn):
         self._inplace_check()
@@ -688,6 +730,8 @@ class Tensor:
                 "backward() inside tape.record(): record the function, then call backward() or "
                 "gradient() on the returned Tape"
             )
+        if tp._written:
+            stale(tp, [b])
         roots = np.array([b], np.int64)
         if tp._freed is not None and tp.reaches_freed(roots):
             raise RuntimeError(
@@ -775,6 +819,8 @@ def _buffer_in(target: Tape, x, grad_on):
         if x._tape is not None and x._tape._merged is not None:
             x._resolve()
         if x._tape is target:
+            if target._written:
+                stale(target, [x._buf])
             return x._buf
         key = id(x)
         b = target.leaf_bufs.get(key)
@@ -802,6 +848,22 @@ def _buffer_in(target: Tape, x, grad_on):
         return target.constant(x)
     v = np.asarray(x)
     return target.new_buffer(v.shape, CONST, v)
+
+
+def stale(tp, bufs):
+    """Raise if one of ``bufs`` shares memory with a tensor rebound by ``x[key] = v``
+    (:meth:`Tensor.__setitem__`): in PyTorch it would see the write, here it holds the value
+    from before it."""
+    for b in bufs:
+        root = int(tp.bufs[b, B_ALIAS])
+        if (b if root < 0 else root) in tp._written:
+            raise RuntimeError(
+                "this tensor shares memory with a tensor written in place (x[...] = v) after "
+                "it was made: a view (reshape, contiguous slice) of the written tensor, or the "
+                "base of a written view. PyTorch would show the write through it; tape records "
+                "writes as new values, so it would hold the value from before. Use the written "
+                "tensor itself, or clone() before writing"
+            )
 
 
 def tapes_of(args):
@@ -878,6 +940,8 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
         else _buffer_in(target, t, grad_on)
         for t in inputs
     ]
+    if target._written:
+        stale(target, ins)
     active = False
     if grad_on:
         bufs = target.bufs

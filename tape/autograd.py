@@ -95,6 +95,10 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             "tape.autograd.grad inside tape.record(): use the recorded tape's drivers"
         )
     roots = np.array([o._resolve()[1] for o in outs], np.int64)
+    if tp._written:
+        from tape._tensor import stale
+
+        stale(tp, roots)
     if tp._freed is not None and tp.reaches_freed(roots):
         raise RuntimeError(
             "Trying to backward through the graph a second time: specify retain_graph=True "

@@ -166,6 +166,7 @@ class Tape:
         self.callbacks = None  # {call id: tape._callbacks.Call}: autograd.Function calls
         self.recording = False
         self._lift = None  # a tape.checkpoint sub-tape being recorded: what becomes an input
+        self._written: set = set()  # root buffers rebound by x[key] = v (Tensor.__setitem__)
         self.closed = False  # set by an eager backward: new leaf expressions start elsewhere
         self._merged = None  # (tape, buffer shift) once merged into another tape
         # replay signature (set by tape.record)
@@ -408,6 +409,7 @@ class Tape:
         self.shapes.extend(other.shapes)
         for i, src in other.sources.items():
             self.sources[i + ne] = src
+        self._written.update(r + nb for r in other._written)
         if other.callbacks:
             for call in other.callbacks.values():
                 call.ins = [b + nb for b in call.ins]

@@ -124,6 +124,10 @@ def record(
     with no_grad():
         # outputs not computed on this tape (constants, values of other graphs) are copied in
         t.outputs = [o._buf if isinstance(o, Tensor) and o._resolve()[0] is t else _buffer_in(t, o, False) for o in outs]
+    if t._written:
+        from tape._tensor import stale
+
+        stale(t, t.outputs)
     t._out_single = single
     t.output_dtypes = [o.dtype if isinstance(o, Tensor) else np.asarray(o).dtype for o in outs]
     t.leaves, t.leaf_bufs, t.leaf_vers = [], {}, {}  # the captured constants' values are in the arena

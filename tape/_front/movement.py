@@ -22,7 +22,9 @@ def strided(x, shape, offset, strides):
     if _is_contiguous(shape, strides):
         return T.view(x, shape, offset)
     block = copy_block(shape, offset, strides, 0, c_strides(shape))
-    return T.apply(COPY, [x], shape, block)
+    out = T.apply(COPY, [x], shape, block)
+    out._copied = True  # a copy where PyTorch has a view: in-place writes to it are refused
+    return out
 
 
 def _is_contiguous(shape, strides):
@@ -87,7 +89,9 @@ def broadcast_to(x, shape):
         0 if n == 1 and m != 1 else s for n, m, s in zip(x.shape, shape[lead:], st)
     ]
     block = copy_block(shape, 0, strides, 0, c_strides(shape))
-    return T.apply(COPY, [x], shape, block)
+    out = T.apply(COPY, [x], shape, block)
+    out._copied = True  # a copy where PyTorch has a view: in-place writes to it are refused
+    return out
 
 
 def concatenate(tensors, axis=0, *, dim=None):

@@ -77,6 +77,8 @@ class _Update:
         tensor on the leading axis."""
         key = self.key
         if isinstance(key, T.Tensor) and key._tape is not None:
+            if key.dtype == np.bool_:  # a traced mask with a non-scalar value: NumPy's order
+                return _constant_key(key).nonzero()[0] if key.ndim == 1 else self._mask_pos(key)
             return None
         if isinstance(key, tuple) and any(
             isinstance(k, T.Tensor) and k._tape is not None for k in key
@@ -92,10 +94,36 @@ class _Update:
         except IndexError as e:
             raise IndexError(f"x.at[...].{op} on a tensor of shape {self.x.shape}: {e}") from None
 
+    def _mask_pos(self, key):
+        pos = np.arange(self.x.numel(), dtype=np.int64).reshape(self.x.shape)
+        mask = _constant_key(key)
+        if mask.shape != self.x.shape:
+            raise IndexError(
+                f"boolean mask of shape {mask.shape} for a tensor of shape {self.x.shape}"
+            )
+        return pos[mask]
+
+    def _scalar_mask(self, v):
+        """``(mask, v)`` when the key is a boolean mask of ``x``'s shape and ``v`` one value:
+        the update is a ``where`` that reads the mask at every replay (no guard)."""
+        key = self.key
+        is_mask = (
+            isinstance(key, T.Tensor) or isinstance(key, np.ndarray)
+        ) and key.dtype == np.bool_
+        if is_mask and tuple(key.shape) == tuple(self.x.shape) and np.size(v) == 1:
+            v = T.as_tensor(v)
+            return key, T.view(v, (), 0) if v.ndim else v
+        return None
+
     def add(self, v):
         """``x`` with ``v`` added at ``x[key]`` (broadcast to its shape); repeated positions
         accumulate, as JAX's ``.add``."""
         x = self.x
+        masked = self._scalar_mask(v)
+        if masked is not None:
+            from tape.functional import where
+
+            return x + where(masked[0], masked[1], 0.0)
         pos = self._positions("add")
         if pos is None:  # x.at[i] with a traced index tensor: rows of x
             idx = self.key
@@ -112,6 +140,11 @@ class _Update:
         """``x`` with ``x[key]`` replaced by ``v`` (broadcast to its shape); where a position
         is selected twice the last value wins, as NumPy's ``x[key] = v``."""
         x = self.x
+        masked = self._scalar_mask(v)
+        if masked is not None:
+            from tape.functional import where
+
+            return where(masked[0], masked[1], x)
         pos = self._positions("set")
         if pos is None:
             raise NotImplementedError(
