@@ -165,3 +165,23 @@ def test_refusals_and_bad_input(data, tmp_path):
         tp.checkpoint(3, tp.zeros(2))
     with pytest.raises(TypeError, match="argument 1"):
         tp.checkpoint(lambda a, b: a, tp.zeros(2), "text")
+
+
+def test_readme_example_runs():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    code = text.split("## Checkpointing", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+
+    def plain(w, xs):
+        h = tp.zeros(16)
+        for s in range(xs.shape[0]):
+            h = tp.tanh(h @ w + xs[s])
+        return (h**2).sum()
+
+    want = tp.record(plain, scope["w0"], scope["xs0"]).gradient(scope["w0"], scope["xs0"])
+    assert len(scope["t"]._checkpoints) == 1
+    np.testing.assert_allclose(scope["gw"], want[0], rtol=1e-11, atol=1e-15)
+    np.testing.assert_allclose(scope["gxs"], want[1], rtol=1e-11, atol=1e-15)
