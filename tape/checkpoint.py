@@ -26,8 +26,9 @@ The sub-tape is replayed like any recorded tape: it gets the compiled tier after
 ``tape.compiled.AUTO_AFTER`` replays and runs on every thread with its own workspace. A guard
 of ``fn`` that fails at replay is a failed guard of the enclosing tape, whose ``on_change``
 policy applies (the default traces the whole recorded function again). The tape holding the checkpoints runs on the interpreter (in segments around the
-groups), as tapes with other Python callbacks do; forward mode, second derivatives, GPU
-replay and saving refuse it with a clear error.
+groups), as tapes with other Python callbacks do. Forward mode (``jvp``, forward Jacobians)
+runs the sub-tape's tangent sweep, and ``vjp`` and reverse Jacobians its reverse sweep; second
+derivatives, sparsity patterns, GPU replay and saving refuse it with a clear error.
 """
 
 from __future__ import annotations
@@ -150,6 +151,23 @@ class _Call:
             _, ws = self._slow(tp, data)
         ws.ok = True
         data[p[4]] = ws.data[p[3]]
+
+    def tangent(self, tp, data, T):
+        """Forward mode: the sub-tape's tangent sweep on the arguments' tangents (rows of
+        ``T``, one per direction); the outputs' tangents written there."""
+        from tape.derivatives import _forward, _jac_fwd_rows
+
+        p = self.plan(tp)
+        sub = self.sub
+        self._policy(tp)
+        args = [tp.view(data, b).astype(d, copy=False) for b, d in zip(self.ins, sub.input_dtypes)]
+        plan, sub_data = _forward(sub, args)
+        cols = []
+        for k in sub.wrt:  # the differentiated inputs' tangents, concatenated per direction
+            off, size = tp.bufs[self.ins[k], B_OFF], tp.bufs[self.ins[k], B_SIZE]
+            cols.append(T[:, off : off + size])
+        V = np.concatenate(cols, axis=1) if cols else np.zeros((T.shape[0], 0), T.dtype)
+        T[:, p[4]] = _jac_fwd_rows(plan, sub_data, V)
 
     def backward(self, tp, data, grad, need, ctx):
         """Recompute the sub-tape and pull the outputs' adjoints back through it (one

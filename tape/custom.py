@@ -25,8 +25,10 @@ interpreter's compiled sweeps run in segments between the groups, and at a group
 inputs. With ``@njit`` functions the cost is one dispatcher call each way, a few microseconds
 per application, whatever the sizes; the work inside runs at compiled speed. Eager
 ``backward()``, every replay (``forward``, ``gradient``, ``value_and_grad``, guards,
-retracing) and ``gradient_batch`` (instance by instance) take custom ops. The compiled tier,
-GPU replay, saving, forward mode and second derivatives need every entry as compiled code of
+retracing), ``gradient_batch`` (instance by instance), ``vjp`` and reverse Jacobians (the
+reverse sweep in segments), and forward mode when ``jvp`` is given (the tangent sweep in
+segments: ``jvp``, forward Jacobians) take custom ops; so does the compiled tier (below). GPU
+replay, saving, second derivatives and sparsity patterns need every entry as compiled code of
 the package: they raise a clear error naming the op.
 """
 
@@ -59,6 +61,28 @@ class _Call:
         """``fwd`` on the arena's input values; the output written in place."""
         y = self.fn._value(self._inputs(tp, data), self.out_shapes[0], at="replay")
         tp.view(data, self.outs[0])[...] = y
+
+    def tangent(self, tp, data, T):
+        """Forward mode: ``jvp`` on the inputs' tangents, one call per direction (row of the
+        tangent arenas ``T``); the output's tangent written there."""
+        fn = self.fn
+        if fn.jvp is None:
+            raise NotImplementedError(
+                f"forward mode: custom_op {fn.name!r} was made without jvp=; give "
+                "jvp(y, *inputs, *tangents) -> output tangent, or use reverse mode"
+            )
+        xs = self._inputs(tp, data)
+        o = self.outs[0]
+        y = tp.view(data, o).reshape(self.out_shapes[0])
+        for r in range(T.shape[0]):
+            ts = [tp.view(T[r], b).reshape(sh) for b, sh in zip(self.ins, self.in_shapes)]
+            ty = np.asarray(fn.jvp(y, *xs, *ts))
+            if ty.shape != y.shape and ty.size != y.size:
+                raise ValueError(
+                    f"custom_op {fn.name!r}: jvp returned shape {ty.shape}, the output has "
+                    f"shape {y.shape}"
+                )
+            tp.view(T[r], o)[...] = ty.reshape(tp.shapes[o])
 
     def backward(self, tp, data, grad, need, ctx):
         """``vjp`` on the output's adjoint; the cotangents added to the inputs' adjoints."""
@@ -234,8 +258,9 @@ def custom_op(name, fwd, vjp, jvp=None, out_shape=None):
         ``vjp(gy, y, *inputs) -> tuple of input cotangents`` (one array of each input's shape;
         a single array for a one-input op): the reverse rule.
     jvp : callable, optional
-        ``jvp(y, *inputs, *tangents) -> output tangent``: kept on the op (``op.jvp``); the
-        forward-mode drivers do not take custom ops yet and raise.
+        ``jvp(y, *inputs, *tangents) -> output tangent`` (one tangent per input, zeros for
+        constants): the forward-mode rule, used by ``t.jvp``, ``t.jacobian(mode="fwd")`` and
+        the transforms built on them. Without it forward mode raises, naming the op.
     out_shape : callable, optional
         ``out_shape(*input_shapes) -> shape``; default: the first input's shape.
 

@@ -194,19 +194,40 @@ def _plan(tp):
     """The tape's :class:`_Plan`, made on first use."""
     plan = getattr(tp, "_deriv_plan", None)
     if plan is None:
-        refuse(tp, "forward mode and second derivatives")
         plan = tp._deriv_plan = _Plan(tp)
     return plan
 
 
 def _tangents(plan, data, V):
     """Tangent arenas (one per row of ``V``, directions over the arguments): this thread's
-    arenas, valid until the next call."""
+    arenas, valid until the next call. A tape with Python callbacks runs the sweep in
+    segments; each callback group writes its outputs' tangents with its own ``tangent``
+    (a :func:`tape.custom_op` given ``jvp``, a :func:`tape.checkpoint`), and others raise."""
     tp = plan.tp
     T = plan.arenas(V.shape[0])[0]
     plan.seed_inputs(T, V)
-    S.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, 0, tp.n_entries)
+    lo = 0
+    if tp.callbacks:
+        from tape._callbacks import groups
+
+        for s, e, call in groups(tp):
+            S.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, s)
+            tangent = getattr(call, "tangent", None)
+            if tangent is None:
+                raise NotImplementedError(
+                    f"forward mode: {call.label} has no tangent rule (a tape.autograd.Function "
+                    "runs in reverse mode only); use vjp()/jacobian(mode='rev'), or write it "
+                    "as a tape.custom_op with jvp="
+                )
+            tangent(tp, data, T)
+            lo = e
+    S.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, tp.n_entries)
     return T
+
+
+def _second(plan, what):
+    """Second derivatives and sparsity patterns need every entry as a registry op."""
+    refuse(plan.tp, what)
 
 
 def _hvp_rows(plan, data, V):
@@ -214,6 +235,7 @@ def _hvp_rows(plan, data, V):
     directions)."""
     tp = plan.tp
     plan.require_scalar()
+    _second(plan, "second derivatives")
     out = np.empty((V.shape[0], plan.n_in), tp.dtype)
     step = plan.chunk(V.shape[0])
     seed = plan.seed
@@ -242,6 +264,13 @@ def _jac_rev_rows(plan, data, U):
     tp = plan.tp
     out = np.empty((U.shape[0], plan.n_in), tp.dtype)
     grad = plan.arenas(1)[2]
+    if tp.callbacks:  # the reverse sweep in segments around the callbacks, row by row
+        roots = np.asarray(plan.roots, np.int64)
+        for r in range(U.shape[0]):
+            tp._segments.backward(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries,
+                                  tp.n_bufs, roots, np.ascontiguousarray(U[r], tp.dtype), True)  # fmt: skip
+            out[r] = plan.read_inputs(grad[None, :])[0]
+        return out
     S.vjp_rows(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
                np.ascontiguousarray(U, tp.dtype), plan.in_offs, plan.in_sizes, out)  # fmt: skip
     return out
@@ -290,6 +319,7 @@ def jacobian(t, *args, mode="auto", sparse=False):
     if sparse:
         from tape import sparse as SP
 
+        _second(plan, "jacobian(sparse=True)")
         return SP.sparse_jacobian(plan, data)
     pat = _compressible(plan, data, "jacobian") if mode != "rev" else None
     if mode == "auto":
@@ -309,7 +339,7 @@ def jacobian(t, *args, mode="auto", sparse=False):
 def _compressible(plan, data, which):
     """The sparsity patterns when colouring pays for a dense ``which`` (see
     :data:`COMPRESS_MIN`), else None."""
-    if plan.n_in < COMPRESS_MIN or (which == "hessian" and plan.n_out != 1):
+    if plan.n_in < COMPRESS_MIN or (which == "hessian" and plan.n_out != 1) or plan.tp.callbacks:
         return None
     from tape import sparse as SP
 
@@ -340,6 +370,7 @@ def hessian(t, *args, sparse=False):
     from the Hessian's sparsity pattern and a column colouring (as many directions as
     colours)."""
     plan, data = _forward(t, args)
+    _second(plan, "hessian()")
     if sparse:
         from tape import sparse as SP
 
@@ -368,6 +399,7 @@ def hvp(t, *args, v):
     result. Costs one forward, one reverse, one tangent and one forward-over-reverse sweep,
     the last three in one compiled call."""
     plan, data = _forward(t, args)
+    _second(plan, "hvp()")
     vals = plan.in_values(v, "hvp: v")
     tp = plan.tp
     plan.require_scalar()
@@ -393,6 +425,7 @@ def sparsity(t, *args):
     else:
         t._check_replay()
         plan, data = _plan(t), t.data
+    _second(plan, "sparsity()")
     return SP.patterns(plan, data)
 
 

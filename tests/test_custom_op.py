@@ -23,7 +23,14 @@ def softclip_vjp(gy, y, x, c):
     return gx, np.full_like(c, np.sum(gy * (r - (x / c) * d)))
 
 
-softclip = tp.custom_op("softclip", softclip_fwd, softclip_vjp)
+@njit
+def softclip_jvp(y, x, c, tx, tc):
+    r = y / c
+    d = 1.0 - r * r
+    return d * tx + (r - (x / c) * d) * tc
+
+
+softclip = tp.custom_op("softclip", softclip_fwd, softclip_vjp, jvp=softclip_jvp)
 
 
 @njit
@@ -138,3 +145,32 @@ def test_errors(rng):
         t.hessian(np.ones(3))  # second order needs rules the custom op does not give
     with pytest.raises(NotImplementedError, match="softclip"):
         t.to("cuda")
+
+
+def test_forward_mode_and_reverse_jacobians(data):
+    """jvp and forward Jacobians through the op's jvp (the tangent sweep in segments), vjp
+    and reverse Jacobians through its vjp; against the same function from registry ops."""
+    x, c = data
+
+    def with_op(x, c):
+        return softclip(x, c) * x
+
+    def plain(x, c):
+        return c * tp.tanh(x / c) * x
+
+    t, ref = tp.record(with_op, x, c), tp.record(plain, x, c)
+    want = ref.jacobian(x, c, mode="rev")
+    for mode in ("fwd", "rev", "auto"):
+        for got, w in zip(t.jacobian(x, c, mode=mode), want):
+            np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-14)
+    tan = (np.linspace(0.0, 1.0, 6), np.array(0.3))
+    np.testing.assert_allclose(
+        t.jvp(x, c, tangents=tan)[1], ref.jvp(x, c, tangents=tan)[1], rtol=1e-12
+    )
+    cot = np.linspace(-1.0, 1.0, 6)
+    for got, w in zip(t.vjp(x, c, cotangent=cot)[1], ref.vjp(x, c, cotangent=cot)[1]):
+        np.testing.assert_allclose(got, w, rtol=1e-12)
+    no_jvp = tp.custom_op("no_jvp", softclip_fwd, softclip_vjp)
+    t2 = tp.record(lambda x, c: no_jvp(x, c).sum(), x, c)
+    with pytest.raises(NotImplementedError, match="no_jvp.*without jvp"):
+        t2.jvp(x, c, tangents=tan)
