@@ -21,10 +21,11 @@ def profile_tape(t, args, repeat=5, min_time=2e-4):
     from tape._generated import sweeps as S
     from tape._layout import E_OP, E_OUT
 
-    t.gradient(*args)  # fills data and grad, compiles
+    t.gradient(*args)  # fills this thread's workspace, compiles
+    t, ws = t._last()  # the tape that ran (a retraced variant, if one did) and its workspace
     r = t._replay
     emask, need = S.reach(t.entries, t.bufs, t.n_entries, r["roots"])
-    data, grad = t.data, t.grad
+    data, grad = ws.data, ws.grad
     saved = grad.copy()
 
     def clock(fn):
