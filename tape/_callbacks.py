@@ -18,8 +18,14 @@ entries. Instead:
   Python runs ``backward`` on the outputs' adjoints and adds the results to the inputs'
   adjoints, and the sweep resumes before it.
 
-Tapes with callbacks replay on the interpreter only: the compiled tier, batched replay, GPU
-replay, forward-mode and second-order drivers, and saving refuse them with a clear error.
+The same groups carry :func:`tape.custom_op` applications (whose functions the compiled tier
+can call from generated code) and :func:`tape.checkpoint` calls (which replay a sub-tape; a
+guard failing inside one stops the forward sweep at the group, as a guard of this tape would:
+:func:`failed_guard`). Forward mode runs the tangent sweep in segments too, calling each
+group's ``tangent`` (custom ops with a ``jvp``, checkpoints); ``vjp`` rows run
+:meth:`CallbackSweeps.backward`. Batched replay runs instance by instance. GPU replay, second
+derivatives, sparsity patterns and saving refuse tapes with callbacks with a clear error
+(:func:`refuse`).
 """
 
 from __future__ import annotations
