@@ -27,6 +27,17 @@ What the generated code does differently from the interpreter:
   entries that depend on no argument (their values were computed at record time and are in
   every workspace), are not replayed. ``x ** k`` with a recorded constant ``k`` of 2, 3 or 4
   is multiplied out in fused loops.
+- **Common subexpressions merged.** An entry with the same op, the same attribute values and
+  the same inputs as an earlier one (views compared by the memory they see, after earlier
+  merges: merging ``x * y`` makes two ``sin(x * y)`` equal; values that depend on no
+  argument, as an array captured twice, by their contents) is a duplicate: the fused loops
+  read the earlier entry's value instead, so its adjoint gets every contribution, and the
+  duplicate is not replayed once nothing else reads it. What the generated code cannot
+  redirect reads the duplicate's own memory, so it stays (computed as recorded): an output,
+  an entry replayed by the interpreter's function for its op (the tape's ``entries`` name
+  its inputs), a value read again by the interpreter after a guard fails with
+  ``on_change="warn"``. Guards, custom ops and entries whose output another entry also
+  writes (the parts of a concatenation) are never merged.
 
 Everything else (matrix products through BLAS, reductions over axes, gathers, guards,
 broadcasting elementwise entries) calls the interpreter's own function for that entry's op
@@ -46,6 +57,7 @@ instead of compiling it. ``t.compiled_source`` is the text.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import importlib.util
 import os
@@ -65,7 +77,9 @@ from tape._layout import (
     ACTIVE,
     B_ALIAS,
     B_KIND,
+    B_NDIM,
     B_OFF,
+    B_SHAPE,
     B_SIZE,
     CONST,
     E_ATTR,
@@ -160,19 +174,19 @@ class _Plan:
         for i in range(n):
             if any(dyn[owner[b]] for b in self.ins[i]):
                 dyn[E[i, E_OUT]] = True
-        # live entries: an output or a guard on a value that can change depends on them
-        need = np.zeros(len(B), bool)
         self.root_owners = {int(owner[r]) for r in t.outputs}
-        need[list(self.root_owners)] = True
-        live = np.zeros(n, bool)
-        for i in range(n - 1, -1, -1):
-            o = E[i, E_OUT]
-            if dyn[o] and (need[o] or self.ops[i].guard):
-                live[i] = True
-                for b in self.ins[i]:
-                    need[owner[b]] = True
+        # common subexpressions: fused entries read the first of identical entries instead
+        # of the others (self.ins), which then stay live only where something still reads
+        # their own memory (see the module docstring)
+        live0 = self._liveness(())
+        self.dup_of = self._cse(same)
+        self.pinned = self._pins(live0)
+        live = self._liveness(self.pinned) if self.dup_of else live0
+        self.n_merged = sum(bool(live0[j] and not live[j]) for j in self.dup_of)
+        self.n_kept = sum(bool(live[j]) for j in self.dup_of)
         self.live = [i for i in range(n) if live[i]]
         # the reverse sweep: entries the outputs depend on, with an adjoint to pass back
+        B, owner = self.B, self.owner
         rneed = np.zeros(len(B), bool)
         rneed[list(self.root_owners)] = True
         emask = np.zeros(n, bool)
@@ -184,6 +198,152 @@ class _Plan:
                     rneed[owner[b]] = True
         self.emask, self.rneed = emask, rneed
         self._group()
+
+    def _liveness(self, pinned):
+        """Live entries: an output, a guard on a value that can change, or a value in
+        ``pinned`` depends on them (as the generated code reads them: ``self.ins``)."""
+        E, owner, dyn = self.E, self.owner, self.dyn
+        need = np.zeros(len(self.B), bool)
+        need[list(self.root_owners | set(pinned))] = True
+        live = np.zeros(len(E), bool)
+        for i in range(len(E) - 1, -1, -1):
+            o = E[i, E_OUT]
+            if dyn[o] and (need[o] or self.ops[i].guard):
+                live[i] = True
+                for b in self.ins[i]:
+                    need[owner[b]] = True
+        return live
+
+    def _cse(self, same):
+        """Find entries identical to an earlier one and point the fused entries' operands at
+        the earlier one's memory (``self.ins``; a view of a duplicate becomes the same view
+        of the survivor, added to ``self.B`` if the tape has none). Returns ``{duplicate:
+        survivor}``.
+
+        Identical: same op, same attribute values, same inputs (each compared as the memory
+        it sees: the owner after earlier merges, the offset in it and the shape; a value
+        that depends on no argument, as a captured array, by its shape and contents, which
+        are in every workspace), and the same output shape and kind. Only entries that alone
+        write a buffer of their own, from values that can change, take part: guards, custom
+        ops and the parts of a concatenation (several entries writing one output) do not."""
+        t, E, B, owner = self.t, self.E, self.B, self.owner
+        n = len(E)
+        ip = t.ipool[: t.n_ipool].tolist()
+        # an attribute block runs from its start to the next start of a block in the pool
+        # (blocks are pushed whole, one after the other; identical ones usually share one)
+        attrs = E[:, E_ATTR]
+        starts = np.unique(np.concatenate([attrs[attrs >= 0], B[:, B_SHAPE], [t.n_ipool]]))
+        starts = starts.tolist()
+        blocks: dict[int, tuple] = {-1: ()}
+        shapes: dict[tuple, tuple] = {}
+
+        def block(a):
+            v = blocks.get(a)
+            if v is None:
+                k = min(bisect.bisect_right(starts, a), len(starts) - 1)
+                v = blocks[a] = tuple(ip[a : starts[k]])
+            return v
+
+        El, Bl, ow, dyn = E.tolist(), B.tolist(), owner.tolist(), self.dyn.tolist()
+        values: dict[tuple, bytes] = {}
+
+        def value(b):
+            k = (Bl[b][B_OFF], Bl[b][B_SIZE])
+            v = values.get(k)
+            if v is None:
+                x = t.data[k[0] : k[0] + k[1]]
+                v = values[k] = hashlib.blake2b(x.tobytes(), digest_size=20).digest()
+            return v
+
+        def shape(b):
+            k = (Bl[b][B_SHAPE], Bl[b][B_NDIM])
+            v = shapes.get(k)
+            if v is None:
+                v = shapes[k] = tuple(ip[k[0] : k[0] + k[1]])
+            return v
+
+        outs = E[:, E_OUT]
+        writers = np.bincount(owner[outs[outs >= 0]], minlength=len(B)).tolist()
+        fixed = {ow[b] for b in t.inputs}
+        rep = list(range(len(B)))  # owner -> the owner it is merged into
+        seen: dict[tuple, int] = {}
+        dup_of: dict[int, int] = {}
+        for i in range(n):
+            e = El[i]
+            op, o = self.ops[i], e[E_OUT]
+            if (
+                op is _CALLBACK_OP or op.guard or o < 0 or Bl[o][B_ALIAS] >= 0
+                or writers[o] != 1 or not dyn[o] or o in fixed
+            ):  # fmt: skip
+                continue
+            ins = []
+            for b in e[E_IN0:E_OUT]:
+                if b < 0:
+                    ins.append(None)
+                    continue
+                ob = ow[b]
+                if ob == o:
+                    break
+                if dyn[ob]:
+                    ins.append((rep[ob], Bl[b][B_OFF] - Bl[ob][B_OFF], shape(b)))
+                else:  # a value fixed at record time (a captured array): compared by value
+                    ins.append((-1, value(b), shape(b)))
+            else:
+                key = (e[E_OP], block(e[E_ATTR]), tuple(ins), shape(o), Bl[o][B_KIND])
+                s = seen.setdefault(key, i)
+                if s != i:
+                    dup_of[i] = s
+                    rep[o] = El[s][E_OUT]
+        if not dup_of:
+            return dup_of
+        rows: list = []
+
+        def moved(b):
+            """The buffer that sees in the survivor what ``b`` sees in a duplicate."""
+            ob = ow[b]
+            r = rep[ob]
+            if r == ob:
+                return b
+            k = (r, Bl[b][B_OFF] - Bl[ob][B_OFF] + Bl[r][B_OFF], Bl[b][B_SIZE])
+            v = same.get(k)
+            if v is None:
+                row = B[b].copy()
+                row[B_OFF], row[B_ALIAS] = k[1], r
+                v = same[k] = len(B) + len(rows)
+                rows.append(row)
+            return v
+
+        for i in range(n):
+            if self.ops[i].kind in registry.ELEMENTWISE_ARITY and self._flat(i):
+                self.ins[i] = [moved(b) for b in self.ins[i]]
+        if rows:
+            extra = np.array(rows, B.dtype).reshape(-1, B.shape[1])
+            self.B = np.concatenate([B, extra])
+            self.owner = np.concatenate([owner, extra[:, B_ALIAS]])
+            self.dyn = np.concatenate([self.dyn, self.dyn[extra[:, B_ALIAS]]])
+        return dup_of
+
+    def _pins(self, live0):
+        """Duplicates the interpreter reads again: after a guard fails with
+        ``on_change="warn"``, the rest of the tape runs on the interpreter, which reads what
+        the original entries read. A duplicate read after a guard that follows it keeps its
+        value in the arena."""
+        E, owner = self.E, self.owner
+        guards = [i for i in range(len(E)) if self.ops[i].guard]
+        if not guards or not self.dup_of:
+            return set()
+        last: dict[int, int] = {}  # owner -> the last entry reading it, in the tape
+        for k in range(len(E)):
+            for b in E[k, E_IN0:E_OUT]:
+                if b >= 0:
+                    last[int(owner[b])] = k
+        pinned = set()
+        for j in self.dup_of:
+            g = bisect.bisect_right(guards, j)
+            o = int(E[j, E_OUT])
+            if live0[j] and g < len(guards) and last.get(o, -1) > guards[g]:
+                pinned.add(o)
+        return pinned
 
     def _flat(self, i):
         """The entry is elementwise with every input as long as the output or one value."""
@@ -262,7 +422,7 @@ class _Plan:
 
     def external(self, o, u):
         """Value ``o`` made by unit ``u`` is read outside it (or is an output)."""
-        return o in self.root_owners or bool(self.uses.get(o, set()) - {u})
+        return o in self.root_owners or o in self.pinned or bool(self.uses.get(o, set()) - {u})
 
 
 # ---------------------------------------------------------------- code generation
@@ -715,9 +875,13 @@ def generate(t):
     src = [
         '"""Compiled tier of one tape: GENERATED by tape.compiled. Do not edit.',
         "",
-        f"{n_ent} entries, {len(plan.live)} replayed (the others are dead or constant), in "
-        f"{len(plan.units)} units",
-        f"({n_fused} fused loops) of {len(fnames)} forward and {len(rnames)} reverse kinds.",
+        f"{n_ent} entries, {len(plan.live)} replayed (the others are dead or constant, or "
+        "merged), in",
+        f"{len(plan.units)} units ({n_fused} fused loops) of {len(fnames)} forward and "
+        f"{len(rnames)} reverse kinds.",
+        f"Common subexpressions: {plan.n_merged} merged into an identical earlier entry, "
+        f"{plan.n_kept} kept",
+        "(an output, or read by code that cannot be redirected).",
         "The tables that say which kind each unit is and where its buffers lie are appended",
         'to the integer pool the sweeps get (``t.kernel_args().ipool``)."""',
         "",

@@ -11,6 +11,7 @@ for the fused paths.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -475,3 +476,115 @@ def test_integer_powers_are_multiplied_out():
     assert "x0 * x0 * x0" in src and "(x0 * x0) * (x0 * x0)" in src
     agree(ti, tc, x * 0.9)
     close(tc.gradient(x), 3 * x**2 - 8 * x**3 + 2 * x + 2.5 * x**1.5)
+
+
+# ---------------------------------------------------------------- common subexpressions
+
+
+def merges(t):
+    """``(merged, kept)`` as the compiled source's header reports them."""
+    m = re.search(r"(\d+) merged into an identical earlier entry, (\d+) kept", t.compiled_source)
+    return int(m[1]), int(m[2])
+
+
+def central_differences(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for k in range(x.size):
+        e = np.zeros_like(x)
+        e[k] = eps
+        g[k] = (f(x + e) - f(x - e)) / (2 * eps)
+    return g
+
+
+def test_common_subexpressions_are_merged():
+    """``x * y`` three times, then ``sin`` of it twice: one product and one sine are replayed
+    (merging the products makes the sines identical), and the sine's adjoint gets both
+    uses. A product with an array captured twice (two constants, equal) is one product."""
+    rng = np.random.default_rng(11)
+    C = rng.normal(size=(7, 7))
+
+    def f(x, y):
+        a, b = tp.sin(x * y), tp.sin(x * y)
+        return (a * b + tp.exp(x * y) + tp.tanh(x @ C) * tp.cos(x @ C)).sum()
+
+    x, y = rng.normal(size=7), rng.normal(size=7)
+    ti, tc = both(f, x, y)
+    assert merges(tc) == (4, 0) and tc.compiled_source.count("_f_sin(") == 1
+    x, y = rng.normal(size=7), rng.normal(size=7)
+    agree(ti, tc, x, y)
+    z, w = x * y, x @ C
+    dz = 2 * np.sin(z) * np.cos(z) + np.exp(z)
+    dw = (1 - np.tanh(w) ** 2) * np.cos(w) - np.tanh(w) * np.sin(w)
+    close(tc.forward(x, y), np.sum(np.sin(z) ** 2 + np.exp(z) + np.tanh(w) * np.cos(w)))
+    gx, gy = tc.gradient(x, y)
+    close(gx, dz * y + C @ dw)
+    close(gy, dz * x)
+
+
+def test_duplicates_that_are_outputs_or_read_by_kernels_keep_their_values():
+    """A survivor that is an output gets its seed and the merged duplicate's uses; a
+    duplicate that is an output, or that a kernel (``max``) reads, stays; after a guard fails
+    with ``on_change="warn"`` the interpreter reads a duplicate computed before the guard."""
+
+    def f(x, y):
+        first = tp.sin(x * y)
+        s = (tp.sin(x * y) * tp.exp(x * y)).sum() + tp.max(tp.sin(x * y))
+        return first, s, tp.sin(x * y)
+
+    rng = np.random.default_rng(12)
+    x, y = rng.normal(size=5), rng.normal(size=5)
+    ti, tc = both(f, x, y)
+    assert merges(tc) == (5, 2)  # the products and the second sine; two sines stay
+    x, y = rng.normal(size=5), rng.normal(size=5)
+    seeds = [rng.normal(size=5), 1.0, rng.normal(size=5)]
+    z = x * y
+    want = (np.sin(z), np.sum(np.sin(z) * np.exp(z)) + np.max(np.sin(z)), np.sin(z))
+    for a, b, c in zip(tc.forward(x, y), ti.forward(x, y), want):
+        close(a, b)
+        close(a, c)
+    for t in (ti, tc):
+        t.forward(x, y)
+        t.zero_grad()
+        t.backward(seeds)
+    dz = (seeds[0] + seeds[2]) * np.cos(z) + (np.cos(z) + np.sin(z)) * np.exp(z)
+    dz[np.argmax(np.sin(z))] += np.cos(z[np.argmax(np.sin(z))])
+    for a, b, c in zip(tc.grads, ti.grads, (dz * y, dz * x)):
+        close(a, b)
+        close(a, c)
+
+    def g(x):
+        u, v = tp.exp(x) * x, tp.exp(x)
+        if x.sum() > 0:  # a guard between the duplicate and its use
+            return (u * v).sum()
+        return x.sum()
+
+    ti, tc = both(g, np.linspace(0.1, 1.0, 4))
+    ti.on_change = tc.on_change = "warn"
+    assert merges(tc) == (0, 1)
+    x = -np.linspace(0.2, 1.3, 4)
+    with pytest.warns(tp.GuardWarning):
+        vc, gc = tc.value_and_grad(x)
+    close(vc, np.sum(x * np.exp(2 * x)))
+    close(gc, (2 * x + 1) * np.exp(2 * x))
+
+
+def test_common_subexpressions_through_views():
+    """Two slices ``x[1:]`` are one operand; a slice of a merged duplicate becomes the same
+    slice of the survivor (``v[:-1]``, which the tape has only for ``v``)."""
+
+    def f(x):
+        u, v = tp.exp(x[1:] * 2.0), tp.exp(x[1:] * 2.0)
+        return (u[1:] * v[:-1] * tp.sin(v[1:])).sum()
+
+    def f_np(x):
+        u = np.exp(x[1:] * 2.0)
+        return np.sum(u[1:] * u[:-1] * np.sin(u[1:]))
+
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=8)
+    ti, tc = both(f, x)
+    assert merges(tc) == (2, 0)
+    x = rng.normal(size=8)
+    agree(ti, tc, x)
+    close(tc.forward(x), f_np(x))
+    close(tc.gradient(x), central_differences(f_np, x), rtol=1e-7)
