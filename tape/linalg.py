@@ -9,6 +9,12 @@ differentiable to every order, eagerly and in recorded tapes, batched over leadi
                           triangle of ``a`` only, as NumPy does, so the gradient with respect
                           to ``a`` is lower triangular (symmetrise it for a symmetric one)
 ``slogdet(a)``            ``(sign, logabsdet)``; the sign has a zero gradient
+``eigh(a, UPLO='L')``     ``(eigenvalues, eigenvectors)`` of a symmetric matrix, eigenvalues
+                          ascending, each eigenvector's largest-magnitude component positive;
+                          reads one triangle of ``a`` (the lower by default, as NumPy)
+``eigvalsh(a)``           the eigenvalues of :func:`eigh` alone
+``qr(a)``                 reduced ``(Q, R)`` of an ``m x n`` matrix, ``m >= n``, with the
+                          diagonal of ``R`` positive (unique; LAPACK's signs are arbitrary)
 ``det(a)``                ``sign * exp(logabsdet)``
 ``inv(a)``                ``solve(a, I)``
 ``logdet_cholesky(l)``    ``log det(L @ L.T) = 2 sum(log(diag(L)))`` for a Cholesky factor
@@ -16,12 +22,15 @@ differentiable to every order, eagerly and in recorded tapes, batched over leadi
 ========================  ==================================================================
 
 The rules are the standard matrix-calculus results for the whole factorisation (no
-differentiation through its loops): see :mod:`tape.ops.factor`. Data with no answer raise
-instead of returning a number: a singular matrix in ``solve``, ``slogdet``, ``det`` and
-``inv`` (its log-determinant is ``-inf``, without a derivative), and a matrix that is not
-positive definite in ``cholesky``. Both raise ``numpy.linalg.LinAlgError``
+differentiation through its loops): see :mod:`tape.ops.factor` and :mod:`tape.ops.spectral`.
+Data with no answer raise instead of returning a number: a singular matrix in ``solve``,
+``slogdet``, ``det`` and ``inv`` (its log-determinant is ``-inf``, without a derivative), a
+matrix that is not positive definite in ``cholesky``, a rank-deficient matrix in ``qr`` and a
+non-finite one in ``eigh`` and ``qr``. They raise ``numpy.linalg.LinAlgError``
 (``tape.linalg.LinAlgError``): eagerly at the call, and from a replay of a recorded tape
-whose new data hit the case, naming the entry and the line that recorded it.
+whose new data hit the case, naming the entry and the line that recorded it. The one case
+found only by a reverse sweep, which cannot stop, gives NaN instead: the derivative of an
+eigenvector of a repeated eigenvalue (see :func:`eigh`).
 """
 
 from __future__ import annotations
@@ -33,14 +42,16 @@ import numpy as np
 
 from tape import _tensor as T
 from tape._front.linalg import matmul
-from tape._front.movement import broadcast_to, strided
+from tape._front.movement import broadcast_to, strided, swapaxes
 from tape.functional import exp, log, norm, stop_gradient
 from tape.functional import sum as _sum
 from tape.ops.factor import CHOLESKY, GENERAL, LOWER, SLOGDET, SOLVE, UPPER
+from tape.ops.spectral import EIGH, QR
 
 __all__ = [
     "solve", "solve_triangular", "cholesky", "slogdet", "det", "inv", "logdet_cholesky",
-    "SlogdetResult", "LinAlgError", "norm", "matmul",
+    "eigh", "eigvalsh", "qr", "SlogdetResult", "EighResult", "QRResult", "LinAlgError", "norm",
+    "matmul",
 ]  # fmt: skip
 
 LinAlgError = np.linalg.LinAlgError
@@ -51,6 +62,20 @@ class SlogdetResult(NamedTuple):
 
     sign: T.Tensor
     logabsdet: T.Tensor
+
+
+class EighResult(NamedTuple):
+    """What :func:`eigh` returns, as NumPy names it."""
+
+    eigenvalues: T.Tensor
+    eigenvectors: T.Tensor
+
+
+class QRResult(NamedTuple):
+    """What :func:`qr` returns, as NumPy names it."""
+
+    Q: T.Tensor
+    R: T.Tensor
 
 
 def _float(x):
@@ -186,3 +211,72 @@ def logdet_cholesky(low):
     batch = low.shape[:-2]
     diag = strided(low, batch + (n,), 0, _batch_strides(batch, n * n) + (n + 1,))
     return 2.0 * _sum(log(diag), axis=-1)
+
+
+def eigh(a, UPLO="L"):
+    """Eigenvalues and eigenvectors of a symmetric matrix (``numpy.linalg.eigh``), batched:
+    ``(eigenvalues, eigenvectors)``, the eigenvalues ascending (``(..., n)``), the
+    eigenvectors the columns of ``(..., n, n)``.
+
+    Only one triangle of ``a`` is read, the lower (``UPLO='L'``, NumPy's default) or the upper
+    (``'U'``), as in NumPy; the gradient with respect to ``a`` lies in that triangle (as with
+    :func:`cholesky`: when ``a`` is built symmetrically every gradient upstream is the same as
+    with a symmetric convention). Each eigenvector is normalised so that its largest-magnitude
+    component is positive (the first such component on ties), the same on the CPU and the GPU
+    (NumPy's signs are LAPACK's, arbitrary).
+
+    The eigenvectors of a repeated eigenvalue are not unique, and neither is their derivative:
+    where two eigenvalues lie within ``n * eps * max|w|`` of each other, the gradient with
+    respect to ``a`` is NaN if the eigenvector outputs of those eigenvalues receive a nonzero
+    adjoint (the eigenvalues' own gradient, and the other eigenvectors', stay defined; use
+    :func:`eigvalsh` when only the eigenvalues are needed). Forward-mode tangents of those
+    eigenvectors and second derivatives through them are NaN likewise. A non-finite ``a``
+    raises ``LinAlgError``."""
+    a = _square(a, "eigh")
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    if UPLO == "U":
+        a = swapaxes(a, -1, -2)  # its lower triangle is a's upper one
+    n = a.shape[-1]
+    batch = a.shape[:-2]
+    nb = math.prod(batch)
+    out = T.apply(EIGH, [a], (nb * (n + n * n),), [nb, n])
+    return EighResult(T.view(out, batch + (n,), 0), T.view(out, batch + (n, n), nb * n))
+
+
+def eigvalsh(a, UPLO="L"):
+    """The eigenvalues of a symmetric matrix, ascending (``numpy.linalg.eigvalsh``): those of
+    :func:`eigh`, whose gradient ``V diag(g) V^T`` stays defined for repeated eigenvalues."""
+    return eigh(a, UPLO).eigenvalues
+
+
+def qr(a, mode="reduced"):
+    """Reduced QR factorisation (``numpy.linalg.qr``, ``mode='reduced'``), batched: ``a`` of
+    shape ``(..., m, n)`` with ``m >= n`` gives ``Q`` of ``(..., m, n)`` with orthonormal
+    columns and upper-triangular ``R`` of ``(..., n, n)``, ``Q @ R = a``.
+
+    The diagonal of ``R`` is made positive, which makes the factorisation unique and
+    differentiable; NumPy returns LAPACK's signs, which may differ (a column of ``Q`` and a
+    row of ``R`` negated). A rank-deficient ``a`` (a diagonal element of ``R`` at most
+    ``max(m, n) * eps * max|diag(R)|``, the tolerance of ``numpy.linalg.matrix_rank``) or a
+    non-finite one raises ``LinAlgError``: ``Q`` is not unique there."""
+    if mode != "reduced":
+        raise ValueError(
+            f"qr: mode {mode!r} is not supported; only mode='reduced' (Q of shape (..., m, n), "
+            "R of shape (..., n, n))"
+        )
+    a = _float(a)
+    if a.ndim < 2:
+        raise ValueError(
+            f"qr: expected a matrix or a batch of them (shape (..., m, n)), got shape {a.shape}"
+        )
+    m, n = a.shape[-2:]
+    if m < n:
+        raise ValueError(
+            f"qr: a of shape {a.shape} has more columns than rows (m = {m} < n = {n}); only "
+            "m >= n is supported (factorise the transpose for an LQ factorisation)"
+        )
+    batch = a.shape[:-2]
+    nb = math.prod(batch)
+    out = T.apply(QR, [a], (nb * (m * n + n * n),), [nb, m, n])
+    return QRResult(T.view(out, batch + (m, n), 0), T.view(out, batch + (n, n), nb * m * n))

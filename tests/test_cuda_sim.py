@@ -345,6 +345,34 @@ else:
             np.testing.assert_allclose(g[0][b], want[0], rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(v[b], t.forward(X[b], y, a, bs), rtol=1e-12)
 
+    def test_spectral_ops_match_cpu(rng):
+        # eigh (Jacobi on the device, LAPACK on the CPU: the same ascending order and
+        # eigenvector signs) and qr (Householder, diag(R) > 0), batched, and their rejections
+        import tape.linalg as la
+
+        a = rng.standard_normal((2, 3, 3))
+        x = rng.standard_normal((4, 3))
+        wv, wq = rng.uniform(0.5, 1.5, (2, 3, 3)), rng.uniform(0.5, 1.5, (4, 3))
+
+        def f(a, x):
+            w, v = la.eigh(a)
+            q, r = la.qr(x)
+            return (v * wv).sum() + (w**2).sum() + (q * wq).sum() + (r * r[0]).sum()
+
+        t = tp.record(f, a, x)
+        check(t, [a, x], rtol=1e-10, atol=1e-12)
+        tv = tp.record(lambda a, x: tp.concatenate([la.eigh(a)[1].reshape(-1), la.qr(x).Q.reshape(-1)]),
+                       a, x)  # fmt: skip
+        np.testing.assert_allclose(CudaTape(tv, threads=THREADS).forward(a, x), tv.forward(a, x),
+                                   rtol=1e-10, atol=1e-12)  # fmt: skip
+        rank1 = np.outer(np.arange(1.0, 5.0), [1.0, 2.0, 3.0])
+        with pytest.raises(np.linalg.LinAlgError, match="rank deficient"):
+            CudaTape(t, threads=THREADS).forward(a, rank1)
+        A = rng.standard_normal((3, 2, 3, 3))
+        v, g = gradient_batch(t, A, np.tile(x, (3, 1, 1)), threads=THREADS)
+        for b in range(3):
+            np.testing.assert_allclose(g[0][b], t.gradient(A[b], x)[0], rtol=1e-10, atol=1e-12)
+
     def test_overlapping_views_of_one_input(rng):
         # x[1:] and x[:-1] view the same adjoint memory: the reverse takes one input per phase
         def rosen(x):

@@ -6,6 +6,7 @@ KERNEL_CASES (a test fails until it does)."""
 import cases_factor  # tests/ is on sys.path (pytest's rootdir-less import mode)
 import cases_scan
 import cases_scatter
+import cases_spectral
 import numpy as np
 import pytest
 
@@ -262,7 +263,7 @@ x_mask = np.array([[True, False, True], [False, True, True]])
 tal_idx = np.array([[0, 3, 3], [1, -1, 0], [2, 2, 1]])
 tal_idx3 = np.array([[[0, 3]], [[-2, 1]]])
 
-for _cases in (cases_scan.CASES, cases_factor.CASES, cases_scatter.CASES):
+for _cases in (cases_scan.CASES, cases_factor.CASES, cases_scatter.CASES, cases_spectral.CASES):
     for _name, _list in _cases.items():
         KERNEL_CASES.setdefault(_name, []).extend(_list)
 

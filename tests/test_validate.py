@@ -148,6 +148,18 @@ def _factor(x, b):
 
 
 FAMILIES["factor"] = (_factor, (np.arange(9.0).reshape(3, 3) / 9.0, np.arange(1.0, 4.0)))
+
+
+def _spectral(x):
+    import tape.linalg as la
+
+    w, v = la.eigh(x)
+    q, r = la.qr(x)
+    return (v * w).sum() + (q[:, :2] * r[0, :2]).sum() + r[2, 2]
+
+
+SPECTRAL_X = np.array([[2.0, 1.0, 0.5], [0.3, -1.0, 0.4], [0.1, 0.2, 3.0]])
+FAMILIES["spectral"] = (_spectral, (SPECTRAL_X,))
 FAMILIES["scan"] = (
     lambda x: tp.cumsum(x, 0).sum() + (tp.cumprod(x, axis=1) * 0.5).sum()
     + tp.topk(x, 2).values.sum() + (tp.max(x, dim=0).values * tp.argmin(x, axis=1).sum()).sum(),

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "828070694cf95398db362f8925ef538cf0e4fb371d3d8751b9333232065c8979"
+FINGERPRINT = "1771273eef493f15d631bb20aac58e04500126dbce6fcf459e65ba38d0fdea16"
 
 import numpy as np
 from numba import njit, prange
@@ -22,6 +22,7 @@ from tape.ops.movement import copy_fwd, copy_rev, take_fwd, take_rev, take_jvp
 from tape.ops.reduce import sum_fwd, sum_rev, max_fwd, max_rev, extreme_jvp, min_fwd, min_rev, extreme_jvp, prod_fwd, prod_rev, prod_jvp, prod_hvp
 from tape.ops.scan import cumsum_fwd, cumsum_rev, cumprod_fwd, cumprod_rev, cumprod_jvp, cumprod_hvp, argsort_fwd, argmax_fwd, argmin_fwd
 from tape.ops.scatter import scatter_add_fwd, scatter_add_rev, scatter_add_jvp
+from tape.ops.spectral import eigh_fwd, eigh_rev, eigh_jvp, eigh_hvp, qr_fwd, qr_rev, qr_jvp, qr_hvp
 
 neg_fwd = BY_NAME["neg"].fwd
 neg_rev0 = BY_NAME["neg"].rev[0]
@@ -1698,6 +1699,46 @@ def _hrev_scatter_add(i, entries, bufs, ipool, data, grad, T, GT):
 
 
 @njit(**SWEEP_JIT)
+def _fwd_eigh(i, entries, bufs, ipool, data):
+    return eigh_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_eigh(i, entries, bufs, ipool, data, grad):
+    eigh_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_eigh(i, entries, bufs, ipool, data, T):
+    eigh_jvp(i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_eigh(i, entries, bufs, ipool, data, grad, T, GT):
+    eigh_hvp(i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_qr(i, entries, bufs, ipool, data):
+    return qr_fwd(i, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _rev_qr(i, entries, bufs, ipool, data, grad):
+    qr_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_qr(i, entries, bufs, ipool, data, T):
+    qr_jvp(i, entries, bufs, ipool, data, T)
+
+
+@njit(**SWEEP_JIT)
+def _hrev_qr(i, entries, bufs, ipool, data, grad, T, GT):
+    qr_hvp(i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@njit(**SWEEP_JIT)
 def _emit_neg(
     entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
     in1, in2, attr
@@ -2488,6 +2529,26 @@ def _emit_scatter_add(
 
 
 @njit(**SWEEP_JIT)
+def _emit_eigh(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_eigh(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
+def _emit_qr(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
+    in1, in2, attr
+):
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
+              in2, attr)  # fmt: skip
+    return _fwd_qr(n_entries, entries, bufs, ipool, data)
+
+
+@njit(**SWEEP_JIT)
 def forward_sweep(entries, bufs, ipool, data, start, stop):
     """Run entries ``start .. stop-1``. Writes ``data``. Returns ``-1``, or the index of the
     first entry that rejected its data (an out-of-range gather index)."""
@@ -2685,6 +2746,14 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
             status = scatter_add_fwd(i, entries, bufs, ipool, data)
             if status >= 0:
                 return status
+        elif op == 79:  # eigh
+            status = eigh_fwd(i, entries, bufs, ipool, data)
+            if status >= 0:
+                return status
+        elif op == 80:  # qr
+            status = qr_fwd(i, entries, bufs, ipool, data)
+            if status >= 0:
+                return status
     return -1
 
 
@@ -2832,6 +2901,10 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
             slogdet_rev(i, entries, bufs, ipool, data, grad)
         elif op == 78:  # scatter_add
             scatter_add_rev(i, entries, bufs, ipool, data, grad)
+        elif op == 79:  # eigh
+            eigh_rev(i, entries, bufs, ipool, data, grad)
+        elif op == 80:  # qr
+            qr_rev(i, entries, bufs, ipool, data, grad)
 
 
 @njit(**SWEEP_JIT)
@@ -2982,6 +3055,10 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
             _tan_slogdet(i, entries, bufs, ipool, data, T)
         elif op == 78:  # scatter_add
             _tan_scatter_add(i, entries, bufs, ipool, data, T)
+        elif op == 79:  # eigh
+            _tan_eigh(i, entries, bufs, ipool, data, T)
+        elif op == 80:  # qr
+            _tan_qr(i, entries, bufs, ipool, data, T)
 
 
 @njit(**SWEEP_JIT)
@@ -3134,6 +3211,10 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
             _hrev_slogdet(i, entries, bufs, ipool, data, grad, T, GT)
         elif op == 78:  # scatter_add
             _hrev_scatter_add(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 79:  # eigh
+            _hrev_eigh(i, entries, bufs, ipool, data, grad, T, GT)
+        elif op == 80:  # qr
+            _hrev_qr(i, entries, bufs, ipool, data, grad, T, GT)
 
 @njit(**SWEEP_JIT)
 def reach(entries, bufs, n_entries, roots):
@@ -3380,6 +3461,6 @@ def ka_gradient(ka):
 
 # Per-op functions, indexed by op code: eager mode and per-entry checks call these, so
 # they compile (or load) only the ops they use, never the whole sweeps above.
-FWD = (_fwd_neg, _fwd_abs, _fwd_square, _fwd_sqrt, _fwd_exp, _fwd_log, _fwd_log1p, _fwd_expm1, _fwd_sin, _fwd_cos, _fwd_tan, _fwd_tanh, _fwd_sinh, _fwd_cosh, _fwd_arctan, _fwd_sigmoid, _fwd_relu, _fwd_softplus, _fwd_erf, _fwd_erfc, _fwd_arcsin, _fwd_arccos, _fwd_arcsinh, _fwd_arccosh, _fwd_arctanh, _fwd_log2, _fwd_log10, _fwd_exp2, _fwd_cbrt, _fwd_reciprocal, _fwd_lgamma, _fwd_digamma, _fwd_erfinv, _fwd_sign, _fwd_floor, _fwd_ceil, _fwd_round, _fwd_trunc, _fwd_stop_gradient, _fwd_add, _fwd_sub, _fwd_mul, _fwd_div, _fwd_pow, _fwd_maximum, _fwd_minimum, _fwd_arctan2, _fwd_hypot, _fwd_logaddexp, _fwd_logaddexp2, _fwd_xlogy, _fwd_fmod, _fwd_remainder, _fwd_floor_divide, _fwd_less, _fwd_less_equal, _fwd_greater, _fwd_greater_equal, _fwd_equal, _fwd_not_equal, _fwd_where, _fwd_clip, _fwd_matmul, _fwd_copy, _fwd_take, _fwd_sum, _fwd_max, _fwd_min, _fwd_prod, _fwd_guard, _fwd_cumsum, _fwd_cumprod, _fwd_argsort, _fwd_argmax, _fwd_argmin, _fwd_solve, _fwd_cholesky, _fwd_slogdet, _fwd_scatter_add,)
-REV = (_rev_neg, _rev_abs, _rev_square, _rev_sqrt, _rev_exp, _rev_log, _rev_log1p, _rev_expm1, _rev_sin, _rev_cos, _rev_tan, _rev_tanh, _rev_sinh, _rev_cosh, _rev_arctan, _rev_sigmoid, _rev_relu, _rev_softplus, _rev_erf, _rev_erfc, _rev_arcsin, _rev_arccos, _rev_arcsinh, _rev_arccosh, _rev_arctanh, _rev_log2, _rev_log10, _rev_exp2, _rev_cbrt, _rev_reciprocal, _rev_lgamma, _rev_digamma, _rev_erfinv, _rev_sign, _rev_floor, _rev_ceil, _rev_round, _rev_trunc, None, _rev_add, _rev_sub, _rev_mul, _rev_div, _rev_pow, _rev_maximum, _rev_minimum, _rev_arctan2, _rev_hypot, _rev_logaddexp, _rev_logaddexp2, _rev_xlogy, _rev_fmod, _rev_remainder, _rev_floor_divide, None, None, None, None, None, None, _rev_where, _rev_clip, _rev_matmul, _rev_copy, _rev_take, _rev_sum, _rev_max, _rev_min, _rev_prod, None, _rev_cumsum, _rev_cumprod, None, None, None, _rev_solve, _rev_cholesky, _rev_slogdet, _rev_scatter_add,)
-EMIT = (_emit_neg, _emit_abs, _emit_square, _emit_sqrt, _emit_exp, _emit_log, _emit_log1p, _emit_expm1, _emit_sin, _emit_cos, _emit_tan, _emit_tanh, _emit_sinh, _emit_cosh, _emit_arctan, _emit_sigmoid, _emit_relu, _emit_softplus, _emit_erf, _emit_erfc, _emit_arcsin, _emit_arccos, _emit_arcsinh, _emit_arccosh, _emit_arctanh, _emit_log2, _emit_log10, _emit_exp2, _emit_cbrt, _emit_reciprocal, _emit_lgamma, _emit_digamma, _emit_erfinv, _emit_sign, _emit_floor, _emit_ceil, _emit_round, _emit_trunc, _emit_stop_gradient, _emit_add, _emit_sub, _emit_mul, _emit_div, _emit_pow, _emit_maximum, _emit_minimum, _emit_arctan2, _emit_hypot, _emit_logaddexp, _emit_logaddexp2, _emit_xlogy, _emit_fmod, _emit_remainder, _emit_floor_divide, _emit_less, _emit_less_equal, _emit_greater, _emit_greater_equal, _emit_equal, _emit_not_equal, _emit_where, _emit_clip, _emit_matmul, _emit_copy, _emit_take, _emit_sum, _emit_max, _emit_min, _emit_prod, _emit_guard, _emit_cumsum, _emit_cumprod, _emit_argsort, _emit_argmax, _emit_argmin, _emit_solve, _emit_cholesky, _emit_slogdet, _emit_scatter_add,)
+FWD = (_fwd_neg, _fwd_abs, _fwd_square, _fwd_sqrt, _fwd_exp, _fwd_log, _fwd_log1p, _fwd_expm1, _fwd_sin, _fwd_cos, _fwd_tan, _fwd_tanh, _fwd_sinh, _fwd_cosh, _fwd_arctan, _fwd_sigmoid, _fwd_relu, _fwd_softplus, _fwd_erf, _fwd_erfc, _fwd_arcsin, _fwd_arccos, _fwd_arcsinh, _fwd_arccosh, _fwd_arctanh, _fwd_log2, _fwd_log10, _fwd_exp2, _fwd_cbrt, _fwd_reciprocal, _fwd_lgamma, _fwd_digamma, _fwd_erfinv, _fwd_sign, _fwd_floor, _fwd_ceil, _fwd_round, _fwd_trunc, _fwd_stop_gradient, _fwd_add, _fwd_sub, _fwd_mul, _fwd_div, _fwd_pow, _fwd_maximum, _fwd_minimum, _fwd_arctan2, _fwd_hypot, _fwd_logaddexp, _fwd_logaddexp2, _fwd_xlogy, _fwd_fmod, _fwd_remainder, _fwd_floor_divide, _fwd_less, _fwd_less_equal, _fwd_greater, _fwd_greater_equal, _fwd_equal, _fwd_not_equal, _fwd_where, _fwd_clip, _fwd_matmul, _fwd_copy, _fwd_take, _fwd_sum, _fwd_max, _fwd_min, _fwd_prod, _fwd_guard, _fwd_cumsum, _fwd_cumprod, _fwd_argsort, _fwd_argmax, _fwd_argmin, _fwd_solve, _fwd_cholesky, _fwd_slogdet, _fwd_scatter_add, _fwd_eigh, _fwd_qr,)
+REV = (_rev_neg, _rev_abs, _rev_square, _rev_sqrt, _rev_exp, _rev_log, _rev_log1p, _rev_expm1, _rev_sin, _rev_cos, _rev_tan, _rev_tanh, _rev_sinh, _rev_cosh, _rev_arctan, _rev_sigmoid, _rev_relu, _rev_softplus, _rev_erf, _rev_erfc, _rev_arcsin, _rev_arccos, _rev_arcsinh, _rev_arccosh, _rev_arctanh, _rev_log2, _rev_log10, _rev_exp2, _rev_cbrt, _rev_reciprocal, _rev_lgamma, _rev_digamma, _rev_erfinv, _rev_sign, _rev_floor, _rev_ceil, _rev_round, _rev_trunc, None, _rev_add, _rev_sub, _rev_mul, _rev_div, _rev_pow, _rev_maximum, _rev_minimum, _rev_arctan2, _rev_hypot, _rev_logaddexp, _rev_logaddexp2, _rev_xlogy, _rev_fmod, _rev_remainder, _rev_floor_divide, None, None, None, None, None, None, _rev_where, _rev_clip, _rev_matmul, _rev_copy, _rev_take, _rev_sum, _rev_max, _rev_min, _rev_prod, None, _rev_cumsum, _rev_cumprod, None, None, None, _rev_solve, _rev_cholesky, _rev_slogdet, _rev_scatter_add, _rev_eigh, _rev_qr,)
+EMIT = (_emit_neg, _emit_abs, _emit_square, _emit_sqrt, _emit_exp, _emit_log, _emit_log1p, _emit_expm1, _emit_sin, _emit_cos, _emit_tan, _emit_tanh, _emit_sinh, _emit_cosh, _emit_arctan, _emit_sigmoid, _emit_relu, _emit_softplus, _emit_erf, _emit_erfc, _emit_arcsin, _emit_arccos, _emit_arcsinh, _emit_arccosh, _emit_arctanh, _emit_log2, _emit_log10, _emit_exp2, _emit_cbrt, _emit_reciprocal, _emit_lgamma, _emit_digamma, _emit_erfinv, _emit_sign, _emit_floor, _emit_ceil, _emit_round, _emit_trunc, _emit_stop_gradient, _emit_add, _emit_sub, _emit_mul, _emit_div, _emit_pow, _emit_maximum, _emit_minimum, _emit_arctan2, _emit_hypot, _emit_logaddexp, _emit_logaddexp2, _emit_xlogy, _emit_fmod, _emit_remainder, _emit_floor_divide, _emit_less, _emit_less_equal, _emit_greater, _emit_greater_equal, _emit_equal, _emit_not_equal, _emit_where, _emit_clip, _emit_matmul, _emit_copy, _emit_take, _emit_sum, _emit_max, _emit_min, _emit_prod, _emit_guard, _emit_cumsum, _emit_cumprod, _emit_argsort, _emit_argmax, _emit_argmin, _emit_solve, _emit_cholesky, _emit_slogdet, _emit_scatter_add, _emit_eigh, _emit_qr,)

@@ -30,7 +30,8 @@ TARGET = CUDA / "_generated" / "kernels.py"
 SOURCES = [PKG / "registry.py", PKG / "_layout.py", PKG / "_masked.py"] + [
     CUDA / f
     for f in ("_config.py", "_program.py", "_rules.py", "_loops.py", "_kernels.py", "_codegen.py",
-              "_scan_kernels.py", "_factor_kernels.py", "_scatter_kernels.py")  # fmt: skip
+              "_scan_kernels.py", "_factor_kernels.py", "_scatter_kernels.py",
+              "_spectral_kernels.py")  # fmt: skip
 ]
 
 HEADER = '''# ruff: noqa

@@ -574,7 +574,7 @@ GPU_KERNELS = {
 (:attr:`tape.registry.Op.gpu`)."""
 
 # the op families kept in files of their own (they import GpuKernel from this module)
-from tape.cuda import _factor_kernels, _scan_kernels, _scatter_kernels  # noqa: E402
+from tape.cuda import _factor_kernels, _scan_kernels, _scatter_kernels, _spectral_kernels  # noqa: E402, I001
 
-for _family in (_scan_kernels, _factor_kernels, _scatter_kernels):
+for _family in (_scan_kernels, _factor_kernels, _scatter_kernels, _spectral_kernels):
     GPU_KERNELS.update(_family.KERNELS)

@@ -9,7 +9,7 @@ each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._prog
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "75467339535e1bacc42bc563c873e82cc25e4de57df8f7b8afec954ee54fe98d"
+FINGERPRINT = "0572357c1ff2fe8469cee6c2fb26e1b79dd839764deb45403bbd1b0530f51092"
 
 from numba import cuda, float64
 
@@ -190,6 +190,10 @@ k_slogdet_fwd = GPU_KERNELS["slogdet"].fwd
 k_slogdet_rev = GPU_KERNELS["slogdet"].rev
 k_scatter_add_fwd = GPU_KERNELS["scatter_add"].fwd
 k_scatter_add_rev = GPU_KERNELS["scatter_add"].rev
+k_eigh_fwd = GPU_KERNELS["eigh"].fwd
+k_eigh_rev = GPU_KERNELS["eigh"].rev
+k_qr_fwd = GPU_KERNELS["qr"].fwd
+k_qr_rev = GPU_KERNELS["qr"].rev
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -353,6 +357,10 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_slogdet_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 78:  # scatter_add
         k_scatter_add_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 79:  # eigh
+        k_eigh_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 80:  # qr
+        k_qr_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -494,6 +502,10 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_slogdet_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 78:  # scatter_add
         k_scatter_add_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 79:  # eigh
+        k_eigh_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 80:  # qr
+        k_qr_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
