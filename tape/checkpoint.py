@@ -37,9 +37,11 @@ import functools
 import hashlib
 
 import numpy as np
+from numba import njit
 
 from tape import _callbacks as C
 from tape import _tensor as T
+from tape._config import SWEEP_JIT
 from tape._layout import B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT, LEAF
 
 
@@ -79,6 +81,20 @@ class _Lift:
             t.wrt.append(len(t.inputs) - 1)
         self.found.append(x)
         return b
+
+
+@njit(**SWEEP_JIT)
+def _gather(dst, di, src, si):
+    """``dst[di] = src[si]`` (flat positions; the arenas may differ in dtype)."""
+    for k in range(di.shape[0]):
+        dst[di[k]] = src[si[k]]
+
+
+@njit(**SWEEP_JIT)
+def _scatter_add(dst, di, src, si):
+    """``dst[di] += src[si]``, repeated positions accumulating."""
+    for k in range(di.shape[0]):
+        dst[di[k]] += src[si[k]]
 
 
 class _Call:
@@ -128,7 +144,7 @@ class _Call:
             sub._promote()
         ws = sub._workspace()
         ws.ok = False
-        ws.data[p[2]] = data[p[1]]
+        _gather(ws.data, p[2], data, p[1])
         return r, ws
 
     def _slow(self, tp, data):
@@ -150,7 +166,7 @@ class _Call:
         if status >= 0 or sub._variants:
             _, ws = self._slow(tp, data)
         ws.ok = True
-        data[p[4]] = ws.data[p[3]]
+        _gather(data, p[4], ws.data, p[3])
 
     def tangent(self, tp, data, T):
         """Forward mode: the sub-tape's tangent sweep on the arguments' tangents (rows of
@@ -189,7 +205,7 @@ class _Call:
                 f"{self.label}: the recomputation in the reverse sweep stopped at entry "
                 f"{status} of the checkpointed function, which the forward sweep passed"
             )
-        np.add.at(grad, p[5], ws.grad[p[6]])
+        _scatter_add(grad, p[5], ws.grad, p[6])
 
 
 def _structure_key(sub):
