@@ -117,8 +117,18 @@ def check_entries(t, data, start, stop):
             raise _error(t, i, "forward", b, v)
 
 
+def _no_callbacks(t):
+    """The checked sweeps run registry ops entry by entry: a tape that calls Python
+    (``autograd.Function``, ``custom_op``, ``checkpoint``) is refused, never half-checked."""
+    if getattr(t, "callbacks", None):
+        from tape._callbacks import refuse
+
+        refuse(t, "detect_anomaly()")
+
+
 def forward(t, data, start, stop):
     """Checked forward sweep over ``data``: returns the sweep status as the compiled sweep."""
+    _no_callbacks(t)
     for i in range(start, stop):
         st = run_entry(t, i, data)
         if st >= 0:
@@ -132,6 +142,7 @@ def forward(t, data, start, stop):
 
 def backward(t, data, grad, roots, seeds, zero_leaves):
     """Checked :func:`tape.sweeps.backward`; returns the buffer mask like it."""
+    _no_callbacks(t)
     if not np.isfinite(seeds).all():
         raise AnomalyError(
             "backward: the seed (output adjoint) contains nan or inf", -1, "", "", "backward"

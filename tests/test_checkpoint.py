@@ -173,6 +173,8 @@ def test_refusals_and_bad_input(data, tmp_path):
         t.compile()
     with pytest.raises(NotImplementedError, match="checkpoint"):
         t.hessian(W0, xs0)
+    with tp.detect_anomaly(), pytest.raises(NotImplementedError, match="detect_anomaly"):
+        t.gradient(W0, xs0)  # the checked sweeps run registry ops only: refused, not half-run
     with pytest.raises(NotImplementedError, match="checkpoint"):
         t.save(tmp_path / "t.npz")
     with pytest.raises(TypeError, match="callable"):

@@ -145,6 +145,8 @@ def test_errors(rng):
         t.hessian(np.ones(3))  # second order needs rules the custom op does not give
     with pytest.raises(NotImplementedError, match="softclip"):
         t.to("cuda")
+    with tp.detect_anomaly(), pytest.raises(NotImplementedError, match="detect_anomaly"):
+        t.gradient(np.ones(3))
 
 
 def test_forward_mode_and_reverse_jacobians(data):
