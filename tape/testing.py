@@ -208,6 +208,8 @@ def _first_bad_entry(t, args, eps, atol, rtol, rng):
         return t.view(arena, b).reshape(-1)
 
     for i in range(t.n_entries):
+        if entries[i, E_OP] < 0:
+            continue  # a Python callback (Function, custom_op, checkpoint): not a registry op
         op = registry.OPS[entries[i, E_OP]]
         out = int(entries[i, E_OUT])
         diff = op.differentiable
@@ -245,6 +247,13 @@ def _first_bad_entry(t, args, eps, atol, rtol, rng):
                 + (f" recorded at {src}" if src else "")
                 + f": <u, J v> analytic {ana!r}, numeric {num!r}"
             )
+    if t.callbacks:
+        names = ", ".join(sorted({c.label for c in t.callbacks.values()}))
+        return (
+            "\n(every registry op's local derivative agrees with finite differences; the tape "
+            f"also calls Python, whose rules are not checked entry by entry: {names}. Check "
+            "those first, e.g. a custom_op's vjp)"
+        )
     return "\n(every entry's local derivative agrees with finite differences: the disagreement comes from how the entries are combined)"
 
 

@@ -176,3 +176,9 @@ def test_forward_mode_and_reverse_jacobians(data):
     t2 = tp.record(lambda x, c: no_jvp(x, c).sum(), x, c)
     with pytest.raises(NotImplementedError, match="no_jvp.*without jvp"):
         t2.jvp(x, c, tangents=tan)
+
+
+def test_gradcheck_points_at_a_wrong_vjp():
+    wrong = tp.custom_op("wrong", lambda x: x * x, lambda gy, y, x: 3.0 * x * gy)
+    with pytest.raises(tp.GradcheckError, match=r"calls Python.*wrong"):
+        tp.gradcheck(lambda x: wrong(x).sum(), np.ones(3))

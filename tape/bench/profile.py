@@ -17,9 +17,9 @@ import time
 def profile_tape(t, args, repeat=5, min_time=2e-4):
     """Per-entry forward and reverse times of a recorded tape ``t`` at ``args``.
     Returns ``(rows, total_gradient_s)``; rows are ``(entry, op, out shape, fwd_s, rev_s)``."""
-    from tape import registry
+    from tape._callbacks import entry_name
     from tape._generated import sweeps as S
-    from tape._layout import E_OP, E_OUT
+    from tape._layout import E_OUT
 
     t.gradient(*args)  # fills this thread's workspace, compiles
     t, ws = t._last()  # the tape that ran (a retraced variant, if one did) and its workspace
@@ -59,7 +59,7 @@ def profile_tape(t, args, repeat=5, min_time=2e-4):
                 )
                 - base_r
             )
-        op = registry.OPS[t.entries[i, E_OP]].name
+        op = entry_name(t, i)  # a registry op's name, or a Python callback's
         rows.append((i, op, t.shapes[t.entries[i, E_OUT]], max(tf, 0.0), max(tr, 0.0)))
     grad[:] = saved
     total = clock(lambda: t.gradient(*args))
