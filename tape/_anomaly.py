@@ -120,10 +120,9 @@ def check_entries(t, data, start, stop):
 def _no_callbacks(t):
     """The checked sweeps run registry ops entry by entry: a tape that calls Python
     (``autograd.Function``, ``custom_op``, ``checkpoint``) is refused, never half-checked."""
-    if getattr(t, "callbacks", None):
-        from tape._callbacks import refuse
+    from tape._callbacks import refuse
 
-        refuse(t, "detect_anomaly()")
+    refuse(t, "detect_anomaly()")
 
 
 def forward(t, data, start, stop):

@@ -551,15 +551,18 @@ class Tensor:
         elif isinstance(key, tuple):
             key = tuple(k._peek() if isinstance(k, Tensor) else k for k in key)
         v = value._peek() if isinstance(value, Tensor) else value
-        if not np.can_cast(np.result_type(v), self.dtype, "same_kind"):
-            raise RuntimeError(
-                f"setitem: a value of dtype {np.result_type(v)} can't be cast to the tensor's dtype {self.dtype}"
-            )
+        self._check_cast(v)
         try:
             self._value[key] = v
         except (IndexError, ValueError) as e:
             raise type(e)(f"setitem on a tensor of shape {self.shape}: {e}") from None
         self._bump()
+
+    def _check_cast(self, v):
+        if not np.can_cast(np.result_type(v), self.dtype, "same_kind"):
+            raise RuntimeError(
+                f"setitem: a value of dtype {np.result_type(v)} can't be cast to the tensor's dtype {self.dtype}"
+            )
 
     def _setitem_traced(self, key, value):
         if self._op is None and self._rg and is_grad_enabled():
@@ -576,11 +579,7 @@ class Tensor:
             )
         from tape._front.scatter import at
 
-        v = value if isinstance(value, Tensor) else np.asarray(value)
-        if not np.can_cast(np.result_type(v.dtype), self.dtype, "same_kind"):
-            raise RuntimeError(
-                f"setitem: a value of dtype {v.dtype} can't be cast to the tensor's dtype {self.dtype}"
-            )
+        self._check_cast(value._peek() if isinstance(value, Tensor) else value)
         new = at(self)[key].set(value)
         if new.dtype != self.dtype:
             new = new.to(self.dtype)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -97,6 +98,21 @@ def _scatter_add(dst, di, src, si):
         dst[di[k]] += src[si[k]]
 
 
+class _Positions(NamedTuple):
+    """Flat arena positions of one checkpointed call: the arguments in the enclosing tape and
+    in the sub-tape, the outputs in both, the differentiated arguments' adjoints in both (those
+    not constant around), and every differentiated argument's tangent around."""
+
+    key: tuple
+    args: np.ndarray
+    sub_args: np.ndarray
+    sub_outs: np.ndarray
+    outs: np.ndarray
+    grads: np.ndarray
+    sub_grads: np.ndarray
+    tangents: np.ndarray
+
+
 class _Call:
     """One checkpointed application on the enclosing tape (the interface of
     :class:`tape._callbacks.Call`). Its output buffer holds every output of ``fn``, flat
@@ -107,11 +123,10 @@ class _Call:
     escalates = True  # a guard failing in the sub-tape is a guard failure of the tape around
 
     def plan(self, tp):
-        """Flat arena positions: the arguments in ``tp`` and in the sub-tape, the outputs in
-        the sub-tape and ``tp``, and the differentiated arguments' in both (made once per
-        buffer layout: an eager graph merged into another moves them)."""
+        """Flat arena positions (:class:`_Positions`), made once per buffer layout (an eager
+        graph merged into another moves them)."""
         p = self._plan
-        if p is not None and p[0] == (id(tp), self.ins[0], self.outs[0]):
+        if p is not None and p.key == (id(tp), self.ins[0], self.outs[0]):
             return p
         sub = self.sub
 
@@ -120,13 +135,21 @@ class _Call:
             return np.concatenate(idx) if idx else np.zeros(0, np.int64)
 
         wrt = [k for k in sub.wrt if tp.bufs[self.ins[k], B_KIND] != CONST]
-        p = self._plan = (
-            (id(tp), self.ins[0], self.outs[0]),
-            flat(tp, self.ins), flat(sub, sub.inputs),
-            flat(sub, sub.outputs), flat(tp, self.outs),
-            flat(tp, [self.ins[k] for k in wrt]), flat(sub, [sub.inputs[k] for k in wrt]),
+        p = self._plan = _Positions(
+            key=(id(tp), self.ins[0], self.outs[0]),
+            args=flat(tp, self.ins), sub_args=flat(sub, sub.inputs),
+            sub_outs=flat(sub, sub.outputs), outs=flat(tp, self.outs),
+            grads=flat(tp, [self.ins[k] for k in wrt]),
+            sub_grads=flat(sub, [sub.inputs[k] for k in wrt]),
+            tangents=flat(tp, [self.ins[k] for k in sub.wrt]),
         )  # fmt: skip
         return p
+
+    def _args(self, tp, data):
+        """The arguments as arrays of the sub-tape's input dtypes (views where they match)."""
+        return [
+            tp.view(data, b).astype(d, copy=False) for b, d in zip(self.ins, self.sub.input_dtypes)
+        ]
 
     def _policy(self, tp):
         # "warn" continues on the recorded path inside the sub-tape too; otherwise the sub-tape
@@ -144,29 +167,27 @@ class _Call:
             sub._promote()
         ws = sub._workspace()
         ws.ok = False
-        _gather(ws.data, p[2], data, p[1])
+        _gather(ws.data, p.sub_args, data, p.args)
         return r, ws
 
     def _slow(self, tp, data):
         """The sub-tape's sweep stopped (a guard or an op's check): replay it through
         :meth:`Tape.forward`, which raises the right error or follows the policy."""
         self._policy(tp)
-        sub = self.sub
-        args = [tp.view(data, b).astype(d, copy=False) for b, d in zip(self.ins, sub.input_dtypes)]
-        sub.forward(*args)
-        return sub._last()
+        self.sub.forward(*self._args(tp, data))
+        return self.sub._last()
 
     def forward(self, tp, data, tls):
         """Replay the sub-tape on the arguments in ``data``; write the outputs there."""
         p = self.plan(tp)
         sub = self.sub
-        r, ws = self._sub_run(tp, data, p)
+        _, ws = self._sub_run(tp, data, p)
         sw, pool = sub._run_with
         status = sw.forward_sweep(sub.entries, sub.bufs, pool, ws.data, 0, sub.n_entries)
-        if status >= 0 or sub._variants:
+        if status >= 0:
             _, ws = self._slow(tp, data)
         ws.ok = True
-        _gather(data, p[4], ws.data, p[3])
+        _gather(data, p.outs, ws.data, p.sub_outs)
 
     def tangent(self, tp, data, T):
         """Forward mode: the sub-tape's tangent sweep on the arguments' tangents (rows of
@@ -174,16 +195,9 @@ class _Call:
         from tape.derivatives import _forward, _jac_fwd_rows
 
         p = self.plan(tp)
-        sub = self.sub
         self._policy(tp)
-        args = [tp.view(data, b).astype(d, copy=False) for b, d in zip(self.ins, sub.input_dtypes)]
-        plan, sub_data = _forward(sub, args)
-        cols = []
-        for k in sub.wrt:  # the differentiated inputs' tangents, concatenated per direction
-            off, size = tp.bufs[self.ins[k], B_OFF], tp.bufs[self.ins[k], B_SIZE]
-            cols.append(T[:, off : off + size])
-        V = np.concatenate(cols, axis=1) if cols else np.zeros((T.shape[0], 0), T.dtype)
-        T[:, p[4]] = _jac_fwd_rows(plan, sub_data, V)
+        plan, sub_data = _forward(self.sub, self._args(tp, data))
+        T[:, p.outs] = _jac_fwd_rows(plan, sub_data, T[:, p.tangents])
 
     def backward(self, tp, data, grad, need, ctx):
         """Recompute the sub-tape and pull the outputs' adjoints back through it (one
@@ -194,7 +208,7 @@ class _Call:
         p = self.plan(tp)
         sub = self.sub
         r, ws = self._sub_run(tp, data, p)
-        seeds = np.ascontiguousarray(grad[p[4]], sub.dtype)
+        seeds = np.ascontiguousarray(grad[p.outs], sub.dtype)
         sw, pool = sub._run_with
         status = sw.forward_backward(
             sub.entries, sub.bufs, pool, ws.data, ws.grad,
@@ -205,7 +219,7 @@ class _Call:
                 f"{self.label}: the recomputation in the reverse sweep stopped at entry "
                 f"{status} of the checkpointed function, which the forward sweep passed"
             )
-        _scatter_add(grad, p[5], ws.grad, p[6])
+        _scatter_add(grad, p.grads, ws.grad, p.sub_grads)
 
 
 def _structure_key(sub):
