@@ -80,3 +80,19 @@ def test_refused_writes():
     with pytest.raises(RuntimeError, match="can't be cast"):
         y = a * 1.0
         y[0] = 1 + 2j
+
+
+def test_traced_masks_with_array_values_follow_numpy():
+    a = np.arange(6.0).reshape(3, 2)
+    x = tp.tensor(a, requires_grad=True)
+    y = x * 1.0
+    y[y[:, 0] > 1.0] = tp.tensor([7.0, 8.0]) * 1.0  # a row mask, one row of values broadcast
+    z = x * 1.0
+    z[z > 2.0] = tp.tensor([0.5, 0.25, 0.125])  # an elementwise mask, one value per element
+    want_y, want_z = a.copy(), a.copy()
+    want_y[a[:, 0] > 1.0] = [7.0, 8.0]
+    want_z[a > 2.0] = [0.5, 0.25, 0.125]
+    np.testing.assert_array_equal(y.numpy(), want_y)
+    np.testing.assert_array_equal(z.numpy(), want_z)
+    (y.sum() + z.sum()).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), (a[:, :1] <= 1.0) + (a <= 2.0) * 1.0)

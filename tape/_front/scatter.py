@@ -76,10 +76,8 @@ class _Update:
         """Flat positions of ``x[key]`` (constant indices), or None for one traced integer
         tensor on the leading axis."""
         key = self.key
-        if isinstance(key, T.Tensor) and key._tape is not None:
-            if key.dtype == np.bool_:  # a traced mask with a non-scalar value: NumPy's order
-                return _constant_key(key).nonzero()[0] if key.ndim == 1 else self._mask_pos(key)
-            return None
+        if isinstance(key, T.Tensor) and key._tape is not None and key.dtype != np.bool_:
+            return None  # a traced mask (with a non-scalar value) is read as a constant below
         if isinstance(key, tuple) and any(
             isinstance(k, T.Tensor) and k._tape is not None for k in key
         ):
@@ -93,15 +91,6 @@ class _Update:
             return np.asarray(pos[key])
         except IndexError as e:
             raise IndexError(f"x.at[...].{op} on a tensor of shape {self.x.shape}: {e}") from None
-
-    def _mask_pos(self, key):
-        pos = np.arange(self.x.numel(), dtype=np.int64).reshape(self.x.shape)
-        mask = _constant_key(key)
-        if mask.shape != self.x.shape:
-            raise IndexError(
-                f"boolean mask of shape {mask.shape} for a tensor of shape {self.x.shape}"
-            )
-        return pos[mask]
 
     def _scalar_mask(self, v):
         """``(mask, v)`` when the key is a boolean mask of ``x``'s shape and ``v`` one value:
