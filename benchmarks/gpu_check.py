@@ -16,11 +16,14 @@ Prints, section by section:
     to ``jax.vmap(jax.grad(f))`` and ``torch.func.vmap(torch.func.grad(f))`` on the same GPU
     when those are installed with GPU support;
 (d) latency: one replay (forward + backward) of a 50-entry tape of small buffers, with the
-    values already on the device and with the host round trip.
+    values already on the device and with the host round trip;
+(e) custom ops from CUDA device functions: parity with the CPU replay and with the same
+    function from registry ops (single and batched), and the gradient replay time of a large
+    tape against its registry-op version.
 
 Targets on an H200 (issue 4): (b) >= 60% of peak; (c) at least as fast as jax.vmap(jax.grad).
 Each section catches its own errors and the script goes on; the exit status is 1 if parity
-failed. The first run compiles the kernels (NVVM, then the driver's PTX JIT): about a minute
+(or custom-op parity) failed. The first run compiles the kernels (NVVM, then the driver's PTX JIT): about a minute
 each; later runs load them from Numba's cache.
 """
 
@@ -213,6 +216,101 @@ def parity(quick):
     return failures == 0
 
 
+# ---------------------------------------------------------------- (e) custom ops
+
+
+def _softclip_op():
+    """softclip(x, c) = c tanh(x / c) as a custom op with NumPy and CUDA functions."""
+    import math
+
+    from numba import cuda
+
+    import tape as tp
+
+    @cuda.jit(device=True)
+    def fwd_dev(x, c):
+        return c * math.tanh(x / c)
+
+    @cuda.jit(device=True)
+    def vjp_dev(gy, y, x, c):
+        r = y / c
+        d = 1.0 - r * r
+        return gy * d, gy * (r - (x / c) * d)
+
+    def vjp(gy, y, x, c):
+        r = y / c
+        d = 1.0 - r * r
+        gc = gy * (r - (x / c) * d)
+        return gy * d, gc.sum().reshape(np.shape(c)) if np.ndim(c) == 0 else gc
+
+    return tp.custom_op("softclip", lambda x, c: c * np.tanh(x / c), vjp,
+                        cuda_fwd=fwd_dev, cuda_vjp=vjp_dev)  # fmt: skip
+
+
+def custom(quick):
+    """Custom ops from CUDA device functions: parity with the CPU replay (the op's NumPy
+    functions) and with the same function from registry ops, single and batched; then the
+    gradient replay time of a large tape against the registry-op version."""
+    import tape as tp
+    from tape.cuda import CudaTape, gradient_batch
+
+    op = _softclip_op()
+    rng = np.random.default_rng(3)
+
+    def f(x, c):
+        return (op(x[1:], c) * op(x[:-1], c)).sum() + (tp.sin(op(x, c)) ** 2).sum()
+
+    def ref(x, c):
+        s = lambda v: c * tp.tanh(v / c)  # noqa: E731
+        return (s(x[1:]) * s(x[:-1])).sum() + (tp.sin(s(x)) ** 2).sum()
+
+    bad = 0
+    for n in (5, 1000, 100_000) if not TINY else (5,):
+        x = rng.standard_normal(n)
+        c = np.array(1.5)
+        t, tr = tp.record(f, x, c), tp.record(ref, x, c)
+        for coop in (True, False):
+            ct = CudaTape(t, cooperative=coop)
+            for got, want, what in ((ct.forward(x, c), t.forward(x, c), "value"),
+                                    (ct.gradient(x, c), t.gradient(x, c), "gradient vs CPU"),
+                                    (ct.gradient(x, c), tr.gradient(x, c), "gradient vs registry ops")):  # fmt: skip
+                got = got if isinstance(got, tuple) else (got,)
+                want = want if isinstance(want, tuple) else (want,)
+                err = max(
+                    float(np.max(np.abs(g - w) / (1e-12 + np.abs(w)))) for g, w in zip(got, want)
+                )
+                ok = err < 1e-9
+                bad += not ok
+                print(
+                    f"  n={n:>7} coop={coop!s:5} {what:25s} max rel err {err:.1e} {'ok' if ok else 'FAIL'}"
+                )
+    X = rng.standard_normal((512 if not TINY else 3, 16))
+    C = rng.uniform(1.0, 2.0, X.shape[0])
+    t = tp.record(f, X[0], C[0])
+    v, g = gradient_batch(t, X, C)
+    err = 0.0
+    for b in range(0, X.shape[0], max(1, X.shape[0] // 16)):
+        vb, gb = t.value_and_grad(X[b], C[b])
+        err = max(err, abs(v[b] - vb) / abs(vb), float(np.max(np.abs(g[0][b] - gb[0]))),
+                  abs(float(g[1][b] - gb[1])))  # fmt: skip
+    bad += err > 1e-9
+    print(
+        f"  batched, {X.shape[0]} instances: max error vs CPU {err:.1e} {'ok' if err <= 1e-9 else 'FAIL'}"
+    )
+    n = 1000 if TINY else (1 << 22) if quick else (1 << 24)
+    x = rng.standard_normal(n)
+    c = np.array(1.5)
+    reps = 1 if TINY else 10
+    for label, fn in (("custom op (CUDA functions)", f), ("registry ops", ref)):
+        ct = CudaTape(tp.record(fn, x, c))
+        ct.gradient(x, c)
+        s = _time(lambda ct=ct: ct.replay(), reps)
+        print(
+            f"  n={n:,}: {label:28s} gradient replay {s * 1e3:8.3f} ms  ({len(ct.pieces)} pieces)"
+        )
+    return bad == 0
+
+
 # ---------------------------------------------------------------- (b) bandwidth
 
 
@@ -370,7 +468,7 @@ def main(argv=None):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
-    ap.add_argument("--only", default="parity,bandwidth,batched,latency")
+    ap.add_argument("--only", default="parity,custom,bandwidth,batched,latency")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # simulator smoke test
     args = ap.parse_args(argv)
     global TINY
@@ -429,7 +527,8 @@ def main(argv=None):
     sections = [("parity", "(a) parity with the CPU sweeps, every op", lambda: parity(args.quick)),
                 ("bandwidth", "(b) bandwidth of large elementwise entries", lambda: bandwidth(args.quick, peak)),
                 ("batched", "(c) batched replay throughput", lambda: batched(args.quick)),
-                ("latency", "(d) latency of a 50-entry tape", lambda: latency(args.quick))]  # fmt: skip
+                ("latency", "(d) latency of a 50-entry tape", lambda: latency(args.quick)),
+                ("custom", "(e) custom ops from CUDA device functions", lambda: custom(args.quick))]  # fmt: skip
     for key, title, fn in sections:
         if key not in only:
             continue
@@ -437,11 +536,11 @@ def main(argv=None):
         t0 = time.perf_counter()
         try:
             r = fn()
-            if key == "parity" and r is False:
+            if key in ("parity", "custom") and r is False:
                 ok = False
         except Exception:  # noqa: BLE001
             traceback.print_exc()
-            if key == "parity":
+            if key in ("parity", "custom"):
                 ok = False
         print(f"  [{time.perf_counter() - t0:.1f} s]", flush=True)
     print(f"\ntotal {time.perf_counter() - t_start:.1f} s; parity {'OK' if ok else 'FAILED'}")

@@ -23,9 +23,10 @@ can call from generated code) and :func:`tape.checkpoint` calls (which replay a 
 guard failing inside one stops the forward sweep at the group, as a guard of this tape would:
 :func:`failed_guard`). Forward mode runs the tangent sweep in segments too, calling each
 group's ``tangent`` (custom ops with a ``jvp``, checkpoints); ``vjp`` rows run
-:meth:`CallbackSweeps.backward`. Batched replay runs instance by instance. GPU replay, second
-derivatives, sparsity patterns and saving refuse tapes with callbacks with a clear error
-(:func:`refuse`).
+:meth:`CallbackSweeps.backward`. Batched replay runs instance by instance. GPU replay runs
+custom ops made with CUDA device functions between its launches (:mod:`tape.cuda._custom`)
+and refuses other callbacks (:func:`refuse_gpu`); second derivatives, sparsity patterns and
+saving refuse tapes with callbacks with a clear error (:func:`refuse`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,23 @@ def refuse(t, what, error=NotImplementedError):
     if calls:
         names = ", ".join(sorted({c.label for c in calls.values()}))
         raise error(REFUSED.format(what=what, names=names))
+
+
+def refuse_gpu(t, what):
+    """Raise ``NotImplementedError`` when GPU replay (``what``) cannot run one of tape
+    ``t``'s callbacks: only :func:`tape.custom_op` applications with CUDA device functions
+    run there."""
+    for call in (getattr(t, "callbacks", None) or {}).values():
+        problem = getattr(call, "gpu_problem", None)
+        if problem is None:
+            raise NotImplementedError(
+                f"{what}: this tape calls Python ({call.label}); GPU replay runs only "
+                "registry ops and custom ops made with CUDA device functions "
+                "(tape.custom_op(..., cuda_fwd=, cuda_vjp=)). Replay it on the CPU"
+            )
+        why = problem()
+        if why is not None:
+            raise NotImplementedError(f"{what}: {why}")
 
 
 def python_free(t):

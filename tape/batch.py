@@ -119,8 +119,11 @@ class BatchPlan:
                 s += x.size
 
 
-def _plan(t):
-    refuse(t, "batched replay (gradient_batch)")
+def _plan(t, gpu=False):
+    """The tape's :class:`BatchPlan` (cached). The CPU's batched sweep cannot run callbacks;
+    the GPU's runs custom ops with CUDA functions (``gpu=True``: it checks them itself)."""
+    if not gpu:
+        refuse(t, "batched replay (gradient_batch)")
     key = (t.n_entries, t.n_bufs, t.n_data, tuple(t.inputs), tuple(t.outputs), tuple(t.wrt))
     plan = getattr(t, "_batch_plan", None)
     if plan is None or plan[0] != key:

@@ -25,6 +25,7 @@ from tape._callbacks import (
     entry_name,
     python_free,
     refuse,
+    refuse_gpu,
 )
 from tape._generated import sweeps as S
 from tape._layout import (
@@ -805,7 +806,7 @@ class Tape:
             return self
         if not str(device).startswith("cuda"):
             raise ValueError(f"unknown device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
-        refuse(self, f"to({str(device)!r})")
+        refuse_gpu(self, f"to({str(device)!r})")
         return _EXTENSIONS["to_cuda"](self, device, **kwargs)
 
     # ------------------------------------------------------------ compiled tier

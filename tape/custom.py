@@ -27,9 +27,28 @@ per application, whatever the sizes; the work inside runs at compiled speed. Eag
 ``backward()``, every replay (``forward``, ``gradient``, ``value_and_grad``, guards,
 retracing), ``gradient_batch`` (instance by instance), ``vjp`` and reverse Jacobians (the
 reverse sweep in segments), and forward mode when ``jvp`` is given (the tangent sweep in
-segments: ``jvp``, forward Jacobians) take custom ops; so does the compiled tier (below). GPU
-replay, saving, second derivatives and sparsity patterns need every entry as compiled code of
-the package: they raise a clear error naming the op.
+segments: ``jvp``, forward Jacobians) take custom ops; so does the compiled tier (below).
+Saving, second derivatives and sparsity patterns need every entry as compiled code of the
+package: they raise a clear error naming the op.
+
+On the GPU. An op made with ``cuda_fwd=`` and ``cuda_vjp=`` (CUDA device functions over
+scalars) replays on the GPU too (``t.to("cuda")``, :func:`tape.cuda.gradient_batch`): the
+op is then elementwise, its output has the broadcast shape of its inputs, and one thread
+computes one output element (:mod:`tape.cuda._custom`). ::
+
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def softclip_cuda_fwd(x, c):
+        return c * math.tanh(x / c)
+
+    @cuda.jit(device=True)
+    def softclip_cuda_vjp(gy, y, x, c):
+        r = y / c
+        return gy * (1.0 - r * r), 0.0
+
+    softclip = tp.custom_op("softclip", softclip_fwd, softclip_vjp,
+                            cuda_fwd=softclip_cuda_fwd, cuda_vjp=softclip_cuda_vjp)
 """
 
 from __future__ import annotations
@@ -84,6 +103,26 @@ class _Call:
                 )
             tp.view(T[r], o)[...] = ty.reshape(tp.shapes[o])
 
+    def gpu_problem(self):
+        """Why GPU replay cannot run this application (None if it can)."""
+        fn = self.fn
+        if fn.cuda_fwd is None:
+            return (
+                f"custom_op {fn.name!r} has no CUDA device functions: make it with "
+                "custom_op(..., cuda_fwd=, cuda_vjp=) to replay it on the GPU"
+            )
+        try:
+            ok = np.broadcast_shapes(*self.in_shapes) == tuple(self.out_shapes[0])
+        except ValueError:
+            ok = False
+        if not ok:
+            return (
+                f"custom_op {fn.name!r}: its CUDA functions run elementwise, so its output must "
+                f"have the broadcast shape of its inputs {[tuple(s) for s in self.in_shapes]}; "
+                f"this application's output has shape {tuple(self.out_shapes[0])}"
+            )
+        return None
+
     def backward(self, tp, data, grad, need, ctx):
         """``vjp`` on the output's adjoint; the cotangents added to the inputs' adjoints."""
         o = self.outs[0]
@@ -100,17 +139,25 @@ class _Call:
 class CustomOp:
     """An op made by :func:`custom_op`; call it on tensors (or arrays and numbers)."""
 
-    def __init__(self, name, fwd, vjp, jvp=None, out_shape=None):
+    def __init__(self, name, fwd, vjp, jvp=None, out_shape=None, cuda_fwd=None, cuda_vjp=None):
         for what, f in (("fwd", fwd), ("vjp", vjp)):
             if not callable(f):
                 raise TypeError(f"custom_op {name!r}: {what} must be callable, got {f!r}")
-        if jvp is not None and not callable(jvp):
-            raise TypeError(f"custom_op {name!r}: jvp must be callable or None, got {jvp!r}")
+        for what, f in (("jvp", jvp), ("cuda_fwd", cuda_fwd), ("cuda_vjp", cuda_vjp)):
+            if f is not None and not callable(f):
+                raise TypeError(f"custom_op {name!r}: {what} must be callable or None, got {f!r}")
+        if (cuda_fwd is None) != (cuda_vjp is None):
+            raise TypeError(
+                f"custom_op {name!r}: give cuda_fwd and cuda_vjp together (the GPU replay "
+                "runs both sweeps), or neither"
+            )
         if out_shape is not None and not callable(out_shape):
             raise TypeError(f"custom_op {name!r}: out_shape must be callable or None")
         self.name = str(name)
         self.__name__ = self.name
         self.fwd, self.vjp, self.jvp, self.out_shape = fwd, vjp, jvp, out_shape
+        self.cuda_fwd, self.cuda_vjp = cuda_fwd, cuda_vjp
+        self._gpu = {}  # the GPU kernels, per arity (tape.cuda._custom)
 
     def __repr__(self):
         return f"<tape.custom_op {self.name!r}>"
@@ -244,7 +291,7 @@ def _as_float(x):
     return t
 
 
-def custom_op(name, fwd, vjp, jvp=None, out_shape=None):
+def custom_op(name, fwd, vjp, jvp=None, out_shape=None, *, cuda_fwd=None, cuda_vjp=None):
     """A new op from the user's functions over NumPy arrays (``@njit`` functions run at
     compiled speed; plain Python functions work too).
 
@@ -263,6 +310,15 @@ def custom_op(name, fwd, vjp, jvp=None, out_shape=None):
         the transforms built on them. Without it forward mode raises, naming the op.
     out_shape : callable, optional
         ``out_shape(*input_shapes) -> shape``; default: the first input's shape.
+    cuda_fwd, cuda_vjp : callable, optional
+        The op on the GPU, elementwise: ``cuda_fwd(x0, x1, ...) -> y`` and
+        ``cuda_vjp(gy, y, x0, x1, ...) -> (g0, g1, ...)`` on scalars (one element of each
+        input, broadcast to the output's shape; a one-input op may return ``g0`` alone),
+        CUDA device functions (``@numba.cuda.jit(device=True)``; plain Python functions and
+        ``@njit`` functions are compiled as device functions). Give both or neither. With
+        them, ``t.to("cuda")`` and :func:`tape.cuda.gradient_batch` replay tapes holding the
+        op on the GPU; without them they raise, naming the op. The output must have the
+        broadcast shape of the inputs there. See :mod:`tape.cuda._custom`.
 
     Returns
     -------
@@ -270,4 +326,6 @@ def custom_op(name, fwd, vjp, jvp=None, out_shape=None):
         ``op(*tensors)`` records the op eagerly or inside :func:`tape.record`; check it with
         :func:`tape.gradcheck`. See :mod:`tape.custom` for how it runs and what it costs.
     """
-    return CustomOp(name, fwd, vjp, jvp=jvp, out_shape=out_shape)
+    return CustomOp(
+        name, fwd, vjp, jvp=jvp, out_shape=out_shape, cuda_fwd=cuda_fwd, cuda_vjp=cuda_vjp
+    )

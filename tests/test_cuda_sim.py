@@ -169,6 +169,18 @@ if not IN_SIM:
             for a, b in zip(ct.gradient(x, w * 0.01), t.gradient(x, w * 0.01)):
                 np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
 
+    @pytest.mark.gpu
+    def test_gpu_custom_op_from_cuda_functions():
+        """A custom op's CUDA device functions on the device: against the CPU replay and the
+        same function from registry ops, single (both launch modes) and batched."""
+        _gpu()
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        try:
+            from gpu_check import custom
+        finally:
+            sys.path.pop(0)
+        assert custom(quick=True)
+
 else:
     # ------------------------------------------------------------ under the simulator
     import tape as tp
@@ -727,6 +739,137 @@ else:
         bad[5, 2] = 4
         with pytest.raises(IndexError, match="instance 5"):
             gradient_batch(t, X, bad, threads=4)
+
+    # ------------------------------------------------------------ custom ops on the device
+
+    import math
+
+    from numba import cuda
+
+    def _sum_to(g, shape):
+        """``g`` summed over the axes where an input of ``shape`` was broadcast."""
+        g = np.asarray(g)
+        lead = g.ndim - len(shape)
+        g = g.sum(axis=tuple(range(lead))) if lead else g
+        axes = tuple(a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1)
+        return g.sum(axis=axes, keepdims=True) if axes else g
+
+    def _softclip_vjp(gy, y, x, c):
+        r = y / c
+        d = 1.0 - r * r
+        return _sum_to(gy * d, np.shape(x)), _sum_to(gy * (r - (x / c) * d), np.shape(c))
+
+    @cuda.jit(device=True)
+    def _softclip_dev(x, c):
+        return c * math.tanh(x / c)
+
+    @cuda.jit(device=True)
+    def _softclip_dev_vjp(gy, y, x, c):
+        r = y / c
+        d = 1.0 - r * r
+        return gy * d, gy * (r - (x / c) * d)
+
+    SOFTCLIP = tp.custom_op(
+        "softclip_gpu",
+        lambda x, c: c * np.tanh(x / c),
+        _softclip_vjp,
+        out_shape=np.broadcast_shapes,
+        cuda_fwd=_softclip_dev,
+        cuda_vjp=_softclip_dev_vjp,
+    )
+
+    def _sin_vjp(gy, y, x):  # plain Python, one cotangent alone (not a tuple)
+        return gy * math.cos(x)
+
+    SIN = tp.custom_op(
+        "sin_gpu", np.sin, lambda gy, y, x: gy * np.cos(x), cuda_fwd=math.sin, cuda_vjp=_sin_vjp
+    )
+
+    def _softclip_ref(x, c):  # the same function from registry ops
+        return c * tp.tanh(x / c)
+
+    def _custom_cases(rng):
+        """(name, f with the custom ops, f from registry ops, arguments): the op at the start,
+        middle and end of a tape; overlapping views of one input; a scalar, a row and a
+        column broadcast (atomics into one adjoint element); a constant input."""
+        x = rng.standard_normal(7)
+        c = np.array(1.5)
+        m = rng.standard_normal((3, 4))
+        row = rng.uniform(1.0, 2.0, (1, 4))
+        col = rng.uniform(1.0, 2.0, (3, 1))
+        w = rng.uniform(0.5, 1.5, (3, 4))
+        yield ("views and a scalar",
+               lambda x, c, op=SOFTCLIP: (op(x[1:], c) * op(x[:-1], c)).sum() + SIN(x).sum(),
+               lambda x, c: (_softclip_ref(x[1:], c) * _softclip_ref(x[:-1], c)).sum()
+               + tp.sin(x).sum(),
+               [x, c])  # fmt: skip
+        yield ("2-d broadcasts",
+               lambda m, row, col: (SOFTCLIP(m, row) * w).sum() + (SOFTCLIP(col, row) ** 2).sum(),
+               lambda m, row, col: (_softclip_ref(m, row) * w).sum()
+               + (_softclip_ref(col, row) ** 2).sum(),
+               [m, row, col])  # fmt: skip
+        yield ("a constant input, op last",
+               lambda x: SIN(SOFTCLIP(x * 2.0, 1.7)).sum(),
+               lambda x: tp.sin(_softclip_ref(x * 2.0, 1.7)).sum(),
+               [x])  # fmt: skip
+
+    def test_custom_op_matches_cpu_and_registry_ops(rng):
+        """The op's CUDA functions on the device against the same tape on the CPU (the op's
+        NumPy functions) and against the function written with registry ops; every launch
+        plan, batched replay and float32."""
+        for name, f, ref, args in _custom_cases(rng):
+            t = tp.record(f, *args)
+            want = tp.record(ref, *args).gradient(*args)
+            want = want if isinstance(want, tuple) else (want,)
+            for kw in ({}, {"cooperative": False, "blocks": 3}, {"small": 2, "min_run": 1}):
+                ct = check(t, args, **kw)
+                got = ct.gradient(*args)
+                got = got if isinstance(got, tuple) else (got,)
+                for g, w_ in zip(got, want):
+                    np.testing.assert_allclose(g, w_, rtol=1e-12, atol=1e-12, err_msg=name)
+            B = 4
+            bargs = [np.stack([a + 0.1 * k for k in range(B)]) for a in args]
+            bargs = [np.abs(a) + 1.0 if a.ndim == 1 and a.shape[0] == B and args[0].ndim == 0
+                     else a for a in bargs]  # fmt: skip
+            v, g = gradient_batch(t, *bargs, threads=THREADS)
+            g = g if isinstance(g, tuple) else (g,)
+            for b in range(B):
+                inst = [a[b] for a in bargs]
+                want_b = t.gradient(*inst)
+                want_b = want_b if isinstance(want_b, tuple) else (want_b,)
+                np.testing.assert_allclose(v[b], t.forward(*inst), rtol=1e-12, err_msg=name)
+                for gb, w_ in zip(g, want_b):
+                    np.testing.assert_allclose(gb[b], w_, rtol=1e-12, atol=1e-12, err_msg=name)
+        x = rng.standard_normal(6).astype(np.float32)
+        t32 = tp.record(lambda x: (SOFTCLIP(x, np.float32(1.5)) * x).sum(), x)
+        assert t32.dtype == np.float32
+        check(t32, [x], rtol=1e-5, atol=1e-6)
+
+    def test_custom_op_output_seeded_backward(rng):
+        # the op's output is the tape's output: zeroing and seeding launch on their own
+        x = rng.standard_normal(5)
+        t = tp.record(lambda x: SOFTCLIP(x, 1.2), x)
+        seed = rng.standard_normal(5)
+        ct = CudaTape(t, threads=THREADS)
+        np.testing.assert_allclose(ct.forward(x), t.forward(x), rtol=1e-12)
+        t.zero_grad()
+        t.backward(seed)
+        ct.zero_grad()
+        ct.backward(seed)
+        ct.backward(seed)  # accumulates, as on the CPU
+        np.testing.assert_allclose(ct.grads[0], 2 * t.grads[0], rtol=1e-12)
+
+    def test_custom_op_after_a_failed_guard_runs_on_the_cpu(rng):
+        def f(x):
+            y = SOFTCLIP(x, 1.5)
+            return (y * y).sum() if float(x.sum()) > 0 else SIN(y).sum()
+
+        x = np.abs(rng.standard_normal(5))
+        t = tp.record(f, x)
+        ct = CudaTape(t, threads=THREADS)
+        np.testing.assert_allclose(ct.gradient(x), t.gradient(x), rtol=1e-12)
+        want = tp.record(f, -x).gradient(-x)
+        np.testing.assert_allclose(ct.gradient(-x), want, rtol=1e-12)
 
     # ------------------------------------------------------------ the generated file
 

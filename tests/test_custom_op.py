@@ -143,7 +143,37 @@ def test_errors(rng):
     t = tp.record(lambda x: softclip(x, 1.0).sum(), np.ones(3))
     with pytest.raises(NotImplementedError, match="softclip"):
         t.hessian(np.ones(3))  # second order needs rules the custom op does not give
-    with pytest.raises(NotImplementedError, match="softclip"):
+    with pytest.raises(NotImplementedError, match="'softclip' has no CUDA device functions"):
+        t.to("cuda")
+
+
+def test_gpu_refusals_are_clear():
+    """What GPU replay cannot run is refused before any device work, naming the op (the
+    device runs themselves are in test_cuda_sim.py)."""
+    with pytest.raises(TypeError, match="cuda_fwd and cuda_vjp together"):
+        tp.custom_op("half", softclip_fwd, softclip_vjp, cuda_fwd=lambda x, c: x)
+    with pytest.raises(TypeError, match="cuda_vjp must be callable"):
+        tp.custom_op("bad", softclip_fwd, softclip_vjp, cuda_fwd=lambda x: x, cuda_vjp=3)
+    rows = tp.custom_op(
+        "rowdot_gpu", rowdot_fwd, rowdot_vjp, out_shape=lambda sa, sb: sa[:1],
+        cuda_fwd=lambda a, b: a * b, cuda_vjp=lambda gy, y, a, b: (gy * b, gy * a),
+    )  # fmt: skip
+    a = np.ones((3, 2))
+    t = tp.record(lambda a, b: rows(a, b).sum(), a, a)
+    with pytest.raises(NotImplementedError, match=r"rowdot_gpu.*broadcast shape.*\(3,\)"):
+        t.to("cuda")
+
+    class Twice(tp.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+
+    t = tp.record(lambda x: Twice.apply(x).sum(), np.ones(3))
+    with pytest.raises(NotImplementedError, match=r"Twice\.apply.*custom ops made with CUDA"):
         t.to("cuda")
     with tp.detect_anomaly(), pytest.raises(NotImplementedError, match="detect_anomaly"):
         t.gradient(np.ones(3))

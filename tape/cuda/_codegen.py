@@ -40,8 +40,9 @@ the op registry. Do not edit; change the ops in ``tape/ops/`` (or their GPU kern
 ``tape/cuda/_kernels.py``) and regenerate.
 
 ``sweep`` replays entries ``start .. stop-1`` of one tape with every thread of the grid on each
-entry (a barrier after every phase); ``batch`` replays a whole tape per thread, one instance
-each. Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._program`).
+entry (a barrier after every phase); ``batch`` replays them with one thread per instance.
+Both take the packed tape ``prog`` and an arena (see :mod:`tape.cuda._program`); a tape with
+custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
@@ -54,9 +55,9 @@ from tape.cuda import _loops as L
 from tape.cuda._config import DEVICE_JIT, KERNEL_JIT, MAX_THREADS
 from tape.cuda._kernels import GPU_KERNELS
 from tape.cuda._program import (
-    FWD, H_EMASK, H_FLAG, H_GRAD, H_INIT, H_N_CHECKS, H_N_ENTRIES, H_N_INIT, H_N_SEEDS,
-    H_N_ZACT, H_N_ZLEAF, H_PHASES, H_SEEDS, H_STATUS, H_ZACT, H_ZLEAF, OK, PHASE_COLS, REV,
-    SEED, ZERO_ACT, ZERO_LEAF,
+    FWD, H_EMASK, H_FLAG, H_GRAD, H_INIT, H_N_CHECKS, H_N_INIT, H_N_SEEDS, H_N_ZACT,
+    H_N_ZLEAF, H_PHASES, H_SEEDS, H_STATUS, H_ZACT, H_ZLEAF, INIT, OK, PHASE_COLS, REV, SEED,
+    ZERO_ACT, ZERO_LEAF,
 )
 from tape.cuda._rules import device_rule, no_rule4, no_rule5
 from tape.registry import BY_NAME
@@ -193,29 +194,34 @@ def step(prog, A, mode, i, ph):
 
 
 @cuda.jit(**KERNEL_JIT)
-def batch(prog, T, A, n, mode):
-    """Replay the whole tape for ``n`` independent instances, one thread each.
+def batch(prog, T, A, n, mode, start, stop):
+    """Replay entries ``start .. stop-1`` for ``n`` independent instances, one thread each.
 
     Instance ``b``'s arena is interleaved in ``A`` (element ``e`` at ``A[e * n + b]``); its
-    inputs must be in place. ``T`` is the single-replay arena: constants are copied from it,
-    seeds read from it. ``mode`` as for :func:`sweep`. An instance whose entry rejects its
-    data stops there, with its flag (arena element ``prog[H_FLAG]``) set to 1; the entry goes
-    to ``prog[H_STATUS]`` (the earliest over all instances). The other instances run on.
+    inputs must be in place. ``T`` is the single-replay arena: constants are copied from it
+    (mode bit ``INIT``, which also clears the instance's flag: the first launch of a replay),
+    seeds read from it. Other ``mode`` bits as for :func:`sweep`. An instance whose entry
+    rejects its data stops there, with its flag (arena element ``prog[H_FLAG]``) set to 1,
+    and later launches of the replay skip it; the entry goes to ``prog[H_STATUS]`` (the
+    earliest over all instances). The other instances run on.
     """
     sh = cuda.shared.array(1, float64)  # unused: one thread per instance needs no reductions
     b = cuda.grid(1)
     if b >= n:
         return
     flag = prog[H_FLAG] * n + b
-    A[flag] = 0.0
-    q = prog[H_INIT]
-    for z in range(prog[H_N_INIT]):
-        o = prog[q + 2 * z]
-        for j in range(prog[q + 2 * z + 1]):
-            A[(o + j) * n + b] = T[o + j]
+    if mode & INIT:
+        A[flag] = 0.0
+        q = prog[H_INIT]
+        for z in range(prog[H_N_INIT]):
+            o = prog[q + 2 * z]
+            for j in range(prog[q + 2 * z + 1]):
+                A[(o + j) * n + b] = T[o + j]
+    elif A[flag] != 0.0:
+        return
     pp = prog[H_PHASES]
     if mode & FWD:
-        for i in range(prog[H_N_ENTRIES]):
+        for i in range(start, stop):
             op = L.ent(prog, i, E_OP)
             ck = prog[pp + PHASE_COLS * i + 3]
             for ph in range(prog[pp + PHASE_COLS * i]):
@@ -236,7 +242,7 @@ def batch(prog, T, A, n, mode):
                 A[(o + j) * n + b] += T[so + j]
     if mode & REV:
         em = prog[H_EMASK]
-        for i in range(prog[H_N_ENTRIES] - 1, -1, -1):
+        for i in range(stop - 1, start - 1, -1):
             if prog[em + i] == 0:
                 continue
             op = L.ent(prog, i, E_OP)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from tape import registry
+from tape._callbacks import CALLBACK
 from tape._generated import sweeps as S
 from tape._layout import (
     ACTIVE,
@@ -89,6 +90,7 @@ ZERO_ACT = 2
 ZERO_LEAF = 4
 SEED = 8
 REV = 16
+INIT = 32  # batched replay: copy the constants into each instance, clear its flag
 GRADIENT = FWD | ZERO_ACT | ZERO_LEAF | SEED | REV
 BACKWARD = ZERO_ACT | SEED | REV
 
@@ -149,6 +151,8 @@ class Program:
         work = 0
         n_checks = 0
         for i in range(ne):
+            if entries[i, E_OP] == CALLBACK:
+                continue  # no phases: the replay launches the call's own kernels (pieces)
             op = registry.OPS[entries[i, E_OP]]
             fwd, rev, rev_inputs, wfn, checks = gpu_spec(op)
             mask = 0
@@ -271,9 +275,31 @@ def segments(entry_size, small, min_run):
     return [tuple(r) for r in merged]
 
 
+def pieces(runs, groups):
+    """The launch plan of a tape with callback groups: ``runs`` (from :func:`segments`, or
+    one run of the whole tape) cut at the groups ``[(start, stop, call), ...]``, as
+    ``[("run", start, stop, large) | ("call", call), ...]`` in entry order. A callback
+    entry has no phases, so a run that spans one would skip it: the cut makes the replay
+    launch the call's own kernels there."""
+    cuts = sorted(
+        {c for a, b, _ in runs for c in (a, b)} | {c for s, e, _ in groups for c in (s, e)}
+    )
+    out = []
+    for p, q in zip(cuts, cuts[1:]):
+        group = next(((s, call) for s, e, call in groups if s <= p < e), None)
+        if group is not None:
+            if group[0] == p:
+                out.append(("call", group[1]))
+            continue
+        large = next(lg for a, b, lg in runs if a <= p < b)
+        out.append(("run", p, q, large))
+    return out
+
+
 __all__ = [
     "Program",
     "segments",
+    "pieces",
     "gpu_spec",
     "OK",
     "PHASE_COLS",
@@ -282,6 +308,7 @@ __all__ = [
     "ZERO_LEAF",
     "SEED",
     "REV",
+    "INIT",
     "GRADIENT",
     "BACKWARD",
     "ENTRY_COLS",

@@ -39,7 +39,7 @@ def signatures(dtype):
     return {
         "sweep": (i64[::1], f[::1], i64, i64, i64),
         "step": (i64[::1], f[::1], i64, i64, i64),
-        "batch": (i64[::1], f[::1], f[::1], i64, i64),
+        "batch": (i64[::1], f[::1], f[::1], i64, i64, i64, i64),
     }
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from numba import cuda
 from numba import types as nbt
 
+from tape._callbacks import groups, refuse_gpu
 from tape._layout import B_OFF, B_SIZE
 from tape._replay import ReplayError, failure, is_guard
 from tape.batch import _plan as _batch_plan
@@ -26,6 +27,7 @@ from tape.cuda._program import (
     GRADIENT,
     H_PHASES,
     H_STATUS,
+    INIT,
     OK,
     PHASE_COLS,
     REV,
@@ -33,6 +35,7 @@ from tape.cuda._program import (
     ZERO_ACT,
     ZERO_LEAF,
     Program,
+    pieces,
     segments,
 )
 
@@ -141,6 +144,58 @@ class _Launcher:
         return max(1, int(self.kernel.max_cooperative_grid_blocks(block)))
 
 
+def _plan(t, program, runs, dtype, n=1):
+    """``runs`` cut at ``t``'s custom-op groups: ``[("run", a, b, large) | ("call",
+    GpuCall), ...]`` (:func:`tape.cuda._program.pieces`)."""
+    gs = groups(t) if t.callbacks else []
+    if not gs:
+        return [("run", a, b, large) for a, b, large in runs]
+    from tape.cuda._custom import GpuCall
+
+    arr = _numba_type(dtype)[::1]
+    i64 = nbt.int64
+
+    def launcher(k):
+        return _Launcher(k, (i64[::1], arr, i64[::1], i64, i64))
+
+    gpu = [(s, e, GpuCall(t, call, program, launcher, n)) for s, e, call in gs]
+    return pieces(runs, gpu)
+
+
+def _run_pieces(plan, mode, launch, call):
+    """Run ``mode`` (FWD and/or the reverse bits) over ``plan`` (:func:`_plan`):
+    ``launch(mode, start, stop, large)`` runs the package's kernel over a run of entries,
+    ``call(gpu_call, reverse)`` a custom op's. The zeroing and seeding ride on the last run's
+    launch when it is the last piece (one launch for a tape of one run)."""
+    fwd = mode & FWD
+    back = mode & ~FWD
+    fused = False
+    if fwd:
+        for k, pc in enumerate(plan):
+            if pc[0] == "call":
+                call(pc[1], False)
+                continue
+            tail = back if k == len(plan) - 1 else 0
+            launch(FWD | tail, pc[1], pc[2], pc[3])
+            fused = bool(tail)
+    if not back:
+        return
+    todo = list(reversed(plan))
+    if fused:
+        todo = todo[1:]
+    elif todo and todo[0][0] == "run":
+        _, a, b, large = todo.pop(0)
+        launch(back, a, b, large)
+    else:
+        launch(back & ~REV, 0, 0, False)
+    if back & REV:
+        for pc in todo:
+            if pc[0] == "call":
+                call(pc[1], True)
+            else:
+                launch(REV, pc[1], pc[2], pc[3])
+
+
 class CudaTape:
     """A recorded tape replaying on the GPU; values and adjoints stay on the device.
 
@@ -189,6 +244,7 @@ class CudaTape:
     """
 
     def __init__(self, t, threads=None, blocks=None, cooperative=True, small=None, min_run=None):
+        refuse_gpu(t, "CudaTape")
         require_device()
         self._sig = sig = t.signature  # also checks that t was recorded
         self.tape = t
@@ -214,6 +270,7 @@ class CudaTape:
         small = C.SMALL if small is None else small
         min_run = C.MIN_RUN if min_run is None else min_run
         self.runs = segments(p.entry_size, small, min_run)
+        self.pieces = _plan(t, p, self.runs, t.dtype)
         self.prog = cuda.to_device(p.prog)
         self.arena = cuda.to_device(p.arena(t))
         """The device arena: values ``[0, n_data)``, adjoints ``[n_data, 2 n_data)``, scratch,
@@ -246,27 +303,11 @@ class CudaTape:
 
     def _run(self, mode):
         """Run ``mode`` (FWD and/or the reverse bits) over the whole tape in as few launches as
-        the run plan allows."""
-        runs = self.runs
-        fwd = mode & FWD
-        back = mode & ~FWD
-        if not runs:
-            if back:
-                self._launch(back, 0, 0, False)
-            return
-        if fwd:
-            for k, (a, b, large) in enumerate(runs):
-                last = k == len(runs) - 1
-                self._launch(FWD | (back if last else 0), a, b, large)
-            if back:
-                for a, b, large in reversed(runs[:-1]):
-                    self._launch(REV, a, b, large)
-        elif back:
-            a, b, large = runs[-1]
-            self._launch(back, a, b, large)
-            if back & REV:
-                for a, b, large in reversed(runs[:-1]):
-                    self._launch(REV, a, b, large)
+        the run plan allows (custom ops launch their own kernels between runs)."""
+        _run_pieces(self.pieces, mode, self._launch, self._call)
+
+    def _call(self, gc, reverse):
+        gc.launch(reverse, self.threads, self.prog, self.arena, 1, -1)
 
     def _launch(self, mode, start, stop, large):
         grid = self._grid(large)
@@ -611,16 +652,18 @@ class CudaBatch:
     """
 
     def __init__(self, t, n, threads=None):
+        refuse_gpu(t, "gradient_batch on the GPU")
         require_device()
         self.tape = t
         self.n = int(n)
-        self.plan = _batch_plan(t)
+        self.plan = _batch_plan(t, gpu=True)
         self.program = p = Program(t, n_blocks=1)
         self.threads = _check_threads(threads)
         K = _kernels()
         arr = _numba_type(t.dtype)[::1]
         i64 = nbt.int64
-        self._batch = _Launcher(K.batch, (i64[::1], arr, arr, i64, i64))
+        self._batch = _Launcher(K.batch, (i64[::1], arr, arr, i64, i64, i64, i64))
+        self.pieces = _plan(t, p, [(0, p.n_entries, False)], t.dtype, self.n)
         self.prog = cuda.to_device(p.prog)
         self.template = cuda.to_device(p.arena(t))
         self.rows = p.seed_off  # values, adjoints, scratch and flag of one instance
@@ -650,10 +693,25 @@ class CudaBatch:
         self._arrs = arrs
 
     def run(self, mode=GRADIENT):
+        """Replay every instance (``mode`` as for :meth:`CudaTape._run`); the first launch
+        also copies the constants into each instance and clears its flag."""
         if self.n == 0:
             return
         blocks = (self.n + self.threads - 1) // self.threads
-        self._batch(blocks, self.threads, self.prog, self.template, self.arena, self.n, mode)
+        first = [INIT]
+
+        def launch(mode, start, stop, large):
+            mode |= first.pop() if first else 0
+            self._batch(blocks, self.threads, self.prog, self.template, self.arena, self.n,
+                        mode, start, stop)  # fmt: skip
+
+        def call(gc, reverse):
+            if first:
+                launch(0, 0, 0, False)
+            gc.launch(reverse, self.threads, self.prog, self.arena, self.n,
+                      self.program.flag_off)  # fmt: skip
+
+        _run_pieces(self.pieces, mode, launch, call)
 
     def stopped(self):
         """Instances of the last :meth:`run` that an entry stopped, as an index array; the
@@ -716,7 +774,8 @@ def gradient_batch(t, *args, threads=None):
     :func:`tape.batch.gradient_batch` (instances that leave the recorded path are redone on
     the CPU tape, see :class:`CudaBatch`).
     """
-    plan = _batch_plan(t)
+    refuse_gpu(t, "gradient_batch on the GPU")
+    plan = _batch_plan(t, gpu=True)
     packed, arrs = plan.pack_args(args)
     n = packed.shape[0]
     threads = _check_threads(threads)
