@@ -468,12 +468,15 @@ def main(argv=None):
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
-    ap.add_argument("--only", default="parity,custom,bandwidth,batched,latency")
+    ap.add_argument(
+        "--only",
+        default="parity,bandwidth,batched,latency,custom",
+        help="comma-separated sections, run in this order",
+    )
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # simulator smoke test
     args = ap.parse_args(argv)
     global TINY
     TINY = args.tiny
-    only = set(args.only.split(","))
 
     from tape.cuda import available
 
@@ -529,9 +532,9 @@ def main(argv=None):
                 ("batched", "(c) batched replay throughput", lambda: batched(args.quick)),
                 ("latency", "(d) latency of a 50-entry tape", lambda: latency(args.quick)),
                 ("custom", "(e) custom ops from CUDA device functions", lambda: custom(args.quick))]  # fmt: skip
-    for key, title, fn in sections:
-        if key not in only:
-            continue
+    by_key = {key: (title, fn) for key, title, fn in sections}
+    for key in [k for k in args.only.split(",") if k in by_key]:  # in the order given
+        title, fn = by_key[key]
         _hr(title)
         t0 = time.perf_counter()
         try:
