@@ -36,7 +36,17 @@ LAUNCH_BOUNDS = (MAX_THREADS, 3)
 capped at 80 it spilled ~380 bytes, in the large op paths rather than the streaming loops.
 Measured statically only (no GPU was available): revisit with benchmarks/gpu_check.py."""
 
-KERNEL_JIT = {} if SIMULATOR else dict(cache=True, launch_bounds=LAUNCH_BOUNDS)
+MAX_REGISTERS = 65536 // (LAUNCH_BOUNDS[0] * LAUNCH_BOUNDS[1]) // 8 * 8
+"""The register cap those launch bounds give (80), applied to every function of a kernel.
+The cooperative ``sweep`` is linked with the device runtime (its grid barrier), so ptxas
+compiles each device function it calls separately; the launch bounds cap only the kernel
+itself, and the link failed on an H200 ("entry function with max regcount of 80 calls
+function with regcount of 254": ``reverse_phase``). The linker's ``-maxrregcount`` caps them
+all (``tape.cuda._ptx.assemble`` reproduces that link step with ptxas, without a GPU)."""
+
+KERNEL_JIT = (
+    {} if SIMULATOR else dict(cache=True, launch_bounds=LAUNCH_BOUNDS, max_registers=MAX_REGISTERS)
+)
 """Options of the kernels in ``tape/cuda/_generated/kernels.py`` (the simulator takes neither).
 They are cached: that file is generated and carries a fingerprint of every source compiled in
 (the same scheme as the CPU sweeps), so a rule change rewrites it and Numba recompiles."""

@@ -62,6 +62,50 @@ def compile_all(cc=(9, 0), dtypes=("float64", "float32")):
     return out
 
 
+def ptxas():
+    """Path of ``ptxas`` from the CUDA toolkit wheels (or on the PATH), or None."""
+    import shutil
+    from pathlib import Path
+
+    try:
+        import nvidia.cuda_nvcc as nvcc
+
+        p = Path(list(nvcc.__path__)[0]) / "bin" / "ptxas"
+        if p.exists():
+            return str(p)
+    except ImportError:
+        pass
+    return shutil.which("ptxas")
+
+
+def assemble(ptx, cc=(9, 0)):
+    """Assemble ``ptx`` as the link of a cooperative kernel does: relocatable code (each
+    device function on its own, as when linking the device runtime) under the linker's
+    register cap (:data:`tape.cuda._config.MAX_REGISTERS`). Returns ptxas's messages; raises
+    ``RuntimeError`` with them if it fails (a real GPU would fail to load the kernel)."""
+    import os
+    import subprocess
+    import tempfile
+
+    from tape.cuda._config import MAX_REGISTERS
+
+    exe = ptxas()
+    if exe is None:
+        raise FileNotFoundError("ptxas not found (pip install 'numba-cuda[cu12]')")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        r = subprocess.run(
+            [exe, f"-arch=sm_{cc[0]}{cc[1]}", "-c", f"-maxrregcount={MAX_REGISTERS}", "-o",
+             os.path.join(d, "k.o"), src],
+            capture_output=True, text=True,
+        )  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"ptxas failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    return r.stderr
+
+
 if __name__ == "__main__":
     import sys
 

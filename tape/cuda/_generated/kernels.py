@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "00a59b77a280efd4e67904c66b12ba7ab79c792473fdbfcf53e1d438892cbfe4"
+FINGERPRINT = "c577bfa3ca1ba37826a510497fbfc8aa04cecb29aba999b338efa35703470f60"
 
 from numba import cuda, float64
 
