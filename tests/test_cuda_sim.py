@@ -89,6 +89,26 @@ if not IN_SIM:
             "    if k == 'sweep' and ptxas():\n"
             "        assemble(ptx)  # the cooperative kernel's link step\n"
             "        print('sweep assembled as relocatable code')\n"
+            # a custom op's wrappers, with the user's device functions and a one-input vjp
+            # returning its cotangent alone (the as_tuple overload)
+            "import math, numpy as np, tape as tp\n"
+            "from numba import cuda, types as nbt\n"
+            "from tape.cuda import _custom\n"
+            "from tape.cuda._ptx import _target_cc\n"
+            "dev = cuda.jit(device=True)(lambda x, c: c * math.tanh(x / c))\n"
+            "op2 = tp.custom_op('c2', np.add, np.add, cuda_fwd=dev,\n"
+            "                   cuda_vjp=lambda gy, y, x, c: (gy * c, gy * x))\n"
+            "op1 = tp.custom_op('c1', np.sin, np.cos, cuda_fwd=math.sin,\n"
+            "                   cuda_vjp=lambda gy, y, x: gy * math.cos(x))\n"
+            "i64 = nbt.int64\n"
+            "with _target_cc((9, 0)):\n"
+            "    for op, n in ((op2, 2), (op1, 1)):\n"
+            "        for kern in _custom.kernels(op, n):\n"
+            "            for f in (nbt.float64, nbt.float32):\n"
+            "                sig = (i64[::1], f[::1], i64[::1], i64, i64)\n"
+            "                ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))\n"
+            "                assert '.entry' in ptx and (kern is not _custom.kernels(op, n)[1] or 'atom' in ptx)\n"
+            "print('custom op wrappers compiled')\n"
         )
         r = _run(["-c", code], {"NUMBA_ENABLE_CUDASIM": "0"}, timeout=1200)
         if r.stdout.startswith("SKIP"):
