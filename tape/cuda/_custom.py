@@ -143,16 +143,16 @@ def _device_fn(f):
 
 # ---------------------------------------------------------------- the wrapper kernels
 
-_SOURCE = """
-def fwd(prog, A, m, n, flag):
+_LOOP = """
+def {name}(prog, A, m, n, flag):
     if flag < 0 and prog[H_STATUS] != OK:
         return  # an earlier entry stopped this replay
     nd = m[M_ND]
-    size = m[M_SIZE]
     y = m[M_Y]
+    gy = m[M_GY]
     t0 = cuda.grid(1)
     ts = cuda.gridsize(1)
-    for t in range(t0, size * n, ts):
+    for t in range(t0, m[M_SIZE] * n, ts):
         j = t
         b = 0
         if n != 1:
@@ -161,33 +161,13 @@ def fwd(prog, A, m, n, flag):
         if flag >= 0 and A[uint64(flag * n + b)] != 0.0:
             continue  # batched replay: an entry stopped this instance
 {loads}
-        A[uint64((y + j) * n + b)] = FWD({xs})
-
-
-def rev(prog, A, m, n, flag):
-    if flag < 0 and prog[H_STATUS] != OK:
-        return
-    nd = m[M_ND]
-    size = m[M_SIZE]
-    y = m[M_Y]
-    gy = m[M_GY]
-    t0 = cuda.grid(1)
-    ts = cuda.gridsize(1)
-    for t in range(t0, size * n, ts):
-        j = t
-        b = 0
-        if n != 1:
-            j = t // n
-            b = t - j * n
-        if flag >= 0 and A[uint64(flag * n + b)] != 0.0:
-            continue
-{loads}
-        g = as_tuple(VJP(A[uint64((gy + j) * n + b)], A[uint64((y + j) * n + b)], {xs}))
-{adds}
+{body}
 """
 
 
 def _source(arity):
+    """Python source of the wrappers ``fwd`` and ``rev`` for ``arity`` inputs (the user's
+    functions are the globals ``FWD`` and ``VJP``)."""
     loads, adds, xs = [], [], []
     for k in range(arity):
         p = f"(M_SHAPE + nd + {k} * (2 + nd))"
@@ -196,7 +176,18 @@ def _source(arity):
         adds.append(f"        if m[{p} + 1] >= 0:")
         adds.append(f"            cuda.atomic.add(A, uint64((m[{p} + 1] + o{k}) * n + b), g[{k}])")
         xs.append(f"x{k}")
-    return _SOURCE.format(loads="\n".join(loads), adds="\n".join(adds), xs=", ".join(xs))
+    xs = ", ".join(xs)
+    fwd = f"        A[uint64((y + j) * n + b)] = FWD({xs})"
+    rev = "\n".join(
+        [
+            f"        g = as_tuple(VJP(A[uint64((gy + j) * n + b)], A[uint64((y + j) * n + b)], {xs}))"
+        ]
+        + adds
+    )
+    return "".join(
+        _LOOP.format(name=name, loads="\n".join(loads), body=body)
+        for name, body in (("fwd", fwd), ("rev", rev))
+    )
 
 
 def kernels(op, arity):
