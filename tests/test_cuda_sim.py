@@ -907,6 +907,23 @@ else:
         np.testing.assert_allclose(ct.gradient(x), t.gradient(x), rtol=1e-12)
         np.testing.assert_allclose(ct.gradient(x), 1 - np.tanh(x / 2) ** 2, rtol=1e-12)
 
+    def test_cooperative_build_failure_falls_back_to_per_phase_launches():
+        # on a device where the cooperative sweep fails to build (it failed to link on an
+        # H200 before the register cap), the tape warns once and replays per phase
+        from tape.cuda import _replay as R
+
+        class Broken:
+            argtypes = ("broken for this test",)
+
+            @property
+            def kernel(self):
+                raise RuntimeError("ptxas error: entry function calls function with regcount 254")
+
+        R._SWEEP_LOADS.pop(Broken.argtypes, None)
+        with pytest.warns(RuntimeWarning, match="regcount 254.*one launch per phase"):
+            assert R._loads(Broken()) is False
+        assert R._loads(Broken()) is False  # remembered: no second build, no second warning
+
     # ------------------------------------------------------------ the generated file
 
     def test_generated_kernels_are_fresh():

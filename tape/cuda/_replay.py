@@ -196,6 +196,34 @@ def _run_pieces(plan, mode, launch, call):
                 launch(REV, pc[1], pc[2], pc[3])
 
 
+_SWEEP_LOADS = {}  # argument types -> whether the cooperative sweep built (once per process)
+
+
+def _loads(launcher):
+    """Whether the cooperative sweep kernel compiles and loads on this device (it is linked
+    with the device runtime for its grid barrier, which can fail where the per-phase kernel
+    does not); if not, warn (once per process and dtype), and the tape runs one launch per
+    phase."""
+    known = _SWEEP_LOADS.get(launcher.argtypes)
+    if known is not None:
+        return known
+    try:
+        launcher.kernel  # noqa: B018  (compiles, links and loads)
+        _SWEEP_LOADS[launcher.argtypes] = True
+        return True
+    except Exception as e:  # noqa: BLE001  (a toolkit or driver failure: take the other path)
+        import warnings
+
+        _SWEEP_LOADS[launcher.argtypes] = False
+        warnings.warn(
+            f"tape's cooperative GPU sweep failed to build on this device ({type(e).__name__}: "
+            f"{str(e)[:300]}); replaying with one launch per phase (cooperative=False) instead",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+
+
 class CudaTape:
     """A recorded tape replaying on the GPU; values and adjoints stay on the device.
 
@@ -220,7 +248,8 @@ class CudaTape:
         True (default): each launch replays a run of entries with barriers in between (grid
         barriers need a cooperative launch). False: one launch per phase of each entry, no
         grid barriers (for devices without cooperative launch, and to test multi-block
-        reductions under the simulator).
+        reductions under the simulator). If the cooperative kernel fails to build on the
+        device, the tape warns and takes the per-phase path.
     small, min_run : int
         See :data:`tape.cuda._config.SMALL` and :data:`~tape.cuda._config.MIN_RUN`.
 
@@ -257,6 +286,9 @@ class CudaTape:
         i64 = nbt.int64
         self._sweep = _Launcher(K.sweep, (i64[::1], arr, i64, i64, i64))
         self._step = _Launcher(K.step, (i64[::1], arr, i64, i64, i64))
+        if self.cooperative and not C.SIMULATOR:
+            self.cooperative = _loads(self._sweep)
+        cooperative = self.cooperative
         if C.SIMULATOR and cooperative:
             big = 1
         elif blocks is not None:
