@@ -896,6 +896,19 @@ else:
         want = tp.record(f, -x).gradient(-x)
         np.testing.assert_allclose(ct.gradient(-x), want, rtol=1e-12)
 
+    def test_custom_op_that_does_not_compile_is_named(monkeypatch):
+        # on a GPU the wrappers compile when the tape moves there: Numba's error for the user's
+        # functions comes back as a TypeError naming the op and the calling convention
+        from tape.cuda import _replay as R
+
+        def broken(self):
+            raise RuntimeError("tuple index out of range")
+
+        monkeypatch.setattr(R._Launcher, "kernel", property(broken))
+        t = tp.record(lambda x: SOFTCLIP(x, 1.5).sum(), np.ones(3))
+        with pytest.raises(TypeError, match=r"softclip_gpu.*cuda_fwd.*2 cotangent.*tuple index"):
+            CudaTape(t, threads=THREADS)
+
     def test_readme_custom_op_gpu_example_runs(rng):
         section = (ROOT / "README.md").read_text().split("## User-defined ops", 1)[1]
         blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:3]]

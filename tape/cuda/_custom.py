@@ -235,6 +235,17 @@ class GpuCall:
                                            for b in call.ins)  # fmt: skip
         self._fwd = launcher(fk)
         self._rev = launcher(rk)
+        n_in = len(call.ins)
+        for what, k in (("cuda_fwd", self._fwd), ("cuda_vjp", self._rev)):
+            try:
+                k.kernel  # noqa: B018  (compiles now, on a GPU: the user's functions' errors)
+            except Exception as e:  # noqa: BLE001  (Numba's typing or lowering error)
+                raise TypeError(
+                    f"custom_op {call.fn.name!r}: {what} does not compile as the GPU replay calls "
+                    f"it (cuda_fwd(x0, ..., x{n_in - 1}) -> y, cuda_vjp(gy, y, x0, ..., "
+                    f"x{n_in - 1}) -> {n_in} cotangent(s), on scalars of the tape's dtype): "
+                    f"{type(e).__name__}: {str(e)[:1500]}"
+                ) from e
 
     def launch(self, reverse, threads, prog, A, n, flag):
         if reverse and not self.has_rev:
