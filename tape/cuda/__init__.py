@@ -24,6 +24,8 @@ GPU kernels in :mod:`tape.cuda._kernels`. The results are the CPU replay's: same
 (``tests/test_conformance.py`` runs one table of cases on every backend), same argument
 checks and errors, same dtypes. A replay whose arguments leave the recorded path (a failed
 guard) raises or runs on the CPU tape, following ``on_change`` (see :class:`CudaTape`).
+Custom ops made with CUDA device functions (``tp.custom_op(..., cuda_fwd=, cuda_vjp=)``) run
+between the launches as kernels of their own (:mod:`tape.cuda._custom`).
 """
 
 from tape.cuda._replay import CudaBatch, CudaTape, available, gradient_batch
