@@ -45,7 +45,8 @@ computes one output element (:mod:`tape.cuda._custom`). ::
     @cuda.jit(device=True)
     def softclip_cuda_vjp(gy, y, x, c):
         r = y / c
-        return gy * (1.0 - r * r), 0.0
+        d = 1.0 - r * r
+        return gy * d, gy * (r - (x / c) * d)
 
     softclip = tp.custom_op("softclip", softclip_fwd, softclip_vjp,
                             cuda_fwd=softclip_cuda_fwd, cuda_vjp=softclip_cuda_vjp)

@@ -108,6 +108,14 @@ if not IN_SIM:
             "                sig = (i64[::1], f[::1], i64[::1], i64, i64)\n"
             "                ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))\n"
             "                assert '.entry' in ptx and (kern is not _custom.kernels(op, n)[1] or 'atom' in ptx)\n"
+            "few = tp.custom_op('few', np.add, np.add, cuda_fwd=lambda a, b: a * b,\n"
+            "                   cuda_vjp=lambda gy, y, a, b: gy * b)\n"
+            "try:\n"
+            "    with _target_cc((9, 0)):\n"
+            "        cuda.compile_ptx(_custom.kernels(few, 2)[1].py_func, sig, cc=(9, 0))\n"
+            "    raise AssertionError('a vjp with too few cotangents compiled')\n"
+            "except Exception as e:\n"
+            "    assert \"'few': cuda_vjp returned 1 cotangent(s) for 2\" in str(e), e\n"
             "print('custom op wrappers compiled')\n"
         )
         r = _run(["-c", code], {"NUMBA_ENABLE_CUDASIM": "0"}, timeout=1200)
@@ -908,6 +916,20 @@ else:
         t = tp.record(lambda x: SOFTCLIP(x, 1.5).sum(), np.ones(3))
         with pytest.raises(TypeError, match=r"softclip_gpu.*cuda_fwd.*2 cotangent.*tuple index"):
             CudaTape(t, threads=THREADS)
+
+    @pytest.mark.parametrize("returned", [1, 3])
+    def test_custom_op_wrong_number_of_cotangents_is_refused(returned):
+        # the CPU refuses it too; on a GPU the compile refuses it (tests/test_cuda_sim.py's
+        # PTX test), here the simulated thread raises
+        out = (lambda gy, y, a, b: gy * b) if returned == 1 else (lambda gy, y, a, b: (gy,) * 3)
+        op = tp.custom_op(
+            f"vjp{returned}", lambda a, b: a * b, lambda gy, y, a, b: (gy * b, gy * a),
+            cuda_fwd=lambda a, b: a * b, cuda_vjp=out,
+        )  # fmt: skip
+        x = np.arange(4.0)
+        ct = CudaTape(tp.record(lambda x: op(x, x * 2).sum(), x), threads=THREADS)
+        with pytest.raises(ValueError, match=f"vjp{returned}.*returned {returned} cotangent"):
+            ct.gradient(x)
 
     def test_readme_custom_op_gpu_example_runs(rng):
         section = (ROOT / "README.md").read_text().split("## User-defined ops", 1)[1]

@@ -18,7 +18,8 @@ constant input (no adjoint) gets nothing. As on the CPU, what ``cuda_vjp`` retur
 as it is: a zero ``gy`` contributes whatever the function makes of it.
 
 Cost: two extra launches per application and replay (a few microseconds each), the
-arithmetic of the user's functions, and one atomic per input and element in the reverse.
+arithmetic of the user's functions, and in the reverse one atomic add per input and output
+element (per instance when batched): a broadcast scalar input takes them all on one address.
 The wrappers are compiled once per op, arity and dtype in each process (the user's functions
 are not in Numba's disk cache): well under a second.
 
@@ -105,25 +106,44 @@ def _in_off(m, p, nd, j):
     return off
 
 
-def as_tuple(x):
-    """``x`` if it is a tuple, else ``(x,)`` (a one-input op's ``cuda_vjp`` may return its
-    cotangent alone)."""
-    return x if isinstance(x, tuple) else (x,)
+def cotangents(name, arity):
+    """``as_tuple(g)`` for the reverse wrapper of op ``name`` with ``arity`` inputs: the
+    ``cuda_vjp`` result as a tuple (a one-input op may return its cotangent alone), refused
+    unless it holds one cotangent per input (at compile time on a GPU, at run time under the
+    simulator)."""
 
+    def wrong(k):
+        return (
+            f"custom_op {name!r}: cuda_vjp returned {k} cotangent(s) for {arity} input(s) "
+            "(return a tuple with one per input)"
+        )
 
-if not SIMULATOR:  # on the device: decided at compile time from the returned type
-    from numba import types as _types
+    def as_tuple(x):
+        x = x if isinstance(x, tuple) else (x,)
+        if len(x) != arity:
+            raise ValueError(wrong(len(x)))
+        return x
+
+    if SIMULATOR:
+        return as_tuple
+    from numba import types as nbt
+    from numba.core.errors import TypingError
 
     try:
-        from numba.cuda.extending import overload as _overload
+        from numba.cuda.extending import overload
     except ImportError:  # an older numba-cuda: numba's own, for the cuda target
-        from numba.core.extending import overload as _overload
+        from numba.core.extending import overload
 
-    @_overload(as_tuple, target="cuda")
-    def _as_tuple_impl(x):
-        if isinstance(x, _types.BaseTuple):
+    @overload(as_tuple, target="cuda")
+    def _impl(x):
+        k = len(x.types) if isinstance(x, nbt.BaseTuple) else 1
+        if k != arity:
+            raise TypingError(wrong(k))
+        if isinstance(x, nbt.BaseTuple):
             return lambda x: x
         return lambda x: (x,)
+
+    return as_tuple
 
 
 def _device_fn(f):
@@ -209,7 +229,7 @@ def kernels(op, arity):
             "M_GY": M_GY,
             "M_SHAPE": M_SHAPE,
             "_in_off": _in_off,
-            "as_tuple": as_tuple,
+            "as_tuple": cotangents(op.name, arity),
             "FWD": _device_fn(op.cuda_fwd),
             "VJP": _device_fn(op.cuda_vjp),
         }
@@ -240,9 +260,11 @@ class GpuCall:
             try:
                 k.kernel  # noqa: B018  (compiles now, on a GPU: the user's functions' errors)
             except Exception as e:  # noqa: BLE001  (Numba's typing or lowering error)
+                ours = [ln.strip() for ln in str(e).splitlines() if "custom_op '" in ln]
                 raise TypeError(
-                    f"custom_op {call.fn.name!r}: {what} does not compile as the GPU replay calls "
-                    f"it (cuda_fwd(x0, ..., x{n_in - 1}) -> y, cuda_vjp(gy, y, x0, ..., "
+                    (ours[0].split(": ", 1)[-1] + "\n" if ours else "")
+                    + f"custom_op {call.fn.name!r}: {what} does not compile as the GPU replay "
+                    f"calls it (cuda_fwd(x0, ..., x{n_in - 1}) -> y, cuda_vjp(gy, y, x0, ..., "
                     f"x{n_in - 1}) -> {n_in} cotangent(s), on scalars of the tape's dtype): "
                     f"{type(e).__name__}: {str(e)[:1500]}"
                 ) from e

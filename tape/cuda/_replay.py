@@ -170,6 +170,7 @@ def _run_pieces(plan, mode, launch, call):
     fwd = mode & FWD
     back = mode & ~FWD
     fused = False
+    wide = any(pc[0] == "run" and pc[3] for pc in plan)  # zero and seed with the full grid
     if fwd:
         for k, pc in enumerate(plan):
             if pc[0] == "call":
@@ -187,7 +188,7 @@ def _run_pieces(plan, mode, launch, call):
         _, a, b, large = todo.pop(0)
         launch(back, a, b, large)
     else:
-        launch(back & ~REV, 0, 0, False)
+        launch(back & ~REV, 0, 0, wide)
     if back & REV:
         for pc in todo:
             if pc[0] == "call":
@@ -651,7 +652,7 @@ class CudaTape:
 
     def __repr__(self):
         return (
-            f"<CudaTape {self.tape.n_entries} entries, {len(self.runs)} launch(es) per sweep, "
+            f"<CudaTape {self.tape.n_entries} entries, {len(self.pieces)} launch(es) per sweep, "
             f"{self.threads} threads x {self.blocks} blocks, {self.dtype}>"
         )
 
