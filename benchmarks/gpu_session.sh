@@ -10,7 +10,9 @@
 #    against JAX/torch, latency, bandwidth), loading those from the cache.
 # BUDGET (seconds, default 900) bounds the whole run: the check gets what is left of it.
 # Logs go to OUTDIR (default: .gpu_logs). Uses the python3 on the PATH and this checkout
-# (PYTHONPATH), so it runs where tape is not installed.
+# (PYTHONPATH), so it runs where tape is not installed. numba-cuda 0.30.4 needs NumPy < 2.5 (a
+# machine image with numpy 2.5.2 failed every kernel compile on np.row_stack): put a 2.4 wheel
+# first on PYTHONPATH there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-.gpu_logs}"
