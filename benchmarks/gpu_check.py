@@ -55,6 +55,8 @@ def _sync():
 
 def _time(fn, reps, warmup=2):
     """Median seconds per call of ``fn`` (synchronised)."""
+    if TINY:  # a smoke test of the script: one timed call
+        reps, warmup = 1, 0
     for _ in range(warmup):
         fn()
     _sync()
@@ -188,7 +190,7 @@ def parity(quick):
 
     cases = list(_elementwise_cases(rng)) + list(_kernel_cases(rng))
     if TINY:
-        cases = cases[::9]
+        cases = cases[::40]
     for label, t, xs in cases:
         for coop in (True, False):
             mode = "coop" if coop else "per-phase"
@@ -297,7 +299,7 @@ def custom(quick):
     print(
         f"  batched, {X.shape[0]} instances: max error vs CPU {err:.1e} {'ok' if err <= 1e-9 else 'FAIL'}"
     )
-    n = 1000 if TINY else (1 << 22) if quick else (1 << 24)
+    n = 64 if TINY else (1 << 22) if quick else (1 << 24)
     x = rng.standard_normal(n)
     c = np.array(1.5)
     reps = 1 if TINY else 10
@@ -365,7 +367,7 @@ def batched(quick):
     def rosen(x):
         return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
 
-    n = 40 if TINY else 10**5 if quick else 10**6
+    n = 8 if TINY else 10**5 if quick else 10**6
     rng = np.random.default_rng(2)
     X = rng.standard_normal((n, 10))
     t = tp.record(rosen, X[0])

@@ -959,6 +959,18 @@ else:
             assert R._loads(Broken()) is False
         assert R._loads(Broken()) is False  # remembered: no second build, no second warning
 
+    def test_gpu_check_script_runs(capsys):
+        """benchmarks/gpu_check.py, every section at smoke-test sizes: a device session should
+        not be the first to run it."""
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        try:
+            import gpu_check
+        finally:
+            sys.path.pop(0)
+        assert gpu_check.main(["--tiny"]) == 0
+        out, err = capsys.readouterr()
+        assert "parity OK" in out and "Traceback" not in out + err, (out + err)[-3000:]
+
     # ------------------------------------------------------------ the generated file
 
     def test_generated_kernels_are_fresh():
