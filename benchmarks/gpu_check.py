@@ -221,8 +221,18 @@ def parity(quick):
 # ---------------------------------------------------------------- (e) custom ops
 
 
-def _softclip_op():
-    """softclip(x, c) = c tanh(x / c) as a custom op with NumPy and CUDA functions."""
+def _sum_to(g, shape):
+    """``g`` summed over the axes where an input of ``shape`` was broadcast."""
+    g = np.asarray(g)
+    lead = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(lead))) if lead else g
+    axes = tuple(a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _softclip_op(name="softclip"):
+    """softclip(x, c) = c tanh(x / c) as a custom op with NumPy and CUDA functions, for any
+    broadcastable ``x`` and ``c`` (also used by tests/test_cuda_sim.py)."""
     import math
 
     from numba import cuda
@@ -242,10 +252,9 @@ def _softclip_op():
     def vjp(gy, y, x, c):
         r = y / c
         d = 1.0 - r * r
-        gc = gy * (r - (x / c) * d)
-        return gy * d, gc.sum().reshape(np.shape(c)) if np.ndim(c) == 0 else gc
+        return _sum_to(gy * d, np.shape(x)), _sum_to(gy * (r - (x / c) * d), np.shape(c))
 
-    return tp.custom_op("softclip", lambda x, c: c * np.tanh(x / c), vjp,
+    return tp.custom_op(name, lambda x, c: c * np.tanh(x / c), vjp, out_shape=np.broadcast_shapes,
                         cuda_fwd=fwd_dev, cuda_vjp=vjp_dev)  # fmt: skip
 
 

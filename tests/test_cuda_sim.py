@@ -777,39 +777,13 @@ else:
 
     import math
 
-    from numba import cuda
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from gpu_check import _softclip_op
+    finally:
+        sys.path.pop(0)
 
-    def _sum_to(g, shape):
-        """``g`` summed over the axes where an input of ``shape`` was broadcast."""
-        g = np.asarray(g)
-        lead = g.ndim - len(shape)
-        g = g.sum(axis=tuple(range(lead))) if lead else g
-        axes = tuple(a for a, n in enumerate(shape) if n == 1 and g.shape[a] != 1)
-        return g.sum(axis=axes, keepdims=True) if axes else g
-
-    def _softclip_vjp(gy, y, x, c):
-        r = y / c
-        d = 1.0 - r * r
-        return _sum_to(gy * d, np.shape(x)), _sum_to(gy * (r - (x / c) * d), np.shape(c))
-
-    @cuda.jit(device=True)
-    def _softclip_dev(x, c):
-        return c * math.tanh(x / c)
-
-    @cuda.jit(device=True)
-    def _softclip_dev_vjp(gy, y, x, c):
-        r = y / c
-        d = 1.0 - r * r
-        return gy * d, gy * (r - (x / c) * d)
-
-    SOFTCLIP = tp.custom_op(
-        "softclip_gpu",
-        lambda x, c: c * np.tanh(x / c),
-        _softclip_vjp,
-        out_shape=np.broadcast_shapes,
-        cuda_fwd=_softclip_dev,
-        cuda_vjp=_softclip_dev_vjp,
-    )
+    SOFTCLIP = _softclip_op("softclip_gpu")  # NumPy and CUDA functions, any broadcast
 
     def _sin_vjp(gy, y, x):  # plain Python, one cotangent alone (not a tuple)
         return gy * math.cos(x)
