@@ -170,7 +170,6 @@ def _run_pieces(plan, mode, launch, call):
     fwd = mode & FWD
     back = mode & ~FWD
     fused = False
-    wide = any(pc[0] == "run" and pc[3] for pc in plan)  # zero and seed with the full grid
     if fwd:
         for k, pc in enumerate(plan):
             if pc[0] == "call":
@@ -187,8 +186,8 @@ def _run_pieces(plan, mode, launch, call):
     elif todo and todo[0][0] == "run":
         _, a, b, large = todo.pop(0)
         launch(back, a, b, large)
-    else:
-        launch(back & ~REV, 0, 0, wide)
+    else:  # a custom op ends the tape: zero and seed alone, on the full grid if any run has it
+        launch(back & ~REV, 0, 0, any(pc[0] == "run" and pc[3] for pc in plan))
     if back & REV:
         for pc in todo:
             if pc[0] == "call":
