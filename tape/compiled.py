@@ -61,6 +61,7 @@ import bisect
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -93,7 +94,7 @@ from tape.core import register_extension
 from tape.ops.elementwise import POW
 from tape.ops.reduce import SUM
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 MAX_UNIT_KINDS = 400
 """Tapes that need more distinct kinds of unit than this are not compiled
@@ -111,6 +112,20 @@ CHEAP = frozenset(
 )
 """Elementwise ops a fused reverse loop recomputes from their inputs rather than storing their
 values in the forward loop (a load costs more than the arithmetic)."""
+
+_BLOCK = 1024
+"""Elements per block of a fused reverse loop (``_block_loop``): its scratch arrays (one per
+input adjoint) stay in the L1 cache."""
+
+_BLOCK_MIN = 64
+"""Fused reverse loops shorter than this run element by element (``_element_loop``): no
+scratch arrays to allocate, and too short for vector code to pay."""
+
+_FEW_RANGES = 16
+"""Adjoint ranges to zero that the generated code names one by one (more: a table)."""
+
+_AT_J = re.compile(r"\b([dg]\d+)\[j\]")
+"""Element ``j`` of a unit's view (``d3[j]``, ``g0[j]``) in generated code."""
 
 _LOCK = threading.Lock()
 _MODULES: dict[str, types.ModuleType] = {}
@@ -757,8 +772,7 @@ class _Gen:
             )  # fmt: skip
             if first:
                 assigned.add(o)
-            out.append(f"{c.view('grad', b)}[j] {'=' if first else '+='} {name}")
-        out += [f"s{name[1:]} += {name}" for name in scalar]
+            out.append((c.view("grad", b), "=" if first else "+=", name))
         for b in list(full.values()) + list(scalar.values()):
             touched.add(int(p.owner[b]))
         for name in scalar:
@@ -766,26 +780,119 @@ class _Gen:
         for name, expr in consts.items():
             c(f"{name} = {expr}")
         targets = list(full) + list(scalar)
-        c(f"for j in range({g.n}):")
-        for line in [f"{n} = {e}" for n, e in loads.items()] + vals:
-            c(line, 2)
-        for body in (fast, slow):
-            if body is slow:
-                # A rule's value where the output adjoint is zero is discarded, not added:
-                # 0 * inf there (where(x > 0, sqrt(x), 0) at 0) would be a NaN. Without the
-                # selects the loop is faster and gives the same numbers unless such a NaN
-                # appeared, and any such NaN reaches an input's adjoint: then the element is
-                # redone with them.
-                c(f"if {' or '.join(f'{n} != {n}' for n in targets)}:", 2)
-            depth = 2 if body is fast else 3
-            for line in adj + [f"{n} = 0.0" for n in targets] + body:
-                c(line, depth)
-        for line in out:
-            c(line, 2)
+        pre = [f"{n} = {e}" for n, e in loads.items()] + vals
+        main = pre + adj + [f"{n} = 0.0" for n in targets] + fast
+        redo = pre + adj + [f"{n} = 0.0" for n in targets] + slow
+        # A rule's value where the output adjoint is zero is discarded, not added: 0 * inf
+        # there (where(x > 0, sqrt(x), 0) at 0) would be a NaN. Without the selects the loop
+        # is faster and gives the same numbers unless such a NaN appeared, and any such NaN
+        # reaches an input's adjoint: then the element is redone with them.
+        if g.n < _BLOCK_MIN:
+            _element_loop(c, g.n, targets, main, redo, out, scalar)
+        else:
+            _block_loop(c, g.n, targets, main, redo, out, scalar)
         for name, b in scalar.items():
             c(f"{c.at('grad', b)} += s{name[1:]}")
         doc = self.describe(g)[:-1] + " (reverse)."
         return self.add("_rev", c, doc), c.params
+
+
+def _element_loop(c, n, targets, main, redo, out, scalar):
+    """A short fused reverse loop, element by element, adding to the adjoint arenas as it goes
+    (no scratch to allocate)."""
+    c(f"for j in range({n}):")
+    for line in main:
+        c(line, 2)
+    c(f"if {' or '.join(f'{t} != {t}' for t in targets)}:", 2)
+    for line in redo:
+        c(line, 3)
+    for view, op, name in out:
+        c(f"{view}[j] {op} {name}", 2)
+    for name in scalar:
+        c(f"s{name[1:]} += {name}", 2)
+
+
+def _block_loop(c, n, targets, main, redo, out, scalar):
+    """A fused reverse loop in blocks of ``_BLOCK`` elements: the loop over a block computes
+    the inputs' adjoint contributions into scratch arrays (one per input, in the L1 cache), and
+    the adds into the adjoint arenas follow in loops of their own. With no store that may alias
+    a load (``x[1:]`` and ``x[:-1]`` add to the same leaf) and no branch (the NaN test is an OR
+    over the block), the main loop vectorises."""
+    blk = min(_BLOCK, n)
+    keep = [f"b{t}[jj] = {t}" for t in targets]
+    adds = [f"{view}[j] {op} b{name}[jj]" for view, op, name in out]
+    # element j of a view is element jj of the view's block: indexed by a range variable
+    # (never negative, so no wraparound test) the loads and stores vectorise
+    used = sorted({m for line in main + redo + adds for m in _AT_J.findall(line)})
+    main, redo, adds = ([_AT_J.sub(r"\1_[jj]", x) for x in xs] for xs in (main, redo, adds))
+    for t in targets:
+        c(f"b{t} = np.empty({blk})")
+    c(f"for j0 in range(0, {n}, {blk}):")
+    c(f"m = min({blk}, {n} - j0)", 2)
+    for name in used:
+        c(f"{name}_ = {name}[j0 : j0 + m]", 2)
+    c("bad = False", 2)
+    c("for jj in range(m):", 2)
+    for line in main + keep:
+        c(line, 3)
+    c(f"bad |= {' | '.join(f'({t} != {t})' for t in targets)}", 3)
+    c("if bad:", 2)
+    c("for jj in range(m):", 3)
+    c(f"if {' or '.join(f'b{t}[jj] != b{t}[jj]' for t in targets)}:", 4)
+    for line in redo + keep:
+        c(line, 5)
+    for line in adds:
+        c("for jj in range(m):", 2)
+        c(line, 3)
+    for name in scalar:
+        c(f"s{name[1:]} += _sum_reassoc(b{name}[:m])", 2)
+
+
+def _gradient_args(t, B, n_pool):
+    """``gradient_args``: :meth:`Tape.gradient`'s whole call in one compiled function (load
+    the arguments at their offsets, zero, forward, seed the scalar output with 1, backward),
+    so a replay from Python pays one dispatch. The arguments' shapes and dtypes are the
+    caller's to check."""
+    xs = [f"x{k}" for k in range(len(t.inputs))]
+    out = [
+        "@njit(**COMPILED_JIT)",
+        f"def gradient_args(entries, bufs, ipool, data, grad, {', '.join(xs)}):",
+        '    """Load the arguments (of the recorded shapes, any layout), zero the leaf',
+        "    adjoints, replay forward and backward. Returns the forward status (``-1``: done;",
+        '    otherwise the gradients are untouched)."""',
+        f"    if ipool.shape[0] != {n_pool}:",
+        f"        raise ValueError({STALE_POOL!r})",
+    ]
+    for x, b in zip(xs, t.inputs):
+        off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
+        out.append(f"    data[{off} : {off + size}] = {x}.ravel()")
+    root = int(B[t.outputs[0], B_OFF])
+    out += [
+        f"    st = forward_sweep(entries, bufs, ipool, data, 0, {t.n_entries})",
+        "    if st >= 0:",
+        "        return st",
+        "    _zero(ipool, grad, True)",
+        f"    grad[{root}] += 1.0",
+        "    _back(entries, bufs, ipool, data, grad)",
+        "    return -1",
+        "",
+        "",
+    ]
+    return out
+
+
+def _zeroing(ranges, table, depth):
+    """Lines that zero the adjoint ranges ``ranges``: one loop over each when there are few
+    (constants: no table to read), else a loop over their ``table`` in the pool."""
+    pad = "    " * depth
+    if len(ranges) <= _FEW_RANGES:
+        out = [f"{pad}for j in range({a}, {z}):\n{pad}    grad[j] = 0.0" for a, z in ranges]
+        return out or [f"{pad}pass"]
+    return [
+        f"{pad}Z = {table}",
+        f"{pad}for r in range(Z.shape[0]):",
+        f"{pad}    grad[Z[r, 0] : Z[r, 1]] = 0.0",
+    ]
 
 
 def _ranges(B, bufs):
@@ -931,6 +1038,19 @@ def generate(t):
         "",
         "",
         "@njit(**COMPILED_JIT)",
+        "def _zero(ipool, grad, zero_leaves):",
+        '    """Zero the adjoints that are accumulated (the leaves\' too if ``zero_leaves``)."""',
+    ]
+    src += _zeroing(tables["zero"], at["zero"], 1)
+    src += ["    if zero_leaves:"] + _zeroing(tables["leaves"], at["leaves"], 2) + ["", ""]
+    src += [
+        "@njit(**COMPILED_JIT)",
+        "def _back(entries, bufs, ipool, data, grad):",
+        '    """The reverse units, last first (the outputs\' adjoints seeded)."""',
+    ]
+    src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["", ""]
+    src += [
+        "@njit(**COMPILED_JIT)",
         "def reverse_pass(",
         "    entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves",
         "):",
@@ -938,20 +1058,16 @@ def generate(t):
         '    ``seeds`` at the outputs and sweep back. Writes ``grad``."""',
         f"    if ipool.shape[0] != {pool.shape[0]}:",
         f"        raise ValueError({STALE_POOL!r})",
-        f"    Z = {at['zero']}",
-        "    for r in range(Z.shape[0]):",
-        "        grad[Z[r, 0] : Z[r, 1]] = 0.0",
-        "    if zero_leaves:",
-        f"        Z = {at['leaves']}",
-        "        for r in range(Z.shape[0]):",
-        "            grad[Z[r, 0] : Z[r, 1]] = 0.0",
+        "    _zero(ipool, grad, zero_leaves)",
     ]
     s = 0
     for r in t.outputs:
         off, size = int(B[r, B_OFF]), int(B[r, B_SIZE])
         src += [f"    for j in range({size}):", f"        grad[{off} + j] += seeds[{s} + j]"]
         s += size
-    src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["", ""]
+    src += ["    _back(entries, bufs, ipool, data, grad)", "", ""]
+    if s == 1:
+        src += _gradient_args(t, B, pool.shape[0])
     src.append(drivers_text(shared_only=True))
     extra = {}
     for k, fn in _custom_globals(gen):

@@ -146,6 +146,10 @@ class Tape:
     or ``ipool`` with the compiled tier's tables appended). One attribute, read once per
     replay, so a replay never pairs one tier's code with the other's pool."""
 
+    _direct = None
+    """``(gradient_args, pool, fast)`` when :meth:`gradient` can replay in one compiled call
+    (a compiled tape with a scalar output and gradients in the arena dtype), else ``None``."""
+
     def __init__(self, dtype=np.float64, capacity=64):
         """An empty tape; ``capacity``: the value arena's first size (it grows as needed)."""
         self.dtype = np.dtype(dtype)
@@ -701,6 +705,24 @@ class Tape:
         call. Returns one array per differentiated argument (a single array if there is one),
         in each argument's recorded dtype, fresh copies unless ``out`` (arrays of the same
         shapes) is given to fill."""
+        d = self._direct
+        if d is not None and out is None and not self._variants and not _anomaly.ON:
+            # a compiled tape: load, zero, forward and backward in one compiled call
+            fn, pool, fast = d
+            if len(args) == len(fast):
+                for a, sd in zip(args, fast):
+                    if type(a) is not np.ndarray or (a.shape, a.dtype) != sd:
+                        break
+                else:
+                    ws = getattr(self._tls, "ws", None) or self._workspace()
+                    ws.ok = False
+                    status = fn(self.entries, self.bufs, pool, ws.data, ws.grad, *args)
+                    if status < 0:
+                        ws.ok = True
+                        v = ws.grad_views
+                        return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+                    tp, ws = self._recover(status, ws, args, True)
+                    return tp._grads_out(ws, None)
         r = self._replay
         if r is None:
             r = self._check_replay()
@@ -837,6 +859,10 @@ class Tape:
             self.entries, self.bufs, pool, ws.data, ws.grad,
             self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
         )  # fmt: skip
+        if r["simple"] and hasattr(mod, "gradient_args"):
+            args = [np.asarray(v, d).reshape(s) for v, (s, d) in zip(ws.in_views, r["fast"])]
+            mod.gradient_args(self.entries, self.bufs, pool, ws.data, ws.grad, *args)
+            self._direct = (mod.gradient_args, pool, r["fast"])
         self._run_with = (mod, pool)
 
     def _promote(self):

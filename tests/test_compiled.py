@@ -131,6 +131,57 @@ def test_rosenbrock_is_one_fused_loop_and_its_sum():
     close(t.forward(x2), np.sum(100 * (x2[1:] - x2[:-1] ** 2) ** 2 + (1 - x2[:-1]) ** 2))
 
 
+def test_long_fused_reverse_runs_in_blocks():
+    # 2,499 elements: two full blocks and a partial one; x[1:] and x[:-1] add to one leaf
+    x = np.random.default_rng(1).uniform(-1, 2, 2500)
+    t = tp.record(rosenbrock, x, compile=True)
+    src = t.compiled_source
+    assert "for j in range(2499)" in src  # forward: one loop
+    assert "for j0 in range(0, 2499, 1024)" in src  # reverse: in blocks
+    ti = tp.record(rosenbrock, x, compile=False)
+    for x2 in (x, np.cos(x), x[::-1].copy()):
+        g = t.gradient(x2)
+        close(g, rosenbrock_grad(x2))
+        np.testing.assert_allclose(g, ti.gradient(x2), rtol=1e-12, atol=1e-300)
+
+
+def test_blocked_reverse_redoes_the_elements_that_met_zero_times_inf():
+    # sqrt's partial at 0 is inf, times the zero adjoint where() sends it: the fast loop gets
+    # a NaN there, and the element is redone with the selects; a is a broadcast scalar, so its
+    # adjoint is summed per block
+    def f(x, a):
+        return tp.sum(tp.where(x > 0.0, tp.sqrt(x), 0.0) * a + a * x * x)
+
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0.5, 2.0, 3000)
+    x[[0, 5, 1023, 1024, 2999]] = 0.0  # in every block, and at block edges
+    a = np.array(1.5)
+    t = tp.record(f, x, a, compile=True)
+    assert "for j0 in range(0, 3000, 1024)" in t.compiled_source
+    ti = tp.record(f, x, a, compile=False)
+    for xs in (x, np.where(x > 0, x * 1.1, 0.0)):
+        gx, ga = t.gradient(xs, a)
+        pos = xs > 0
+        close(gx, np.where(pos, 1.5 / (2 * np.sqrt(np.where(pos, xs, 1.0))), 0.0) + 3.0 * xs)
+        close(ga, np.sum(np.sqrt(xs)) + np.sum(xs * xs))
+        assert np.all(np.isfinite(gx))
+        for g, gi in zip((gx, ga), ti.gradient(xs, a)):
+            np.testing.assert_allclose(g, gi, rtol=1e-12)
+
+
+def test_gradient_from_python_is_one_compiled_call_for_any_layout():
+    x = np.random.default_rng(3).uniform(-1, 2, 40)
+    t = tp.record(rosenbrock, x, compile=True)
+    assert t._direct is not None
+    for x2 in (x, x[::-1], np.concatenate([x, x])[::2]):  # contiguous, reversed, strided
+        close(t.gradient(x2), rosenbrock_grad(np.ascontiguousarray(x2)))
+    ro = x.copy()
+    ro.flags.writeable = False
+    close(t.gradient(ro), rosenbrock_grad(x))
+    with pytest.raises((ValueError, TypeError)):
+        t.gradient(x[:10])  # a wrong shape takes the checked path and its error
+
+
 def test_dead_and_constant_entries_are_not_replayed():
     c = np.arange(4.0)
 
