@@ -705,24 +705,14 @@ class Tape:
         call. Returns one array per differentiated argument (a single array if there is one),
         in each argument's recorded dtype, fresh copies unless ``out`` (arrays of the same
         shapes) is given to fill."""
-        d = self._direct
-        if d is not None and out is None and not self._variants and not _anomaly.ON:
-            # a compiled tape: load, zero, forward and backward in one compiled call
-            fn, pool, fast = d
-            if len(args) == len(fast):
-                for a, sd in zip(args, fast):
-                    if type(a) is not np.ndarray or (a.shape, a.dtype) != sd:
-                        break
-                else:
-                    ws = getattr(self._tls, "ws", None) or self._workspace()
-                    ws.ok = False
-                    status = fn(self.entries, self.bufs, pool, ws.data, ws.grad, *args)
-                    if status < 0:
-                        ws.ok = True
-                        v = ws.grad_views
-                        return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
-                    tp, ws = self._recover(status, ws, args, True)
+        if out is None and self._direct is not None:
+            run = self._run_direct(args)
+            if run is not None:
+                tp, ws = run
+                if tp is not self:  # a failed guard: a retraced variant ran
                     return tp._grads_out(ws, None)
+                v = ws.grad_views
+                return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
         r = self._replay
         if r is None:
             r = self._check_replay()
@@ -750,6 +740,29 @@ class Tape:
         tp, ws = self._run(args, True)
         return tp._grads_out(ws, out)
 
+    def _run_direct(self, args):
+        """A compiled tape's replay for :meth:`gradient` in one compiled call (load, zero,
+        forward, backward; ``gradient_args`` of :mod:`tape.compiled`): ``(tape, workspace)``
+        of the tape that ran (this one or, after a failed guard, a retraced variant), or
+        ``None`` where the call takes the checked path instead (a retraced variant exists,
+        anomaly mode, or arguments that are not arrays of the recorded shapes and dtypes)."""
+        d = self._direct
+        if d is None or self._variants or _anomaly.ON:
+            return None
+        fn, pool, fast = d
+        if len(args) != len(fast):
+            return None
+        for a, sd in zip(args, fast):
+            if type(a) is not np.ndarray or (a.shape, a.dtype) != sd:
+                return None
+        ws = getattr(self._tls, "ws", None) or self._workspace()
+        ws.ok = False
+        status = fn(self.entries, self.bufs, pool, ws.data, ws.grad, *args)
+        if status < 0:
+            ws.ok = True
+            return self, ws
+        return self._recover(status, ws, args, True)
+
     def _grads_out(self, ws, out):
         views = ws.grad_views
         if out is not None:
@@ -767,7 +780,7 @@ class Tape:
         """``(value, gradient)`` of the scalar output at ``args`` (see :meth:`gradient`)."""
         r = self._check_replay()
         r["sig"].require_scalar("value_and_grad()")
-        tp, ws = self._run(args, True)
+        tp, ws = self._run_direct(args) or self._run(args, True)
         return tp._outputs(ws), tp._grads_out(ws, None)
 
     def gradient_batch(self, *args, n_threads=None):

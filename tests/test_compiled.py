@@ -56,9 +56,12 @@ def agree(ti, tc, *args):
     close(vc, vi)
     gi = gi if isinstance(gi, tuple) else (gi,)
     gc = gc if isinstance(gc, tuple) else (gc,)
-    for a, b in zip(gc, gi):
-        assert a.dtype == b.dtype and a.shape == b.shape
+    gd = tc.gradient(*args)  # the one-call path of a compiled tape
+    gd = gd if isinstance(gd, tuple) else (gd,)
+    for a, d, b in zip(gc, gd, gi):
+        assert a.dtype == d.dtype == b.dtype and a.shape == d.shape == b.shape
         close(a, b)
+        close(d, b)
 
 
 ELEMENTWISE = [op for op in OPS if op.kind != "kernel"]
@@ -440,6 +443,34 @@ def test_random_programs_agree_across_tiers(program, sh, seed):
     f = build(program, sh)
     ti, tc = both(f, a, b)
     agree(ti, tc, rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1]))
+
+
+# long enough (>= compiled._BLOCK_MIN elements) for the reverse loops to run in blocks,
+# with partial blocks, broadcast (per-block summed) and strided operands
+long_shapes = st.sampled_from(
+    [((70,), (70,)), ((3, 700), (700,)), ((1100,), ()), ((2, 1), (1, 1500)), ((1030, 1), (1, 3))]
+)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=st.lists(step, min_size=1, max_size=8), sh=long_shapes, seed=st.integers(0, 2**16))
+def test_random_long_programs_agree_across_tiers(program, sh, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1])
+    f = build(program, sh)
+    ti, tc = both(f, a, b)
+    agree(ti, tc, rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1]))
+
+
+def test_blocked_reverse_in_float32():
+    x = np.random.default_rng(4).uniform(-1, 2, 3000).astype(np.float32)
+    t = tp.record(rosenbrock, x, compile=True)
+    assert t.dtype == np.float32 and "for j0 in range(0, 2999, 1024)" in t.compiled_source
+    ti = tp.record(rosenbrock, x, compile=False)
+    g, gi = t.gradient(x), ti.gradient(x)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, gi, rtol=1e-5, atol=1e-5 * float(np.abs(gi).max()))
+    close(g, rosenbrock_grad(x.astype(np.float64)), rtol=1e-4)
 
 
 def test_kernel_args_taken_before_compile_are_refused_by_the_compiled_kernels():
