@@ -23,6 +23,16 @@ What the generated code does differently from the interpreter:
 - **Adjoints in registers.** Inside a run, adjoints are local variables: they are never zeroed
   or stored. An intermediate whose adjoint memory is written first by a fused run is
   assigned, not zeroed and accumulated.
+- **Vectorised reverse loops.** A reverse run of ``_BLOCK_MIN`` elements or more goes in
+  blocks: the loop over a block writes each input's adjoint contribution to a scratch array
+  and ORs a NaN test, and the adds into the adjoint arena follow in loops of their own. The
+  main loop then has neither a store that may alias its loads (``x[1:]`` and ``x[:-1]`` add
+  to one leaf) nor a branch, so LLVM vectorises it; a block that met a NaN (``0 * inf``
+  where an adjoint is zero) redoes those elements with the selects.
+- **One call from Python.** ``gradient_args`` loads the arguments, zeroes, and runs forward
+  and backward; :meth:`tape.Tape.gradient` and ``value_and_grad`` call it directly (one
+  dispatch, no argument copies in Python) when the arguments are arrays of the recorded
+  shapes and dtypes.
 - **Dead and constant entries removed.** Entries that no output or guard depends on, and
   entries that depend on no argument (their values were computed at record time and are in
   every workspace), are not replayed. ``x ** k`` with a recorded constant ``k`` of 2, 3 or 4

@@ -438,6 +438,10 @@ shapes = st.sampled_from([((), ()), ((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=st.lists(step, min_size=1, max_size=12), sh=shapes, seed=st.integers(0, 2**16))
 def test_random_programs_agree_across_tiers(program, sh, seed):
+    program_agrees(program, sh, seed)
+
+
+def program_agrees(program, sh, seed):
     rng = np.random.default_rng(seed)
     a, b = rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1])
     f = build(program, sh)
@@ -455,11 +459,7 @@ long_shapes = st.sampled_from(
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=st.lists(step, min_size=1, max_size=8), sh=long_shapes, seed=st.integers(0, 2**16))
 def test_random_long_programs_agree_across_tiers(program, sh, seed):
-    rng = np.random.default_rng(seed)
-    a, b = rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1])
-    f = build(program, sh)
-    ti, tc = both(f, a, b)
-    agree(ti, tc, rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1]))
+    program_agrees(program, sh, seed)
 
 
 def test_blocked_reverse_in_float32():
