@@ -19,7 +19,9 @@ What the generated code does differently from the interpreter:
   input either that long or a single value) becomes one loop, forward and reverse. Values
   that never leave the run stay in registers: the forward loop stores only what later
   entries, the outputs or the reverse loop read, and the reverse loop recomputes the cheap
-  ones. A full ``sum`` of a value of the run is taken right after its loop, vectorised.
+  ones. A full ``sum`` of a value of the run is taken with its loop: right after it,
+  vectorised, or, in a loop of ``_BLOCK_MIN`` elements or more, block by block while the
+  block is in the L1 cache (then the summed values are not stored unless read elsewhere).
 - **Adjoints in registers.** Inside a run, adjoints are local variables: they are never zeroed
   or stored. An intermediate whose adjoint memory is written first by a fused run is
   assigned, not zeroed and accumulated.
@@ -572,8 +574,10 @@ class _Gen:
         p = self.p
         g = p.units[u]
         o = int(p.E[i, E_OUT])
-        if p.external(o, u) or (g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]])):
+        if p.external(o, u):
             return True
+        if g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]]) and g.n < _BLOCK_MIN:
+            return True  # summed by a second pass over the arena (long loops sum by blocks)
         cheap = p.ops[i].name in CHEAP or self.int_power(i) is not None
         return not cheap and bool(p.emask[i])
 
@@ -645,18 +649,45 @@ class _Gen:
                 body.append(f"{c.view('data', o)}[j] = v{c.n(o)}")
         for name, expr in consts.items():
             c(f"{name} = {expr}")
-        c(f"for j in range({g.n}):")
-        for name, expr in loads.items():
-            c(f"{name} = {expr}", 2)
-        for line in body:
-            c(line, 2)
-        if g.fold >= 0:
+        lines = [f"{n} = {e}" for n, e in loads.items()] + body
+        if g.fold >= 0 and g.n >= _BLOCK_MIN:
+            self.folded_in_blocks(u, g, c, lines)
+        else:
+            c(f"for j in range({g.n}):")
+            for line in lines:
+                c(line, 2)
+        if g.fold >= 0 and g.n < _BLOCK_MIN:
             # a second, vectorised pass over the stored values: twice as fast as adding them up
             # in the loop, where every add waits for the one before
             o = int(p.E[g.fold, E_OUT])
             src = int(p.owner[p.ins[g.fold][0]])
             c(f"{c.at('data', o)} = _sum_reassoc({c.view('data', src)})")
         return self.add("_fwd", c, self.describe(g)), c.params
+
+    def folded_in_blocks(self, u, g, c, lines):
+        """A long forward loop whose full sum is taken with it: block by block, each block's
+        values summed (vectorised) while they are in the L1 cache. The summed value goes to a
+        scratch block, not the arena, unless something else reads it there."""
+        p = self.p
+        o = int(p.E[g.fold, E_OUT])
+        src = int(p.owner[p.ins[g.fold][0]])
+        stored = any(self.stored(u, i) for i in g.entries if int(p.E[i, E_OUT]) == src)
+        blk = min(_BLOCK, g.n)
+        if not stored:
+            lines = lines + [f"bs[jj] = v{c.n(src)}"]
+            c(f"bs = np.empty({blk})")
+        used = sorted({m for line in lines for m in _AT_J.findall(line)})
+        lines = [_AT_J.sub(r"\1_[jj]", x) for x in lines]
+        c("acc = 0.0")
+        c(f"for j0 in range(0, {g.n}, {blk}):")
+        c(f"m = min({blk}, {g.n} - j0)", 2)
+        for name in used:
+            c(f"{name}_ = {name}[j0 : j0 + m]", 2)
+        c("for jj in range(m):", 2)
+        for line in lines:
+            c(line, 3)
+        c(f"acc += _sum_reassoc({c.view('data', src) + '_' if stored else 'bs[:m]'})", 2)
+        c(f"{c.at('data', o)} = acc")
 
     # -- reverse ---------------------------------------------------------------------
     def reverse(self):
