@@ -287,6 +287,17 @@ def test_guards_on_a_compiled_tape_retrace_raise_and_warn():
     with pytest.warns(tp.GuardWarning):
         g = t.gradient(neg)
     close(g, 2 * neg)  # the recorded path
+    # value_and_grad's one-call path, when a guard fails: retraced, raised, or warned
+    t = tp.record(f, pos, compile=True)
+    v, g = t.value_and_grad(neg)
+    close(v, np.sum(np.exp(neg)))
+    close(g, np.exp(neg))
+    with pytest.raises(tp.GuardError):
+        tp.record(f, pos, compile=True, on_change="raise").value_and_grad(neg)
+    with pytest.warns(tp.GuardWarning):
+        v, g = tp.record(f, pos, compile=True, on_change="warn").value_and_grad(neg)
+    close(v, np.sum(neg * neg))
+    close(g, 2 * neg)
 
 
 def test_gather_index_out_of_range_raises_on_the_compiled_tier():
