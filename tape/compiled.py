@@ -25,8 +25,8 @@ What the generated code does differently from the interpreter:
 - **Adjoints in registers.** Inside a run, adjoints are local variables: they are never zeroed
   or stored. An intermediate whose adjoint memory is written first by a fused run is
   assigned, not zeroed and accumulated.
-- **Vectorised reverse loops.** A reverse run of ``_BLOCK_MIN`` elements or more goes in
-  blocks: the loop over a block writes each input's adjoint contribution to a scratch array
+- **Vectorised reverse loops.** A reverse run of ``_BLOCK_MIN`` elements or more, of ops
+  whose rules are plain arithmetic (``VECTOR``), goes in blocks: the loop over a block writes each input's adjoint contribution to a scratch array
   and ORs a NaN test, and the adds into the adjoint arena follow in loops of their own. The
   main loop then has neither a store that may alias its loads (``x[1:]`` and ``x[:-1]`` add
   to one leaf) nor a branch, so LLVM vectorises it; a block that met a NaN (``0 * inf``
@@ -125,13 +125,18 @@ CHEAP = frozenset(
 """Elementwise ops a fused reverse loop recomputes from their inputs rather than storing their
 values in the forward loop (a load costs more than the arithmetic)."""
 
+VECTOR = CHEAP | {"sqrt", "sign", "reciprocal"}
+"""Elementwise ops whose rules are arithmetic LLVM vectorises; a fused reverse loop runs in
+blocks (``_block_loop``) only if all its ops are."""
+
 _BLOCK = 1024
 """Elements per block of a fused reverse loop (``_block_loop``): its scratch arrays (one per
 input adjoint) stay in the L1 cache."""
 
 _BLOCK_MIN = 64
 """Fused reverse loops shorter than this run element by element (``_element_loop``): no
-scratch arrays to allocate, and too short for vector code to pay."""
+scratch arrays to allocate, and too short for vector code to pay. So do loops with an op
+outside ``VECTOR``."""
 
 _FEW_RANGES = 16
 """Adjoint ranges to zero that the generated code names one by one (more: a table)."""
@@ -593,6 +598,12 @@ class _Gen:
         k = float(p.t.data[int(p.B[b, B_OFF])])
         return int(k) if k in (2.0, 3.0, 4.0) else None
 
+    def vectorises(self, i):
+        """Entry ``i``'s rules are plain arithmetic, which LLVM vectorises (a call to ``exp``,
+        ``tanh`` or ``pow`` is a call per element: a loop that makes one gains nothing from
+        running in blocks, and its vector code costs compile time)."""
+        return self.p.ops[i].name in VECTOR or self.int_power(i) is not None
+
     def value(self, i, args):
         """The expression of entry ``i``'s value from its operands ``args``."""
         k = self.int_power(i)
@@ -823,15 +834,15 @@ class _Gen:
         targets = list(full) + list(scalar)
         pre = [f"{n} = {e}" for n, e in loads.items()] + vals
         main = pre + adj + [f"{n} = 0.0" for n in targets] + fast
-        redo = pre + adj + [f"{n} = 0.0" for n in targets] + slow
+        redo = adj + [f"{n} = 0.0" for n in targets] + slow  # after pre
         # A rule's value where the output adjoint is zero is discarded, not added: 0 * inf
         # there (where(x > 0, sqrt(x), 0) at 0) would be a NaN. Without the selects the loop
         # is faster and gives the same numbers unless such a NaN appeared, and any such NaN
         # reaches an input's adjoint: then the element is redone with them.
-        if g.n < _BLOCK_MIN:
+        if g.n < _BLOCK_MIN or not all(self.vectorises(i) for i in g.entries):
             _element_loop(c, g.n, targets, main, redo, out, scalar)
         else:
-            _block_loop(c, g.n, targets, main, redo, out, scalar)
+            _block_loop(c, g.n, targets, pre, main, redo, out, scalar)
         for name, b in scalar.items():
             c(f"{c.at('grad', b)} += s{name[1:]}")
         doc = self.describe(g)[:-1] + " (reverse)."
@@ -845,7 +856,7 @@ def _element_loop(c, n, targets, main, redo, out, scalar):
     for line in main:
         c(line, 2)
     c(f"if {' or '.join(f'{t} != {t}' for t in targets)}:", 2)
-    for line in redo:
+    for line in redo:  # the element's values are still in scope
         c(line, 3)
     for view, op, name in out:
         c(f"{view}[j] {op} {name}", 2)
@@ -853,7 +864,7 @@ def _element_loop(c, n, targets, main, redo, out, scalar):
         c(f"s{name[1:]} += {name}", 2)
 
 
-def _block_loop(c, n, targets, main, redo, out, scalar):
+def _block_loop(c, n, targets, pre, main, redo, out, scalar):
     """A fused reverse loop in blocks of ``_BLOCK`` elements: the loop over a block computes
     the inputs' adjoint contributions into scratch arrays (one per input, in the L1 cache), and
     the adds into the adjoint arenas follow in loops of their own. With no store that may alias
@@ -861,6 +872,7 @@ def _block_loop(c, n, targets, main, redo, out, scalar):
     over the block), the main loop vectorises."""
     blk = min(_BLOCK, n)
     keep = [f"b{t}[jj] = {t}" for t in targets]
+    redo = pre + redo  # the element's values again: the block loop kept only its results
     adds = [f"{view}[j] {op} b{name}[jj]" for view, op, name in out]
     # element j of a view is element jj of the view's block: indexed by a range variable
     # (never negative, so no wraparound test) the loads and stores vectorise
@@ -891,13 +903,16 @@ def _block_loop(c, n, targets, main, redo, out, scalar):
 
 def _gradient_args(t, B, n_pool):
     """``gradient_args``: :meth:`Tape.gradient`'s whole call in one compiled function (load
-    the arguments at their offsets, zero, forward, seed the scalar output with 1, backward),
-    so a replay from Python pays one dispatch. The arguments' shapes and dtypes are the
-    caller's to check."""
+    the arguments at their offsets, then what ``forward_backward`` does), so a replay from
+    Python pays one dispatch. The arguments' shapes and dtypes are the caller's to check. It
+    calls the sweeps with the very signatures ``forward_backward`` does (``np.int64`` and
+    ``np.bool_``, not literals, which would make Numba compile them again)."""
     xs = [f"x{k}" for k in range(len(t.inputs))]
     out = [
         "@njit(**COMPILED_JIT)",
-        f"def gradient_args(entries, bufs, ipool, data, grad, {', '.join(xs)}):",
+        "def gradient_args(",
+        f"    entries, bufs, ipool, data, grad, emask, need, roots, seeds, {', '.join(xs)}",
+        "):",
         '    """Load the arguments (of the recorded shapes, any layout), zero the leaf',
         "    adjoints, replay forward and backward. Returns the forward status (``-1``: done;",
         '    otherwise the gradients are untouched)."""',
@@ -907,14 +922,13 @@ def _gradient_args(t, B, n_pool):
     for x, b in zip(xs, t.inputs):
         off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
         out.append(f"    data[{off} : {off + size}] = {x}.ravel()")
-    root = int(B[t.outputs[0], B_OFF])
+    n, nb = f"np.int64({t.n_entries})", f"np.int64({t.n_bufs})"
     out += [
-        f"    st = forward_sweep(entries, bufs, ipool, data, 0, {t.n_entries})",
+        f"    st = forward_sweep(entries, bufs, ipool, data, 0, {n})",
         "    if st >= 0:",
         "        return st",
-        "    _zero(ipool, grad, True)",
-        f"    grad[{root}] += 1.0",
-        "    _back(entries, bufs, ipool, data, grad)",
+        f"    reverse_pass(entries, bufs, ipool, data, grad, {n}, {nb}, emask, need, roots, seeds,",
+        "                 np.bool_(True))",
         "    return -1",
         "",
         "",
@@ -1079,19 +1093,6 @@ def generate(t):
         "",
         "",
         "@njit(**COMPILED_JIT)",
-        "def _zero(ipool, grad, zero_leaves):",
-        '    """Zero the adjoints that are accumulated (the leaves\' too if ``zero_leaves``)."""',
-    ]
-    src += _zeroing(tables["zero"], at["zero"], 1)
-    src += ["    if zero_leaves:"] + _zeroing(tables["leaves"], at["leaves"], 2) + ["", ""]
-    src += [
-        "@njit(**COMPILED_JIT)",
-        "def _back(entries, bufs, ipool, data, grad):",
-        '    """The reverse units, last first (the outputs\' adjoints seeded)."""',
-    ]
-    src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["", ""]
-    src += [
-        "@njit(**COMPILED_JIT)",
         "def reverse_pass(",
         "    entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves",
         "):",
@@ -1099,14 +1100,15 @@ def generate(t):
         '    ``seeds`` at the outputs and sweep back. Writes ``grad``."""',
         f"    if ipool.shape[0] != {pool.shape[0]}:",
         f"        raise ValueError({STALE_POOL!r})",
-        "    _zero(ipool, grad, zero_leaves)",
     ]
+    src += _zeroing(tables["zero"], at["zero"], 1)
+    src += ["    if zero_leaves:"] + _zeroing(tables["leaves"], at["leaves"], 2)
     s = 0
     for r in t.outputs:
         off, size = int(B[r, B_OFF]), int(B[r, B_SIZE])
         src += [f"    for j in range({size}):", f"        grad[{off} + j] += seeds[{s} + j]"]
         s += size
-    src += ["    _back(entries, bufs, ipool, data, grad)", "", ""]
+    src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["", ""]
     if s == 1:
         src += _gradient_args(t, B, pool.shape[0])
     src.append(drivers_text(shared_only=True))
