@@ -147,7 +147,7 @@ class Tape:
     replay, so a replay never pairs one tier's code with the other's pool."""
 
     _direct = None
-    """``(gradient_args, pool, fast, sweep_args)`` when :meth:`gradient` can replay in one compiled call
+    """``(gradient_args, pool, fast)`` when :meth:`gradient` can replay in one compiled call
     (a compiled tape with a scalar output and gradients in the arena dtype), else ``None``."""
 
     def __init__(self, dtype=np.float64, capacity=64):
@@ -749,7 +749,7 @@ class Tape:
         d = self._direct
         if d is None or self._variants or _anomaly.ON:
             return None
-        fn, pool, fast, sweep_args = d
+        fn, pool, fast = d
         if len(args) != len(fast):
             return None
         for a, sd in zip(args, fast):
@@ -757,7 +757,7 @@ class Tape:
                 return None
         ws = getattr(self._tls, "ws", None) or self._workspace()
         ws.ok = False
-        status = fn(self.entries, self.bufs, pool, ws.data, ws.grad, *sweep_args, *args)
+        status = fn(self.entries, self.bufs, pool, ws.data, ws.grad, *args)
         if status < 0:
             ws.ok = True
             return self, ws
@@ -871,11 +871,9 @@ class Tape:
         if r["simple"] and hasattr(mod, "gradient_args"):
             # gradient()'s one-call path; forward_backward (the checked path) compiles when
             # first used: each compiled caller links the sweeps again (seconds for a long tape)
-            none = np.zeros(0, np.bool_)  # the masks the compiled tier's reverse does not read
-            sweep_args = (none, none, r["roots"], r["seed"])
             args = [np.asarray(v, d).reshape(s) for v, (s, d) in zip(ws.in_views, r["fast"])]
-            mod.gradient_args(self.entries, self.bufs, pool, ws.data, ws.grad, *sweep_args, *args)
-            self._direct = (mod.gradient_args, pool, r["fast"], sweep_args)
+            mod.gradient_args(self.entries, self.bufs, pool, ws.data, ws.grad, *args)
+            self._direct = (mod.gradient_args, pool, r["fast"])
         else:
             mod.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
