@@ -82,6 +82,26 @@ def add_seeds(bufs, grad, roots, seeds):
         s += n
 
 
+@njit(**SWEEP_JIT)
+def prepare_reverse(entries, bufs, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
+    """Eager ``backward``'s compiled part before the entries run, in one call: :func:`reach`,
+    :func:`zero_adjoints` and :func:`add_seeds`. Returns ``(emask, order, need)``: the entry
+    mask, the entries to run (last first) and the buffer mask. Writes ``grad``."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+    add_seeds(bufs, grad, roots, seeds)
+    k = 0
+    for i in range(n_entries):
+        if emask[i]:
+            k += 1
+    order = np.empty(k, np.int64)
+    for i in range(n_entries - 1, -1, -1):
+        if emask[i]:
+            k -= 1
+            order[order.shape[0] - 1 - k] = i
+    return emask, order, need
+
+
 @njit(inline="always", **SWEEP_JIT)
 def put_entry(
     entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2, attr

@@ -29,7 +29,7 @@ import weakref
 import numpy as np
 
 from tape import _anomaly, registry
-from tape._layout import ACTIVE, B_ALIAS, B_KIND, CONST, GENERAL, LEAF, SAME
+from tape._layout import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, GENERAL, LEAF, SAME
 from tape._source import user_line
 from tape.core import Tape, resolve
 from tape.ops.elementwise import STOP_GRADIENT
@@ -44,6 +44,32 @@ bool_ = np.dtype(np.bool_)
 
 
 _DEFAULT_FLOAT = [float64]  # set_default_dtype (process-wide, as in PyTorch)
+_ONE = np.ones(1)  # the seed of backward() on a one-element tensor (never written)
+
+
+def _quiet_numpy():
+    """``(enter, leave)``: NumPy's floating-point warnings off and back on, as
+    ``np.errstate(all="ignore")`` does (the kernels never warn, so NumPy references standing in
+    for them must not either). Through NumPy's context variable when it has one: an
+    ``errstate`` block costs 1.5 us, a large share of a small eager op."""
+    try:
+        from numpy._core._ufunc_config import _extobj_contextvar as var
+    except ImportError:  # another NumPy layout: the public (slower) way
+        var = None
+    if var is not None:
+        with np.errstate(all="ignore"):
+            quiet = var.get()
+        return (lambda: var.set(quiet)), var.reset
+
+    def enter():
+        e = np.errstate(all="ignore")
+        e.__enter__()
+        return e
+
+    return enter, lambda e: e.__exit__(None, None, None)
+
+
+_quiet, _loud = _quiet_numpy()
 
 
 def get_default_dtype():
@@ -709,7 +735,7 @@ class Tensor:
                     f"grad can be implicitly created only for scalar outputs; this tensor has shape "
                     f"{self.shape}: pass backward(gradient=...) with that shape"
                 )
-            seed = np.ones(1)
+            seed = _ONE
         else:
             seed = np.asarray(
                 gradient._peek() if isinstance(gradient, Tensor) else gradient, np.float64
@@ -743,9 +769,15 @@ class Tensor:
         need = tp.run_backward(roots, seed, zero_leaves=True)
         if not retain_graph:
             tp.mark_freed(need)
+        bufs, grad = tp.bufs, tp.grad
         for leaf, lb in tp.leaves:
-            if need[lb] and leaf._op is None and tp.bufs[lb, B_KIND] == LEAF:
-                leaf._accumulate(tp.adjoint(lb))
+            if need[lb] and leaf._op is None and bufs.item(lb, B_KIND) == LEAF:
+                off = bufs.item(lb, B_OFF)
+                g = grad[off : off + bufs.item(lb, B_SIZE)]
+                if leaf.grad is None:  # a new tensor owning a copy, in the leaf's dtype
+                    leaf.grad = Tensor(g.astype(leaf.dtype).reshape(leaf.shape))
+                else:
+                    leaf.grad._value += g.reshape(leaf.shape)
 
     def _accumulate(self, g):
         if self.grad is None:
@@ -814,19 +846,29 @@ def result_dtype(ts, rule="promote"):
 
 def _buffer_in(target: Tape, x, grad_on):
     """The buffer of ``x`` in ``target``, copying a leaf or constant in on first use."""
-    if isinstance(x, Tensor):
-        if x._tape is not None and x._tape._merged is not None:
-            x._resolve()
-        if x._tape is target:
-            if target._written:
-                stale(target, [x._buf])
-            return x._buf
+    if x.__class__ is Tensor or isinstance(x, Tensor):
+        tp = x._tape
+        if tp is not None:
+            if tp._merged is not None:
+                tp = x._resolve()[0]
+            if tp is target:
+                if target._written:
+                    stale(target, [x._buf])
+                return x._buf
         key = id(x)
         b = target.leaf_bufs.get(key)
         ver = x._ver[0] if x._ver is not None else 0
         if b is not None and target.leaf_vers.get(key, 0) != ver:
             b = None  # written in place since this tape copied it: copy the new value
-        if b is None and x._base is not None:
+        if b is None and tp is None and x._base is None and target._lift is None:
+            # a leaf or constant owning its value: the common case, inline
+            b = target.new_buffer(
+                x.shape, LEAF if (x._rg and grad_on and not target.recording) else CONST, x._value
+            )
+            target.leaf_bufs[key] = b
+            target.leaf_vers[key] = ver
+            target.leaves.append((x, b))  # keeps x alive, so its id stays unique
+        elif b is None and x._base is not None:
             leaf, off = x._base
             b = target.alias(_buffer_in(target, leaf, grad_on), x.shape, off)
             target.leaf_bufs[key] = b
@@ -888,6 +930,10 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
 
     ``parts`` (for ops that write regions of one output, such as concatenation) is a list of
     ``(input_positions, ints)``: one entry each, all writing the same output buffer.
+
+    This is every op's hot path in eager mode (a few microseconds each): it reads each input
+    once, and the common cases (inputs on one eager tape, leaves, Python floats) take no
+    detour.
     """
     if op.__class__ is str:
         op = _BY_NAME[op]
@@ -897,7 +943,8 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
     grad_on = _state.grad
     rec = None
     need = False
-    eager = []
+    target = None  # the eager tape of the inputs that have one
+    many = False  # inputs on two or more eager tapes: _union merges them
     best = None  # the widest float dtype among the tensors (result_dtype's "promote")
     for t, d in zip(inputs, diff):
         if t.__class__ is not Tensor:
@@ -911,8 +958,10 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
                 tp = t._resolve()[0]
             if tp.recording:
                 rec = tp if rec is None or rec is tp else _deeper(rec, tp)
-            else:
-                eager.append(tp)
+            elif target is None:
+                target = tp
+            elif tp is not target:
+                many = True
         if d and t._rg and grad_on:
             need = True
     if dtype is None:
@@ -922,13 +971,13 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
         else:
             dtype = result_dtype(inputs, rule)
     if rec is None and not need:
-        return _compute_constant(op, inputs, shape, ints, parts, dtype)
+        return _compute_constant(op, inputs, shape, ints, parts, dtype, best)
     if rec is not None:
         target = rec
-    elif eager and (len(eager) == 1 or (len(eager) == 2 and eager[0] is eager[1])):
-        target = eager[0]  # one eager tape among the inputs: _union's first case, inline
-    else:
-        target = _union(eager, inputs)
+    elif many:
+        target = _union(tapes_of(inputs)[1], inputs)
+    elif target is None:
+        target = _fresh(inputs, best or float64)
     if dtype.kind == "f" and dtype.itemsize > target.dtype.itemsize:
         target.promote(dtype)
     ins = [
@@ -948,12 +997,11 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
             if d and bufs.item(b, B_KIND) != CONST:
                 active = True
                 break
-    kind = ACTIVE if active else CONST
     first = target.n_entries
     if parts is None:
-        out = target.emit(op.code, ins, shape, kind, ints)
+        out = target.emit(op.code, ins, shape, ACTIVE if active else CONST, ints)
     else:
-        out = target.new_buffer(shape, kind)
+        out = target.new_buffer(shape, ACTIVE if active else CONST)
         for pos, pints in parts:
             target.add_entry(op.code, [ins[k] for k in pos], out, pints)
         target.run_forward(first, target.n_entries)
@@ -970,32 +1018,45 @@ _BY_NAME = registry.BY_NAME
 
 
 REUSE_LIMIT = 4096
+REUSE_IPOOL = 4096  # a new eager tape starts with the previous one's int blocks up to this size
 EAGER_ARENA = 1 << 20  # the most elements a fresh eager tape reserves for its inputs' sake
 EAGER_ARENA_REUSE = 1 << 24  # ... and to match the previous eager tape's size
 
 
 def _union(tapes, inputs) -> Tape:
-    """One eager tape holding every input's graph: the largest, with the others merged in.
-
-    With no graph among the inputs (an expression starting from leaves), the tape a leaf was
-    last copied into is reused while it is open (no ``backward`` yet, under ``REUSE_LIMIT``
-    entries), so ``f(x[1:], x[:-1])`` builds one graph instead of merging two; failing that,
-    the thread's newest open eager tape, so ``a + b * x + c * x ** 2`` grows one tape instead
-    of merging three.
-    """
-    if tapes and all(tp is tapes[0] for tp in tapes):
-        return tapes[0]
+    """One eager tape holding every input's graph: the largest, with the others merged in
+    (:func:`_fresh` when no input has a graph)."""
     uniq = []
     for tp in tapes:
         if all(tp is not u for u in uniq):
             uniq.append(tp)
     if not uniq:
-        leaves = []
-        for t in inputs:
-            if t.__class__ is Tensor and t._rg:
-                leaf = t._base[0] if t._base is not None else t
-                ref = leaf._last
-                tp = ref() if ref is not None else None
+        return _fresh(inputs, _float_dtype(inputs) or float64)
+    if len(uniq) == 1:
+        return uniq[0]
+    uniq.sort(key=lambda t: -t.n_data)
+    target = uniq[0]
+    for other in uniq[1:]:
+        target.merge(other)
+    return target
+
+
+def _fresh(inputs, want) -> Tape:
+    """The eager tape for an expression starting from leaves and constants (no input has a
+    graph), of arena dtype ``want``.
+
+    The tape a leaf was last copied into is reused while it is open (no ``backward`` yet,
+    under ``REUSE_LIMIT`` entries), so ``f(x[1:], x[:-1])`` builds one graph instead of
+    merging two; failing that, the thread's newest open eager tape, so ``a + b * x + c * x **
+    2`` grows one tape instead of merging three; failing that, a new tape.
+    """
+    leaves = []
+    for t in inputs:
+        if t.__class__ is Tensor and t._rg:
+            leaf = t._base[0] if t._base is not None else t
+            ref = leaf._last
+            if ref is not None:
+                tp = ref()
                 if (
                     tp is not None
                     and not tp.closed
@@ -1003,37 +1064,34 @@ def _union(tapes, inputs) -> Tape:
                     and tp.n_entries < REUSE_LIMIT
                 ):
                     return tp
-                leaves.append(leaf)
-        ref = _state.open
-        tp = ref() if ref is not None else None
-        want = _float_dtype(inputs) or float64
-        if (
-            tp is None
-            or tp.closed
-            or tp._merged is not None
-            or tp.n_entries >= REUSE_LIMIT
-            or tp.dtype != want  # a float32 expression keeps a float32 arena
-        ):
-            # room for a few values of the inputs' size, or for as much as the thread's
-            # previous eager tape used (a training loop builds the same graph every step):
-            # then the arena need not grow (each growth copies it)
-            n = 0
-            for t in inputs:
-                if t.__class__ is Tensor:
-                    n += t.numel()
-            cap = min(16 * n, EAGER_ARENA)
-            if tp is not None and tp._merged is None:
-                cap = max(cap, min(tp.n_data, EAGER_ARENA_REUSE))
-            tp = Tape(want, cap)
-            ref = _state.open = weakref.ref(tp)
-        for leaf in leaves:
-            leaf._last = ref
-        return tp
-    uniq.sort(key=lambda t: -t.n_data)
-    target = uniq[0]
-    for other in uniq[1:]:
-        target.merge(other)
-    return target
+            leaves.append(leaf)
+    ref = _state.open
+    tp = ref() if ref is not None else None
+    if (
+        tp is None
+        or tp.closed
+        or tp._merged is not None
+        or tp.n_entries >= REUSE_LIMIT
+        or tp.dtype != want  # a float32 expression keeps a float32 arena
+    ):
+        # room for a few values of the inputs' size, or for as much as the thread's
+        # previous eager tape used (a training loop builds the same graph every step):
+        # then the arena need not grow (each growth copies it)
+        n = 0
+        for t in inputs:
+            if t.__class__ is Tensor:
+                n += t.numel()
+        cap = min(16 * n, EAGER_ARENA)
+        prev = tp if tp is not None and tp._merged is None else None
+        if prev is not None:
+            cap = max(cap, min(prev.n_data, EAGER_ARENA_REUSE))
+        tp = Tape(want, cap)
+        if prev is not None and prev.n_ipool <= REUSE_IPOOL:
+            tp.share_ints(prev)  # the same shapes and attribute blocks, without interning them
+        ref = _state.open = weakref.ref(tp)
+    for leaf in leaves:
+        leaf._last = ref
+    return tp
 
 
 def _scratch(dtype) -> Tape:
@@ -1050,11 +1108,11 @@ def _scratch(dtype) -> Tape:
     return tp
 
 
-def _compute_constant(op, inputs, shape, ints, parts, dtype):
+def _compute_constant(op, inputs, shape, ints, parts, dtype, best):
     """Run one op on values that need no gradient, on a scratch tape; the result owns its value.
     Ops whose NumPy reference gives the kernel's bits (``Op.exact_ref``) use it instead, on
-    float data, without a compiled call."""
-    arena = float32 if (_float_dtype(inputs) == float32 and dtype == float32) else float64
+    float data, without a compiled call. ``best``: the widest float dtype of the inputs."""
+    arena = float32 if (best == float32 and dtype == float32) else float64
     if op.exact_ref and parts is None:
         vals = []
         for x in inputs:
@@ -1070,9 +1128,14 @@ def _compute_constant(op, inputs, shape, ints, parts, dtype):
                 break
             vals.append(v)
         else:
-            with np.errstate(all="ignore"):
+            token = _quiet()
+            try:
                 r = op.ref(*vals)
-            return Tensor(np.asarray(r, dtype).reshape(shape))
+            finally:
+                _loud(token)
+            if r.__class__ is not np.ndarray or r.dtype != dtype or r.shape != shape:
+                r = np.asarray(r, dtype).reshape(shape)
+            return Tensor(r)
     tp = _scratch(arena)
     ins = []
     for x in inputs:
@@ -1198,6 +1261,28 @@ def elementwise(op, *args) -> Tensor:
     out_shape, ints = hit
     args = [a if a.__class__ in _PLAIN else _const(a) for a in args]
     return apply(op, args, out_shape, ints)
+
+
+def binary(op, a, b) -> Tensor:
+    """:func:`elementwise` for two arguments: the operators' path (``a * b``), which skips
+    building argument lists when both are tensors or one is a Python float."""
+    ca, cb = a.__class__, b.__class__
+    if ca is Tensor:
+        sa = a.shape
+        if cb is Tensor:
+            key = (op.code, (sa, b.shape))
+        elif cb is float:
+            key = (op.code, (sa, ()))
+        else:
+            return elementwise(op, a, b)
+    elif ca is float and cb is Tensor:
+        key = (op.code, ((), b.shape))
+    else:
+        return elementwise(op, a, b)
+    hit = _bcast_cache.get(key)
+    if hit is None:
+        return elementwise(op, a, b)
+    return apply(op, (a, b), hit[0], hit[1])
 
 
 _PLAIN = (Tensor, float, int)  # arguments _const passes through as they are

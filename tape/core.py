@@ -150,30 +150,43 @@ class Tape:
     """``(gradient_args, pool, fast)`` when :meth:`gradient` can replay in one compiled call
     (a compiled tape with a scalar output and gradients in the arena dtype), else ``None``."""
 
+    # Immutable defaults live on the class (an instance assignment replaces them): eager mode
+    # makes a tape per training step, and each attribute set here costs it time.
+    grad = None  # the adjoint arena, made by the first reverse sweep
+    n_entries = n_bufs = n_ipool = n_data = 0
+    _freed = None  # eager: bool per buffer, True once a backward without retain_graph used it
+    callbacks = None  # {call id: tape._callbacks.Call}: autograd.Function calls
+    recording = False
+    _lift = None  # a tape.checkpoint sub-tape being recorded: what becomes an input
+    closed = False  # set by an eager backward: new leaf expressions start elsewhere
+    _merged = None  # (tape, buffer shift) once merged into another tape
+    _out_single = True
+    _replay = None
+    on_change = "retrace"  # what to do when a guard fails at replay (see tape.record)
+    _retrace = None  # callable(*args) -> a new Tape of the same function, set by record
+    max_variants = 8
+    retraces = 0
+    _tls = None  # per-thread default workspace and last variant (made for replay)
+    _variants_lock = None
+    _n_replays = 0  # the compiled tier (tape.compiled): replays so far ...
+    compile_after = None  # ... and the count that promotes
+
     def __init__(self, dtype=np.float64, capacity=64):
         """An empty tape; ``capacity``: the value arena's first size (it grows as needed)."""
-        self.dtype = np.dtype(dtype)
+        self.dtype = dtype = np.dtype(dtype)
         self.entries = np.empty((32, ENTRY_COLS), np.int64)
         self.bufs = np.empty((64, BUF_COLS), np.int64)
         self.ipool = np.empty(128, np.int64)
-        self.data = np.zeros(max(int(capacity), 64), self.dtype)
-        self.grad = None
-        self.n_entries = self.n_bufs = self.n_ipool = self.n_data = 0
+        # every entry writes its whole output and every buffer with a value is filled when
+        # made, so the arena needs no zeroing (replays rerun the entries on copies of it)
+        self.data = np.empty(max(int(capacity), 64), dtype)
         self.shapes: list[tuple] = []  # Python copy of each buffer's shape (hot path reads it)
         self._interned: dict[tuple, int] = {}  # int block (shape, attributes) -> ipool position
         self._consts: dict = {}  # Python number -> its read-only CONST buffer
         self.leaf_bufs: dict[int, int] = {}  # id(leaf tensor) -> its buffer in this tape
         self.leaf_vers: dict[int, int] = {}  # id(leaf tensor) -> its version when copied in
-        self._freed = (
-            None  # eager: bool per buffer, True once a backward without retain_graph used it
-        )
         self.leaves: list = []  # [(leaf tensor, buffer)] of eager leaves copied in
-        self.callbacks = None  # {call id: tape._callbacks.Call}: autograd.Function calls
-        self.recording = False
-        self._lift = None  # a tape.checkpoint sub-tape being recorded: what becomes an input
         self._written: set = set()  # root buffers rebound by x[key] = v (Tensor.__setitem__)
-        self.closed = False  # set by an eager backward: new leaf expressions start elsewhere
-        self._merged = None  # (tape, buffer shift) once merged into another tape
         # replay signature (set by tape.record)
         self.inputs: list[int] = []
         self.input_names: list[str] = []
@@ -181,23 +194,11 @@ class Tape:
         self.wrt: list[int] = []
         self.outputs: list[int] = []
         self.output_dtypes: list = []
-        self._out_single = True
-        self._replay = None
         # source lines: entry -> "file:line" of the user's code (recordings; eager entries in
         # anomaly mode), kept by save/load, shown by print(t) and in error messages
         self.sources: dict[int, str] = {}
-        # what to do when a guard fails at replay (see tape.record)
-        self.on_change = "retrace"
-        self._retrace = None  # callable(*args) -> a new Tape of the same function, set by record
         self._variants: list[Tape] = []  # retraced tapes, most recently used first
-        self.max_variants = 8
-        self.retraces = 0
         self._warned: set = set()
-        self._tls = None  # per-thread default workspace and last variant (made for replay)
-        self._variants_lock = None
-        # the compiled tier (tape.compiled): replays so far, and the count that promotes
-        self._n_replays = 0
-        self.compile_after = None
 
     # ------------------------------------------------------------ building
 
@@ -218,6 +219,16 @@ class Tape:
         if p is None:
             p = self._interned[key] = self._push_ints(key) if key else 0
         return p
+
+    def share_ints(self, other):
+        """Start an empty tape with ``other``'s int pool and its index of blocks (eager mode:
+        each training step's new tape records the same shapes and attribute blocks)."""
+        n = other.n_ipool
+        if n > self.ipool.shape[0]:
+            self.ipool = np.empty(n, np.int64)
+        self.ipool[:n] = other.ipool[:n]
+        self.n_ipool = n
+        self._interned = other._interned.copy()
 
     def constant(self, value) -> int:
         """A 0-d CONST buffer holding the Python number ``value``, shared per tape."""
@@ -247,17 +258,25 @@ class Tape:
             self.data = _grow(self.data, end)
         self.n_data = end
         if value is not None:
-            if size == 1 and not isinstance(value, np.ndarray):
-                self.data[off] = value
+            if value.__class__ is not np.ndarray:
+                if size == 1 and not isinstance(value, np.ndarray):
+                    self.data[off] = value
+                else:
+                    self.data[off:end] = np.ravel(value)
+            elif size == 1:
+                self.data[off] = value.item()
             else:
-                self.data[off:end] = np.ravel(value)
+                self.data[off:end] = value.ravel()
         return self._add_buf(off, size, shape, kind, -1)
 
     def _add_buf(self, off, size, shape, kind, alias) -> int:
         b = self.n_bufs
         if b >= self.bufs.shape[0]:
             self.bufs = _grow(self.bufs, b + 1)
-        self.bufs[b] = (off, size, len(shape), self.intern(shape), kind, alias)
+        sp = self._interned.get(shape) if shape.__class__ is tuple else None
+        if sp is None:
+            sp = self.intern(shape)
+        self.bufs[b] = (off, size, len(shape), sp, kind, alias)
         self.shapes.append(shape)
         self.n_bufs = b + 1
         return b
@@ -342,12 +361,15 @@ class Tape:
         return self.view(self.grad, b)
 
     def ensure_grad(self):
-        n = self.data.shape[0]
-        if self.grad is None or self.grad.shape[0] != n or self.grad.dtype != self.dtype:
-            new = np.zeros(n, self.dtype)
-            if self.grad is not None:
-                m = min(n, self.grad.shape[0])
-                new[:m] = self.grad[:m]
+        """An adjoint arena covering the buffers made so far (not the value arena's spare
+        capacity: an eager tape reserves room for the next steps, and zeroing it is wasted)."""
+        n = self.n_data
+        g = self.grad
+        if g is None or g.shape[0] < n or g.dtype != self.dtype:
+            new = np.zeros(max(n, 1), self.dtype)
+            if g is not None:
+                m = min(n, g.shape[0])
+                new[:m] = g[:m]
             self.grad = new
 
     def run_backward(self, roots, seeds, zero_leaves):
@@ -360,14 +382,14 @@ class Tape:
                 self, self.data, self.grad, np.asarray(roots, np.int64),
                 np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
             )  # fmt: skip
-        roots = np.asarray(roots, np.int64)
-        emask, need = S.reach(self.entries, self.bufs, self.n_entries, roots)
-        S.zero_adjoints(self.bufs, self.grad, need, self.n_bufs, zero_leaves)
-        S.add_seeds(self.bufs, self.grad, roots, np.ascontiguousarray(seeds, self.dtype).ravel())
-        rev, entries, bufs, ipool = S.REV, self.entries, self.bufs, self.ipool
-        data, grad = self.data, self.grad
+        entries, bufs, ipool, data, grad = self.entries, self.bufs, self.ipool, self.data, self.grad
+        emask, order, need = S.prepare_reverse(
+            entries, bufs, grad, self.n_entries, self.n_bufs, np.asarray(roots, np.int64),
+            np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
+        )  # fmt: skip
+        rev = S.REV
         done = set()  # autograd.Function calls already run
-        for i in np.flatnonzero(emask)[::-1].tolist():
+        for i in order.tolist():
             code = entries.item(i, E_OP)
             if code == CALLBACK:
                 eager_backward(self, i, emask, need, done)

@@ -21,6 +21,7 @@ from tape._front import creation, linalg, movement, reduce, scan, scatter
 from tape._tensor import (
     Tensor,
     as_tensor,
+    binary,
     elementwise,
     flatten,
     is_grad_enabled,
@@ -497,8 +498,8 @@ def _operator(op, fn, reflected):
     if op.arity == 1:
         return lambda a: elementwise(op, a)
     if reflected:
-        return lambda a, b: elementwise(op, b, a)
-    return lambda a, b: elementwise(op, a, b)
+        return lambda a, b: binary(op, b, a)
+    return lambda a, b: binary(op, a, b)
 
 
 def _pow(a, b):

@@ -33,13 +33,28 @@ def reduced_shape(shape, axes, keepdims):
     return tuple(s for k, s in enumerate(shape) if k not in axes)
 
 
+_blocks: dict = {}  # (op code, shape, axis, keepdims) -> (output shape, attribute block)
+
+
 def _reduce(op, x, axis, keepdims):
     x = T.as_tensor(x)
-    axes = normalize_axes(op.name, axis, x.ndim)
-    kept = reduced_shape(x.shape, axes, True)
-    if op in (MAX, MIN) and any(x.shape[a] == 0 for a in axes):
+    key = (op.code, x.shape, axis, keepdims) if axis is None or axis.__class__ is int else None
+    hit = _blocks.get(key) if key is not None else None
+    if hit is None:
+        hit = _block(op, x.shape, axis, keepdims)
+        if key is not None:
+            _blocks[key] = hit
+    return T.apply(op, [x], hit[0], hit[1])
+
+
+def _block(op, shape, axis, keepdims):
+    """The reduction's output shape and attribute block (validating ``axis``)."""
+    ndim = len(shape)
+    axes = normalize_axes(op.name, axis, ndim)
+    kept = reduced_shape(shape, axes, True)
+    if op in (MAX, MIN) and any(shape[a] == 0 for a in axes):
         raise ValueError(
-            f"{op.name}: cannot reduce over a zero-size axis of a tensor of shape {x.shape}"
+            f"{op.name}: cannot reduce over a zero-size axis of a tensor of shape {shape}"
         )
     strides = []
     acc = 1
@@ -47,10 +62,9 @@ def _reduce(op, x, axis, keepdims):
         strides.append(0 if k in axes else acc)
         acc *= kept[k]
     dims, ostrides = [], []
-    if x.ndim:
-        dims, (ostrides,) = T._coalesce(list(x.shape), [list(reversed(strides))])
-    ints = [len(dims), *dims, *ostrides]
-    return T.apply(op, [x], reduced_shape(x.shape, axes, keepdims), ints)
+    if ndim:
+        dims, (ostrides,) = T._coalesce(list(shape), [list(reversed(strides))])
+    return reduced_shape(shape, axes, keepdims), (len(dims), *dims, *ostrides)
 
 
 def sum(x, axis=None, keepdims=False):  # noqa: A001

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1771273eef493f15d631bb20aac58e04500126dbce6fcf459e65ba38d0fdea16"
+FINGERPRINT = "11892ee6ee1a1013af5c6719061c4b3044b25171030f34c5c58577d8d5810dce"
 
 import numpy as np
 from numba import njit, prange
@@ -3267,6 +3267,26 @@ def add_seeds(bufs, grad, roots, seeds):
         for j in range(n):
             g[j] += seeds[s + j]
         s += n
+
+
+@njit(**SWEEP_JIT)
+def prepare_reverse(entries, bufs, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
+    """Eager ``backward``'s compiled part before the entries run, in one call: :func:`reach`,
+    :func:`zero_adjoints` and :func:`add_seeds`. Returns ``(emask, order, need)``: the entry
+    mask, the entries to run (last first) and the buffer mask. Writes ``grad``."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+    add_seeds(bufs, grad, roots, seeds)
+    k = 0
+    for i in range(n_entries):
+        if emask[i]:
+            k += 1
+    order = np.empty(k, np.int64)
+    for i in range(n_entries - 1, -1, -1):
+        if emask[i]:
+            k -= 1
+            order[order.shape[0] - 1 - k] = i
+    return emask, order, need
 
 
 @njit(inline="always", **SWEEP_JIT)
