@@ -353,7 +353,10 @@ class Tensor:
             raise RuntimeError(
                 "you can only change requires_grad flags of leaf tensors; use detach()"
             )
-        self._rg = bool(requires_grad)
+        flag = bool(requires_grad)
+        if flag != self._rg and self._ver is not None:
+            self._ver[0] += 1  # an open tape that copied it as a constant copies it again
+        self._rg = flag
         return self
 
     @property
@@ -990,13 +993,18 @@ def apply(op, inputs, shape, ints=None, *, dtype=None, parts=None) -> Tensor:
     ]
     if target._written:
         stale(target, ins)
-    active = False
-    if grad_on:
-        bufs = target.bufs
-        for b, d in zip(ins, diff):
-            if d and bufs.item(b, B_KIND) != CONST:
-                active = True
-                break
+    if rec is None:
+        # eager: an input that requires grad has a LEAF or ACTIVE buffer (a leaf copied in as
+        # a constant is copied again once it requires grad: requires_grad_ bumps its version)
+        active = need
+    else:
+        active = False
+        if grad_on:
+            bufs = target.bufs
+            for b, d in zip(ins, diff):
+                if d and bufs.item(b, B_KIND) != CONST:
+                    active = True
+                    break
     first = target.n_entries
     if parts is None:
         out = target.emit(op.code, ins, shape, ACTIVE if active else CONST, ints)
@@ -1282,6 +1290,16 @@ def binary(op, a, b) -> Tensor:
     hit = _bcast_cache.get(key)
     if hit is None:
         return elementwise(op, a, b)
+    if op.exact_ref:
+        # no graph and no gradient (an optimiser's update, a constant expression): NumPy's
+        # result, which has the kernel's bits, without the recording path
+        grad_on = _state.grad
+        if (ca is float or (a._tape is None and not (a._rg and grad_on))) and (
+            cb is float or (b._tape is None and not (b._rg and grad_on))
+        ):
+            best = _float_dtype((a, b))
+            if best is not None and op.dtype in ("promote", "float"):
+                return _compute_constant(op, (a, b), hit[0], hit[1], None, best, best)
     return apply(op, (a, b), hit[0], hit[1])
 
 

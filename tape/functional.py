@@ -505,13 +505,15 @@ def _operator(op, fn, reflected):
 def _pow(a, b):
     if (
         b.__class__ in (int, float)
-        and b == 3
+        and (b == 2 or b == 3)
         and a._tape is None
         and a.dtype.kind == "f"
         and not (a._rg and is_grad_enabled())
     ):
-        v = a._value  # a constant: x * x * x, the pow kernel's own product for exponent 3
-        return Tensor(v * v * v)
+        # a constant: x * x (the square kernel's product), x * x * x (the pow kernel's own
+        # product for exponent 3)
+        v = a._value
+        return Tensor(v * v if b == 2 else v * v * v)
     if isinstance(b, (int, float)) and not isinstance(b, bool) and b == 2:
         y = elementwise(SQUARE, a)
         if y._op is not None:
