@@ -774,7 +774,7 @@ class Tensor:
             tp.mark_freed(need)
         bufs, grad = tp.bufs, tp.grad
         for leaf, lb in tp.leaves:
-            if need[lb] and leaf._op is None and bufs.item(lb, B_KIND) == LEAF:
+            if leaf._rg and leaf._op is None and need[lb] and bufs.item(lb, B_KIND) == LEAF:
                 off = bufs.item(lb, B_OFF)
                 g = grad[off : off + bufs.item(lb, B_SIZE)]
                 if leaf.grad is None:  # a new tensor owning a copy, in the leaf's dtype
@@ -864,13 +864,8 @@ def _buffer_in(target: Tape, x, grad_on):
         if b is not None and target.leaf_vers.get(key, 0) != ver:
             b = None  # written in place since this tape copied it: copy the new value
         if b is None and tp is None and x._base is None and target._lift is None:
-            # a leaf or constant owning its value: the common case, inline
-            b = target.new_buffer(
-                x.shape, LEAF if (x._rg and grad_on and not target.recording) else CONST, x._value
-            )
-            target.leaf_bufs[key] = b
-            target.leaf_vers[key] = ver
-            target.leaves.append((x, b))  # keeps x alive, so its id stays unique
+            # a leaf or constant owning its value: the common case
+            b = target.copy_in(x, LEAF if (x._rg and grad_on and not target.recording) else CONST, ver)
         elif b is None and x._base is not None:
             leaf, off = x._base
             b = target.alias(_buffer_in(target, leaf, grad_on), x.shape, off)
@@ -1300,6 +1295,29 @@ def binary(op, a, b) -> Tensor:
             best = _float_dtype((a, b))
             if best is not None and op.dtype in ("promote", "float"):
                 return _compute_constant(op, (a, b), hit[0], hit[1], None, best, best)
+    # apply's most common eager case, without its loops: both inputs on one open eager tape
+    # (or one on it and a Python float), one requiring grad, in the tape's dtype
+    t = a if ca is Tensor else b
+    tp = t._tape
+    if (
+        tp is not None
+        and tp._merged is None
+        and not tp.recording
+        and not tp._written
+        and op.differentiable == (True, True)
+        and op.dtype == "promote"
+        and t.dtype == tp.dtype
+        and _state.grad
+        and not _anomaly.ON
+    ):
+        if ca is cb:
+            if b._tape is tp and (a._rg or b._rg) and b.dtype == tp.dtype:
+                out = tp.emit(op.code, (a._buf, b._buf), hit[0], ACTIVE, hit[1])
+                return Tensor._traced(tp, out, hit[0], t.dtype, True, op.name)
+        elif t._rg:
+            ins = (a._buf, tp.constant(b)) if ca is Tensor else (tp.constant(a), b._buf)
+            out = tp.emit(op.code, ins, hit[0], ACTIVE, hit[1])
+            return Tensor._traced(tp, out, hit[0], t.dtype, True, op.name)
     return apply(op, (a, b), hit[0], hit[1])
 
 

@@ -269,6 +269,38 @@ class Tape:
                 self.data[off:end] = value.ravel()
         return self._add_buf(off, size, shape, kind, -1)
 
+    def copy_in(self, x, kind, ver) -> int:
+        """Eager mode: a new buffer of ``kind`` (``LEAF`` or ``CONST``) holding a copy of the
+        value of tensor ``x`` (which owns it), remembered with ``x``'s version ``ver`` so the
+        tape reuses it until ``x`` is written in place. :meth:`new_buffer` and
+        :meth:`_add_buf` in one call: every training step copies its leaves in."""
+        value = x._value
+        shape = x.shape
+        size = value.size
+        off = self.n_data
+        end = off + size
+        if end > self.data.shape[0]:
+            self.data = _grow(self.data, end)
+        if size == 1:
+            self.data[off] = value.item()
+        else:
+            self.data[off:end] = value.ravel()
+        self.n_data = end
+        b = self.n_bufs
+        if b >= self.bufs.shape[0]:
+            self.bufs = _grow(self.bufs, b + 1)
+        sp = self._interned.get(shape)
+        if sp is None:
+            sp = self.intern(shape)
+        self.bufs[b] = (off, size, len(shape), sp, kind, -1)
+        self.shapes.append(shape)
+        self.n_bufs = b + 1
+        key = id(x)
+        self.leaf_bufs[key] = b
+        self.leaf_vers[key] = ver
+        self.leaves.append((x, b))  # keeps x alive, so its id stays unique
+        return b
+
     def _add_buf(self, off, size, shape, kind, alias) -> int:
         b = self.n_bufs
         if b >= self.bufs.shape[0]:
