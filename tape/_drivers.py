@@ -185,7 +185,7 @@ def forward_backward(
 ):
     """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
     Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""
-    status = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
+    status = forward_sweep(entries, bufs, ipool, data, np.int64(0), n_entries)
     if status >= 0:
         return status
     backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
@@ -244,7 +244,7 @@ def gradient_batch_kernel(
                 m = in_sizes[k]
                 data[o : o + m] = a[s : s + m]
                 s += m
-            st = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
+            st = forward_sweep(entries, bufs, ipool, data, np.int64(0), n_entries)
             status[b] = st
             if st >= 0:
                 continue
@@ -272,7 +272,9 @@ def ka_forward(ka):
     """Forward replay over ``ka`` (a :class:`tape.KernelArgs`: ``t.kernel_args()`` or
     ``t.workspace()``). Writes ``ka.data``. Returns ``-1``, or the entry that stopped the sweep
     (a failed guard when ``t.is_guard(status)``, else a gather index out of bounds)."""
-    return forward_sweep(ka.entries, ka.bufs, ka.ipool, ka.data, 0, ka.n_entries)
+    # np.int64(0), np.bool_(...): the types Python callers pass. A literal would make Numba
+    # compile a second specialisation of the sweeps.
+    return forward_sweep(ka.entries, ka.bufs, ka.ipool, ka.data, np.int64(0), ka.n_entries)
 
 
 @njit(**SWEEP_JIT)
@@ -280,7 +282,7 @@ def ka_backward(ka):
     """Reverse sweep over the last forward on ``ka``, seeded with ``ka.seeds``: intermediate
     adjoints are zeroed first, leaf gradients in ``ka.grad`` accumulate."""
     backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries, ka.n_bufs, ka.roots,
-             ka.seeds, False)  # fmt: skip
+             ka.seeds, np.bool_(False))  # fmt: skip
 
 
 @njit(**SWEEP_JIT)
@@ -289,4 +291,4 @@ def ka_gradient(ka):
     scalar output are in ``ka.grad`` (``t.input_slice(k)`` says where). Returns the forward
     status as :func:`ka_forward` (``-1``: done; otherwise the gradients are untouched)."""
     return forward_backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries,
-                            ka.n_bufs, ka.roots, ka.seeds, True)  # fmt: skip
+                            ka.n_bufs, ka.roots, ka.seeds, np.bool_(True))  # fmt: skip

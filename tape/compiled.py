@@ -926,7 +926,7 @@ def _gradient_args(t, B, n_pool):
         "    none = np.zeros(0, np.bool_)  # masks and roots: unused by this reverse pass",
         "    roots = np.zeros(1, np.int64)",
         f"    seeds = np.ones(1, np.{np.dtype(t.dtype).name})",
-        f"    st = forward_sweep(entries, bufs, ipool, data, 0, {n})",
+        f"    st = forward_sweep(entries, bufs, ipool, data, np.int64(0), {n})",
         "    if st >= 0:",
         "        return st",
         f"    reverse_pass(entries, bufs, ipool, data, grad, {n}, {nb}, none, none, roots, seeds,",

@@ -87,3 +87,20 @@ def test_status_reports_a_failed_guard():
     status, g = _grad_at(ka, off, np.ones(3))
     assert status == -1
     np.testing.assert_array_equal(g, 2 * np.ones(3))
+
+
+def test_drivers_reuse_the_sweeps_python_compiled():
+    # the one-value drivers pass np.int64 / np.bool_ where Python passes ints and bools: a
+    # literal would make Numba compile the whole interpreter sweep a second time
+    from tape._generated import sweeps as S
+
+    x = np.array([0.5, -1.0, 2.0])
+    t = tp.record(rosen, x)
+    t.gradient(x)
+    ka = t.workspace()
+    assert tp.kernels.forward(ka) == -1
+    tp.kernels.backward(ka)
+    assert tp.kernels.gradient(ka) == -1
+    for fn in (S.forward_sweep, S.forward_backward, S.backward):
+        sigs = [str(s) for s in fn.signatures]
+        assert not any("Literal" in s for s in sigs), (fn, sigs)

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "11892ee6ee1a1013af5c6719061c4b3044b25171030f34c5c58577d8d5810dce"
+FINGERPRINT = "4a404af01f7f2e3274e9b386aff8c1b9f9ffb900b937a5269efff188545ce2f2"
 
 import numpy as np
 from numba import njit, prange
@@ -3372,7 +3372,7 @@ def forward_backward(
 ):
     """Replay the forward sweep, then :func:`backward`. Writes ``data`` and ``grad``.
     Returns ``-1``, or the index of the entry that rejected its data (gradients untouched)."""
-    status = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
+    status = forward_sweep(entries, bufs, ipool, data, np.int64(0), n_entries)
     if status >= 0:
         return status
     backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
@@ -3431,7 +3431,7 @@ def gradient_batch_kernel(
                 m = in_sizes[k]
                 data[o : o + m] = a[s : s + m]
                 s += m
-            st = forward_sweep(entries, bufs, ipool, data, 0, n_entries)
+            st = forward_sweep(entries, bufs, ipool, data, np.int64(0), n_entries)
             status[b] = st
             if st >= 0:
                 continue
@@ -3459,7 +3459,9 @@ def ka_forward(ka):
     """Forward replay over ``ka`` (a :class:`tape.KernelArgs`: ``t.kernel_args()`` or
     ``t.workspace()``). Writes ``ka.data``. Returns ``-1``, or the entry that stopped the sweep
     (a failed guard when ``t.is_guard(status)``, else a gather index out of bounds)."""
-    return forward_sweep(ka.entries, ka.bufs, ka.ipool, ka.data, 0, ka.n_entries)
+    # np.int64(0), np.bool_(...): the types Python callers pass. A literal would make Numba
+    # compile a second specialisation of the sweeps.
+    return forward_sweep(ka.entries, ka.bufs, ka.ipool, ka.data, np.int64(0), ka.n_entries)
 
 
 @njit(**SWEEP_JIT)
@@ -3467,7 +3469,7 @@ def ka_backward(ka):
     """Reverse sweep over the last forward on ``ka``, seeded with ``ka.seeds``: intermediate
     adjoints are zeroed first, leaf gradients in ``ka.grad`` accumulate."""
     backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries, ka.n_bufs, ka.roots,
-             ka.seeds, False)  # fmt: skip
+             ka.seeds, np.bool_(False))  # fmt: skip
 
 
 @njit(**SWEEP_JIT)
@@ -3476,7 +3478,7 @@ def ka_gradient(ka):
     scalar output are in ``ka.grad`` (``t.input_slice(k)`` says where). Returns the forward
     status as :func:`ka_forward` (``-1``: done; otherwise the gradients are untouched)."""
     return forward_backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries,
-                            ka.n_bufs, ka.roots, ka.seeds, True)  # fmt: skip
+                            ka.n_bufs, ka.roots, ka.seeds, np.bool_(True))  # fmt: skip
 
 
 # Per-op functions, indexed by op code: eager mode and per-entry checks call these, so
