@@ -1,0 +1,123 @@
+"""Eager mode's fast paths (tape._tensor.binary, apply, Tape.copy_in, the int blocks a new
+step's tape shares with the previous one) give the gradients of the general path: checked
+against analytic gradients, finite differences and NumPy in float64."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tape
+
+
+def fd(f, x, h=1e-6):
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[i] = h
+        g.flat[i] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+def test_requires_grad_set_after_a_tape_copied_the_tensor_as_a_constant():
+    x = tape.tensor([1.0, 2.0, 3.0])
+    w = tape.tensor(2.0, requires_grad=True)
+    y = x * w  # x copied in as a constant
+    x.requires_grad_(True)
+    z = (x * y).sum()  # y was made before x required grad: as in PyTorch, dz/dx = y
+    z.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2.0 * np.array([1.0, 2.0, 3.0]))
+    assert w.grad.item() == pytest.approx(14.0)
+
+
+def test_requires_grad_cleared_before_backward_leaves_no_gradient():
+    # as PyTorch: a leaf that no longer requires grad gets none
+    w = tape.tensor(2.0, requires_grad=True)
+    v = tape.tensor(3.0, requires_grad=True)
+    y = w * v
+    w.requires_grad_(False)
+    y.backward()
+    assert w.grad is None
+    assert v.grad.item() == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_tensor_and_float_operators_on_one_tape(dtype):
+    dt = getattr(tape, dtype)
+    x0 = np.array([0.3, -1.2, 2.5])
+
+    def f_np(x):
+        y = x
+        for _ in range(3):
+            y = y * 1.5 + 0.25
+            y = 2.0 - y
+            y = y / 3.0
+        return float(np.sum(y * y))
+
+    x = tape.tensor(x0, dtype=dt, requires_grad=True)
+    y = x
+    for _ in range(3):
+        y = y * 1.5 + 0.25
+        y = 2.0 - y
+        y = y / 3.0
+    loss = (y * y).sum()
+    assert loss.dtype == np.dtype(dtype)
+    loss.backward()
+    tol = 1e-9 if dtype == "float64" else 1e-4
+    np.testing.assert_allclose(x.grad.numpy(), fd(f_np, x0), rtol=tol, atol=tol)
+    assert x.grad.dtype == np.dtype(dtype)
+
+
+def test_training_steps_whose_shapes_change_share_int_blocks_safely():
+    # each step's new tape starts with the previous tape's int blocks; shapes that differ from
+    # step to step must still get their own blocks
+    rng = np.random.default_rng(0)
+    w = tape.tensor(rng.standard_normal(4), requires_grad=True)
+    for step in range(6):
+        n = 3 + step % 3
+        a = rng.standard_normal((n, 4))
+        A = tape.tensor(a)
+        loss = ((A * w).sum(dim=1) ** 2).sum() + (w * w).sum()
+        loss.backward()
+        wv = w.detach().numpy().copy()
+        expect = 2 * a.T @ (a @ wv) + 2 * wv
+        np.testing.assert_allclose(w.grad.numpy(), expect, rtol=1e-12)
+        w.grad = None
+
+
+def test_polynomial_loop_matches_numpy():
+    # the eager benchmark's loop against the same update written in NumPy
+    x = np.linspace(-np.pi, np.pi, 50)
+    y = np.sin(x)
+    p = np.array([0.1, -0.2, 0.05, 0.01])
+    X = tape.tensor(x)
+    Y = tape.tensor(y)
+    a, b, c, d = (tape.tensor(v, requires_grad=True) for v in p)
+    lr = 1e-4
+    for _ in range(5):
+        r = p[0] + p[1] * x + p[2] * x**2 + p[3] * x**3 - y
+        g = np.array([2 * r.sum(), 2 * (r * x).sum(), 2 * (r * x**2).sum(), 2 * (r * x**3).sum()])
+        loss = (a + b * X + c * X**2 + d * X**3 - Y).pow(2).sum()
+        assert loss.item() == pytest.approx(float((r * r).sum()), rel=1e-13)
+        loss.backward()
+        got = np.array([t.grad.item() for t in (a, b, c, d)])
+        np.testing.assert_allclose(got, g, rtol=1e-10)  # summation orders differ
+        with tape.no_grad():
+            for t in (a, b, c, d):
+                t -= lr * t.grad
+                t.grad = None
+        p = p - lr * g
+    np.testing.assert_allclose([t.item() for t in (a, b, c, d)], p, rtol=1e-10)
+
+
+def test_constant_ops_do_not_warn_and_keep_numpy_error_state():
+    x = tape.tensor([1e308, 0.0, -1.0])
+    before = np.geterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        big = x * 10.0
+        q = x / 0.0
+    assert np.isinf(big.numpy()[0]) and np.isnan(q.numpy()[1])
+    assert np.geterr() == before
+    with pytest.warns(RuntimeWarning):
+        np.array([1.0]) / 0.0  # the user's own NumPy still warns
