@@ -6,6 +6,7 @@ the ``tape`` module or the ``torch`` module).
   and a sum per step, on 2,000-element tensors.
 - ``mlp_adam``: a 2-layer MLP classifier (``linear``, ``relu``, ``cross_entropy``) trained with
   ``optim.Adam`` on 256 fixed points.
+- ``scalar_chain``: 100-op chains of scalar ops and their ``backward``: the cost of one op.
 
 Both run in float64 under both libraries (``set_default_dtype``), so their losses agree and
 the timings compare the same arithmetic. ``python benchmarks/eager_loops.py`` times them side
@@ -97,7 +98,26 @@ def polynomial_recorded(T, steps=2000, n=POLY_N):
     return float(loss)
 
 
-LOOPS = {"polynomial": polynomial, "mlp_adam": mlp_adam}
+CHAIN = 50  # links of the scalar chain: 2 ops each
+
+
+def scalar_chain(T, steps=1000, length=CHAIN):
+    """Per-op overhead: a chain of ``length`` scalar links ``y = y * 1.0001 + 0.5`` (two ops
+    each) and its ``backward``, ``steps`` times; returns the last value. Time / (steps *
+    2 * length) is the cost of one eager op, its backward included."""
+    w = T.tensor(0.5, dtype=T.float64, requires_grad=True)
+    y = w
+    for _ in range(steps):
+        y = w
+        for _ in range(length):
+            y = y * 1.0001 + 0.5
+        y.backward()
+        w.grad = None
+    return y.item()
+
+
+LOOPS = {"polynomial": polynomial, "mlp_adam": mlp_adam, "scalar_chain": scalar_chain}
+PER_OP = {"scalar_chain": 1000 * 2 * CHAIN}  # ops per run, to report a time per op
 RECORDED = {"polynomial": polynomial_recorded}
 
 
