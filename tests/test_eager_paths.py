@@ -121,3 +121,16 @@ def test_constant_ops_do_not_warn_and_keep_numpy_error_state():
     assert np.geterr() == before
     with pytest.warns(RuntimeWarning):
         np.array([1.0]) / 0.0  # the user's own NumPy still warns
+
+
+@pytest.mark.parametrize("name", ["polynomial", "mlp_adam", "scalar_chain"])
+def test_benchmark_loops_agree_with_pytorch(name):
+    # the eager benchmark's loops (tape.bench.eager) under tape, and under PyTorch when it is
+    # installed (the same code): the final losses agree
+    from tape.bench.eager import LOOPS
+
+    loop = LOOPS[name]
+    got = loop(tape, steps=5)
+    assert np.isfinite(got)
+    torch = pytest.importorskip("torch")
+    assert got == pytest.approx(loop(torch, steps=5), rel=1e-10)
