@@ -274,6 +274,9 @@ def _shift(x, dim):
     """The maximum along ``dim`` (kept), without gradient, that keeps ``exp`` in range; taped,
     so replays shift by their own maximum; 0 where it is infinite."""
     m = _red.max(x, dim, True).detach()
+    if m._tape is None:  # eager: a constant, computed in NumPy (the same values)
+        v = m.numpy()
+        return as_tensor(np.where(np.abs(v) < math.inf, v, 0.0).astype(v.dtype))
     return _tf.where(_tf.abs(m) < math.inf, m, 0.0)
 
 
@@ -540,7 +543,11 @@ def _nll_terms(name, logp, target, weight, ignore_index):
         tv = np.asarray(t._value, np.int64)
         ign = tv == ignore_index
         safe = np.where(ign, 0, np.where(tv < 0, tv + c, tv))
-        picked = logp[int(safe)] if logp.ndim == 1 else logp[np.arange(safe.shape[0]), safe]
+        if logp.ndim == 1:
+            picked = logp[int(safe)]
+        else:  # logp[arange(n), safe], as one gather from the flat values
+            flat = reshape(logp, -1)
+            picked = _movement.take(flat, np.arange(safe.shape[0]) * c + safe)
         keep = np.where(ign, 0.0, 1.0).astype(logp.dtype)
         if w is None:
             w_t = as_tensor(keep)
@@ -566,6 +573,8 @@ def _nll_terms(name, logp, target, weight, ignore_index):
 
 def _nll_reduce(loss, w_t, reduction):
     if reduction == "mean":
+        if w_t._tape is None and not w_t.requires_grad:  # constant weights: their sum as a number
+            return _red.sum(loss) / float(w_t._value.sum())
         return _red.sum(loss) / _red.sum(w_t)
     return _reduce(loss, reduction)
 
