@@ -15,6 +15,7 @@ It also times one eager scalar op (``y = y * 1.0001 + 0.5`` chains) in the warm 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -64,6 +65,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--warm-runs", type=int, default=3)
     ap.add_argument("--interpreter", action="store_true", help="also time the cold interpreter")
+    ap.add_argument("--json", help="write the figures to this file (RESULTS.md quotes them)")
     a = ap.parse_args(argv)
     from tape.bench.cli import _cpu_name
 
@@ -79,10 +81,22 @@ def main(argv=None):
         f"warm: import {best['import_s']:.2f} s, first gradient after {best['first_gradient_s']:.2f} s"
     )
     print(f"eager scalar op: {min(r['eager_op_us'] for r in warm):.2f} us")
+    doc = dict(
+        cpu=_cpu_name(),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        cold_first_gradient_s=cold["first_gradient_s"],
+        warm_first_gradient_s=best["first_gradient_s"],
+        warm_import_s=best["import_s"],
+        eager_op_us=min(r["eager_op_us"] for r in warm),
+    )
     if a.interpreter:
         with tempfile.TemporaryDirectory() as cache:
             interp = run(cache, compile=False)
         print(f"cold, interpreter: first gradient after {interp['first_gradient_s']:.1f} s")
+        doc["cold_interpreter_first_gradient_s"] = interp["first_gradient_s"]
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(doc, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ ops (eager mode's cost per op, backward included).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -49,7 +50,8 @@ def main(argv=None):
             print(f"{'  recorded':<12} {s:8.3f} s (loss {loss:.5g}) (tape.record, compiled)   {ratio}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(cpu=_cpu_name(), loops=rows), f, indent=1)
+            date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            json.dump(dict(cpu=_cpu_name(), date=date, loops=rows), f, indent=1)
 
 
 if __name__ == "__main__":

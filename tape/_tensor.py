@@ -865,7 +865,9 @@ def _buffer_in(target: Tape, x, grad_on):
             b = None  # written in place since this tape copied it: copy the new value
         if b is None and tp is None and x._base is None and target._lift is None:
             # a leaf or constant owning its value: the common case
-            b = target.copy_in(x, LEAF if (x._rg and grad_on and not target.recording) else CONST, ver)
+            b = target.copy_in(
+                x, LEAF if (x._rg and grad_on and not target.recording) else CONST, ver
+            )
         elif b is None and x._base is not None:
             leaf, off = x._base
             b = target.alias(_buffer_in(target, leaf, grad_on), x.shape, off)

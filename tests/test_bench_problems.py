@@ -200,3 +200,34 @@ def test_flat_accepts_tuples_and_tensors():
     import tape as tp
 
     assert flat((np.ones(2), tp.tensor([[3.0]]))).tolist() == [1.0, 1.0, 3.0]
+
+
+def test_report_quotes_the_eager_and_cold_start_runs(tmp_path):
+    import json
+
+    from tape.bench.report import side_targets
+
+    assert side_targets(str(tmp_path)) == []  # no side runs: nothing to quote
+    (tmp_path / "cold_start.json").write_text(json.dumps(dict(
+        cpu="cpu X", date="2026-12-01T00:00:00+00:00", cold_first_gradient_s=25.0,
+        warm_first_gradient_s=0.9, warm_import_s=0.5, eager_op_us=3.0,
+    )))  # fmt: skip
+    loops = {
+        "polynomial": {"tape": {"seconds": 0.9, "loss": 1.0}, "torch": {"seconds": 1.0, "loss": 1.0}},
+        "mlp_adam": {"tape": {"seconds": 2.0, "loss": 1.0}, "torch": {"seconds": 1.0, "loss": 1.0}},
+        "scalar_chain": {
+            "tape": {"seconds": 1.0, "loss": 1.0, "us_per_op": 6.0},
+            "torch": {"seconds": 1.0, "loss": 1.0, "us_per_op": 7.0},
+        },
+    }
+    (tmp_path / "eager_loops.json").write_text(
+        json.dumps(dict(cpu="cpu X", date="2026-12-01T00:00:00+00:00", loops=loops))
+    )
+    got = {label.split(":")[0].split(" <=")[0]: met for label, _, met in side_targets(str(tmp_path))}
+    assert got == {
+        "first gradient of README's example from an empty Numba cache": False,  # 25 s > 20 s
+        "import + first gradient with a warm cache": True,
+        "eager scalar op chain": False,  # 6 us > 5 us
+        "issue 11": True,  # 0.9x
+        "eager MLP with Adam vs PyTorch (reported)": None,
+    }

@@ -238,6 +238,6 @@ def main(argv=None) -> int:
             else None
         )
         with open(a.markdown, "w") as f:
-            f.write(markdown(doc, plot=rel))
+            f.write(markdown(doc, plot=rel, folder=os.path.dirname(os.path.abspath(a.markdown))))
         print(f"wrote {a.markdown}")
     return 0
