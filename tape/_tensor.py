@@ -1254,6 +1254,13 @@ def elementwise(op, *args) -> Tensor:
     NumPy broadcasting."""
     if op.__class__ is str:
         op = _BY_NAME[op]
+    if len(args) == 1:
+        a = args[0]
+        if a.__class__ is Tensor and a._rg:
+            tp = _direct_tape(a, op)
+            if tp is not None:  # apply's eager case for one input, without its loops
+                out = tp.emit(op.code, (a._buf,), a.shape, ACTIVE, None)
+                return Tensor._traced(tp, out, a.shape, a.dtype, True, op.name)
     shapes = tuple(
         [a.shape if a.__class__ is Tensor else () if a.__class__ in _NUMBER else _shape_of(a)
          for a in args]  # fmt: skip
@@ -1266,6 +1273,28 @@ def elementwise(op, *args) -> Tensor:
     out_shape, ints = hit
     args = [a if a.__class__ in _PLAIN else _const(a) for a in args]
     return apply(op, args, out_shape, ints)
+
+
+def _direct_tape(t, op):
+    """The eager tape of tensor ``t`` when ``op`` (an elementwise op whose inputs are all
+    differentiable, of the ``promote`` dtype rule) on it records directly, without
+    :func:`apply`'s general path: an open eager tape (not a recording, not merged into
+    another, no tensor rebound by ``x[key] = v``) in ``t``'s dtype, with gradients on and
+    anomaly mode off. ``None`` otherwise."""
+    tp = t._tape
+    if (
+        tp is not None
+        and tp._merged is None
+        and not tp.recording
+        and not tp._written
+        and op.dtype == "promote"
+        and t.dtype == tp.dtype
+        and _state.grad
+        and not _anomaly.ON
+        and all(op.differentiable)
+    ):
+        return tp
+    return None
 
 
 def binary(op, a, b) -> Tensor:
@@ -1300,18 +1329,8 @@ def binary(op, a, b) -> Tensor:
     # apply's most common eager case, without its loops: both inputs on one open eager tape
     # (or one on it and a Python float), one requiring grad, in the tape's dtype
     t = a if ca is Tensor else b
-    tp = t._tape
-    if (
-        tp is not None
-        and tp._merged is None
-        and not tp.recording
-        and not tp._written
-        and op.differentiable == (True, True)
-        and op.dtype == "promote"
-        and t.dtype == tp.dtype
-        and _state.grad
-        and not _anomaly.ON
-    ):
+    tp = _direct_tape(t, op)
+    if tp is not None:
         if ca is cb:
             if b._tape is tp and (a._rg or b._rg) and b.dtype == tp.dtype:
                 out = tp.emit(op.code, (a._buf, b._buf), hit[0], ACTIVE, hit[1])

@@ -134,3 +134,24 @@ def test_benchmark_loops_agree_with_pytorch(name):
     assert np.isfinite(got)
     torch = pytest.importorskip("torch")
     assert got == pytest.approx(loop(torch, steps=5), rel=1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_unary_ops_on_one_tape(dtype):
+    dt = getattr(tape, dtype)
+    x0 = np.array([0.3, -1.2, 2.5, 0.7])
+
+    def f_np(x):
+        y = np.tanh(np.exp(-x) * 0.5)
+        y = np.sqrt(np.square(y) + 1.0)
+        return float(np.sum(np.maximum(y - 1.01, 0.0) + np.abs(-y)))
+
+    x = tape.tensor(x0, dtype=dt, requires_grad=True)
+    y = tape.tanh(tape.exp(-x) * 0.5)
+    y = tape.sqrt(tape.square(y) + 1.0)
+    loss = (tape.relu(y - 1.01) + tape.abs(-y)).sum()
+    assert loss.dtype == np.dtype(dtype)
+    assert loss.item() == pytest.approx(f_np(x0), rel=1e-12 if dtype == "float64" else 1e-5)
+    loss.backward()
+    tol = 1e-8 if dtype == "float64" else 1e-3
+    np.testing.assert_allclose(x.grad.numpy(), fd(f_np, x0), rtol=tol, atol=tol)
