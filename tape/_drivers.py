@@ -95,10 +95,11 @@ def prepare_reverse(entries, bufs, grad, n_entries, n_bufs, roots, seeds, zero_l
         if emask[i]:
             k += 1
     order = np.empty(k, np.int64)
+    j = 0
     for i in range(n_entries - 1, -1, -1):
         if emask[i]:
-            k -= 1
-            order[order.shape[0] - 1 - k] = i
+            order[j] = i
+            j += 1
     return emask, order, need
 
 

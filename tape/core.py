@@ -214,7 +214,7 @@ class Tape:
     def intern(self, ints) -> int:
         """Position of the int block ``ints`` in ``ipool``, pushed once per tape (shapes and
         attribute blocks repeat; blocks are read-only)."""
-        key = tuple(ints)
+        key = ints if ints.__class__ is tuple else tuple(ints)
         p = self._interned.get(key)
         if p is None:
             p = self._interned[key] = self._push_ints(key) if key else 0
@@ -257,44 +257,24 @@ class Tape:
         if end > self.data.shape[0]:
             self.data = _grow(self.data, end)
         self.n_data = end
-        if value is not None:
-            if value.__class__ is not np.ndarray:
-                if size == 1 and not isinstance(value, np.ndarray):
-                    self.data[off] = value
-                else:
-                    self.data[off:end] = np.ravel(value)
-            elif size == 1:
+        if value is None:
+            pass
+        elif value.__class__ is np.ndarray:
+            if size == 1:
                 self.data[off] = value.item()
             else:
                 self.data[off:end] = value.ravel()
+        elif size == 1 and not isinstance(value, np.ndarray):
+            self.data[off] = value
+        else:
+            self.data[off:end] = np.ravel(value)
         return self._add_buf(off, size, shape, kind, -1)
 
     def copy_in(self, x, kind, ver) -> int:
         """Eager mode: a new buffer of ``kind`` (``LEAF`` or ``CONST``) holding a copy of the
         value of tensor ``x`` (which owns it), remembered with ``x``'s version ``ver`` so the
-        tape reuses it until ``x`` is written in place. :meth:`new_buffer` and
-        :meth:`_add_buf` in one call: every training step copies its leaves in."""
-        value = x._value
-        shape = x.shape
-        size = value.size
-        off = self.n_data
-        end = off + size
-        if end > self.data.shape[0]:
-            self.data = _grow(self.data, end)
-        if size == 1:
-            self.data[off] = value.item()
-        else:
-            self.data[off:end] = value.ravel()
-        self.n_data = end
-        b = self.n_bufs
-        if b >= self.bufs.shape[0]:
-            self.bufs = _grow(self.bufs, b + 1)
-        sp = self._interned.get(shape)
-        if sp is None:
-            sp = self.intern(shape)
-        self.bufs[b] = (off, size, len(shape), sp, kind, -1)
-        self.shapes.append(shape)
-        self.n_bufs = b + 1
+        tape reuses it until ``x`` is written in place."""
+        b = self.new_buffer(x.shape, kind, x._value)
         key = id(x)
         self.leaf_bufs[key] = b
         self.leaf_vers[key] = ver
@@ -305,10 +285,7 @@ class Tape:
         b = self.n_bufs
         if b >= self.bufs.shape[0]:
             self.bufs = _grow(self.bufs, b + 1)
-        sp = self._interned.get(shape) if shape.__class__ is tuple else None
-        if sp is None:
-            sp = self.intern(shape)
-        self.bufs[b] = (off, size, len(shape), sp, kind, alias)
+        self.bufs[b] = (off, size, len(shape), self.intern(shape), kind, alias)
         self.shapes.append(shape)
         self.n_bufs = b + 1
         return b

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4a404af01f7f2e3274e9b386aff8c1b9f9ffb900b937a5269efff188545ce2f2"
+FINGERPRINT = "302e928f67bbed93246cee1ddde45b7c7d31bbd53f6468741aa783f6b1215d05"
 
 import numpy as np
 from numba import njit, prange
@@ -3282,10 +3282,11 @@ def prepare_reverse(entries, bufs, grad, n_entries, n_bufs, roots, seeds, zero_l
         if emask[i]:
             k += 1
     order = np.empty(k, np.int64)
+    j = 0
     for i in range(n_entries - 1, -1, -1):
         if emask[i]:
-            k -= 1
-            order[order.shape[0] - 1 - k] = i
+            order[j] = i
+            j += 1
     return emask, order, need
 
 
