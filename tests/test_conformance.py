@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import _background
 import numpy as np
 import pytest
 
@@ -48,7 +49,7 @@ import tape as tp
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # the simulator runner of test_cuda_sim, also when run as a script
-from test_cuda_sim import HAS_NUMBA_CUDA, IN_SIM, _looks_like_gpu, _run  # noqa: E402
+from test_cuda_sim import HAS_NUMBA_CUDA, IN_SIM, _looks_like_gpu  # noqa: E402
 
 
 @dataclass
@@ -308,6 +309,21 @@ def simulate():
     return out
 
 
+_SIM_OUT = Path(tempfile.gettempdir()) / f"tape-conformance-sim-{os.getpid()}.pkl"
+if not IN_SIM:
+    # Runs on the second core while the main process works (tests/_background.py).
+    _background.register(
+        "conformance_sim",
+        [str(Path(__file__)), str(_SIM_OUT)],
+        {"NUMBA_ENABLE_CUDASIM": "1"},
+        timeout=1800,
+        wanted=lambda item: (
+            item.originalname == "test_conformance"
+            and item.callspec.params.get("backend") in SIM
+        ),
+    )
+
+
 @pytest.fixture(scope="module")
 def sim_results():
     """The simulator backends' results, from one subprocess for the whole table."""
@@ -315,12 +331,13 @@ def sim_results():
         return simulate()
     if not HAS_NUMBA_CUDA:
         pytest.skip("numba-cuda is not installed (pip install -e '.[cuda]')")
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "sim.pkl"
-        r = _run([str(Path(__file__)), str(path)], {"NUMBA_ENABLE_CUDASIM": "1"}, timeout=900)
-        assert r.returncode == 0 and path.exists(), r.stdout[-3000:] + r.stderr[-6000:]
-        with open(path, "rb") as f:
+    r = _background.result("conformance_sim")
+    try:
+        assert r.returncode == 0 and _SIM_OUT.exists(), r.stdout[-3000:] + r.stderr[-6000:]
+        with open(_SIM_OUT, "rb") as f:
             return pickle.load(f)
+    finally:
+        _SIM_OUT.unlink(missing_ok=True)
 
 
 def _gpu():

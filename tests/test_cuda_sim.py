@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _background
 import numpy as np
 import pytest
 
@@ -47,23 +48,19 @@ def _run(args, env_extra, timeout):
 if not IN_SIM:
     # ------------------------------------------------------------ normal test process
 
+    # Runs on the second core while the main process works (tests/_background.py).
+    _background.register(
+        "cuda_sim",
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(Path(__file__))],
+        {"NUMBA_ENABLE_CUDASIM": "1"},
+        timeout=2400,
+        wanted=lambda item: item.name == "test_simulator_suite",
+    )
+
     @needs_numba_cuda
     def test_simulator_suite():
         """Every simulator test below, in a subprocess with the simulator on."""
-        r = _run(
-            [
-                "-m",
-                "pytest",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "-p",
-                "no:randomly",
-                str(Path(__file__)),
-            ],
-            {"NUMBA_ENABLE_CUDASIM": "1"},
-            timeout=1500,
-        )
+        r = _background.result("cuda_sim")
         tail = (r.stdout[-6000:] + "\n" + r.stderr[-3000:]).strip()
         print(tail)
         assert r.returncode == 0, f"simulator tests failed:\n{tail}"

@@ -16,10 +16,9 @@ import importlib.util
 import io
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
+import _background
 import numpy as np
 import pytest
 
@@ -409,16 +408,19 @@ if not IN_SIM:
 
     # ------------------------------------------------------------ the simulator, from here
 
+    # Runs on the second core while the main process works (tests/_background.py).
+    _background.register(
+        "scan_sim",
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(Path(__file__))],
+        {"NUMBA_ENABLE_CUDASIM": "1"},
+        timeout=2400,
+        wanted=lambda item: item.name == "test_scan_simulator_suite",
+    )
+
     @pytest.mark.skipif(not HAS_NUMBA_CUDA, reason="numba-cuda is not installed")
     def test_scan_simulator_suite():
         """The simulator tests below, in a subprocess with the simulator on."""
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-        env.pop("PYTEST_ADDOPTS", None)
-        r = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-             "no:randomly", str(Path(__file__))],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
-        )  # fmt: skip
+        r = _background.result("scan_sim")
         tail = (r.stdout[-6000:] + "\n" + r.stderr[-3000:]).strip()
         assert r.returncode == 0, f"simulator tests failed:\n{tail}"
 

@@ -1,0 +1,136 @@
+"""Slow subprocess suites (the CUDA simulator runs) on the machine's second core.
+
+A test module registers a job with :func:`register` when it is imported: the command, the
+environment it adds, a timeout, and which collected tests need its result. When collection
+ends, ``conftest.py`` moves those tests to the end of the run and starts one background
+thread that runs the wanted jobs one after another, so the main pytest process works through
+every other test meanwhile. A test that needs a job calls :func:`result`, which waits for it.
+
+One job at a time keeps each job's timeout meaningful on a two-core machine: the main
+process has one core, the jobs the other.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Job:
+    key: str
+    args: list
+    env_extra: dict
+    timeout: float
+    wanted: object  # item -> bool
+    done: threading.Event = field(default_factory=threading.Event)
+    result: object = None  # subprocess.CompletedProcess, or the exception it raised
+    proc: object = None
+
+
+_JOBS: dict[str, Job] = {}
+_ORDER: list[Job] = []
+_LOCK = threading.Lock()
+_STOP = threading.Event()
+
+
+def register(key, args, env_extra, timeout, wanted):
+    """Declare job ``key``: ``python *args`` in the project root with ``env_extra`` added
+    to the environment, killed after ``timeout`` seconds; ``wanted(item)`` says whether a
+    collected test item needs it. Registering a key twice keeps the first."""
+    _JOBS.setdefault(key, Job(key, list(args), dict(env_extra), float(timeout), wanted))
+
+
+def _wanted(item):
+    return [j for j in _JOBS.values() if j.wanted(item)]
+
+
+def _skipped(item):
+    """Whether a ``skipif`` with a plain boolean condition skips the item."""
+    for m in item.iter_markers("skipif"):
+        if m.args and m.args[0] is True:
+            return True
+    return any(True for _ in item.iter_markers("skip"))
+
+
+def order(items):
+    """Move the tests that wait for a job to the end, keeping their order."""
+    late = [it for it in items if _wanted(it)]
+    if late:
+        ids = {id(it) for it in late}
+        items[:] = [it for it in items if id(it) not in ids] + late
+
+
+def start(items):
+    """Start the jobs that some collected, not statically skipped item wants."""
+    todo = []
+    for it in items:
+        if _skipped(it):
+            continue
+        for j in _wanted(it):
+            if j not in todo:
+                todo.append(j)
+    if not todo:
+        return
+    _ORDER[:] = todo
+    threading.Thread(target=_run_all, args=(todo,), name="tests-background", daemon=True).start()
+
+
+def _run_one(job):
+    env = dict(os.environ, **job.env_extra)
+    env.pop("PYTEST_ADDOPTS", None)
+    try:
+        with _LOCK:
+            if _STOP.is_set():
+                raise RuntimeError("the test session ended before this job started")
+            job.proc = subprocess.Popen(
+                [sys.executable, *job.args], cwd=ROOT, env=env, text=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            out, err = job.proc.communicate(timeout=job.timeout)
+        except subprocess.TimeoutExpired:
+            job.proc.kill()
+            out, err = job.proc.communicate()
+            raise subprocess.TimeoutExpired(job.args, job.timeout, out, err) from None
+        job.result = subprocess.CompletedProcess(job.args, job.proc.returncode, out, err)
+        job.result.seconds = time.perf_counter() - t0
+    except BaseException as e:  # noqa: BLE001  (handed to the test that waits for it)
+        job.result = e
+    finally:
+        job.done.set()
+
+
+def _run_all(jobs):
+    for job in jobs:
+        _run_one(job)
+
+
+def result(key):
+    """The finished job ``key`` as a ``subprocess.CompletedProcess`` (waits for it). Runs it
+    here and now if it was not started in the background (a test selected by hand)."""
+    job = _JOBS[key]
+    if job not in _ORDER:
+        _ORDER.append(job)
+        _run_one(job)
+    job.done.wait()
+    if isinstance(job.result, BaseException):
+        raise job.result
+    return job.result
+
+
+def stop():
+    """Kill what still runs (the session is over)."""
+    with _LOCK:
+        _STOP.set()
+        for job in _ORDER:
+            if job.proc is not None and job.proc.poll() is None:
+                job.proc.kill()
