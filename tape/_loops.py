@@ -39,6 +39,16 @@ _loop = njit(inline="always", **KERNEL_JIT)
 masked = _loop(_masked.masked)
 
 
+@njit(fastmath={"reassoc"}, **KERNEL_JIT)
+def total(x):
+    """The sum of the 1-D array ``x``, vectorised: LLVM may add in any order (several partial
+    sums at once), not one element after the other, which is a chain of dependent adds."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += x[j]
+    return s
+
+
 @_jit
 def strided_offsets(ipool, p_shape, p_strides, nd, base):
     """Offsets ``base + sum_k idx_k * strides_k`` for every multi-index of ``shape``, in

@@ -1297,6 +1297,42 @@ def _direct_tape(t, op):
     return None
 
 
+def _direct_in(tp, x):
+    """The buffer of tensor ``x`` in ``tp`` (an open eager tape, see :func:`_direct_tape`) on
+    the direct paths: ``x``'s own if it is on ``tp``; a leaf or constant owning its value in
+    ``tp``'s dtype is copied in on first use (as :func:`_buffer_in` does). ``None`` for
+    anything else (views, other tapes, other dtypes), which :func:`apply` handles."""
+    tx = x._tape
+    if tx is tp:
+        return x._buf
+    if tx is not None or x._base is not None or x.dtype != tp.dtype:
+        return None
+    key = id(x)
+    b = tp.leaf_bufs.get(key)
+    ver = x._ver[0] if x._ver is not None else 0
+    if b is None or tp.leaf_vers.get(key, 0) != ver:
+        b = tp.copy_in(x, LEAF if x._rg else CONST, ver)
+    return b
+
+
+def _fresh_direct(a, b, op):
+    """:func:`_direct_tape` for two tensors with no graph yet (leaves and constants): the
+    eager tape :func:`_fresh` picks for them, when the direct path's conditions hold."""
+    dt = a.dtype
+    if (
+        b.dtype == dt
+        and dt.kind == "f"
+        and op.dtype == "promote"
+        and _state.grad
+        and not _anomaly.ON
+        and all(op.differentiable)
+    ):
+        tp = _fresh((a, b), dt)
+        if tp.dtype == dt and not tp._written and tp._merged is None:
+            return tp
+    return None
+
+
 def binary(op, a, b) -> Tensor:
     """:func:`elementwise` for two arguments: the operators' path (``a * b``), which skips
     building argument lists when both are tensors or one is a Python float."""
@@ -1326,16 +1362,26 @@ def binary(op, a, b) -> Tensor:
             best = _float_dtype((a, b))
             if best is not None and op.dtype in ("promote", "float"):
                 return _compute_constant(op, (a, b), hit[0], hit[1], None, best, best)
-    # apply's most common eager case, without its loops: both inputs on one open eager tape
-    # (or one on it and a Python float), one requiring grad, in the tape's dtype
+    # apply's most common eager cases, without its loops: one input requiring grad, the
+    # inputs on one open eager tape or leaves and constants copied into it (or one of them a
+    # Python float), all in the tape's dtype
+    if ca is cb:
+        if a._rg or b._rg:
+            if a._tape is None and b._tape is None:
+                tp = _fresh_direct(a, b, op)
+            else:
+                tp = _direct_tape(a if a._tape is not None else b, op)
+            if tp is not None:
+                ia = _direct_in(tp, a)
+                ib = _direct_in(tp, b) if ia is not None else None
+                if ib is not None:
+                    out = tp.emit(op.code, (ia, ib), hit[0], ACTIVE, hit[1])
+                    return Tensor._traced(tp, out, hit[0], tp.dtype, True, op.name)
+        return apply(op, (a, b), hit[0], hit[1])
     t = a if ca is Tensor else b
     tp = _direct_tape(t, op)
     if tp is not None:
-        if ca is cb:
-            if b._tape is tp and (a._rg or b._rg) and b.dtype == tp.dtype:
-                out = tp.emit(op.code, (a._buf, b._buf), hit[0], ACTIVE, hit[1])
-                return Tensor._traced(tp, out, hit[0], t.dtype, True, op.name)
-        elif t._rg:
+        if t._rg:
             ins = (a._buf, tp.constant(b)) if ca is Tensor else (tp.constant(a), b._buf)
             out = tp.emit(op.code, ins, hit[0], ACTIVE, hit[1])
             return Tensor._traced(tp, out, hit[0], t.dtype, True, op.name)

@@ -155,3 +155,78 @@ def test_unary_ops_on_one_tape(dtype):
     loss.backward()
     tol = 1e-8 if dtype == "float64" else 1e-3
     np.testing.assert_allclose(x.grad.numpy(), fd(f_np, x0), rtol=tol, atol=tol)
+
+
+def test_leaves_and_constants_copied_into_an_open_tape_by_the_operators():
+    # binary's direct path: two tensors with no graph (a leaf and a constant), a tensor on the
+    # tape and a leaf, a constant written in place between two uses (copied again)
+    rng = np.random.default_rng(3)
+    xv, cv, av = rng.standard_normal(7), 0.7, rng.standard_normal(7)
+    x = tape.tensor(xv)
+    c = tape.tensor(cv, requires_grad=True)
+    a = tape.tensor(av, requires_grad=True)
+    cx = c * x  # both without a graph
+    y = a - cx  # a leaf and a tensor on the tape
+    with tape.no_grad():
+        x.mul_(2.0)  # a new version: the next use copies it again
+    z = (y * x).sum()
+    z.backward()
+    x2 = 2.0 * xv
+
+    def f(p):
+        return np.sum((p[1:] - p[0] * xv) * x2)
+
+    p = np.concatenate([[cv], av])
+    g = fd(f, p)
+    np.testing.assert_allclose(c.grad.item(), g[0], rtol=1e-7)
+    np.testing.assert_allclose(a.grad.numpy(), g[1:], rtol=1e-7)
+    assert z.item() == pytest.approx(f(p), rel=1e-12)
+
+
+def test_direct_paths_leave_mixed_dtypes_and_views_to_the_general_path():
+    # a float32 leaf with a float64 tensor promotes (as PyTorch); a view of a leaf reaches
+    # its base's gradient
+    w64 = tape.tensor(np.arange(4.0), requires_grad=True)
+    w32 = tape.tensor(np.ones(4, np.float32), requires_grad=True)
+    y = (w64 * 2.0) * w32
+    assert y.dtype == np.float64
+    y.sum().backward()
+    assert w32.grad.dtype == np.float32
+    np.testing.assert_allclose(w32.grad.numpy(), 2.0 * np.arange(4.0))
+    base = tape.tensor(np.arange(6.0), requires_grad=True)
+    v = base[1:4]
+    k = tape.tensor(np.array([1.0, 2.0, 3.0]))
+    (v * k).sum().backward()
+    np.testing.assert_allclose(base.grad.numpy(), [0.0, 1.0, 2.0, 3.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_full_sums_are_accurate_and_propagate_nan_and_inf(dtype):
+    # the sum kernel adds in blocks (tape._loops.total): compare with an exact sum; the
+    # inputs require grad, so the sum runs on a tape (a constant's sum is NumPy's)
+    rng = np.random.default_rng(5)
+    tol = 1e-13 if dtype == "float64" else 1e-6
+    for n in (1, 7, 64, 1001, 20000):
+        v = rng.standard_normal(n).astype(dtype)
+        x = tape.tensor(v, requires_grad=True)
+        s = x.sum()
+        exact = float(np.sum(v.astype(np.float64)))
+        assert abs(s.item() - exact) <= tol * np.abs(v).sum()
+        s.backward()
+        np.testing.assert_array_equal(x.grad.numpy(), np.ones(n, dtype))
+        m = tape.tensor(v[: (n // 7) * 7].reshape(-1, 7).T.copy(), requires_grad=True)
+        if m.shape[1]:  # along contiguous rows
+            want = v[: (n // 7) * 7].reshape(-1, 7).astype(np.float64).sum(0)
+            np.testing.assert_allclose(m.sum(dim=1).numpy(), want, rtol=10 * tol, atol=tol * n)
+
+    def total(v):
+        return tape.tensor(np.asarray(v, dtype), requires_grad=True).sum().item()
+
+    v = np.ones(100)
+    for bad in (np.inf, -np.inf):
+        v[37] = bad
+        assert total(v) == bad
+    v[37] = np.nan
+    assert np.isnan(total(v))
+    v[37], v[3], v[80] = 1.0, np.inf, -np.inf
+    assert np.isnan(total(v))

@@ -6,6 +6,7 @@ import builtins
 import numpy as np
 
 from tape import _tensor as T
+from tape._layout import ACTIVE
 from tape.ops.reduce import MAX, MIN, PROD, SUM
 
 
@@ -44,6 +45,11 @@ def _reduce(op, x, axis, keepdims):
         hit = _block(op, x.shape, axis, keepdims)
         if key is not None:
             _blocks[key] = hit
+    if x._rg:
+        tp = T._direct_tape(x, op)
+        if tp is not None:  # apply's eager case for one input, without its loops
+            out = tp.emit(op.code, (x._buf,), hit[0], ACTIVE, hit[1])
+            return T.Tensor._traced(tp, out, hit[0], x.dtype, True, op.name)
     return T.apply(op, [x], hit[0], hit[1])
 
 

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "302e928f67bbed93246cee1ddde45b7c7d31bbd53f6468741aa783f6b1215d05"
+FINGERPRINT = "27dd1db77e7ce0ada1445beaca84f7d6368aad00007cdd26263492c3b2f7ccd5"
 
 import numpy as np
 from numba import njit, prange

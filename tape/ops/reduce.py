@@ -15,7 +15,7 @@ from tape import _validate as V
 from tape import registry
 from tape._config import KERNEL_JIT
 from tape._layout import E_ATTR, E_IN0, E_OUT
-from tape._loops import active, strided_offsets, view
+from tape._loops import active, strided_offsets, total, view
 
 _jit = njit(**KERNEL_JIT)
 
@@ -42,10 +42,7 @@ def sum_fwd(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
     if y.shape[0] == 1:
-        acc = 0.0
-        for j in range(x.shape[0]):
-            acc += x[j]
-        y[0] = acc
+        y[0] = total(x)
         return -1
     m, inner, starts = _rows(ipool, entries[i, E_ATTR])
     y[:] = 0.0
@@ -57,10 +54,7 @@ def sum_fwd(i, entries, bufs, ipool, data):
             for j in range(m):
                 yr[j] += xr[j]
         elif inner == 0:
-            acc = 0.0
-            for j in range(m):
-                acc += xr[j]
-            y[b] += acc
+            y[b] += total(xr)
         else:
             for j in range(m):
                 y[b + j * inner] += xr[j]

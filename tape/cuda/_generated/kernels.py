@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "c577bfa3ca1ba37826a510497fbfc8aa04cecb29aba999b338efa35703470f60"
+FINGERPRINT = "ee10364888b1fb1aff4a9d125637aff126d4d91cf2ef6fa0e382e55adf32e255"
 
 from numba import cuda, float64
 
