@@ -48,6 +48,18 @@ def register(key, args, env_extra, timeout, wanted):
     _JOBS.setdefault(key, Job(key, list(args), dict(env_extra), float(timeout), wanted))
 
 
+def register_simulator_suite(key, path, test_name, timeout=2400):
+    """Job ``key``: pytest on the test file ``path`` with Numba's CUDA simulator on, wanted by
+    the test named ``test_name`` (which checks its result)."""
+    register(
+        key,
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(path)],
+        {"NUMBA_ENABLE_CUDASIM": "1"},
+        timeout,
+        wanted=lambda item: item.name == test_name,
+    )
+
+
 def _wanted(item):
     return [j for j in _JOBS.values() if j.wanted(item)]
 

@@ -49,13 +49,7 @@ if not IN_SIM:
     # ------------------------------------------------------------ normal test process
 
     # Runs on the second core while the main process works (tests/_background.py).
-    _background.register(
-        "cuda_sim",
-        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(Path(__file__))],
-        {"NUMBA_ENABLE_CUDASIM": "1"},
-        timeout=2400,
-        wanted=lambda item: item.name == "test_simulator_suite",
-    )
+    _background.register_simulator_suite("cuda_sim", __file__, "test_simulator_suite")
 
     @needs_numba_cuda
     def test_simulator_suite():

@@ -409,13 +409,7 @@ if not IN_SIM:
     # ------------------------------------------------------------ the simulator, from here
 
     # Runs on the second core while the main process works (tests/_background.py).
-    _background.register(
-        "scan_sim",
-        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(Path(__file__))],
-        {"NUMBA_ENABLE_CUDASIM": "1"},
-        timeout=2400,
-        wanted=lambda item: item.name == "test_scan_simulator_suite",
-    )
+    _background.register_simulator_suite("scan_sim", __file__, "test_scan_simulator_suite")
 
     @pytest.mark.skipif(not HAS_NUMBA_CUDA, reason="numba-cuda is not installed")
     def test_scan_simulator_suite():
