@@ -59,6 +59,54 @@ if not IN_SIM:
         print(tail)
         assert r.returncode == 0, f"simulator tests failed:\n{tail}"
 
+    _PTX_CODE = (
+        "import sys\n"
+        "try:\n"
+        "    from numba.cuda.cudadrv import nvvm\n"
+        "    nvvm.NVVM()\n"
+        "except Exception as e:\n"
+        "    print('SKIP', type(e).__name__, e); sys.exit(0)\n"
+        "from tape.cuda._ptx import assemble, compile_all, ptxas\n"
+        "for (k, dt), (ptx, s) in compile_all(dtypes=('float64',)).items():\n"
+        "    assert '.entry' in ptx, k\n"
+        "    print(k, dt, len(ptx), round(s, 1))\n"
+        "    if k == 'sweep' and ptxas():\n"
+        "        assemble(ptx)  # the cooperative kernel's link step\n"
+        "        print('sweep assembled as relocatable code')\n"
+        # a custom op's wrappers, with the user's device functions and a one-input vjp
+        # returning its cotangent alone (the as_tuple overload)
+        "import math, numpy as np, tape as tp\n"
+        "from numba import cuda, types as nbt\n"
+        "from tape.cuda import _custom\n"
+        "from tape.cuda._ptx import _target_cc\n"
+        "dev = cuda.jit(device=True)(lambda x, c: c * math.tanh(x / c))\n"
+        "op2 = tp.custom_op('c2', np.add, np.add, cuda_fwd=dev,\n"
+        "                   cuda_vjp=lambda gy, y, x, c: (gy * c, gy * x))\n"
+        "op1 = tp.custom_op('c1', np.sin, np.cos, cuda_fwd=math.sin,\n"
+        "                   cuda_vjp=lambda gy, y, x: gy * math.cos(x))\n"
+        "i64 = nbt.int64\n"
+        "with _target_cc((9, 0)):\n"
+        "    for op, n in ((op2, 2), (op1, 1)):\n"
+        "        for kern in _custom.kernels(op, n):\n"
+        "            for f in (nbt.float64, nbt.float32):\n"
+        "                sig = (i64[::1], f[::1], i64[::1], i64, i64)\n"
+        "                ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))\n"
+        "                assert '.entry' in ptx and (kern is not _custom.kernels(op, n)[1] or 'atom' in ptx)\n"
+        "few = tp.custom_op('few', np.add, np.add, cuda_fwd=lambda a, b: a * b,\n"
+        "                   cuda_vjp=lambda gy, y, a, b: gy * b)\n"
+        "try:\n"
+        "    with _target_cc((9, 0)):\n"
+        "        cuda.compile_ptx(_custom.kernels(few, 2)[1].py_func, sig, cc=(9, 0))\n"
+        "    raise AssertionError('a vjp with too few cotangents compiled')\n"
+        "except Exception as e:\n"
+        "    assert \"'few': cuda_vjp returned 1 cotangent(s) for 2\" in str(e), e\n"
+        "print('custom op wrappers compiled')\n"
+    )
+    _background.register(
+        "ptx", ["-c", _PTX_CODE], {"NUMBA_ENABLE_CUDASIM": "0"}, timeout=1200,
+        wanted=lambda item: item.name == "test_ptx_compiles_for_cc90",
+    )  # fmt: skip
+
     @needs_numba_cuda
     def test_ptx_compiles_for_cc90():
         """Every kernel, with every rule and op kernel inlined, compiles to PTX for sm_90: Numba's
@@ -66,50 +114,7 @@ if not IN_SIM:
         is then assembled as its link on a GPU does (relocatable, under the register cap),
         which failed on an H200 before the cap covered every function. Needs the toolkit
         wheels (numba-cuda[cu12]); skipped without them."""
-        code = (
-            "import sys\n"
-            "try:\n"
-            "    from numba.cuda.cudadrv import nvvm\n"
-            "    nvvm.NVVM()\n"
-            "except Exception as e:\n"
-            "    print('SKIP', type(e).__name__, e); sys.exit(0)\n"
-            "from tape.cuda._ptx import assemble, compile_all, ptxas\n"
-            "for (k, dt), (ptx, s) in compile_all(dtypes=('float64',)).items():\n"
-            "    assert '.entry' in ptx, k\n"
-            "    print(k, dt, len(ptx), round(s, 1))\n"
-            "    if k == 'sweep' and ptxas():\n"
-            "        assemble(ptx)  # the cooperative kernel's link step\n"
-            "        print('sweep assembled as relocatable code')\n"
-            # a custom op's wrappers, with the user's device functions and a one-input vjp
-            # returning its cotangent alone (the as_tuple overload)
-            "import math, numpy as np, tape as tp\n"
-            "from numba import cuda, types as nbt\n"
-            "from tape.cuda import _custom\n"
-            "from tape.cuda._ptx import _target_cc\n"
-            "dev = cuda.jit(device=True)(lambda x, c: c * math.tanh(x / c))\n"
-            "op2 = tp.custom_op('c2', np.add, np.add, cuda_fwd=dev,\n"
-            "                   cuda_vjp=lambda gy, y, x, c: (gy * c, gy * x))\n"
-            "op1 = tp.custom_op('c1', np.sin, np.cos, cuda_fwd=math.sin,\n"
-            "                   cuda_vjp=lambda gy, y, x: gy * math.cos(x))\n"
-            "i64 = nbt.int64\n"
-            "with _target_cc((9, 0)):\n"
-            "    for op, n in ((op2, 2), (op1, 1)):\n"
-            "        for kern in _custom.kernels(op, n):\n"
-            "            for f in (nbt.float64, nbt.float32):\n"
-            "                sig = (i64[::1], f[::1], i64[::1], i64, i64)\n"
-            "                ptx, _ = cuda.compile_ptx(kern.py_func, sig, cc=(9, 0))\n"
-            "                assert '.entry' in ptx and (kern is not _custom.kernels(op, n)[1] or 'atom' in ptx)\n"
-            "few = tp.custom_op('few', np.add, np.add, cuda_fwd=lambda a, b: a * b,\n"
-            "                   cuda_vjp=lambda gy, y, a, b: gy * b)\n"
-            "try:\n"
-            "    with _target_cc((9, 0)):\n"
-            "        cuda.compile_ptx(_custom.kernels(few, 2)[1].py_func, sig, cc=(9, 0))\n"
-            "    raise AssertionError('a vjp with too few cotangents compiled')\n"
-            "except Exception as e:\n"
-            "    assert \"'few': cuda_vjp returned 1 cotangent(s) for 2\" in str(e), e\n"
-            "print('custom op wrappers compiled')\n"
-        )
-        r = _run(["-c", code], {"NUMBA_ENABLE_CUDASIM": "0"}, timeout=1200)
+        r = _background.result("ptx")
         if r.stdout.startswith("SKIP"):
             pytest.skip(f"CUDA toolkit (NVVM) not available: {r.stdout.strip()}")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
