@@ -310,7 +310,7 @@ def simulate():
 
 
 _SIM_OUT = Path(tempfile.gettempdir()) / f"tape-conformance-sim-{os.getpid()}.pkl"
-if not IN_SIM:
+if not IN_SIM and HAS_NUMBA_CUDA:
     # Runs on the second core while the main process works (tests/_background.py).
     _background.register(
         "conformance_sim",
