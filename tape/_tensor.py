@@ -859,10 +859,7 @@ def _buffer_in(target: Tape, x, grad_on):
                     stale(target, [x._buf])
                 return x._buf
         key = id(x)
-        b = target.leaf_bufs.get(key)
-        ver = x._ver[0] if x._ver is not None else 0
-        if b is not None and target.leaf_vers.get(key, 0) != ver:
-            b = None  # written in place since this tape copied it: copy the new value
+        b, ver = _copied(target, x, key)
         if b is None and tp is None and x._base is None and target._lift is None:
             # a leaf or constant owning its value: the common case
             b = target.copy_in(
@@ -889,6 +886,17 @@ def _buffer_in(target: Tape, x, grad_on):
         return target.constant(x)
     v = np.asarray(x)
     return target.new_buffer(v.shape, CONST, v)
+
+
+def _copied(tp, x, key):
+    """``(buffer, version)``: the buffer tape ``tp`` copied tensor ``x`` (``id(x)`` is
+    ``key``) into, or ``None`` if it has none or ``x`` was written in place since, and ``x``'s
+    version now."""
+    b = tp.leaf_bufs.get(key)
+    ver = x._ver[0] if x._ver is not None else 0
+    if b is not None and tp.leaf_vers.get(key, 0) != ver:
+        b = None  # written in place since this tape copied it: copy the new value
+    return b, ver
 
 
 def stale(tp, bufs):
@@ -1307,10 +1315,8 @@ def _direct_in(tp, x):
         return x._buf
     if tx is not None or x._base is not None or x.dtype != tp.dtype:
         return None
-    key = id(x)
-    b = tp.leaf_bufs.get(key)
-    ver = x._ver[0] if x._ver is not None else 0
-    if b is None or tp.leaf_vers.get(key, 0) != ver:
+    b, ver = _copied(tp, x, id(x))
+    if b is None:
         b = tp.copy_in(x, LEAF if x._rg else CONST, ver)
     return b
 
