@@ -34,7 +34,12 @@ What the generated code does differently from the interpreter:
 - **One call from Python.** ``gradient_args`` loads the arguments, zeroes, and runs forward
   and backward; :meth:`tape.Tape.gradient` and ``value_and_grad`` call it directly (one
   dispatch, no argument copies in Python) when the arguments are arrays of the recorded
-  shapes and dtypes.
+  shapes and dtypes. It takes three arrays and the arguments: Numba's dispatch costs about
+  0.1 us per array, so the tape's integer arrays are views of one (``entries``, ``bufs``
+  and the pool, made so by :meth:`tape.Tape.compile`) and a workspace's value and adjoint
+  arenas are the two halves of one.
+- **Small tapes inlined.** A tape with at most ``INLINE_KINDS`` kinds of unit has its units
+  and sweeps inlined into their callers, so a replay is one function.
 - **Dead and constant entries removed.** Entries that no output or guard depends on, and
   entries that depend on no argument (their values were computed at record time and are in
   every workspace), are not replayed. ``x ** k`` with a recorded constant ``k`` of 2, 3 or 4
@@ -106,7 +111,7 @@ from tape.core import register_extension
 from tape.ops.elementwise import POW
 from tape.ops.reduce import SUM
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 
 MAX_UNIT_KINDS = 400
 """Tapes that need more distinct kinds of unit than this are not compiled
@@ -137,6 +142,12 @@ _BLOCK_MIN = 64
 """Fused reverse loops shorter than this run element by element (``_element_loop``): no
 scratch arrays to allocate, and too short for vector code to pay. So do loops with an op
 outside ``VECTOR``."""
+
+INLINE_KINDS = 4
+"""Tapes with at most this many kinds of unit have their units and sweeps inlined
+(``inline='always'``) into the functions that call them: for a small tape the calls, not the
+loops, are what a replay costs. Larger tapes keep one function per unit kind (LLVM optimises
+each loop on its own, and the compile stays short)."""
 
 _FEW_RANGES = 16
 """Adjoint ranges to zero that the generated code names one by one (more: a table)."""
@@ -528,6 +539,7 @@ class _Gen:
         self.custom: dict[int, tuple] = {}  # id(custom op) -> (number, op)
         self.kinds: dict[str, str] = {}  # code text -> its name ("_fwd3")
         self.blocks: dict[str, tuple] = {}  # name -> (description, code lines)
+        self.jit = "@njit(**COMPILED_JIT)"  # the units' and sweeps' decorator (see INLINE_KINDS)
 
     def add(self, prefix, code, doc, tail=(), inline=False):
         """The name of ``code`` (shared with every identical unit). A fused loop becomes a
@@ -548,7 +560,7 @@ class _Gen:
         for name, (doc, lines, inline) in self.blocks.items():
             if not inline:
                 out += [
-                    "@njit(**COMPILED_JIT)",
+                    self.jit,
                     f"def {name}({_unit_args(name)}):",
                     f'    """{doc}"""',
                 ]
@@ -901,36 +913,44 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar):
         c(f"s{name[1:]} += _sum_reassoc(b{name}[:m])", 2)
 
 
-def _gradient_args(t, B, n_pool):
+def _gradient_args(t, B, n_ints):
     """``gradient_args``: :meth:`Tape.gradient`'s whole call in one compiled function (load
     the arguments at their offsets, then what ``forward_backward`` does), so a replay from
-    Python pays one dispatch. The arguments' shapes and dtypes are the caller's to check. It
-    calls the sweeps with the very signatures ``forward_backward`` does (``np.int64`` and
-    ``np.bool_``, not literals, which would make Numba compile them again)."""
+    Python pays one dispatch, with few array arguments (each costs the call ~0.1 us): the
+    tape's integer arrays as one (``ints``, see :func:`direct_ints`) and its value and adjoint
+    arenas as one (``arena``: ``data`` then ``grad``). The arguments' shapes and dtypes are the
+    caller's to check. It calls the sweeps with the very signatures ``forward_backward`` does
+    (``np.int64``, not literals, which would make Numba compile them again)."""
     xs = [f"x{k}" for k in range(len(t.inputs))]
+    we, wb = t.entries.shape[1], t.bufs.shape[1]
+    ne, nb, nd = t.n_entries * we, t.n_bufs * wb, t.n_data
     out = [
         "@njit(**COMPILED_JIT)",
-        f"def gradient_args(entries, bufs, ipool, data, grad, {', '.join(xs)}):",
+        f"def gradient_args(ints, arena, {', '.join(xs)}):",
         '    """Load the arguments (of the recorded shapes, any layout), zero the leaf',
         "    adjoints, replay forward and backward. Returns the forward status (``-1``: done;",
         '    otherwise the gradients are untouched)."""',
-        f"    if ipool.shape[0] != {n_pool}:",
+        f"    if ints.shape[0] != {n_ints} or arena.shape[0] != {2 * nd}:",
         f"        raise ValueError({STALE_POOL!r})",
+        f"    entries = ints[0 : {ne}].reshape(({t.n_entries}, {we}))",
+        f"    bufs = ints[{ne} : {ne + nb}].reshape(({t.n_bufs}, {wb}))",
+        f"    ipool = ints[{ne + nb} :]",
+        f"    data = arena[0 : {nd}]",
+        f"    grad = arena[{nd} :]",
     ]
     for x, b in zip(xs, t.inputs):
         off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
-        out.append(f"    data[{off} : {off + size}] = {x}.ravel()")
-    n, nb = f"np.int64({t.n_entries})", f"np.int64({t.n_bufs})"
+        if B[b, B_NDIM] == 1:  # element by element: no view to make, and it vectorises
+            out += [f"    for j in range({size}):", f"        data[{off} + j] = {x}[j]"]
+        else:
+            out.append(f"    data[{off} : {off + size}] = {x}.ravel()")
     out += [
-        # made here, not passed in: each array argument costs the call ~0.1 us of dispatch
-        "    none = np.zeros(0, np.bool_)  # masks and roots: unused by this reverse pass",
-        "    roots = np.zeros(1, np.int64)",
-        f"    seeds = np.ones(1, np.{np.dtype(t.dtype).name})",
-        f"    st = forward_sweep(entries, bufs, ipool, data, np.int64(0), {n})",
+        f"    st = forward_sweep(entries, bufs, ipool, data, np.int64(0), np.int64({t.n_entries}))",
         "    if st >= 0:",
         "        return st",
-        f"    reverse_pass(entries, bufs, ipool, data, grad, {n}, {nb}, none, none, roots, seeds,",
-        "                 np.bool_(True))",
+        "    _zero_adjoints(ipool, grad, True)",
+        f"    grad[{int(B[t.outputs[0], B_OFF])}] += 1.0",
+        "    _reverse_units(entries, bufs, ipool, data, grad)",
         "    return -1",
         "",
         "",
@@ -940,15 +960,17 @@ def _gradient_args(t, B, n_pool):
 
 def _zeroing(ranges, table, depth):
     """Lines that zero the adjoint ranges ``ranges``: one loop over each when there are few
-    (constants: no table to read), else a loop over their ``table`` in the pool."""
+    (constants: no table to read), else a loop over their ``table`` in the pool (``(flat
+    slice, rows, 2)``)."""
     pad = "    " * depth
     if len(ranges) <= _FEW_RANGES:
         out = [f"{pad}for j in range({a}, {z}):\n{pad}    grad[j] = 0.0" for a, z in ranges]
         return out or [f"{pad}pass"]
+    flat, rows, _ = table
     return [
-        f"{pad}Z = {table}",
-        f"{pad}for r in range(Z.shape[0]):",
-        f"{pad}    grad[Z[r, 0] : Z[r, 1]] = 0.0",
+        f"{pad}Z = {flat}",
+        f"{pad}for r in range({rows}):",
+        f"{pad}    grad[Z[2 * r] : Z[2 * r + 1]] = 0.0",
     ]
 
 
@@ -975,9 +997,11 @@ def _table(rows, names):
 
 
 def _dispatch(table, names, blocks, status):
-    """The loop over a table that runs each row's unit: one dispatch per unit."""
-    lines = [f"    T = {table}", "    for u in range(T.shape[0]):", "        k = T[u, 0]",
-             "        P = T[u, 1:]"]  # fmt: skip
+    """The loop over a table (``(flat slice of the pool, rows, width)``) that runs each row's
+    unit: one dispatch per unit."""
+    flat, rows, w = table  # row u: the unit's kind, then its parameters
+    lines = [f"    T = {flat}", f"    for u in range({rows}):", f"        k = T[u * {w}]",
+             f"        P = T[u * {w} + 1 : u * {w} + {w}]"]  # fmt: skip
     if status:
         lines.append("        st = -1")
     for k, name in enumerate(names):
@@ -1007,6 +1031,8 @@ def generate(t):
             f"compiles at most {MAX_UNIT_KINDS} (tape.compiled.MAX_UNIT_KINDS): Numba's compile "
             "time grows with them. It stays on the interpreter."
         )
+    if len(gen.blocks) <= INLINE_KINDS:
+        gen.jit = "@njit(inline='always', **COMPILED_JIT)"
     B = plan.B
     # adjoint memory the reverse units read or add to: zeroed first, unless assigned first
     in_regs = {
@@ -1031,7 +1057,8 @@ def generate(t):
     # own): global arrays would be frozen into the code, and large ones make it uncacheable
     at, pos = {}, t.n_ipool
     for k, a in tables.items():
-        at[k] = f"ipool[{pos} : {pos + a.size}].reshape(({a.shape[0]}, {a.shape[1]}))"
+        # flat, read row by row: a reshape costs a call into Numba's C helpers per sweep
+        at[k] = (f"ipool[{pos} : {pos + a.size}]", a.shape[0], a.shape[1])
         pos += a.size
     pool = np.concatenate([t.ipool[: t.n_ipool]] + [a.ravel() for a in tables.values()])
     n_ent = t.n_entries
@@ -1078,7 +1105,7 @@ def generate(t):
     ]
     src += gen.functions()
     src += [
-        "@njit(**COMPILED_JIT)",
+        gen.jit,
         "def forward_sweep(entries, bufs, ipool, data, start, stop):",
         f'    """The whole tape (``start`` and ``stop`` must be 0 and {n_ent}: a part of it, as',
         "    when resuming after a guard, runs on the interpreter). Writes ``data``; returns",
@@ -1103,16 +1130,29 @@ def generate(t):
         f"    if ipool.shape[0] != {pool.shape[0]}:",
         f"        raise ValueError({STALE_POOL!r})",
     ]
-    src += _zeroing(tables["zero"], at["zero"], 1)
-    src += ["    if zero_leaves:"] + _zeroing(tables["leaves"], at["leaves"], 2)
+    src += ["    _zero_adjoints(ipool, grad, zero_leaves)"]
     s = 0
     for r in t.outputs:
         off, size = int(B[r, B_OFF]), int(B[r, B_SIZE])
         src += [f"    for j in range({size}):", f"        grad[{off} + j] += seeds[{s} + j]"]
         s += size
-    src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["", ""]
+    src += ["    _reverse_units(entries, bufs, ipool, data, grad)", "", ""]
+    src += [
+        gen.jit,
+        "def _zero_adjoints(ipool, grad, zero_leaves):",
+        '    """Zero the adjoints that are accumulated (the leaves\' too if ``zero_leaves``)."""',
+    ]
+    src += _zeroing(tables["zero"], at["zero"], 1)
+    src += ["    if zero_leaves:"] + _zeroing(tables["leaves"], at["leaves"], 2) + ["", ""]
+    src += [
+        gen.jit,
+        "def _reverse_units(entries, bufs, ipool, data, grad):",
+        '    """The reverse units, last first (adjoints zeroed and seeded)."""',
+    ]
+    src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["    return", "", ""]
     if s == 1:
-        src += _gradient_args(t, B, pool.shape[0])
+        n_ints = t.n_entries * t.entries.shape[1] + t.n_bufs * t.bufs.shape[1] + pool.shape[0]
+        src += _gradient_args(t, B, n_ints)
     src.append(drivers_text(shared_only=True))
     extra = {}
     for k, fn in _custom_globals(gen):

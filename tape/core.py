@@ -80,16 +80,31 @@ class _Workspace:
     constants included) and an adjoint arena, with views of the arguments, outputs and
     gradients."""
 
-    __slots__ = ("data", "grad", "in_views", "out_views", "grad_views", "ok")
+    __slots__ = ("arena", "data", "grad", "in_views", "out_views", "grad_views", "ok")
 
     def __init__(self, t):
         self.ok = False  # the last forward on this workspace ran to the end
-        self.data = t.data[: t.n_data].copy()
-        self.grad = np.zeros(t.n_data, t.dtype)
+        n = t.n_data
+        # one allocation, so that the compiled tier's gradient() call passes it as one array
+        self.arena = np.empty(2 * n, t.dtype)
+        self.data, self.grad = self.arena[:n], self.arena[n:]
+        self.data[...] = t.data[:n]
+        self.grad[...] = 0
 
         self.in_views = [t.view(self.data, b) for b in t.inputs]
         self.out_views = [t.view(self.data, b) for b in t.outputs]
         self.grad_views = [t.view(self.grad, t.inputs[k]) for k in t.wrt]
+
+
+def _direct_ok(args, fast):
+    """Whether ``args`` are arrays of the recorded shapes and dtypes ``fast`` (``(shape,
+    dtype)`` each), which a compiled tape's one-call gradient takes unchecked."""
+    if len(args) != len(fast):
+        return False
+    for a, (shape, dt) in zip(args, fast):
+        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dt:
+            return False
+    return True
 
 
 class KernelArgs(NamedTuple):
@@ -736,14 +751,25 @@ class Tape:
         call. Returns one array per differentiated argument (a single array if there is one),
         in each argument's recorded dtype, fresh copies unless ``out`` (arrays of the same
         shapes) is given to fill."""
-        if out is None and self._direct is not None:
-            run = self._run_direct(args)
-            if run is not None:
-                tp, ws = run
-                if tp is not self:  # a failed guard: a retraced variant ran
-                    return tp._grads_out(ws, None)
-                v = ws.grad_views
-                return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+        d = self._direct
+        if d is not None and out is None and not self._variants and not _anomaly.ON:
+            # a compiled tape's common call, inlined: one compiled call (see _run_direct)
+            fn, ints, fast, one = d
+            if len(args) == 1 and one is not None:  # the arguments' checks cost as much as
+                a = args[0]  # the sweeps of a small tape: one array's are written out
+                ok = type(a) is np.ndarray and a.shape == one[0] and a.dtype is one[1]
+            else:
+                ok = _direct_ok(args, fast)
+            if ok:
+                ws = getattr(self._tls, "ws", None) or self._workspace()
+                status = fn(ints, ws.arena, *args)  # raises only before it writes
+                if status < 0:
+                    ws.ok = True
+                    v = ws.grad_views
+                    return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+                ws.ok = False
+                tp, ws = self._recover(status, ws, args, True)
+                return tp._grads_out(ws, None)
         r = self._replay
         if r is None:
             r = self._check_replay()
@@ -780,18 +806,15 @@ class Tape:
         d = self._direct
         if d is None or self._variants or _anomaly.ON:
             return None
-        fn, pool, fast = d
-        if len(args) != len(fast):
+        fn, ints, fast, _ = d
+        if not _direct_ok(args, fast):
             return None
-        for a, sd in zip(args, fast):
-            if type(a) is not np.ndarray or (a.shape, a.dtype) != sd:
-                return None
         ws = getattr(self._tls, "ws", None) or self._workspace()
-        ws.ok = False
-        status = fn(self.entries, self.bufs, pool, ws.data, ws.grad, *args)
+        status = fn(ints, ws.arena, *args)  # raises only before it writes
         if status < 0:
             ws.ok = True
             return self, ws
+        ws.ok = False
         return self._recover(status, ws, args, True)
 
     def _grads_out(self, ws, out):
@@ -902,9 +925,17 @@ class Tape:
         if r["simple"] and hasattr(mod, "gradient_args"):
             # gradient()'s one-call path; forward_backward (the checked path) compiles when
             # first used: each compiled caller links the sweeps again (seconds for a long tape)
+            # the tape's integer arrays become views of one array, which gradient_args takes
+            ne, nb = self.n_entries, self.n_bufs
+            ints = np.concatenate([self.entries[:ne].ravel(), self.bufs[:nb].ravel(), pool])
+            we, wb = self.entries.shape[1], self.bufs.shape[1]
+            self.entries = ints[: ne * we].reshape(ne, we)
+            self.bufs = ints[ne * we : ne * we + nb * wb].reshape(nb, wb)
+            pool = ints[ne * we + nb * wb :]
             args = [np.asarray(v, d).reshape(s) for v, (s, d) in zip(ws.in_views, r["fast"])]
-            mod.gradient_args(self.entries, self.bufs, pool, ws.data, ws.grad, *args)
-            self._direct = (mod.gradient_args, pool, r["fast"])
+            mod.gradient_args(ints, ws.arena, *args)
+            fast = tuple(r["fast"])
+            self._direct = (mod.gradient_args, ints, fast, fast[0] if len(fast) == 1 else None)
         else:
             mod.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
