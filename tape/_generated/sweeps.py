@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "27dd1db77e7ce0ada1445beaca84f7d6368aad00007cdd26263492c3b2f7ccd5"
+FINGERPRINT = "a6d1b0e7d6ffbe572d2750c5f5aed5cb4098ce36ecc8cc95bba2df8a1a12d6d6"
 
 import numpy as np
 from numba import njit, prange

@@ -23,6 +23,7 @@ import numpy as np
 from numba import cuda
 from numba.core.dispatcher import Dispatcher
 
+from tape import _vmath
 from tape.cuda._config import DEVICE_JIT, SIMULATOR
 
 _dev = cuda.jit(**DEVICE_JIT)
@@ -210,7 +211,7 @@ def _names(code):
 
 
 def _translate_value(v):
-    if v is np:
+    if v is np or v is _vmath:  # the CPU's vectorisable exp, log, tanh: libdevice's on the GPU
         return npgpu
     if isinstance(v, Dispatcher):
         return device_rule(v)

@@ -20,10 +20,19 @@ import math
 import numpy as np
 from numba import njit
 
+from tape import _vmath as vm
 from tape import registry
 from tape._config import KERNEL_JIT
 
 _jit = njit(**KERNEL_JIT)
+_jit_inline = njit(inline="always", **KERNEL_JIT)
+
+
+def _rule_jit(f):
+    """A rule that calls :mod:`tape._vmath` (``vm.exp``) is inlined where the sweeps call it
+    (Numba IR): LLVM does not inline a rule that large by itself, and a loop with a call in
+    it does not vectorise."""
+    return _jit_inline(f) if "vm" in f.__code__.co_names else _jit(f)
 
 
 def _sigmoid(x0):
@@ -76,13 +85,13 @@ def _cmp_ref(f):
 
 
 def _jits(rules):
-    return tuple(None if r is None else _jit(r) for r in rules)
+    return tuple(None if r is None else _rule_jit(r) for r in rules)
 
 
 def unary(name, fwd, rev, ref, domain=(-2.0, 2.0), h=None, **facts):
     # every unary op is also a Tensor method (x.exp(), x.stop_gradient()); h: f''(x0, y)
     return registry.elementwise(
-        "unary", name, _jit(fwd), *_jits((rev,)), ref=ref, domain=domain, module=__name__,
+        "unary", name, _rule_jit(fwd), *_jits((rev,)), ref=ref, domain=domain, module=__name__,
         method=True, hess=_jits((h,)), **facts,
     )  # fmt: skip
 
@@ -90,7 +99,7 @@ def unary(name, fwd, rev, ref, domain=(-2.0, 2.0), h=None, **facts):
 def binary(name, fwd, rev0, rev1, ref, domain=(-2.0, 2.0), h=(None, None, None), **facts):
     # h: the second partials (h00, h01, h11), each h(x0, x1, y); None where zero
     return registry.elementwise(
-        "binary", name, _jit(fwd), *_jits((rev0, rev1)), ref=ref, domain=domain,
+        "binary", name, _rule_jit(fwd), *_jits((rev0, rev1)), ref=ref, domain=domain,
         module=__name__, hess=_jits(h), **facts,
     )  # fmt: skip
 
@@ -269,14 +278,14 @@ unary("neg",     lambda x0: -x0,              lambda x0, y, gy: -gy,            
 unary("abs",     lambda x0: np.abs(x0),       lambda x0, y, gy: gy * np.sign(x0),      np.abs, operators=("__abs__",), kinks=KINK_AT_ZERO, exact_ref=True)
 unary("square",  lambda x0: x0 * x0,          lambda x0, y, gy: 2.0 * x0 * gy,         np.square, h=lambda x0, y: 2.0, exact_ref=True)
 unary("sqrt",    lambda x0: np.sqrt(x0),      lambda x0, y, gy: 0.5 * gy / y,          np.sqrt, (0.1, 3.0), h=lambda x0, y: -0.25 / (x0 * y), exact_ref=True)
-unary("exp",     lambda x0: np.exp(x0),       lambda x0, y, gy: gy * y,                np.exp, h=lambda x0, y: y)
-unary("log",     lambda x0: np.log(x0),       lambda x0, y, gy: gy / x0,               np.log, (0.1, 3.0), h=lambda x0, y: -1.0 / (x0 * x0))
+unary("exp",     lambda x0: vm.exp(x0),       lambda x0, y, gy: gy * y,                np.exp, h=lambda x0, y: y)
+unary("log",     lambda x0: vm.log(x0),       lambda x0, y, gy: gy / x0,               np.log, (0.1, 3.0), h=lambda x0, y: -1.0 / (x0 * x0))
 unary("log1p",   lambda x0: np.log1p(x0),     lambda x0, y, gy: gy / (1.0 + x0),       np.log1p, (-0.5, 3.0), h=lambda x0, y: -1.0 / ((1.0 + x0) * (1.0 + x0)))
 unary("expm1",   lambda x0: np.expm1(x0),     lambda x0, y, gy: gy * (y + 1.0),        np.expm1, h=lambda x0, y: y + 1.0)
 unary("sin",     lambda x0: np.sin(x0),       lambda x0, y, gy: gy * np.cos(x0),       np.sin, h=lambda x0, y: -y)
 unary("cos",     lambda x0: np.cos(x0),       lambda x0, y, gy: -gy * np.sin(x0),      np.cos, h=lambda x0, y: -y)
 unary("tan",     lambda x0: np.tan(x0),       lambda x0, y, gy: gy * (1.0 + y * y),    np.tan, (-1.2, 1.2), h=lambda x0, y: 2.0 * y * (1.0 + y * y))
-unary("tanh",    lambda x0: np.tanh(x0),      lambda x0, y, gy: gy * (1.0 - y * y),    np.tanh, h=lambda x0, y: -2.0 * y * (1.0 - y * y))
+unary("tanh",    lambda x0: vm.tanh(x0),      lambda x0, y, gy: gy * (1.0 - y * y),    np.tanh, h=lambda x0, y: -2.0 * y * (1.0 - y * y))
 unary("sinh",    lambda x0: np.sinh(x0),      lambda x0, y, gy: gy * np.cosh(x0),      np.sinh, h=lambda x0, y: y)
 unary("cosh",    lambda x0: np.cosh(x0),      lambda x0, y, gy: gy * np.sinh(x0),      np.cosh, h=lambda x0, y: y)
 unary("arctan",  lambda x0: np.arctan(x0),    lambda x0, y, gy: gy / (1.0 + x0 * x0),  np.arctan, h=lambda x0, y: -2.0 * x0 / ((1.0 + x0 * x0) * (1.0 + x0 * x0)))

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "ee10364888b1fb1aff4a9d125637aff126d4d91cf2ef6fa0e382e55adf32e255"
+FINGERPRINT = "5709efb35e3b1757acc08625ad9f9c427ae6d260ec326f35139035b924598883"
 
 from numba import cuda, float64
 
