@@ -919,8 +919,7 @@ def _gradient_args(t, B, n_ints):
     Python pays one dispatch, with few array arguments (each costs the call ~0.1 us): the
     tape's integer arrays as one (``ints``, see :func:`direct_ints`) and its value and adjoint
     arenas as one (``arena``: ``data`` then ``grad``). The arguments' shapes and dtypes are the
-    caller's to check. It calls the sweeps with the very signatures ``forward_backward`` does
-    (``np.int64``, not literals, which would make Numba compile them again)."""
+    caller's to check."""
     xs = [f"x{k}" for k in range(len(t.inputs))]
     we, wb = t.entries.shape[1], t.bufs.shape[1]
     ne, nb, nd = t.n_entries * we, t.n_bufs * wb, t.n_data
@@ -945,7 +944,7 @@ def _gradient_args(t, B, n_ints):
         else:
             out.append(f"    data[{off} : {off + size}] = {x}.ravel()")
     out += [
-        f"    st = forward_sweep(entries, bufs, ipool, data, np.int64(0), np.int64({t.n_entries}))",
+        "    st = _forward_units(entries, bufs, ipool, data)",
         "    if st >= 0:",
         "        return st",
         "    _zero_adjoints(ipool, grad, True)",
@@ -1105,13 +1104,21 @@ def generate(t):
     ]
     src += gen.functions()
     src += [
-        gen.jit,
+        # not inlined itself: the batched replay calls it inside a prange loop, which Numba
+        # runs serially if the loop body has more than one exit
+        "@njit(**COMPILED_JIT)",
         "def forward_sweep(entries, bufs, ipool, data, start, stop):",
         f'    """The whole tape (``start`` and ``stop`` must be 0 and {n_ent}: a part of it, as',
         "    when resuming after a guard, runs on the interpreter). Writes ``data``; returns",
         '    the status (``-1``, or the entry that stopped the sweep)."""',
         f"    if ipool.shape[0] != {pool.shape[0]}:",
         f"        raise ValueError({STALE_POOL!r})",
+        "    return _forward_units(entries, bufs, ipool, data)",
+        "",
+        "",
+        gen.jit,
+        "def _forward_units(entries, bufs, ipool, data):",
+        '    """The forward units, first to last. Returns the status."""',
     ]
     src += _dispatch(at["fwd"], fnames, gen.blocks, True) + ["    return -1", "", ""]
     src += [
