@@ -917,7 +917,7 @@ def _gradient_args(t, B, n_ints):
     """``gradient_args``: :meth:`Tape.gradient`'s whole call in one compiled function (load
     the arguments at their offsets, then what ``forward_backward`` does), so a replay from
     Python pays one dispatch, with few array arguments (each costs the call ~0.1 us): the
-    tape's integer arrays as one (``ints``, see :func:`direct_ints`) and its value and adjoint
+    tape's integer arrays as one (``ints``, made by :meth:`tape.Tape.compile`) and its value and adjoint
     arenas as one (``arena``: ``data`` then ``grad``). The arguments' shapes and dtypes are the
     caller's to check."""
     xs = [f"x{k}" for k in range(len(t.inputs))]
