@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a6d1b0e7d6ffbe572d2750c5f5aed5cb4098ce36ecc8cc95bba2df8a1a12d6d6"
+FINGERPRINT = "f099b8a27bbc38376405ce32c55201432c5b4267b4f1d5c7c4022f486bffe7b4"
 
 import numpy as np
 from numba import njit, prange

@@ -32,7 +32,8 @@ def _rule_jit(f):
     """A rule that calls :mod:`tape._vmath` (``vm.exp``) is inlined where the sweeps call it
     (Numba IR): LLVM does not inline a rule that large by itself, and a loop with a call in
     it does not vectorise."""
-    return _jit_inline(f) if "vm" in f.__code__.co_names else _jit(f)
+    calls_vm = any(f.__globals__.get(n) is vm for n in f.__code__.co_names)
+    return _jit_inline(f) if calls_vm else _jit(f)
 
 
 def _sigmoid(x0):

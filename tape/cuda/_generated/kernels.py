@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "5709efb35e3b1757acc08625ad9f9c427ae6d260ec326f35139035b924598883"
+FINGERPRINT = "d195618b1fc7fd3269bbefcfd6f7b4c9dfe8c65dd0824ca4d67cc185a25e321c"
 
 from numba import cuda, float64
 
