@@ -96,13 +96,16 @@ class _Workspace:
         self.grad_views = [t.view(self.grad, t.inputs[k]) for k in t.wrt]
 
 
+_ndarray = np.ndarray  # a global, not an attribute lookup, on the hot path
+
+
 def _direct_ok(args, fast):
     """Whether ``args`` are arrays of the recorded shapes and dtypes ``fast`` (``(shape,
     dtype)`` each), which a compiled tape's one-call gradient takes unchecked."""
     if len(args) != len(fast):
         return False
     for a, (shape, dt) in zip(args, fast):
-        if type(a) is not np.ndarray or a.shape != shape or a.dtype != dt:
+        if type(a) is not _ndarray or a.shape != shape or a.dtype != dt:
             return False
     return True
 
@@ -757,11 +760,14 @@ class Tape:
             fn, ints, fast, one = d
             if len(args) == 1 and one is not None:  # the arguments' checks cost as much as
                 a = args[0]  # the sweeps of a small tape: one array's are written out
-                ok = type(a) is np.ndarray and a.shape == one[0] and a.dtype is one[1]
+                ok = type(a) is _ndarray and a.shape == one[0] and a.dtype is one[1]
             else:
                 ok = _direct_ok(args, fast)
             if ok:
-                ws = getattr(self._tls, "ws", None) or self._workspace()
+                try:
+                    ws = self._tls.ws
+                except AttributeError:
+                    ws = self._workspace()
                 status = fn(ints, ws.arena, *args)  # raises only before it writes
                 if status < 0:
                     ws.ok = True

@@ -220,6 +220,31 @@ def test_mixed_program_matches_interpreter_and_finite_differences():
     assert tp.gradcheck(f, W1, b1, W2)  # the function itself; tiers already agree
 
 
+def test_element_loop_redo_takes_values_and_the_adjoints_the_arena_holds():
+    """A short reverse loop redoes an element with NaN in a function of its own (``_redo``):
+    it gets the element's values, the broadcast scalar, and the adjoint of an intermediate that
+    another unit (a gather) added to first."""
+    idx = np.array([0, 1, 1, 4])
+
+    def f(x, a):
+        y = tp.where(x > 0.0, tp.sqrt(x), 0.0) * a
+        return tp.sum(y * y) + tp.sum(y[idx])  # y: read by the gather, its adjoint in the arena
+
+    x = np.array([0.0, 1.0, 4.0, 0.0, 9.0])
+    a = np.array(2.0)
+    ti, tc = both(f, x, a)
+    assert "def _redo0(" in tc.compiled_source
+    for xs in (x, np.array([1.0, 0.0, 0.0, 2.0, 0.25])):
+        pos = xs > 0
+        r = np.sqrt(np.where(pos, xs, 1.0))
+        y = np.where(pos, r, 0.0) * 2.0
+        dy = 2 * y + np.bincount(idx, minlength=5)
+        gx, ga = tc.gradient(xs, a)
+        close(gx, np.where(pos, dy * 2.0 / (2 * r), 0.0))
+        close(ga, np.sum(dy * np.where(pos, r, 0.0)))
+        agree(ti, tc, xs, a)
+
+
 def test_nan_safe_where_on_the_fused_path():
     """The reverse loop runs without the zero-adjoint selects and redoes an element with them
     when a NaN appears: the unused branch's inf must not poison the gradient, and a real NaN

@@ -3,6 +3,7 @@ over the whole float64 range and at the special values; and that a loop over the
 
 import math
 import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -93,7 +94,18 @@ def test_special_values():
 
 def test_coefficients_are_the_series():
     # tanh x = x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835 ...
-    assert vm.T[:5] == (1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835)
+    series = vm._tanh_series(10)
+    assert series[:5] == [1, Fraction(-1, 3), Fraction(2, 15), Fraction(-17, 315),
+                          Fraction(62, 2835)]  # fmt: skip
+    # tanh's rational function is a Pade approximant: N / D (degrees 3 and 4) agrees with
+    # (tanh x / x - 1) / z, z = x^2, in its first 3 + 4 terms
+    num, den = vm._tanh_rational(7)
+    q = []  # N / D as a power series: N = D q
+    for k in range(7):
+        nk = num[k] if k < len(num) else 0
+        q.append((nk - sum(den[i] * q[k - i] for i in range(1, min(k, len(den) - 1) + 1))) / den[0])
+    assert q == series[1:8]
+    assert den[0] == 1 and vm.TN == tuple(float(c) for c in num)
     assert vm.LN2_HI + vm.LN2_LO == math.log(2.0)
     assert vm.E[:4] == (1.0, 1.0, 0.5, 1 / 6)
     assert vm.L[:3] == (2.0, 2 / 3, 2 / 5)

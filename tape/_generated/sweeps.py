@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f099b8a27bbc38376405ce32c55201432c5b4267b4f1d5c7c4022f486bffe7b4"
+FINGERPRINT = "837a7d0d713ed52ab662262adb093f54b435fc0482daeac3b215d9de2d707f58"
 
 import numpy as np
 from numba import njit, prange
