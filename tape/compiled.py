@@ -651,17 +651,38 @@ class _Gen:
 
     # -- forward ---------------------------------------------------------------------
     def forward(self):
-        """Rows ``[function, parameters...]`` of the forward table."""
-        rows = []
+        """Rows ``[function, parameters...]`` of the forward table, and the number of rows
+        at its end that the one-call gradient need not run (see :meth:`sum_in_reverse`)."""
+        rows, units = [], []
         for u, unit in enumerate(self.p.units):
             if isinstance(unit, _Call) and self.p.ops[unit.entries[0]] is _CALLBACK_OP:
                 if self.p.part(unit.entries[0]) == 0:  # the group's first entry runs the call
                     rows.append(self.custom_forward(unit.entries[0]))
+                    units.append(u)
             elif isinstance(unit, _Call):
                 rows.append(self.forward_call(unit.entries[0]))
+                units.append(u)
             else:
                 rows.append(self.forward_group(u, unit))
-        return rows
+                units.append(u)
+        tail = 0
+        while tail < len(units) and self.sum_in_reverse(units[-1 - tail]):
+            tail += 1
+        return rows, tail
+
+    def sum_in_reverse(self, u):
+        """Unit ``u`` is a long fused loop summed into the output, which nothing else reads,
+        and stores no value: its reverse loop, which recomputes every value anyway, also
+        sums them (in the same blocks and order as the forward loop, so to the same bits),
+        and the one-call gradient skips its forward loop."""
+        p = self.p
+        g = p.units[u]
+        if not isinstance(g, _Group) or g.fold < 0 or g.n < _BLOCK_MIN or not p.emask[g.fold]:
+            return False
+        o = int(p.E[g.fold, E_OUT])
+        if o not in p.root_owners or o in p.pinned or p.uses.get(o):
+            return False
+        return all(self.vectorises(i) and not self.stored(u, i) for i in g.entries)
 
     def forward_call(self, i):
         op = self.p.ops[i]
@@ -890,7 +911,11 @@ class _Gen:
             call = self.outline_redo(loads, consts, vals, adj, targets, slow)
             _element_loop(c, g.n, targets, main, [call], out, scalar)
         else:
-            _block_loop(c, g.n, targets, pre, main, redo, out, scalar)
+            fold = None
+            if self.sum_in_reverse(u):
+                fold = (f"v{c.n(int(p.owner[p.ins[g.fold][0]]))}",
+                        c.at("data", int(p.E[g.fold, E_OUT])))  # fmt: skip
+            _block_loop(c, g.n, targets, pre, main, redo, out, scalar, fold)
         for name, b in scalar.items():
             c(f"{c.at('grad', b)} += s{name[1:]}")
         doc = self.describe(g)[:-1] + " (reverse)."
@@ -931,7 +956,7 @@ def _element_loop(c, n, targets, main, redo, out, scalar):
         c(f"s{name[1:]} += {name}", 2)
 
 
-def _block_loop(c, n, targets, pre, main, redo, out, scalar):
+def _block_loop(c, n, targets, pre, main, redo, out, scalar, fold=None):
     """A fused reverse loop in blocks of ``_BLOCK`` elements: the loop over a block computes
     the inputs' adjoint contributions into scratch arrays (one per input, in the L1 cache), and
     the adds into the adjoint arenas follow in loops of their own. With no store that may alias
@@ -939,6 +964,10 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar):
     over the block), the main loop vectorises."""
     blk = min(_BLOCK, n)
     keep = [f"b{t}[jj] = {t}" for t in targets]
+    if fold is not None:  # (value summed, where the sum goes): as the forward loop sums
+        keep.append(f"bs[jj] = {fold[0]}")
+        c(f"bs = np.empty({blk})")
+        c("acc = 0.0")
     redo = pre + redo  # the element's values again: the block loop kept only its results
     adds = [f"{view}[j] {op} b{name}[jj]" for view, op, name in out]
     # element j of a view is element jj of the view's block: indexed by a range variable
@@ -966,9 +995,12 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar):
         c(line, 3)
     for name in scalar:
         c(f"s{name[1:]} += _sum_reassoc(b{name}[:m])", 2)
+    if fold is not None:
+        c("acc += _sum_reassoc(bs[:m])", 2)
+        c(f"{fold[1]} = acc")
 
 
-def _gradient_args(t, B, n_ints, tables_read):
+def _gradient_args(t, B, n_ints, tables_read, n_run):
     """``gradient_args``: :meth:`Tape.gradient`'s whole call in one compiled function (load
     the arguments at their offsets, then what ``forward_backward`` does), so a replay from
     Python pays one dispatch, with few array arguments (each costs the call ~0.1 us): the
@@ -1007,7 +1039,7 @@ def _gradient_args(t, B, n_ints, tables_read):
         else:
             out.append(f"    data[{off} : {off + size}] = {x}.ravel()")
     out += [
-        "    st = _forward_units(entries, bufs, ipool, data)",
+        f"    st = _forward_units(entries, bufs, ipool, data, {n_run})",
         "    if st >= 0:",
         "        return st",
         "    _zero_adjoints(ipool, grad, True)",
@@ -1058,11 +1090,11 @@ def _table(rows, names):
     return t
 
 
-def _dispatch(table, names, blocks, status):
+def _dispatch(table, names, blocks, status, count=None):
     """The loop over a table (``(flat slice of the pool, rows, width)``) that runs each row's
-    unit: one dispatch per unit."""
+    unit (the first ``count``, an expression, if given): one dispatch per unit."""
     flat, rows, w = table  # row u: the unit's kind, then its parameters
-    lines = [f"    T = {flat}", f"    for u in range({rows}):", f"        k = T[u * {w}]",
+    lines = [f"    T = {flat}", f"    for u in range({count or rows}):", f"        k = T[u * {w}]",
              f"        P = T[u * {w} + 1 : u * {w} + {w}]"]  # fmt: skip
     if status:
         lines.append("        st = -1")
@@ -1085,7 +1117,7 @@ def generate(t):
         raise CompileError("only tapes made by tape.record() can be compiled")
     plan = _Plan(t)
     gen = _Gen(plan)
-    frows = gen.forward()
+    frows, tail = gen.forward()
     rrows, assigned = gen.reverse()
     if len(gen.blocks) > MAX_UNIT_KINDS:
         raise CompileError(
@@ -1176,14 +1208,14 @@ def generate(t):
         '    the status (``-1``, or the entry that stopped the sweep)."""',
         f"    if ipool.shape[0] != {pool.shape[0]}:",
         f"        raise ValueError({STALE_POOL!r})",
-        "    return _forward_units(entries, bufs, ipool, data)",
+        f"    return _forward_units(entries, bufs, ipool, data, {len(frows)})",
         "",
         "",
         gen.jit,
-        "def _forward_units(entries, bufs, ipool, data):",
-        '    """The forward units, first to last. Returns the status."""',
+        "def _forward_units(entries, bufs, ipool, data, n_units):",
+        '    """The first ``n_units`` forward units, in order. Returns the status."""',
     ]
-    src += _dispatch(at["fwd"], fnames, gen.blocks, True) + ["    return -1", "", ""]
+    src += _dispatch(at["fwd"], fnames, gen.blocks, True, "n_units") + ["    return -1", "", ""]
     src += [
         "@njit(**COMPILED_JIT)",
         "def reach(entries, bufs, n_entries, roots):",
@@ -1224,7 +1256,7 @@ def generate(t):
         n_ints = t.n_entries * t.entries.shape[1] + t.n_bufs * t.bufs.shape[1] + pool.shape[0]
         inlined = gen.jit != _Gen.jit_default
         reads = any(_TABLES.search(line) for _, lines, _ in gen.blocks.values() for line in lines)
-        src += _gradient_args(t, B, n_ints, reads or not inlined)
+        src += _gradient_args(t, B, n_ints, reads or not inlined, len(frows) - tail)
     src.append(drivers_text(shared_only=True))
     extra = {}
     for k, fn in _custom_globals(gen):

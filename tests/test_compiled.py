@@ -148,6 +148,31 @@ def test_long_fused_reverse_runs_in_blocks():
         np.testing.assert_allclose(g, ti.gradient(x2), rtol=1e-12, atol=1e-300)
 
 
+def test_final_sum_is_taken_in_the_reverse_loop_and_its_forward_skipped():
+    """A long fused loop summed into the output, with no value stored: the one-call gradient
+    skips its forward loop and the reverse loop sums the values, in the forward's blocks, so
+    value_and_grad's value is the forward's to the bit."""
+    x = np.random.default_rng(5).uniform(-1.0, 2.0, 3000)
+    t = tp.record(rosenbrock, x, compile=True)
+    src = t.compiled_source
+    assert "_forward_units(entries, bufs, ipool, data, 0)" in src  # gradient_args: no forward
+    assert "acc += _sum_reassoc(bs[:m])" in src.split("def _rev0")[1].split("def ")[0]
+    ti = tp.record(rosenbrock, x, compile=False)
+    for x2 in (x, np.sin(x), -x):
+        v, g = t.value_and_grad(x2)
+        assert v == t.forward(x2)  # same blocks, same order: the same bits
+        close(v, np.sum(100.0 * (x2[1:] - x2[:-1] ** 2) ** 2 + (1.0 - x2[:-1]) ** 2))
+        close(g, rosenbrock_grad(x2))
+        close(t.gradient(x2), g)
+        vi, gi = ti.value_and_grad(x2)
+        np.testing.assert_allclose(v, vi, rtol=1e-12)
+        # forward, then backward over it: the reverse writes the same value again
+        t.zero_grad()
+        t.forward(x2)
+        t.backward()
+        close(t.grads[0], g)
+
+
 def test_blocked_reverse_redoes_the_elements_that_met_zero_times_inf():
     # sqrt's partial at 0 is inf, times the zero adjoint where() sends it: the fast loop gets
     # a NaN there, and the element is redone with the selects; a is a broadcast scalar, so its
