@@ -229,15 +229,30 @@ def _bcast_rev_row(r, first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
                 v = r(c0, a1[j], yr[j], gyr[j])
                 gk[j] += masked(v, gyr[j])
     elif sk == 0:
-        acc = 0.0
-        for j in range(m):
-            v = r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j])
-            acc += masked(v, gyr[j])
+        # the row's contributions to one value, in four running sums: one chain of adds
+        # waits for each add (1.6-1.7x slower over rows of 1,000)
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j)
+            p1 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+            p2 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+            p3 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+            j += 4
+        acc = (p0 + p1) + (p2 + p3)
+        for k in range(j, m):
+            acc += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, k)
         g[bk] += acc
     else:
         for j in range(m):
             v = r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j])
             g[bk + j * sk] += masked(v, gyr[j])
+
+
+@_loop
+def _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j):
+    """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
+    return masked(r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
 # ---------------------------------------------------------------- ternary

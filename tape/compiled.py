@@ -37,7 +37,10 @@ What the generated code does differently from the interpreter:
   shapes and dtypes. It takes three arrays and the arguments: Numba's dispatch costs about
   0.1 us per array, so the tape's integer arrays are views of one (``entries``, ``bufs``
   and the pool, made so by :meth:`tape.Tape.compile`) and a workspace's value and adjoint
-  arenas are the two halves of one.
+  arenas are the two halves of one. A final sum that nothing else reads (a loss), taken in
+  blocks with nothing stored, is summed again by its reverse loop, which recomputes the
+  values anyway, so ``gradient_args`` skips that forward loop; an element loop's redo after
+  a NaN is a function of its own (``_redo``), which keeps the short loop small.
 - **Small tapes inlined.** A tape with at most ``INLINE_KINDS`` kinds of unit has its units
   and sweeps inlined into their callers, so a replay is one function.
 - **Dead and constant entries removed.** Entries that no output or guard depends on, and

@@ -317,3 +317,20 @@ def test_sum_of_empty_and_reductions_of_size_zero():
     assert tp.ones(0, 3).sum(axis=0).shape == (3,)
     with pytest.raises(ValueError, match="zero-size"):
         tp.zeros(0).max()
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 7, 1001])
+def test_broadcast_adjoint_summed_over_rows_of_any_length(m):
+    # a (3, 1) input against (3, m): its adjoint is each row's contributions summed (in four
+    # running sums, then the rest), as the first operand (a * b) and as the second (b - a)
+    rng = np.random.default_rng(m)
+    a, b = rng.normal(size=(3, 1)), rng.normal(size=(3, m))
+    t = tp.record(lambda a, b: tp.sum(tp.sin(a * b) + (b - a) ** 2), a, b)
+    ga, gb = t.gradient(a, b)
+    r = b - a
+    want_a = (np.cos(a * b) * b).sum(axis=1, keepdims=True) - 2.0 * r.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(ga, want_a, rtol=1e-12, atol=1e-12 * m)
+    np.testing.assert_allclose(gb, np.cos(a * b) * a + 2.0 * r, rtol=1e-12, atol=1e-13)
+    x = tp.tensor(a, requires_grad=True)  # eager runs the same kernels
+    (tp.sin(x * tp.tensor(b)) + (tp.tensor(b) - x) ** 2).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), want_a, rtol=1e-12, atol=1e-12 * m)

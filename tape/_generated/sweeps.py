@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "837a7d0d713ed52ab662262adb093f54b435fc0482daeac3b215d9de2d707f58"
+FINGERPRINT = "7ee6da54b08c2b4f456c1d30c6d8007a22012c798fe5437e78d04d7ef9755b1e"
 
 import numpy as np
 from numba import njit, prange

@@ -37,10 +37,9 @@ def _rule_jit(f):
 
 
 def _sigmoid(x0):
-    if x0 >= 0.0:
-        return 1.0 / (1.0 + np.exp(-x0))
-    e = np.exp(x0)
-    return e / (1.0 + e)
+    # 1 / (1 + e**-x) for x >= 0, e**x / (1 + e**x) below: one exp, of -|x|, and a select
+    e = vm.exp(-abs(x0))
+    return (1.0 if x0 >= 0.0 else e) / (1.0 + e)
 
 
 def _softplus(x0):
@@ -112,7 +111,7 @@ def ternary(name, fwd, rev0, rev1, rev2, ref, domain=(-2.0, 2.0), **facts):
     )
 
 
-sigmoid_scalar = _jit(_sigmoid)
+sigmoid_scalar = _rule_jit(_sigmoid)
 softplus_scalar = _jit(_softplus)
 
 

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "d195618b1fc7fd3269bbefcfd6f7b4c9dfe8c65dd0824ca4d67cc185a25e321c"
+FINGERPRINT = "a438dcd475d53695736dbc48eb12b83ade151c0ba832f415d0d2b43a29430a28"
 
 from numba import cuda, float64
 
