@@ -549,11 +549,9 @@ class _Gen:
         self.custom: dict[int, tuple] = {}  # id(custom op) -> (number, op)
         self.kinds: dict[str, str] = {}  # code text -> its name ("_fwd3")
         self.blocks: dict[str, tuple] = {}  # name -> (description, code lines)
-        self.jit = self.jit_default  # the units' and sweeps' decorator (see INLINE_KINDS)
+        self.jit = "@njit(**COMPILED_JIT)"  # the units' and sweeps' decorator (see INLINE_KINDS)
         self.redos: dict[str, str] = {}  # code text -> name of an element loop's redo
         self.redo_src: list[str] = []  # their functions
-
-    jit_default = "@njit(**COMPILED_JIT)"
 
     def add(self, prefix, code, doc, tail=(), inline=False):
         """The name of ``code`` (shared with every identical unit). A fused loop becomes a
@@ -661,13 +659,11 @@ class _Gen:
             if isinstance(unit, _Call) and self.p.ops[unit.entries[0]] is _CALLBACK_OP:
                 if self.p.part(unit.entries[0]) == 0:  # the group's first entry runs the call
                     rows.append(self.custom_forward(unit.entries[0]))
-                    units.append(u)
             elif isinstance(unit, _Call):
                 rows.append(self.forward_call(unit.entries[0]))
-                units.append(u)
             else:
                 rows.append(self.forward_group(u, unit))
-                units.append(u)
+            units += [u] * (len(rows) - len(units))  # the unit of each row
         tail = 0
         while tail < len(units) and self.sum_in_reverse(units[-1 - tail]):
             tail += 1
@@ -1128,7 +1124,8 @@ def generate(t):
             f"compiles at most {MAX_UNIT_KINDS} (tape.compiled.MAX_UNIT_KINDS): Numba's compile "
             "time grows with them. It stays on the interpreter."
         )
-    if len(gen.blocks) <= INLINE_KINDS:
+    inlined = len(gen.blocks) <= INLINE_KINDS
+    if inlined:
         gen.jit = "@njit(inline='always', **COMPILED_JIT)"
     B = plan.B
     # adjoint memory the reverse units read or add to: zeroed first, unless assigned first
@@ -1257,7 +1254,6 @@ def generate(t):
     src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["    return", "", ""]
     if s == 1:
         n_ints = t.n_entries * t.entries.shape[1] + t.n_bufs * t.bufs.shape[1] + pool.shape[0]
-        inlined = gen.jit != _Gen.jit_default
         reads = any(_TABLES.search(line) for _, lines, _ in gen.blocks.values() for line in lines)
         src += _gradient_args(t, B, n_ints, reads or not inlined, len(frows) - tail)
     src.append(drivers_text(shared_only=True))
