@@ -7,7 +7,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent
 SOURCES = [
     "registry.py", "_layout.py", "_config.py", "_masked.py", "_loops.py", "_codegen.py", "_drivers.py",
-    "_fingerprint.py", "_vmath.py",
+    "_fingerprint.py", "_vmath.py", "_blas.py",
 ]
 
 

@@ -15,13 +15,19 @@ What the generated code does differently from the interpreter:
   loop recorded unrolled) share their code, so a 46,000-entry LSTM compiles a few dozen kinds
   of unit. Each sweep is one loop over its table, with every kind of unit inlined in one
   branch: one dispatch per unit.
-- **Fusion.** A run of consecutive elementwise entries over the same number of elements (every
-  input either that long or a single value) becomes one loop, forward and reverse. Values
-  that never leave the run stay in registers: the forward loop stores only what later
-  entries, the outputs or the reverse loop read, and the reverse loop recomputes the cheap
-  ones. A full ``sum`` of a value of the run is taken with its loop: right after it,
-  vectorised, or, in a loop of ``_BLOCK_MIN`` elements or more, block by block while the
-  block is in the L1 cache (then the summed values are not stored unless read elsewhere).
+- **Fusion.** Elementwise entries over the same number of elements (every input either that
+  long or a single value) become one loop, forward and reverse. Over the rows of a two-axis
+  output, an input may also be one row that every row reads (a bias added to each row of a
+  matrix product) or one value per row (``(K, d, 1)`` against ``(K, d, n)``): the loop then
+  runs row by row, and those inputs' adjoints add up over the rows or along each row. The
+  entries need not be consecutive: a loop is placed where the first entry outside it reads
+  one of its values, so it takes in entries recorded after a matrix product it does not feed
+  (never past an entry that can stop the sweep, as a guard). Values that never leave the
+  loop stay in registers: the forward loop stores only what later entries, the outputs or
+  the reverse loop read, and the reverse loop recomputes the cheap ones. A full ``sum`` of a
+  value of the loop is taken with it: right after it, vectorised, or, in a loop of
+  ``_BLOCK_MIN`` elements or more (or over rows), block by block while the block is in the
+  L1 cache (then the summed values are not stored unless read elsewhere).
 - **Adjoints in registers.** Inside a run, adjoints are local variables: they are never zeroed
   or stored. An intermediate whose adjoint memory is written first by a fused run is
   assigned, not zeroed and accumulated.
@@ -60,7 +66,7 @@ What the generated code does differently from the interpreter:
   writes (the parts of a concatenation) are never merged.
 
 Everything else (matrix products through BLAS, reductions over axes, gathers, guards,
-broadcasting elementwise entries) calls the interpreter's own function for that entry's op
+elementwise entries that broadcast along more than two axes) calls the interpreter's own function for that entry's op
 (``tape._generated.sweeps._fwd_<op>``, cached by Numba), so both tiers share one
 implementation of every rule. Results agree with the interpreter to rounding
 (the tests hold them to 1e-12 relative in float64): fused code adds an input's contributions
@@ -114,7 +120,7 @@ from tape.core import register_extension
 from tape.ops.elementwise import POW
 from tape.ops.reduce import SUM
 
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 
 MAX_UNIT_KINDS = 400
 """Tapes that need more distinct kinds of unit than this are not compiled
@@ -159,8 +165,15 @@ each loop on its own, and the compile stays short)."""
 _FEW_RANGES = 16
 """Adjoint ranges to zero that the generated code names one by one (more: a table)."""
 
-_AT_J = re.compile(r"\b([dg]\d+)\[j\]")
+_AT_J = re.compile(r"\b([dg]p?\d+)\[j\]")
 """Element ``j`` of a unit's view (``d3[j]``, ``g0[j]``) in generated code."""
+
+_OPEN_GROUPS = 8
+"""Fused groups that stay open at once while the tape is cut into units (see
+:meth:`_Plan._group`): the oldest is placed when another opens."""
+
+_NEVER_STOP = frozenset({"matmul", "sum", "max", "min", "prod", "copy"})
+"""Kernel ops whose forward never stops the sweep: an open fused group may sink past them."""
 
 _TABLES = re.compile(r"\b(entries|bufs)\b")
 """A unit's code that reads the tape's entry or buffer table."""
@@ -189,12 +202,22 @@ calls the user's functions, see :meth:`_Gen.custom_forward`)."""
 
 
 class _Group:
-    """Consecutive flat elementwise entries over ``n`` elements, and an optional folded sum."""
+    """Consecutive elementwise entries over ``n`` elements, and an optional folded sum. With
+    ``rows`` > 1 the loop runs over ``rows`` rows of ``n // rows`` elements, and an input may
+    also be one row read by every row, or one value per row (a broadcasting entry; see
+    :meth:`_Plan.fusable`)."""
 
     def __init__(self, n):
         self.n = n
+        self.rows = 1
+        self.seq = 0  # order of creation, while the group is open (see _Plan._group)
         self.entries: list[int] = []
         self.fold = -1  # a full sum of a value of the group, taken right after its loop
+
+    @property
+    def m(self):
+        """The length of the inner loop: a row."""
+        return self.n // self.rows
 
 
 class _Call:
@@ -211,6 +234,7 @@ class _Plan:
     def __init__(self, t):
         n = t.n_entries
         self.t = t
+        self._fusable: dict[int, tuple | None] = {}  # entry -> fusable(entry)
         E = self.E = t.entries[:n]
         B = self.B = t.bufs[: t.n_bufs]
         self.ops = [_CALLBACK_OP if c == CALLBACK else registry.OPS[c] for c in E[:, E_OP]]
@@ -367,7 +391,7 @@ class _Plan:
             return v
 
         for i in range(n):
-            if self.ops[i].kind in registry.ELEMENTWISE_ARITY and self._flat(i):
+            if self._flat(i):
                 self.ins[i] = [moved(b) for b in self.ins[i]]
         if rows:
             extra = np.array(rows, B.dtype).reshape(-1, B.shape[1])
@@ -398,22 +422,53 @@ class _Plan:
                 pinned.add(o)
         return pinned
 
-    def _flat(self, i):
-        """The entry is elementwise with every input as long as the output or one value."""
-        op = self.ops[i]
-        if op.kind == "unary":
-            return True
+    def fusable(self, i):
+        """``(rows, kinds)`` when entry ``i`` is elementwise and each input is read in one of
+        the ways a fused loop reads (``kinds[k]``): ``"full"`` (as long as the output, element
+        ``j``), ``"scalar"`` (one value), and over ``rows`` rows of the output (a broadcasting
+        binary entry whose block has two axes), ``"row"`` (one row, read by every row: a bias
+        added to each row) or ``"per_row"`` (one value per row). ``rows`` is 0 for an entry
+        that reads no input by rows. ``None`` for any other entry."""
+        f = self._fusable.get(i, ())
+        if f == ():
+            f = self._fusable[i] = self._reads(i)
+        return f
+
+    def _reads(self, i):
+        kind = self.ops[i].kind
+        if kind == "unary":
+            return 0, ("full",)
+        if kind not in registry.ELEMENTWISE_ARITY:
+            return None
         p = self.E[i, E_ATTR]
         ip = self.t.ipool
-        if op.kind == "binary":
-            return ip[p + 1] == 1 and ip[p + 3] in (0, 1) and ip[p + 4] in (0, 1)
-        return op.kind == "ternary" and ip[p] == SAME
+        if kind == "ternary":
+            return (0, ("full",) * 3) if ip[p] == SAME else None
+        if kind != "binary":
+            return None
+        nd = ip[p + 1]
+        if nd == 1:
+            names = {1: "full", 0: "scalar"}
+            if ip[p + 3] in names and ip[p + 4] in names:
+                return 0, (names[ip[p + 3]], names[ip[p + 4]])
+            return None
+        if nd != 2:
+            return None
+        rows, m = int(ip[p + 2]), int(ip[p + 3])
+        names = {(m, 1): "full", (0, 1): "row", (1, 0): "per_row", (0, 0): "scalar"}
+        kinds = tuple(names.get((int(ip[p + 4 + 2 * k]), int(ip[p + 5 + 2 * k]))) for k in (0, 1))
+        if rows < 2 or m < 2 or None in kinds:
+            return None
+        return rows, kinds
 
-    def stride(self, i, k):
-        """Stride (0 or 1) of input ``k`` of flat entry ``i``."""
-        if self.ops[i].kind != "binary":
-            return 1
-        return int(self.t.ipool[self.E[i, E_ATTR] + 3 + k])
+    def _flat(self, i):
+        """The entry is elementwise with every input as long as the output or one value."""
+        f = self.fusable(i)
+        return f is not None and f[0] == 0
+
+    def kind(self, i, k):
+        """How fused entry ``i`` reads input ``k`` (see :meth:`fusable`)."""
+        return self.fusable(i)[1][k]
 
     def full(self, b):
         """Buffer ``b`` is its owner's whole memory (not a partial view)."""
@@ -422,38 +477,88 @@ class _Plan:
         return B[b, B_OFF] == B[o, B_OFF] and B[b, B_SIZE] == B[o, B_SIZE]
 
     def _group(self):
-        E, B = self.E, self.B
+        """Cut the live entries into units, in an order that respects what each reads.
+
+        An elementwise entry joins a fused group that is still open when the sizes (and rows)
+        agree and everything it reads is placed, made by that group or by an older open one. A
+        group stays open, unplaced, while the entries after it do not read it: it sinks past
+        them. GMM's ``exp(q) * xc`` waits past ``L @ xc`` and takes ``+ L @ xc`` and the square
+        into its loop. An entry that reads an open group places it (and the older ones) first.
+        A unit that can stop the forward sweep (a guard, a checked gather, a custom op, ...)
+        places every open group first: the interpreter resumes at that entry and reads all that
+        was recorded before it. So does an entry that writes a part of a buffer others write
+        too (a part of a concatenation)."""
+        E, B, owner = self.E, self.B, self.owner
+        outs = E[self.live, E_OUT] if self.live else np.zeros(0, np.int64)
+        writers = np.bincount(owner[outs[outs >= 0]], minlength=len(B))
         units: list = []
-        made_by: dict[int, int] = {}  # owner -> unit that produces it
-        cur = None
+        open_: list[_Group] = []  # open groups, oldest first
+        producer: dict[int, _Group] = {}  # owner -> the open group that makes it
+
+        def place(seq):
+            """Place the open groups up to ``seq`` (all: ``inf``), oldest first."""
+            while open_ and open_[0].seq <= seq:
+                g = open_.pop(0)
+                units.append(g)
+                for i in g.entries + ([g.fold] if g.fold >= 0 else []):
+                    producer.pop(int(owner[E[i, E_OUT]]), None)
+
+        seq = 0
         for i in self.live:
             op = self.ops[i]
             o = int(E[i, E_OUT])
             size = int(B[o, B_SIZE])
-            here = len(units) - 1
-            if op.kind in registry.ELEMENTWISE_ARITY and self._flat(i):
-                ok = cur is not None and cur.n == size and cur.fold < 0
-                if ok:
-                    for b in self.ins[i]:
-                        if made_by.get(int(self.owner[b])) == here and not self.full(b):
-                            ok = False  # a shifted view of a value this loop is computing
-                if not ok:
+            reads = [producer.get(int(owner[b])) for b in self.ins[i]]
+            last = max((g.seq for g in reads if g is not None), default=-1)
+            f = self.fusable(i)
+            if f is not None and writers[owner[o]] > 1:
+                place(np.inf)  # a part of a shared buffer: in tape order, in a loop of its own
+                f = None if f[0] else f
+                if f is not None:
+                    g = _Group(size)
+                    g.entries.append(i)
+                    units.append(g)
+                    continue
+            if f is not None:
+                rows = f[0]
+                cur = None
+                for g in reversed(open_[-_OPEN_GROUPS:]):
+                    if g.seq < last:
+                        break
+                    if (
+                        g.n == size and g.fold < 0 and (rows == 0 or g.rows in (1, rows))
+                        and not any(r is g and not self.full(b) for r, b in zip(reads, self.ins[i]))
+                    ):  # fmt: skip  (not a shifted view of a value the loop is computing)
+                        cur = g
+                        break
+                if cur is None:
+                    if len(open_) >= _OPEN_GROUPS:
+                        place(open_[0].seq)
                     cur = _Group(size)
-                    units.append(cur)
+                    cur.seq = seq = seq + 1
+                    open_.append(cur)
+                if rows:
+                    cur.rows = rows
                 cur.entries.append(i)
+                producer[int(owner[o])] = cur
             elif (
                 op is SUM
                 and size == 1
-                and cur is not None
-                and cur.fold < 0
-                and made_by.get(int(self.owner[self.ins[i][0]])) == here
+                and reads[0] is not None
+                and reads[0].fold < 0
                 and self.full(self.ins[i][0])
+                and writers[owner[o]] == 1
             ):
-                cur.fold = i
+                reads[0].fold = i
+                producer[int(owner[o])] = reads[0]
             else:
-                cur = None
+                place(last if op.kind != "kernel" or op.name in _NEVER_STOP else np.inf)
                 units.append(_Call(i))
-            made_by[o] = len(units) - 1
+        place(np.inf)
+        made_by: dict[int, int] = {}  # value -> unit that produces it
+        for u, unit in enumerate(units):
+            for i in unit.entries + ([unit.fold] if isinstance(unit, _Group) and unit.fold >= 0 else []):
+                made_by[int(E[i, E_OUT])] = u
         self.units = units
         self.made_by = made_by
         # which units read each value (through any view of it)
@@ -493,9 +598,21 @@ class _Code:
         self._local: dict[int, int] = {}
         self.views: dict[str, str] = {}  # name -> expression, at the top of the function
         self.lines: list[str] = []
+        self.rows = None  # (rows, row length): the lines run once per row (see block)
+        self._by_row: set[str] = set()  # views the rows run along
+        self._pre: list[str] = []  # over rows: lines run before the rows (see once)
+        self._post: list[str] = []  # ... and after them
 
     def __call__(self, line, depth=1):
         self.lines.append("    " * depth + line)
+
+    def once(self, line, after=False):
+        """A line of the function's top level that runs once, not once per row: a scratch
+        array or a sum's start before the rows, the sum's store ``after`` them."""
+        if not self.rows:
+            self(line)
+        else:
+            (self._post if after else self._pre).append("    " + line)
 
     def n(self, b):
         """Local number of buffer ``b``."""
@@ -508,20 +625,33 @@ class _Code:
             self.params.append(value)
         return f"P[{self._slot[value]}]"
 
-    def view(self, arena, b):
-        name = f"{arena[0]}{self.n(b)}"
+    def view(self, arena, b, row=False):
+        """The name of buffer ``b``'s view in ``arena``. In a loop over rows, a buffer as
+        long as the loop is this row of it, unless ``row`` (it is one row, read by each)."""
+        name = f"{arena[0]}{'p' if row else ''}{self.n(b)}"
         off = self.p(int(self.B[b, B_OFF]))
         self.views[name] = f"{arena}[{off} : {off} + {int(self.B[b, B_SIZE])}]"
+        if self.rows and not row:
+            self._by_row.add(name)
         return name
 
-    def at(self, arena, b):
-        """Element 0 of buffer ``b``."""
-        return f"{arena}[{self.p(int(self.B[b, B_OFF]))}]"
+    def at(self, arena, b, per_row=False):
+        """Element 0 of buffer ``b`` (``per_row``: element ``r``, in a loop over rows)."""
+        return f"{arena}[{self.p(int(self.B[b, B_OFF]))}{' + r' if per_row else ''}]"
 
     def block(self, tail=()):
-        """The unit's code, one indent deep: views, then the lines, then ``tail``."""
-        out = [f"    {n} = {e}" for n, e in self.views.items()]
-        return out + self.lines + [f"    {x}" for x in tail]
+        """The unit's code, one indent deep: views, then the lines, then ``tail``. Over rows,
+        the lines run in a loop over them, with the views that run along the rows cut to the
+        row; what runs once (:meth:`once`) goes before and after that loop."""
+        if not self.rows:
+            out = [f"    {n} = {e}" for n, e in self.views.items()]
+            return out + self.lines + [f"    {x}" for x in tail]
+        rows, m = self.rows
+        out = [f"    {n}{'_all' if n in self._by_row else ''} = {e}" for n, e in self.views.items()]
+        out += self._pre + [f"    for r in range({rows}):"]
+        out += [f"        {n} = {n}_all[r * {m} : r * {m} + {m}]" for n in self.views if n in self._by_row]
+        out += ["    " + x for x in self.lines] + self._post
+        return out + [f"    {x}" for x in tail]
 
 
 def _unit_args(name):
@@ -587,12 +717,14 @@ class _Gen:
         o = int(p.owner[b])
         if p.made_by.get(o) == u and p.full(b):  # made earlier in this loop
             return f"v{c.n(o)}"
-        if p.stride(i, k) == 0:
+        kind = p.kind(i, k)
+        if kind in ("scalar", "per_row"):
             name = f"c{c.n(b)}"
-            consts[name] = c.at("data", b)
+            consts[name] = c.at("data", b, kind == "per_row")
             return name
-        name = f"x{c.n(b)}"
-        loads[name] = f"{c.view('data', b)}[j]"
+        row = kind == "row"
+        name = f"x{'p' if row else ''}{c.n(b)}"
+        loads[name] = f"{c.view('data', b, row)}[j]"
         return name
 
     def call_args(self, u, i, c, loads, consts):
@@ -605,16 +737,22 @@ class _Gen:
         o = int(p.E[i, E_OUT])
         if p.external(o, u):
             return True
-        if g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]]) and g.n < _BLOCK_MIN:
+        if g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]]) and not self.sums_by_blocks(g):
             return True  # summed by a second pass over the arena (long loops sum by blocks)
         cheap = p.ops[i].name in CHEAP or self.int_power(i) is not None
         return not cheap and bool(p.emask[i])
+
+    @staticmethod
+    def sums_by_blocks(g):
+        """Group ``g``'s folded sum is taken block by block with its loop (a long loop, or
+        one over rows), not by a second pass over the stored values."""
+        return g.n >= _BLOCK_MIN or g.rows > 1
 
     def int_power(self, i):
         """``k`` when entry ``i`` is ``x ** k`` with ``k`` a recorded constant 2, 3 or 4 (the
         fused code multiplies instead of calling ``pow``), else ``None``."""
         p = self.p
-        if p.ops[i] is not POW or p.stride(i, 1) != 0:
+        if p.ops[i] is not POW or p.kind(i, 1) != "scalar":
             return None
         b = p.ins[i][1]
         if p.dyn[int(p.owner[b])]:
@@ -648,7 +786,8 @@ class _Gen:
     def describe(self, g):
         names = ", ".join(self.p.ops[i].name for i in g.entries)
         fold = "; then their sum" if g.fold >= 0 else ""
-        return f"Fused {names} over {g.n} elements{fold}."
+        over = f"{g.rows} rows of {g.m}" if g.rows > 1 else f"{g.n}"
+        return f"Fused {names} over {over} elements{fold}."
 
     # -- forward ---------------------------------------------------------------------
     def forward(self):
@@ -676,7 +815,7 @@ class _Gen:
         and the one-call gradient skips its forward loop."""
         p = self.p
         g = p.units[u]
-        if not isinstance(g, _Group) or g.fold < 0 or g.n < _BLOCK_MIN or not p.emask[g.fold]:
+        if not isinstance(g, _Group) or g.fold < 0 or g.m < _BLOCK_MIN or not p.emask[g.fold]:
             return False
         o = int(p.E[g.fold, E_OUT])
         if o not in p.root_owners or o in p.pinned or p.uses.get(o):
@@ -694,6 +833,7 @@ class _Gen:
     def forward_group(self, u, g):
         p = self.p
         c = _Code(p.B)
+        c.rows = (g.rows, g.m) if g.rows > 1 else None
         body, loads, consts = [], {}, {}
         for i in g.entries:
             o = int(p.E[i, E_OUT])
@@ -704,13 +844,13 @@ class _Gen:
         for name, expr in consts.items():
             c(f"{name} = {expr}")
         lines = [f"{n} = {e}" for n, e in loads.items()] + body
-        if g.fold >= 0 and g.n >= _BLOCK_MIN:
+        if g.fold >= 0 and self.sums_by_blocks(g):
             self.folded_in_blocks(u, g, c, lines)
         else:
-            c(f"for j in range({g.n}):")
+            c(f"for j in range({g.m}):")
             for line in lines:
                 c(line, 2)
-        if g.fold >= 0 and g.n < _BLOCK_MIN:
+        if g.fold >= 0 and not self.sums_by_blocks(g):
             # a second, vectorised pass over the stored values: twice as fast as adding them up
             # in the loop, where every add waits for the one before
             o = int(p.E[g.fold, E_OUT])
@@ -732,22 +872,22 @@ class _Gen:
         o = int(p.E[g.fold, E_OUT])
         src = int(p.owner[p.ins[g.fold][0]])
         stored = any(self.stored(u, i) for i in g.entries if int(p.E[i, E_OUT]) == src)
-        blk = min(_BLOCK, g.n)
+        blk = min(_BLOCK, g.m)
         if not stored:
             lines = lines + [f"bs[jj] = v{c.n(src)}"]
-            c(f"bs = np.empty({blk})")
+            c.once(f"bs = np.empty({blk})")
         used = sorted({m for line in lines for m in _AT_J.findall(line)})
         lines = [_AT_J.sub(r"\1_[jj]", x) for x in lines]
-        c("acc = 0.0")
-        c(f"for j0 in range(0, {g.n}, {blk}):")
-        c(f"m = min({blk}, {g.n} - j0)", 2)
+        c.once("acc = 0.0")
+        c(f"for j0 in range(0, {g.m}, {blk}):")
+        c(f"m = min({blk}, {g.m} - j0)", 2)
         for name in used:
             c(f"{name}_ = {name}[j0 : j0 + m]", 2)
         c("for jj in range(m):", 2)
         for line in lines:
             c(line, 3)
         c(f"acc += _sum_reassoc({c.view('data', src) + '_' if stored else 'bs[:m]'})", 2)
-        c(f"{c.at('data', o)} = acc")
+        c.once(f"{c.at('data', o)} = acc", after=True)
 
     # -- reverse ---------------------------------------------------------------------
     def reverse(self):
@@ -842,10 +982,12 @@ class _Gen:
         p = self.p
         B = p.B
         c = _Code(B)
+        c.rows = (g.rows, g.m) if g.rows > 1 else None
         loads, consts = {}, {}
         vals, adj, fast, slow = [], [], [], []
-        scalar: dict[str, int] = {}  # adjoint of a broadcast input: summed over the loop
-        full: dict[str, int] = {}  # adjoint of an input read elementwise
+        # adjoint of a broadcast input: summed over the loop (over the row: per_row)
+        scalar: dict[str, tuple[int, bool]] = {}  # name -> (buffer, per_row)
+        full: dict[str, tuple[int, bool]] = {}  # read elementwise: name -> (buffer, row)
         for i in g.entries:
             o = int(p.E[i, E_OUT])
             args = self.call_args(u, i, c, loads, consts)
@@ -874,25 +1016,26 @@ class _Gen:
                 ob = int(p.owner[b])
                 if p.made_by.get(ob) == u and p.full(b):
                     target = f"a{c.n(ob)}"
-                elif p.stride(i, k) == 0:
+                elif p.kind(i, k) in ("scalar", "per_row"):
                     target = f"t{c.n(b)}"
-                    scalar[target] = b
+                    scalar[target] = (b, p.kind(i, k) == "per_row")
                 else:
-                    target = f"e{c.n(b)}"
-                    full[target] = b
+                    row = p.kind(i, k) == "row"
+                    target = f"e{'p' if row else ''}{c.n(b)}"
+                    full[target] = (b, row)
                 fast.append(f"{target} += {rule}")
                 slow.append(f"{target} += _masked({rule}, a{o})")
         out = []
-        for name, b in full.items():
+        for name, (b, row) in full.items():
             o = int(p.owner[b])
             first = (
-                o not in touched and o not in aliased and b == o
+                o not in touched and o not in aliased and b == o and not row
                 and B[o, B_KIND] == ACTIVE and int(B[o, B_SIZE]) == g.n
             )  # fmt: skip
             if first:
                 assigned.add(o)
-            out.append((c.view("grad", b), "=" if first else "+=", name))
-        for b in list(full.values()) + list(scalar.values()):
+            out.append((c.view("grad", b, row), "=" if first else "+=", name))
+        for b, _ in list(full.values()) + list(scalar.values()):
             touched.add(int(p.owner[b]))
         for name in scalar:
             c(f"s{name[1:]} = 0.0")
@@ -906,17 +1049,17 @@ class _Gen:
         # there (where(x > 0, sqrt(x), 0) at 0) would be a NaN. Without the selects the loop
         # is faster and gives the same numbers unless such a NaN appeared, and any such NaN
         # reaches an input's adjoint: then the element is redone with them.
-        if g.n < _BLOCK_MIN or not all(self.vectorises(i) for i in g.entries):
+        if g.m < _BLOCK_MIN or not all(self.vectorises(i) for i in g.entries):
             call = self.outline_redo(loads, consts, vals, adj, targets, slow)
-            _element_loop(c, g.n, targets, main, [call], out, scalar)
+            _element_loop(c, g.m, targets, main, [call], out, scalar)
         else:
             fold = None
             if self.sum_in_reverse(u):
                 fold = (f"v{c.n(int(p.owner[p.ins[g.fold][0]]))}",
                         c.at("data", int(p.E[g.fold, E_OUT])))  # fmt: skip
-            _block_loop(c, g.n, targets, pre, main, redo, out, scalar, fold)
-        for name, b in scalar.items():
-            c(f"{c.at('grad', b)} += s{name[1:]}")
+            _block_loop(c, g.m, targets, pre, main, redo, out, scalar, fold)
+        for name, (b, per_row) in scalar.items():
+            c(f"{c.at('grad', b, per_row)} += s{name[1:]}")
         doc = self.describe(g)[:-1] + " (reverse)."
         return self.add("_rev", c, doc), c.params
 
@@ -965,8 +1108,8 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar, fold=None):
     keep = [f"b{t}[jj] = {t}" for t in targets]
     if fold is not None:  # (value summed, where the sum goes): as the forward loop sums
         keep.append(f"bs[jj] = {fold[0]}")
-        c(f"bs = np.empty({blk})")
-        c("acc = 0.0")
+        c.once(f"bs = np.empty({blk})")
+        c.once("acc = 0.0")
     redo = pre + redo  # the element's values again: the block loop kept only its results
     adds = [f"{view}[j] {op} b{name}[jj]" for view, op, name in out]
     # element j of a view is element jj of the view's block: indexed by a range variable
@@ -974,7 +1117,7 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar, fold=None):
     used = sorted({m for line in main + redo + adds for m in _AT_J.findall(line)})
     main, redo, adds = ([_AT_J.sub(r"\1_[jj]", x) for x in xs] for xs in (main, redo, adds))
     for t in targets:
-        c(f"b{t} = np.empty({blk})")
+        c.once(f"b{t} = np.empty({blk})")
     c(f"for j0 in range(0, {n}, {blk}):")
     c(f"m = min({blk}, {n} - j0)", 2)
     for name in used:
@@ -996,7 +1139,7 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar, fold=None):
         c(f"s{name[1:]} += _sum_reassoc(b{name}[:m])", 2)
     if fold is not None:
         c("acc += _sum_reassoc(bs[:m])", 2)
-        c(f"{fold[1]} = acc")
+        c.once(f"{fold[1]} = acc", after=True)
 
 
 def _gradient_args(t, B, n_ints, tables_read, n_run):

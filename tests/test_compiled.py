@@ -197,6 +197,101 @@ def test_blocked_reverse_redoes_the_elements_that_met_zero_times_inf():
             np.testing.assert_allclose(g, gi, rtol=1e-12)
 
 
+def test_broadcast_rows_fuse_with_their_elementwise_neighbours():
+    # GMM's pattern: a value per row (q: (K, d, 1) against (K, d, n)), then a matrix
+    # product's output added and squared, in one loop over K*d rows of n; the reverse adds
+    # q's adjoint along each row. Sizes: rows of 100 (blocks) and of 7 (element loops).
+    for K, d, n in ((3, 4, 100), (5, 2, 7)):
+        rng = np.random.default_rng(n)
+        q, xc, y = rng.normal(size=(K, d, 1)), rng.normal(size=(K, d, n)), rng.normal(size=(K, d, n))
+
+        def f(q, xc, y):
+            return tp.sum(tp.sum((tp.exp(q) * xc + y) ** 2, 1) * 0.5)
+
+        ti, tc = both(f, q, xc, y)
+        src = tc.compiled_source
+        assert f"Fused mul, add, square over {K * d} rows of {n} elements" in src
+        assert f"for r in range({K * d}):" in src
+        agree(ti, tc, q, xc, y)
+        r = np.exp(q) * xc + y
+        gq, gx, gy = tc.gradient(q, xc, y)
+        close(gq, np.exp(q) * np.sum(r * xc, axis=2, keepdims=True))
+        close(gx, np.exp(q) * r)
+        close(gy, r)
+        q2, x2, y2 = q * 0.5, xc[::-1].copy(), -y
+        agree(ti, tc, q2, x2, y2)
+
+
+def test_a_fused_loop_sinks_past_a_matrix_product_it_does_not_feed():
+    # a = exp(q) * xc is recorded before L @ xc, which does not read it; the loop waits and
+    # takes in a + L @ xc, its square and their sum (GMM's order of recording)
+    K, d, n = 3, 4, 80
+    rng = np.random.default_rng(8)
+    q, L, xc = rng.normal(size=(K, d, 1)), rng.normal(size=(K, d, d)), rng.normal(size=(K, d, n))
+
+    def f(q, L, xc):
+        a = tp.exp(q) * xc
+        b = L @ xc
+        return tp.sum((a + b) ** 2)
+
+    ti, tc = both(f, q, L, xc)
+    src = tc.compiled_source
+    assert f"Fused mul, add, square over {K * d} rows of {n} elements; then their sum." in src
+    agree(ti, tc, q, L, xc)
+    r = 2.0 * (np.exp(q) * xc + L @ xc)
+    gq, gL, gx = tc.gradient(q, L, xc)
+    close(gq, np.exp(q) * np.sum(r * xc, axis=2, keepdims=True))
+    close(gL, r @ np.swapaxes(xc, 1, 2))
+    close(gx, np.exp(q) * r + np.swapaxes(L, 1, 2) @ r)
+
+
+def test_a_fused_loop_never_sinks_past_a_guard():
+    # on_change="warn": when the guard fails, the interpreter resumes at it and reads a,
+    # which the compiled forward must have computed before the guard
+    def f(x, y):
+        a = x * 3.0
+        if tp.sum(y) > 0:
+            return tp.sum((a + y) * y)
+        return tp.sum(a - y)
+
+    x, y = np.linspace(-1.0, 1.0, 5), np.linspace(0.5, 1.5, 5)
+    t = tp.record(f, x, y, compile=True, on_change="warn")
+    close(t.gradient(x, y)[1], 3.0 * x + 2.0 * y)
+    with pytest.warns(tp.GuardWarning):
+        gx, gy = t.gradient(x, -y)  # the recorded branch, at the new values
+    close(gx, 3.0 * -y)
+    close(gy, 3.0 * x + 2.0 * -y)
+
+
+def test_bias_rows_fuse_and_their_adjoint_sums_over_the_rows():
+    # an MLP layer: h @ W + b, b one row that every row reads, then tanh and a weighted sum;
+    # b's adjoint is the column sums of the rows' contributions
+    rng = np.random.default_rng(4)
+    h, W, b = rng.normal(size=(90, 5)), rng.normal(size=(5, 70)), rng.normal(size=70)
+    w = rng.normal(size=(90, 70))
+
+    def f(h, W, b):
+        return tp.sum(tp.tanh(h @ W + b) * w)
+
+    ti, tc = both(f, h, W, b)
+    assert "over 90 rows of 70 elements" in tc.compiled_source
+    agree(ti, tc, h, W, b)
+    a = np.tanh(h @ W + b)
+    gz = (1.0 - a * a) * w
+    gh, gW, gb = tc.gradient(h, W, b)
+    close(gb, gz.sum(axis=0))
+    close(gW, h.T @ gz)
+    close(gh, gz @ W.T)
+    # float32: the same loops in the arena's dtype
+    w32 = w.astype(np.float32)
+    args32 = [x.astype(np.float32) for x in (h, W, b)]
+    t32 = tp.record(lambda h, W, b: tp.sum(tp.tanh(h @ W + b) * w32), *args32, compile=True)
+    assert t32.dtype == np.float32 and "over 90 rows of 70 elements" in t32.compiled_source
+    g32 = t32.gradient(*args32)
+    assert g32[2].dtype == np.float32
+    np.testing.assert_allclose(g32[2], gz.sum(axis=0), rtol=1e-3, atol=1e-3)
+
+
 def test_gradient_from_python_is_one_compiled_call_for_any_layout():
     x = np.random.default_rng(3).uniform(-1, 2, 40)
     t = tp.record(rosenbrock, x, compile=True)

@@ -319,6 +319,55 @@ def test_sum_of_empty_and_reductions_of_size_zero():
         tp.zeros(0).max()
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("ta, tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_adds_the_product_into_its_output(dtype, ta, tb):
+    # matmul's reverse adds A^T gY and gY B^T into the adjoints through BLAS (beta = 1)
+    from numba import njit
+
+    from tape._blas import gemm_acc
+
+    rng = np.random.default_rng(7)
+    m, k, n = 3, 5, 4
+    a = rng.normal(size=(k, m) if ta else (m, k)).astype(dtype)
+    b = rng.normal(size=(n, k) if tb else (k, n)).astype(dtype)
+    c0 = rng.normal(size=(m, n)).astype(dtype)
+    c = c0.copy()
+    njit(lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c))(a, ta, b, tb, c)
+    f64 = lambda x: x.astype(np.float64)  # noqa: E731
+    want = f64(c0) + (f64(a).T if ta else f64(a)) @ (f64(b).T if tb else f64(b))
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(c, want, rtol=tol, atol=tol)
+    c = c0.copy()
+    gemm_acc(a, ta, b, tb, c)  # the Python version (NUMBA_DISABLE_JIT)
+    np.testing.assert_allclose(c, want, rtol=tol, atol=tol)
+
+
+def test_float32_matmul_gradient():
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(2, 3, 4)).astype(np.float32)
+    b = rng.normal(size=(4, 5)).astype(np.float32)
+    t = tp.record(lambda a, b: tp.sum(tp.sin(a @ b)), a, b)
+    assert t.dtype == np.float32
+    ga, gb = t.gradient(a, b)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    gy = np.cos(a64 @ b64)
+    np.testing.assert_allclose(ga, gy @ b64.T, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gb, np.einsum("bij,bik->jk", a64, gy), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 2)])
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_extremum_over_axes_with_nan_and_inf_as_numpy(name, axis):
+    # rows of the innermost axis: kept (axis 0), reduced (axis 1, (0, 2)), or all of them
+    x = np.arange(60.0).reshape(3, 4, 5) * np.where(np.arange(5) % 2, -1.0, 1.0)
+    x[1, 2, 3] = np.nan
+    x[2, 0, 1] = -np.inf
+    x[0, 3, :] = np.inf
+    got = getattr(tp, name)(tp.tensor(x), axis=axis).numpy()
+    np.testing.assert_array_equal(got, getattr(np, name)(x, axis=axis))
+
+
 @pytest.mark.parametrize("m", [1, 3, 4, 7, 1001])
 def test_broadcast_adjoint_summed_over_rows_of_any_length(m):
     # a (3, 1) input against (3, m): its adjoint is each row's contributions summed (in four

@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "7ee6da54b08c2b4f456c1d30c6d8007a22012c798fe5437e78d04d7ef9755b1e"
+FINGERPRINT = "aed950229d2c2bdfc242df18ecabb0a0fb6402c45cfcca1fd281e618169941ea"
 
 import numpy as np
 from numba import njit, prange

@@ -11,6 +11,7 @@ from numba import njit
 
 from tape import _validate as V
 from tape import registry
+from tape._blas import gemm_acc
 from tape._config import KERNEL_JIT
 from tape._layout import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape._loops import active, view
@@ -57,12 +58,11 @@ def matmul_rev(i, entries, bufs, ipool, data, grad):
         gy = gY[b * m * n : (b + 1) * m * n].reshape((m, n))
         a = A[b * sa : b * sa + m * k].reshape((m, k))
         bb = B[b * sb : b * sb + k * n].reshape((k, n))
+        # added into the adjoints by BLAS itself (beta = 1): no temporary, no second pass
         if act_a:
-            ga = gA[b * sa : b * sa + m * k].reshape((m, k))
-            ga += np.dot(gy, bb.T)
+            gemm_acc(gy, False, bb, True, gA[b * sa : b * sa + m * k].reshape((m, k)))
         if act_b:
-            gb = gB[b * sb : b * sb + k * n].reshape((k, n))
-            gb += np.dot(a.T, gy)
+            gemm_acc(a, True, gy, False, gB[b * sb : b * sb + k * n].reshape((k, n)))
 
 
 @_jit

@@ -92,16 +92,36 @@ def sum_rev(i, entries, bufs, ipool, data, grad):
 
 @_jit
 def _extreme_fwd(is_max, i, entries, bufs, ipool, data):
+    # by rows of the innermost axis, as sum_fwd: a kept inner axis updates a row of the output
+    # in one loop that vectorises (the select below has no branch)
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
-    off = _out_offsets(ipool, entries[i, E_ATTR])
     y[:] = -np.inf if is_max else np.inf
-    for j in range(x.shape[0]):
-        v = x[j]
-        o = off[j]
-        if v != v or (is_max and v > y[o]) or (not is_max and v < y[o]):
-            y[o] = v
+    m, inner, starts = _rows(ipool, entries[i, E_ATTR])
+    for r in range(starts.shape[0]):
+        xr = x[r * m : (r + 1) * m]
+        b = starts[r]
+        if inner == 1:
+            yr = y[b : b + m]
+            for j in range(m):
+                yr[j] = _pick(is_max, yr[j], xr[j])
+        elif inner == 0:
+            c = y[b]
+            for j in range(m):
+                c = _pick(is_max, c, xr[j])
+            y[b] = c
+        else:
+            for j in range(m):
+                o = b + j * inner
+                y[o] = _pick(is_max, y[o], xr[j])
     return -1
+
+
+@njit(inline="always", **KERNEL_JIT)
+def _pick(is_max, cur, v):
+    """The extremum so far after element ``v``: NaN from the first NaN on."""
+    better = v > cur if is_max else v < cur
+    return v if (v != v or better) else cur
 
 
 @_jit

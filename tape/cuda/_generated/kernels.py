@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "a438dcd475d53695736dbc48eb12b83ade151c0ba832f415d0d2b43a29430a28"
+FINGERPRINT = "f1a8e3a01cca84bd19fb3d53b2a07fe0f6028d6c125dd746b119803a2ad7dfbc"
 
 from numba import cuda, float64
 
