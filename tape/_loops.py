@@ -245,8 +245,7 @@ def _bcast_rev_row(r, first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
         g[bk] += acc
     else:
         for j in range(m):
-            v = r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j])
-            g[bk + j * sk] += masked(v, gyr[j])
+            g[bk + j * sk] += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
 @_loop

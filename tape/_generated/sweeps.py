@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "aed950229d2c2bdfc242df18ecabb0a0fb6402c45cfcca1fd281e618169941ea"
+FINGERPRINT = "b96b66bd462f949d92786bb6202462ecae10dc7bd5c29ef1baa3dfd498661ed3"
 
 import numpy as np
 from numba import njit, prange
