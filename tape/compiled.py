@@ -513,12 +513,12 @@ class _Plan:
             f = self.fusable(i)
             if f is not None and writers[owner[o]] > 1:
                 place(np.inf)  # a part of a shared buffer: in tape order, in a loop of its own
-                f = None if f[0] else f
-                if f is not None:
+                if f[0] == 0:
                     g = _Group(size)
                     g.entries.append(i)
                     units.append(g)
                     continue
+                f = None  # over rows: the interpreter's kernel
             if f is not None:
                 rows = f[0]
                 cur = None
@@ -1016,11 +1016,11 @@ class _Gen:
                 ob = int(p.owner[b])
                 if p.made_by.get(ob) == u and p.full(b):
                     target = f"a{c.n(ob)}"
-                elif p.kind(i, k) in ("scalar", "per_row"):
+                elif (kind := p.kind(i, k)) in ("scalar", "per_row"):
                     target = f"t{c.n(b)}"
-                    scalar[target] = (b, p.kind(i, k) == "per_row")
+                    scalar[target] = (b, kind == "per_row")
                 else:
-                    row = p.kind(i, k) == "row"
+                    row = kind == "row"
                     target = f"e{'p' if row else ''}{c.n(b)}"
                     full[target] = (b, row)
                 fast.append(f"{target} += {rule}")
