@@ -18,7 +18,9 @@ What the generated code does differently from the interpreter:
 - **Fusion.** Elementwise entries over the same number of elements (every input either that
   long or a single value) become one loop, forward and reverse. Over the rows of a two-axis
   output, an input may also be one row that every row reads (a bias added to each row of a
-  matrix product) or one value per row (``(K, d, 1)`` against ``(K, d, n)``): the loop then
+  matrix product) or one value per row (``(K, d, 1)`` against ``(K, d, n)``), and over the
+  rows of a three-axis output ``(A, D, m)`` one row per block of ``D`` rows (``(A, 1, m)``)
+  or a ``(D, m)`` matrix that every block reads (``x.T - means[:, :, None]``): the loop then
   runs row by row, and those inputs' adjoints add up over the rows or along each row. The
   entries need not be consecutive: a loop is placed where the first entry outside it reads
   one of its values, so it takes in entries recorded after a matrix product it does not feed
@@ -27,7 +29,10 @@ What the generated code does differently from the interpreter:
   the reverse loop read, and the reverse loop recomputes the cheap ones. A full ``sum`` of a
   value of the loop is taken with it: right after it, vectorised, or, in a loop of
   ``_BLOCK_MIN`` elements or more (or over rows), block by block while the block is in the
-  L1 cache (then the summed values are not stored unless read elsewhere).
+  L1 cache (then the summed values are not stored unless read elsewhere). A sum over the
+  middle axis of ``(A, D, m)`` (GMM's ``sum(Qxc ** 2, axis=1)``) is taken in a loop over its
+  ``A * D`` rows, each row added into its block's output row; its reverse reads that row's
+  adjoint in the reverse loop.
 - **Adjoints in registers.** Inside a run, adjoints are local variables: they are never zeroed
   or stored. An intermediate whose adjoint memory is written first by a fused run is
   assigned, not zeroed and accumulated.
@@ -120,7 +125,7 @@ from tape.core import register_extension
 from tape.ops.elementwise import POW
 from tape.ops.reduce import SUM
 
-GENERATOR_VERSION = 5
+GENERATOR_VERSION = 6
 
 MAX_UNIT_KINDS = 400
 """Tapes that need more distinct kinds of unit than this are not compiled
@@ -165,8 +170,11 @@ each loop on its own, and the compile stays short)."""
 _FEW_RANGES = 16
 """Adjoint ranges to zero that the generated code names one by one (more: a table)."""
 
-_AT_J = re.compile(r"\b([dg]p?\d+)\[j\]")
+_AT_J = re.compile(r"\b([dg][ptq]?\d+)\[j\]")
 """Element ``j`` of a unit's view (``d3[j]``, ``g0[j]``) in generated code."""
+
+_TAGS = {"full": "", "row": "p", "tile": "t", "block": "q"}
+"""The letter after ``d``/``g``/``x``/``e`` in a view's name: how a loop over rows reads it."""
 
 _OPEN_GROUPS = 8
 """Fused groups that stay open at once while the tape is cut into units (see
@@ -212,7 +220,9 @@ class _Group:
         self.rows = 1
         self.seq = 0  # order of creation, while the group is open (see _Plan._group)
         self.entries: list[int] = []
-        self.fold = -1  # a full sum of a value of the group, taken right after its loop
+        self.fold = -1  # a sum of a value of the group, taken with its loop
+        self.fold_rows = 0  # 0: the fold is a full sum; D: a sum over blocks of D rows
+        self.stops = 0  # once placed: how many units that can stop the sweep precede it
 
     @property
     def m(self):
@@ -428,7 +438,10 @@ class _Plan:
         ``j``), ``"scalar"`` (one value), and over ``rows`` rows of the output (a broadcasting
         binary entry whose block has two axes), ``"row"`` (one row, read by every row: a bias
         added to each row) or ``"per_row"`` (one value per row). ``rows`` is 0 for an entry
-        that reads no input by rows. ``None`` for any other entry."""
+        that reads no input by rows. Over the rows of a three-axis output ``(A, D, m)`` (rows
+        ``A * D``), also ``("tile", D)`` (a ``(D, m)`` matrix: row ``r % D`` of it) or
+        ``("block", D)`` (an ``(A, 1, m)`` value: row ``r // D``). ``None`` for any other
+        entry."""
         f = self._fusable.get(i, ())
         if f == ():
             f = self._fusable[i] = self._reads(i)
@@ -446,20 +459,51 @@ class _Plan:
             return (0, ("full",) * 3) if ip[p] == SAME else None
         if kind != "binary":
             return None
-        nd = ip[p + 1]
+        nd = int(ip[p + 1])
         if nd == 1:
             names = {1: "full", 0: "scalar"}
             if ip[p + 3] in names and ip[p + 4] in names:
                 return 0, (names[ip[p + 3]], names[ip[p + 4]])
             return None
-        if nd != 2:
+        if nd not in (2, 3):
             return None
-        rows, m = int(ip[p + 2]), int(ip[p + 3])
-        names = {(m, 1): "full", (0, 1): "row", (1, 0): "per_row", (0, 0): "scalar"}
-        kinds = tuple(names.get((int(ip[p + 4 + 2 * k]), int(ip[p + 5 + 2 * k]))) for k in (0, 1))
+        # the block: [mode, nd, shape[nd], strides_0[nd], strides_1[nd]]
+        dims = [int(x) for x in ip[p + 2 : p + 2 + nd]]
+        m = dims[-1]
+        rows = int(np.prod(dims[:-1]))
+        if nd == 2:
+            names = {(m, 1): "full", (0, 1): "row", (1, 0): "per_row", (0, 0): "scalar"}
+        else:
+            D = dims[1]
+            names = {(D * m, m, 1): "full", (0, 0, 1): "row", (D, 1, 0): "per_row",
+                     (0, 0, 0): "scalar", (0, m, 1): ("tile", D), (m, 0, 1): ("block", D)}  # fmt: skip
+        q = p + 2 + nd
+        kinds = tuple(names.get(tuple(int(x) for x in ip[q + nd * k : q + nd * (k + 1)])) for k in (0, 1))
         if rows < 2 or m < 2 or None in kinds:
             return None
         return rows, kinds
+
+    def row_sum(self, i, g):
+        """``(rows, D)`` when ``sum`` entry ``i``, over the value of open group ``g``, adds
+        up blocks of ``D`` consecutive rows of a loop over ``rows`` rows: a sum over the
+        middle axis of ``(A, D, m)``, or over the first of ``(D, m)`` (then ``A`` is 1). The
+        group may run over rows already (of ``m`` elements), or be flat, rows of 16 elements
+        or more; else ``None``. (The attribute block is ``[nd, shape[nd], out_strides[nd]]``,
+        unit axes dropped and neighbours merged: see :mod:`tape.ops.reduce`.)"""
+        ip = self.t.ipool
+        p = int(self.E[i, E_ATTR])
+        nd = int(ip[p])
+        if nd not in (2, 3):
+            return None
+        dims = [int(x) for x in ip[p + 1 : p + 1 + nd]]
+        st = tuple(int(x) for x in ip[p + 1 + nd : p + 1 + 2 * nd])
+        m, D = dims[-1], dims[-2]
+        if st != ((m, 0, 1) if nd == 3 else (0, 1)) or D < 2:
+            return None
+        rows = int(np.prod(dims[:-1]))
+        if rows * m != g.n or (g.rows > 1 and g.rows != rows) or (g.rows == 1 and m < 16):
+            return None
+        return rows, D
 
     def _flat(self, i):
         """The entry is elementwise with every input as long as the output or one value."""
@@ -494,14 +538,42 @@ class _Plan:
         units: list = []
         open_: list[_Group] = []  # open groups, oldest first
         producer: dict[int, _Group] = {}  # owner -> the open group that makes it
+        placed: dict[int, tuple[int, _Group]] = {}  # owner -> (entry, placed group) making it
+        n_read = np.zeros(len(B), np.int64)  # how many entries read each owner so far
+        stops = 0  # units placed so far that can stop the forward sweep
 
         def place(seq):
             """Place the open groups up to ``seq`` (all: ``inf``), oldest first."""
             while open_ and open_[0].seq <= seq:
                 g = open_.pop(0)
+                g.stops = stops
                 units.append(g)
                 for i in g.entries + ([g.fold] if g.fold >= 0 else []):
                     producer.pop(int(owner[E[i, E_OUT]]), None)
+                    placed[int(owner[E[i, E_OUT]])] = (i, g)
+
+        def pull(i, cur, rows):
+            """Move into ``cur`` the cheap entries of placed groups whose value only entry
+            ``i`` reads (none since, nor any unit that can stop the sweep): ``xc * e`` made
+            next to ``xc``, which a matrix product reads, is made where ``+ L @ xc`` reads it
+            instead of being stored and loaded. Returns the rows of ``cur`` then."""
+            for b in self.ins[i]:
+                o = int(owner[b])
+                j, src = placed.get(o, (-1, None))
+                if src is None or n_read[o] or src.stops != stops or not self.full(b):
+                    continue
+                fj = self.fusable(j)
+                if (
+                    self.ops[j].name not in CHEAP or len(src.entries) < 2 or src.fold >= 0
+                    or int(B[o, B_SIZE]) != cur.n or (fj[0] and rows and fj[0] != rows)
+                ):  # fmt: skip
+                    continue
+                src.entries.remove(j)
+                cur.entries.append(j)
+                placed.pop(o)
+                producer[o] = cur
+                rows = rows or fj[0]
+            return rows
 
         seq = 0
         for i in self.live:
@@ -517,6 +589,7 @@ class _Plan:
                     g = _Group(size)
                     g.entries.append(i)
                     units.append(g)
+                    n_read[[owner[b] for b in self.ins[i]]] += 1
                     continue
                 f = None  # over rows: the interpreter's kernel
             if f is not None:
@@ -537,6 +610,7 @@ class _Plan:
                     cur = _Group(size)
                     cur.seq = seq = seq + 1
                     open_.append(cur)
+                    rows = pull(i, cur, rows)
                 if rows:
                     cur.rows = rows
                 cur.entries.append(i)
@@ -551,9 +625,24 @@ class _Plan:
             ):
                 reads[0].fold = i
                 producer[int(owner[o])] = reads[0]
+            elif (
+                op is SUM
+                and reads[0] is not None
+                and reads[0].fold < 0
+                and self.full(self.ins[i][0])
+                and writers[owner[o]] == 1
+                and (by := self.row_sum(i, reads[0]))
+            ):
+                g = reads[0]
+                g.rows, g.fold_rows, g.fold = by[0], by[1], i
+                producer[int(owner[o])] = g
             else:
-                place(last if op.kind != "kernel" or op.name in _NEVER_STOP else np.inf)
+                stop = op.kind == "kernel" and op.name not in _NEVER_STOP
+                place(np.inf if stop else last)
                 units.append(_Call(i))
+                stops += stop
+            for b in self.ins[i]:
+                n_read[owner[b]] += 1
         place(np.inf)
         made_by: dict[int, int] = {}  # value -> unit that produces it
         for u, unit in enumerate(units):
@@ -599,7 +688,7 @@ class _Code:
         self.views: dict[str, str] = {}  # name -> expression, at the top of the function
         self.lines: list[str] = []
         self.rows = None  # (rows, row length): the lines run once per row (see block)
-        self._by_row: set[str] = set()  # views the rows run along
+        self._by_row: dict[str, str] = {}  # views the rows run along -> row index (see view)
         self._pre: list[str] = []  # over rows: lines run before the rows (see once)
         self._post: list[str] = []  # ... and after them
 
@@ -625,14 +714,18 @@ class _Code:
             self.params.append(value)
         return f"P[{self._slot[value]}]"
 
-    def view(self, arena, b, row=False):
-        """The name of buffer ``b``'s view in ``arena``. In a loop over rows, a buffer as
-        long as the loop is this row of it, unless ``row`` (it is one row, read by each)."""
-        name = f"{arena[0]}{'p' if row else ''}{self.n(b)}"
+    def view(self, arena, b, kind="full"):
+        """The name of buffer ``b``'s view in ``arena``. In a loop over rows, ``kind`` says
+        which row of it each row reads (see :meth:`_Plan.fusable`): row ``r`` (``"full"``,
+        a buffer as long as the loop), the whole buffer (``"row"``: one row, read by each),
+        row ``r % D`` (``("tile", D)``) or row ``r // D`` (``("block", D)``)."""
+        tag = _TAGS[kind if isinstance(kind, str) else kind[0]]
+        name = f"{arena[0]}{tag}{self.n(b)}"
         off = self.p(int(self.B[b, B_OFF]))
         self.views[name] = f"{arena}[{off} : {off} + {int(self.B[b, B_SIZE])}]"
-        if self.rows and not row:
-            self._by_row.add(name)
+        if self.rows and kind != "row":
+            self._by_row[name] = "r" if kind == "full" else (
+                f"(r {'%' if kind[0] == 'tile' else '//'} {kind[1]})")  # fmt: skip
         return name
 
     def at(self, arena, b, per_row=False):
@@ -649,7 +742,7 @@ class _Code:
         rows, m = self.rows
         out = [f"    {n}{'_all' if n in self._by_row else ''} = {e}" for n, e in self.views.items()]
         out += self._pre + [f"    for r in range({rows}):"]
-        out += [f"        {n} = {n}_all[r * {m} : r * {m} + {m}]" for n in self.views if n in self._by_row]
+        out += [f"        {n} = {n}_all[{k} * {m} : {k} * {m} + {m}]" for n, k in self._by_row.items()]
         out += ["    " + x for x in self.lines] + self._post
         return out + [f"    {x}" for x in tail]
 
@@ -722,9 +815,8 @@ class _Gen:
             name = f"c{c.n(b)}"
             consts[name] = c.at("data", b, kind == "per_row")
             return name
-        row = kind == "row"
-        name = f"x{'p' if row else ''}{c.n(b)}"
-        loads[name] = f"{c.view('data', b, row)}[j]"
+        name = f"x{_TAGS[kind if isinstance(kind, str) else kind[0]]}{c.n(b)}"
+        loads[name] = f"{c.view('data', b, kind)}[j]"
         return name
 
     def call_args(self, u, i, c, loads, consts):
@@ -786,6 +878,8 @@ class _Gen:
     def describe(self, g):
         names = ", ".join(self.p.ops[i].name for i in g.entries)
         fold = "; then their sum" if g.fold >= 0 else ""
+        if g.fold_rows:
+            fold += f" over blocks of {g.fold_rows} rows"
         over = f"{g.rows} rows of {g.m}" if g.rows > 1 else f"{g.n}"
         return f"Fused {names} over {over} elements{fold}."
 
@@ -815,7 +909,10 @@ class _Gen:
         and the one-call gradient skips its forward loop."""
         p = self.p
         g = p.units[u]
-        if not isinstance(g, _Group) or g.fold < 0 or g.m < _BLOCK_MIN or not p.emask[g.fold]:
+        if (
+            not isinstance(g, _Group) or g.fold < 0 or g.fold_rows or g.m < _BLOCK_MIN
+            or not p.emask[g.fold]
+        ):  # fmt: skip
             return False
         o = int(p.E[g.fold, E_OUT])
         if o not in p.root_owners or o in p.pinned or p.uses.get(o):
@@ -841,10 +938,15 @@ class _Gen:
             body.append(f"v{c.n(o)} = {self.value(i, args)}")
             if self.stored(u, i):
                 body.append(f"{c.view('data', o)}[j] = v{c.n(o)}")
+        if g.fold_rows:  # each row added into its block's row of the sum, zeroed first
+            src = int(p.owner[p.ins[g.fold][0]])
+            out = c.view("data", int(p.E[g.fold, E_OUT]), ("block", g.fold_rows))
+            c.once(f"{out}_all[:] = 0.0")
+            body.append(f"{out}[j] += v{c.n(src)}")
         for name, expr in consts.items():
             c(f"{name} = {expr}")
         lines = [f"{n} = {e}" for n, e in loads.items()] + body
-        if g.fold >= 0 and self.sums_by_blocks(g):
+        if g.fold >= 0 and self.sums_by_blocks(g) and not g.fold_rows:
             self.folded_in_blocks(u, g, c, lines)
         else:
             c(f"for j in range({g.m}):")
@@ -987,7 +1089,7 @@ class _Gen:
         vals, adj, fast, slow = [], [], [], []
         # adjoint of a broadcast input: summed over the loop (over the row: per_row)
         scalar: dict[str, tuple[int, bool]] = {}  # name -> (buffer, per_row)
-        full: dict[str, tuple[int, bool]] = {}  # read elementwise: name -> (buffer, row)
+        full: dict[str, tuple[int, object]] = {}  # read elementwise: name -> (buffer, kind)
         for i in g.entries:
             o = int(p.E[i, E_OUT])
             args = self.call_args(u, i, c, loads, consts)
@@ -1001,8 +1103,12 @@ class _Gen:
         if g.fold >= 0 and p.emask[g.fold]:
             src = int(p.owner[p.ins[g.fold][0]])
             so = int(p.E[g.fold, E_OUT])
-            consts["gs"] = c.at("grad", so)
-            adj.append(f"a{c.n(src)} += gs")
+            if g.fold_rows:  # the adjoint of the row's block of the sum
+                loads[f"y{c.n(so)}"] = f"{c.view('grad', so, ('block', g.fold_rows))}[j]"
+                adj.append(f"a{c.n(src)} += y{c.n(so)}")
+            else:
+                consts["gs"] = c.at("grad", so)
+                adj.append(f"a{c.n(src)} += gs")
         for i in reversed(g.entries):
             if not p.emask[i]:
                 continue
@@ -1020,21 +1126,20 @@ class _Gen:
                     target = f"t{c.n(b)}"
                     scalar[target] = (b, kind == "per_row")
                 else:
-                    row = kind == "row"
-                    target = f"e{'p' if row else ''}{c.n(b)}"
-                    full[target] = (b, row)
+                    target = f"e{_TAGS[kind if isinstance(kind, str) else kind[0]]}{c.n(b)}"
+                    full[target] = (b, kind)
                 fast.append(f"{target} += {rule}")
                 slow.append(f"{target} += _masked({rule}, a{o})")
         out = []
-        for name, (b, row) in full.items():
+        for name, (b, kind) in full.items():
             o = int(p.owner[b])
             first = (
-                o not in touched and o not in aliased and b == o and not row
+                o not in touched and o not in aliased and b == o and kind == "full"
                 and B[o, B_KIND] == ACTIVE and int(B[o, B_SIZE]) == g.n
             )  # fmt: skip
             if first:
                 assigned.add(o)
-            out.append((c.view("grad", b, row), "=" if first else "+=", name))
+            out.append((c.view("grad", b, kind), "=" if first else "+=", name))
         for b, _ in list(full.values()) + list(scalar.values()):
             touched.add(int(p.owner[b]))
         for name in scalar:

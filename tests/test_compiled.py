@@ -245,6 +245,94 @@ def test_a_fused_loop_sinks_past_a_matrix_product_it_does_not_feed():
     close(gx, np.exp(q) * r + np.swapaxes(L, 1, 2) @ r)
 
 
+def test_three_axis_broadcasts_and_sums_over_blocks_of_rows_fuse():
+    # GMM's xc = x.T - means[:, :, None]: a (d, n) matrix read by each block of d rows (row
+    # r % d) and a value per row; x[:, None, :] a row per block (r // d); and the sum over
+    # the middle axis taken in the loop, each row added into its block's output row. Rows of
+    # 100 (blocks) and 7 (element loops); the matrices are leaves, so their adjoints add up
+    # over the blocks.
+    for A, D, n in ((3, 4, 100), (5, 2, 7)):
+        rng = np.random.default_rng(n)
+        xT, mu = rng.normal(size=(D, n)), rng.normal(size=(A, D))
+        z, w = rng.normal(size=(A, n)), rng.normal(size=(A, n))
+
+        def f(xT, mu, z):
+            xc = xT - mu[:, :, None]
+            u = xc * z[:, None, :] + xc
+            return tp.sum(tp.sum(u * u, 1) * w)
+
+        ti, tc = both(f, xT, mu, z)
+        src = tc.compiled_source
+        assert f"over {A * D} rows of {n} elements; then their sum over blocks of {D} rows" in src
+        assert f"(r % {D}) * {n}" in src and f"(r // {D}) * {n}" in src
+        assert "Entry P[0]: sub" not in src and "Entry P[0]: sum" not in src
+        agree(ti, tc, xT, mu, z)
+        xc = xT[None] - mu[:, :, None]
+        u = xc * (z[:, None, :] + 1.0)
+        gu = 2.0 * u * w[:, None, :]
+        gxc = gu * (z[:, None, :] + 1.0)
+        gx, gm, gz = tc.gradient(xT, mu, z)
+        close(gx, gxc.sum(axis=0))
+        close(gm, -gxc.sum(axis=2))
+        close(gz, (gu * xc).sum(axis=1))
+        agree(ti, tc, xT * 2.0, -mu, z[::-1].copy())
+
+
+def test_a_column_sum_folds_into_a_flat_loop_over_rows():
+    # sum over axis 0 of (D, m): a flat loop becomes D rows of m, added into one output row;
+    # rows shorter than 16 stay a sum of their own
+    for D, m, folded in ((30, 40, True), (30, 5, False)):
+        rng = np.random.default_rng(m)
+        x, w = rng.normal(size=(D, m)), rng.normal(size=m)
+        ti, tc = both(lambda x: tp.sum(tp.sum(tp.tanh(x) * x, 0) * w), x)
+        src = tc.compiled_source
+        assert (f"over {D} rows of {m} elements; then their sum over blocks of {D} rows" in src) == folded
+        agree(ti, tc, x)
+        th = np.tanh(x)
+        close(tc.gradient(x), w * ((1.0 - th * th) * x + th))
+
+
+def test_a_cheap_entry_moves_to_the_loop_that_reads_it():
+    # a = exp(q) * xc joins xc's loop, which L @ xc reads; only a + L @ xc reads a, so the
+    # multiply moves into that later loop (recomputed there from xc, not stored and loaded).
+    # A guard between them keeps it where it was (the interpreter may resume at the guard).
+    K, d, n = 3, 4, 80
+    rng = np.random.default_rng(9)
+    x, mu, q, L = (rng.normal(size=s) for s in ((d, n), (K, d), (K, d, 1), (K, d, d)))
+
+    def f(x, mu, q, L, guard=False):
+        e = tp.exp(q)
+        xc = x - mu[:, :, None]
+        a = e * xc
+        b = L @ xc
+        if guard and tp.sum(q) > -1e9:
+            b = b * 1.0
+        return tp.sum((a + b) ** 2)
+
+    args = (x, mu, q, L)
+    ti, tc = both(f, *args)
+    src = tc.compiled_source
+    assert f"Fused sub over {K * d} rows of {n} elements." in src
+    assert f"Fused mul, add, square over {K * d} rows of {n} elements; then their sum." in src
+    agree(ti, tc, *args)
+    xc = x - mu[:, :, None]
+    r = 2.0 * (np.exp(q) * xc + L @ xc)
+    gxc = np.exp(q) * r + np.swapaxes(L, 1, 2) @ r
+    gx, gm, gq, gL = tc.gradient(*args)
+    close(gx, gxc.sum(axis=0))
+    close(gm, -gxc.sum(axis=2))
+    close(gq, np.exp(q) * np.sum(r * xc, axis=2, keepdims=True))
+    close(gL, r @ np.swapaxes(xc, 1, 2))
+    tg = tp.record(lambda *a: f(*a, guard=True), *args, compile=True, on_change="warn")
+    assert f"Fused sub, mul over {K * d} rows of {n} elements." in tg.compiled_source
+    for g, want in zip(tg.gradient(*args), (gx, gm, gq, gL)):
+        close(g, want)
+    with pytest.warns(tp.GuardWarning):
+        g2 = tg.gradient(x, mu, np.full_like(q, -1e9), L)  # fails the guard: resumes there
+    for g, want in zip(g2, ti.gradient(x, mu, np.full_like(q, -1e9), L)):
+        close(g, want)
+
+
 def test_a_fused_loop_never_sinks_past_a_guard():
     # on_change="warn": when the guard fails, the interpreter resumes at it and reads a,
     # which the compiled forward must have computed before the guard
