@@ -232,3 +232,30 @@ def test_report_quotes_the_eager_and_cold_start_runs(tmp_path):
         "issue 11": True,  # 0.9x
         "eager MLP with Adam vs PyTorch (reported)": None,
     }
+
+
+def test_merged_runs_keep_each_problem_from_one_run_and_say_so():
+    from tape.bench import merge, report
+
+    def doc(date, cpu, problems):
+        meta = {"date": date, "cpu": cpu, "cpus": 2, "platform": "p", "python": "3", "numpy": "2",
+                "numba": "0", "scipy": "1", "peers": {}, "elapsed_s": 10.0,
+                "argv": ["python", "-m", "tape.bench", *problems]}  # fmt: skip
+        cases = {"gmm": ["1k", "10k"], "hvp": ["a"], "ba": ["b"], "lstm": ["c"]}
+        results = {p: [{"case": c, "run": date} for c in cases[p]] for p in problems}
+        if date == "2026-12-02":
+            results["gmm"] = results["gmm"][:1]  # re-ran one case
+        return {"meta": meta, "skipped": [], "results": results}
+
+    new = doc("2026-12-02", "X", ["gmm", "lstm"])
+    old = doc("2026-12-01", "X", ["gmm", "hvp", "ba"])
+    out = merge.merge(new, old, "older code")
+    got = {k: [(r["case"], r["run"]) for r in v] for k, v in out["results"].items()}
+    assert got == {"gmm": [("1k", "2026-12-02"), ("10k", "2026-12-01")], "lstm": [("c", "2026-12-02")],
+                   "hvp": [("a", "2026-12-01")], "ba": [("b", "2026-12-01")]}  # fmt: skip
+    assert out["meta"]["merged"][0]["problems"] == ["gmm (10k)", "hvp", "ba"]
+    md = report.markdown({**out, "results": {}})
+    assert ("- from another run (2026-12-01, 10 s, `python -m tape.bench gmm hvp ba`): "
+            "gmm (10k), hvp, ba (older code)") in md  # fmt: skip
+    with pytest.raises(ValueError, match="different machines"):
+        merge.merge(new, doc("2026-12-01", "Y", ["hvp"]))

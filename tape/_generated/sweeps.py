@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b96b66bd462f949d92786bb6202462ecae10dc7bd5c29ef1baa3dfd498661ed3"
+FINGERPRINT = "dc9bf5f39fa650f5c91225268cfab9e265fc36e1a05846cdb82fb0fefa141a97"
 
 import numpy as np
 from numba import njit, prange

@@ -190,6 +190,14 @@ def markdown(doc, plot=None, command=None, folder=None) -> str:
         f"- python {meta['python']}, tape {meta.get('tape', '?')}, numpy {meta['numpy']}, numba {meta['numba']}, scipy {meta['scipy']}",
         f"- peers: {peers}",
         f"- wall time of the run: {meta.get('elapsed_s', 0):.0f} s",
+    ]
+    for run in meta.get("merged", []):  # problems taken from another run (tape.bench.merge)
+        lines.append(
+            f"- from another run ({run['date']}, {run['elapsed_s']:.0f} s, "
+            f"`{' '.join(run['argv'])}`): {', '.join(run['problems'])}"
+            + (f" ({run['note']})" if run.get("note") else "")
+        )
+    lines += [
         "",
         "Method: every tool's value and gradient are first checked against the reference tool "
         "(the hand-written one where there is one) to 1e-8 relative, elementwise, in float64; then "
