@@ -6,7 +6,7 @@ the user's own ``@njit`` code. Arrays written in place are named in each docstri
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "dc9bf5f39fa650f5c91225268cfab9e265fc36e1a05846cdb82fb0fefa141a97"
+FINGERPRINT = "0de3c1f4a144f72be91e8ee86925c9c6c6b038e16208d92d0fc64ce4809d5b7c"
 
 import numpy as np
 from numba import njit, prange
