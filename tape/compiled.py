@@ -176,6 +176,11 @@ _AT_J = re.compile(r"\b([dg][ptq]?\d+)\[j\]")
 _TAGS = {"full": "", "row": "p", "tile": "t", "block": "q"}
 """The letter after ``d``/``g``/``x``/``e`` in a view's name: how a loop over rows reads it."""
 
+
+def _tag(kind):
+    """The letter of an input's kind (see :meth:`_Plan.fusable`) in its names."""
+    return _TAGS[kind if isinstance(kind, str) else kind[0]]
+
 _OPEN_GROUPS = 8
 """Fused groups that stay open at once while the tape is cut into units (see
 :meth:`_Plan._group`): the oldest is placed when another opens."""
@@ -483,13 +488,16 @@ class _Plan:
             return None
         return rows, kinds
 
-    def row_sum(self, i, g):
-        """``(rows, D)`` when ``sum`` entry ``i``, over the value of open group ``g``, adds
-        up blocks of ``D`` consecutive rows of a loop over ``rows`` rows: a sum over the
-        middle axis of ``(A, D, m)``, or over the first of ``(D, m)`` (then ``A`` is 1). The
-        group may run over rows already (of ``m`` elements), or be flat, rows of 16 elements
-        or more; else ``None``. (The attribute block is ``[nd, shape[nd], out_strides[nd]]``,
+    def sum_fold(self, i, g, size):
+        """How ``sum`` entry ``i`` (``size`` outputs), over the value of open group ``g``,
+        folds into its loop: ``(g.rows, 0)`` for a full sum; ``(rows, D)`` when it adds up
+        blocks of ``D`` consecutive rows of a loop over ``rows`` rows: a sum over the middle
+        axis of ``(A, D, m)``, or over the first of ``(D, m)`` (then ``A`` is 1). The group
+        may run over rows already (of ``m`` elements), or be flat, rows of 16 elements or
+        more; else ``None``. (The attribute block is ``[nd, shape[nd], out_strides[nd]]``,
         unit axes dropped and neighbours merged: see :mod:`tape.ops.reduce`.)"""
+        if size == 1:
+            return g.rows, 0
         ip = self.t.ipool
         p = int(self.E[i, E_ATTR])
         nd = int(ip[p])
@@ -617,21 +625,11 @@ class _Plan:
                 producer[int(owner[o])] = cur
             elif (
                 op is SUM
-                and size == 1
                 and reads[0] is not None
                 and reads[0].fold < 0
                 and self.full(self.ins[i][0])
                 and writers[owner[o]] == 1
-            ):
-                reads[0].fold = i
-                producer[int(owner[o])] = reads[0]
-            elif (
-                op is SUM
-                and reads[0] is not None
-                and reads[0].fold < 0
-                and self.full(self.ins[i][0])
-                and writers[owner[o]] == 1
-                and (by := self.row_sum(i, reads[0]))
+                and (by := self.sum_fold(i, reads[0], size))
             ):
                 g = reads[0]
                 g.rows, g.fold_rows, g.fold = by[0], by[1], i
@@ -719,8 +717,7 @@ class _Code:
         which row of it each row reads (see :meth:`_Plan.fusable`): row ``r`` (``"full"``,
         a buffer as long as the loop), the whole buffer (``"row"``: one row, read by each),
         row ``r % D`` (``("tile", D)``) or row ``r // D`` (``("block", D)``)."""
-        tag = _TAGS[kind if isinstance(kind, str) else kind[0]]
-        name = f"{arena[0]}{tag}{self.n(b)}"
+        name = f"{arena[0]}{_tag(kind)}{self.n(b)}"
         off = self.p(int(self.B[b, B_OFF]))
         self.views[name] = f"{arena}[{off} : {off} + {int(self.B[b, B_SIZE])}]"
         if self.rows and kind != "row":
@@ -815,7 +812,7 @@ class _Gen:
             name = f"c{c.n(b)}"
             consts[name] = c.at("data", b, kind == "per_row")
             return name
-        name = f"x{_TAGS[kind if isinstance(kind, str) else kind[0]]}{c.n(b)}"
+        name = f"x{_tag(kind)}{c.n(b)}"
         loads[name] = f"{c.view('data', b, kind)}[j]"
         return name
 
@@ -1126,7 +1123,7 @@ class _Gen:
                     target = f"t{c.n(b)}"
                     scalar[target] = (b, kind == "per_row")
                 else:
-                    target = f"e{_TAGS[kind if isinstance(kind, str) else kind[0]]}{c.n(b)}"
+                    target = f"e{_tag(kind)}{c.n(b)}"
                     full[target] = (b, kind)
                 fast.append(f"{target} += {rule}")
                 slow.append(f"{target} += _masked({rule}, a{o})")
