@@ -854,6 +854,34 @@ def test_integer_powers_are_multiplied_out():
     close(tc.gradient(x), 3 * x**2 - 8 * x**3 + 2 * x + 2.5 * x**1.5)
 
 
+def test_short_loops_call_the_transcendental_rules_and_long_ones_inline_them():
+    """exp, log, tanh and sigmoid are inlined in Numba IR where a loop is long enough to
+    vectorise; a loop shorter than _BLOCK_MIN calls them as functions of their own (``_o_``),
+    which compiles faster. Both give the interpreter's numbers."""
+
+    def f(a, b):
+        return tp.sum(tp.tanh(a) * tp.sigmoid(a)) + tp.sum(tp.exp(-b * b) + tp.log(1.0 + b * b))
+
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=compiled._BLOCK_MIN - 1)
+    b = rng.normal(size=4 * compiled._BLOCK_MIN)
+    ti, tc = both(f, a, b)
+    src = tc.compiled_source
+    short = [u for u in re.split(r"\n(?=@njit)", src) if f"range({a.size})" in u]
+    long_ = [u for u in re.split(r"\n(?=@njit)", src) if f"{b.size})" in u]
+    assert short and long_
+    assert any("_o_f_tanh(" in u and "_o_f_sigmoid(" in u for u in short)
+    assert all(" _f_tanh(" not in u and " _f_sigmoid(" not in u for u in short)
+    assert all("_o_f_" not in u for u in long_)
+    assert any(" _f_exp(" in u and " _f_log(" in u for u in long_)
+    for k in range(2):
+        agree(ti, tc, a * (k + 1), b - k)
+    ga, gb = tc.gradient(a, b)
+    s = 1.0 / (1.0 + np.exp(-a))
+    close(ga, (1.0 - np.tanh(a) ** 2) * s + np.tanh(a) * s * (1.0 - s))
+    close(gb, -2.0 * b * np.exp(-b * b) + 2.0 * b / (1.0 + b * b))
+
+
 # ---------------------------------------------------------------- common subexpressions
 
 
