@@ -812,8 +812,8 @@ def _outline_calls(lines):
             op, rule = registry.BY_NAME.get(alias[3:]), "fwd"
         else:
             name, _, k = alias[3:].rpartition("_")
-            op, rule = registry.BY_NAME.get(name), int(k)
-        if op is not None:
+            op, rule = registry.BY_NAME.get(name), int(k) if k.isdigit() else None
+        if op is not None and rule is not None:
             rule = op.fwd if rule == "fwd" else op.rev[rule]
             if _inlined(rule):
                 return f"_o{alias}("
@@ -1148,8 +1148,8 @@ class _Gen:
         array ``d`` places further on (``shift``: name -> ``d``), so that index ``jj`` of every
         scratch array is one element of the buffer; the last ``d`` of a block go to the next
         block's pass, and those of the last block to the buffer by the lines in ``tails``.
-        Separate passes over overlapping views cost Rosenbrock n=1e5's reverse loop 40 of its
-        133 us."""
+        Rosenbrock n=1e5's reverse loop took 117 us with a pass per view, 105 us with one
+        (best of 500 calls each, one after the other)."""
         p, B = self.p, self.p.B
         groups: dict[int, list] = {}
         for view, op, names in out:
