@@ -259,3 +259,15 @@ def test_merged_runs_keep_each_problem_from_one_run_and_say_so():
             "gmm (10k), hvp, ba (older code)") in md  # fmt: skip
     with pytest.raises(ValueError, match="different machines"):
         merge.merge(new, doc("2026-12-01", "Y", ["hvp"]))
+    # merging into a merge: each case keeps the run it came from (also as files without
+    # "cases" said it, in their "problems" lines)
+    newer = doc("2026-12-03", "X", ["lstm"])
+    for prev in (out, {**out, "meta": {**out["meta"], "merged": [
+            {k: v for k, v in m.items() if k != "cases"} for m in out["meta"]["merged"]]}}):
+        out2 = merge.merge(newer, prev, "n2")
+        runs = [(m["date"], m["problems"], m["note"]) for m in out2["meta"]["merged"]]
+        assert runs == [("2026-12-01", ["gmm (10k)", "hvp", "ba"], "older code"),
+                        ("2026-12-02", ["gmm (1k)"], "n2")]  # fmt: skip
+        got = {k: [(r["case"], r["run"]) for r in v] for k, v in out2["results"].items()}
+        assert got["gmm"] == [("1k", "2026-12-02"), ("10k", "2026-12-01")]
+        assert got["lstm"] == [("c", "2026-12-03")]

@@ -12,7 +12,9 @@ import sys
 
 
 def merge(main: dict, other: dict, note: str = "") -> dict:
-    """``main`` with the problems only ``other`` has (see the module docstring)."""
+    """``main`` with the cases only ``other`` has (see the module docstring). A case that
+    ``other`` had itself taken from an earlier run (``other`` was a merge) is credited to that
+    run, not to ``other``'s."""
     if main["meta"].get("cpu") != other["meta"].get("cpu"):
         raise ValueError(
             f"tape.bench.merge: the runs were on different machines ({main['meta'].get('cpu')!r} "
@@ -20,7 +22,11 @@ def merge(main: dict, other: dict, note: str = "") -> dict:
         )
     out = {"meta": dict(main["meta"]), "skipped": list(main.get("skipped", [])), "results": {}}
     out["results"] = {k: list(v) for k, v in main["results"].items()}
-    taken = []
+    om = other["meta"]
+    own = {"date": om["date"], "elapsed_s": om.get("elapsed_s", 0.0), "argv": om.get("argv", []),
+           "note": note}  # fmt: skip
+    sources = list(om.get("merged", [])) + [own]  # the earlier runs first: they are more specific
+    taken: list[dict] = [{} for _ in sources]  # per source run: problem -> [case]
     for k, cases in other["results"].items():
         have = {r["case"] for r in out["results"].get(k, [])}
         new = [r for r in cases if r["case"] not in have]
@@ -28,14 +34,34 @@ def merge(main: dict, other: dict, note: str = "") -> dict:
             continue
         out["results"].setdefault(k, [])
         out["results"][k] += new
-        whole = not have
-        taken.append(k if whole else f"{k} ({', '.join(r['case'] for r in new)})")
-    if taken:
-        om = other["meta"]
-        run = {"date": om["date"], "elapsed_s": om.get("elapsed_s", 0.0),
-               "argv": om.get("argv", []), "problems": taken, "note": note}  # fmt: skip
-        out["meta"]["merged"] = list(main["meta"].get("merged", [])) + [run]
+        for r in new:
+            i = next(i for i, run in enumerate(sources) if run is own or _lists(run, k, r["case"]))
+            taken[i].setdefault(k, []).append(r["case"])
+    merged = list(main["meta"].get("merged", []))
+    for run, cases in zip(sources, taken):
+        if cases:
+            problems = [k if len(v) == len(other["results"][k]) and k not in main["results"]
+                        else f"{k} ({', '.join(v)})" for k, v in cases.items()]  # fmt: skip
+            keep = {f: run[f] for f in ("date", "elapsed_s", "argv", "note") if f in run}
+            merged.append({**keep, "problems": problems, "cases": cases})
+    if merged:
+        out["meta"]["merged"] = merged
     return out
+
+
+def _lists(run, problem, case):
+    """Case ``case`` of ``problem`` is among those a merged run entry credits to its run (by
+    its ``cases``, or, in files written before they were kept, its ``problems`` lines:
+    ``"gmm"`` for the whole problem, ``"gmm (1k d2 K5, 1k d2 K10)"`` for some cases)."""
+    if "cases" in run:
+        return case in run["cases"].get(problem, ())
+    for line in run.get("problems", []):
+        if line == problem:
+            return True
+        if line.startswith(problem + " (") and line.endswith(")"):
+            if f", {case}, " in f", {line[len(problem) + 2 : -1]}, ":
+                return True
+    return False
 
 
 def main(argv=None) -> int:
