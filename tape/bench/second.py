@@ -233,6 +233,8 @@ def ba_jacobian_cases(opts):
     if root is None:
         raise Skip(f"no ADBench data (set ${adbench.ENV_VAR} or --adbench)")
     files = adbench.ba_files(root)
+    if not files:
+        raise Skip(f"no ADBench BA instances in {root}")
     data = adbench.read_ba(files[0][1])
     sub = _ba_subset(data, 400)
     n_in = sub[0].size + sub[1].size + sub[2].size
