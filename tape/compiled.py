@@ -109,8 +109,8 @@ from numba import njit
 
 from tape import registry
 from tape._callbacks import CALLBACK
-from tape._config import KERNEL_JIT
 from tape._codegen import drivers_text
+from tape._config import KERNEL_JIT
 from tape._generated import sweeps as _S
 from tape._layout import (
     ACTIVE,
@@ -192,6 +192,7 @@ _TAGS = {"full": "", "row": "p", "tile": "t", "block": "q"}
 def _tag(kind):
     """The letter of an input's kind (see :meth:`_Plan.fusable`) in its names."""
     return _TAGS[kind if isinstance(kind, str) else kind[0]]
+
 
 _OPEN_GROUPS = 8
 """Fused groups that stay open at once while the tape is cut into units (see
@@ -762,26 +763,35 @@ def _unit_args(name):
         "entries, bufs, ipool, data, P")  # fmt: skip
 
 
+def _rule_aliases(op):
+    """``(alias, attribute, rule)`` of each scalar rule of elementwise ``op``: ``_f_exp``,
+    ``"fwd"``; ``_r_exp_0``, ``"rev[0]"``."""
+    out = [(f"_f_{op.name}", "fwd", op.fwd)]
+    return out + [(f"_r_{op.name}_{k}", f"rev[{k}]", r) for k, r in enumerate(op.rev) if r]
+
+
 def _rule_names(ops):
     """Module-level aliases of the scalar rules the generated loops call; for a rule inlined
     in Numba IR, also ``_o`` + its alias: the rule as a function of its own (see
     :func:`outline_rule`)."""
     lines = []
     for op in sorted({op for op in ops if op.kind != "kernel"}, key=lambda op: op.code):
-        rules = [(f"_f_{op.name}", "fwd", op.fwd)]
-        rules += [(f"_r_{op.name}_{k}", f"rev[{k}]", r) for k, r in enumerate(op.rev) if r]
-        for alias, attr, rule in rules:
+        for alias, attr, _ in _rule_aliases(op):
             lines.append(f'{alias} = BY_NAME["{op.name}"].{attr}')
-            if _inlined(rule):
+            if alias in _INLINED:
                 lines.append(f'_o{alias} = _outline_rule(BY_NAME["{op.name}"].{attr})')
     return lines
 
 
-def _inlined(rule):
-    """``rule`` is inlined in Numba IR where it is called (the rules that call
-    :mod:`tape._vmath`: ``exp``, ``log``, ``tanh``, ``sigmoid``)."""
-    return getattr(rule, "targetoptions", {}).get("inline") == "always"
-
+_INLINED = frozenset(
+    alias
+    for op in registry.OPS
+    if op.kind != "kernel"
+    for alias, _, rule in _rule_aliases(op)
+    if getattr(rule, "targetoptions", {}).get("inline") == "always"
+)
+"""Aliases of the rules inlined in Numba IR where they are called (those that call
+:mod:`tape._vmath`: ``exp``, ``log``, ``tanh``, ``sigmoid``)."""
 
 _OUTLINED: dict = {}
 
@@ -807,17 +817,7 @@ def _outline_calls(lines):
     (see :func:`outline_rule`)."""
 
     def sub(m):
-        alias = m.group(1)
-        if alias[1] == "f":
-            op, rule = registry.BY_NAME.get(alias[3:]), "fwd"
-        else:
-            name, _, k = alias[3:].rpartition("_")
-            op, rule = registry.BY_NAME.get(name), int(k) if k.isdigit() else None
-        if op is not None and rule is not None:
-            rule = op.fwd if rule == "fwd" else op.rev[rule]
-            if _inlined(rule):
-                return f"_o{alias}("
-        return m.group(0)
+        return f"_o{m.group(1)}(" if m.group(1) in _INLINED else m.group(0)
 
     return [_RULE_CALL.sub(sub, line) for line in lines]
 
