@@ -543,6 +543,55 @@ def test_intermediate_assigned_by_its_first_adjoint_and_leaves_accumulate():
     close(tc.grads[0], 2 * ti.gradient(x))
 
 
+def test_leaf_adjoint_assigned_in_a_gradient_and_added_to_in_a_backward():
+    """A vectorised reverse loop whose views of a leaf cover it (``x[2:]``, ``x[1:-1]``,
+    ``x[:-2]``: the last two elements through the tails) assigns the leaf's adjoint in a
+    gradient, where the leaf is then not zeroed first; ``backward()`` after ``forward()`` adds
+    to what is there. ``w`` is read by a loop that covers it, after a matrix product that also
+    reads it has written its adjoint in the reverse sweep: the loop adds, and ``w`` is zeroed.
+    Checked against NumPy's gradients, at arguments that change between calls."""
+
+    def fx(x):
+        d2 = x[2:] - 2.0 * x[1:-1] + x[:-2]
+        return tp.sum(d2 * d2)
+
+    def gx(x):
+        g = np.zeros_like(x)
+        d2 = x[2:] - 2.0 * x[1:-1] + x[:-2]
+        g[2:] += 2.0 * d2
+        g[1:-1] -= 4.0 * d2
+        g[:-2] += 2.0 * d2
+        return g
+
+    def fw(w):
+        y = w * w * 0.5  # a loop the matmul reads: it runs after the matmul in the reverse
+        return tp.sum(w.reshape(1, 300) @ y.reshape(300, 1))
+
+    def gw(w):
+        return 1.5 * w * w
+
+    rng = np.random.default_rng(5)
+    for f, g, arg, zeroed in ((fx, gx, rng.normal(size=2500), False),
+                              (fw, gw, rng.normal(size=300), True)):  # fmt: skip
+        ti, tc = both(f, arg)
+        src = tc.compiled_source
+        leaves = src[src.index("def _zero_adjoints") : src.index("def _reverse_units")]
+        leaves = leaves[leaves.index("if zero_leaves:") :]
+        assert ("range(" in leaves) == zeroed, leaves
+        assert ("if zl:" in src) != zeroed
+        for k in range(3):
+            a = arg * (1 + 0.5 * k) - k
+            close(tc.gradient(a), g(a))
+            agree(ti, tc, a)
+        tc.zero_grad()
+        tc.forward(arg)
+        tc.backward()
+        tc.backward()
+        close(tc.grads[0], 2 * g(arg))
+        tc.gradient(arg)  # starts again from zero
+        close(tc.grads[0], g(arg))
+
+
 def test_float32_tape():
     x = np.linspace(-1, 1, 9).astype(np.float32)
     ti, tc = both(rosenbrock, x)
