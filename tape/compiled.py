@@ -1198,7 +1198,8 @@ class _Gen:
             d = max(shift.get(n, 0) for n in names)
             covers = (
                 op == "+=" and kind == "full" and o not in touched and owners.count(o) == 1
-                and p.made_by.get(o) != u                and int(B[b, B_OFF]) == int(B[o, B_OFF]) and g.n + d == int(B[o, B_SIZE])
+                and p.made_by.get(o) != u and int(B[b, B_OFF]) == int(B[o, B_OFF])
+                and g.n + d == int(B[o, B_SIZE])
                 and (flat or (b == o and o not in aliased))
             )  # fmt: skip
             if covers and B[o, B_KIND] == ACTIVE:
@@ -1353,7 +1354,9 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar, fold=None, shift=No
         c.once(f"bs = np.empty({blk})")
         c.once("acc = 0.0")
     redo = pre + redo  # the element's values again: the block loop kept only its results
-    adds = [(f"{view}[j] {{}} {' + '.join(f'b{t}[jj]' for t in names)}", op) for view, op, names in out]
+    adds = [
+        (f"{view}[j] {{}} {' + '.join(f'b{t}[jj]' for t in names)}", op) for view, op, names in out
+    ]  # "{}": the operator, "=" or "+=" (both for "=?")
     # element j of a view is element jj of the view's block: indexed by a range variable
     # (never negative, so no wraparound test) the loads and stores vectorise
     used = sorted({m for line in main + redo + [a for a, _ in adds] for m in _AT_J.findall(line)})

@@ -196,6 +196,23 @@ def test_harness_reports_a_wrong_gradient():
     assert "grad" not in res["tools"]["tape"]
 
 
+def test_threads_option_pins_the_process_to_that_many_cpus():
+    """``--threads N`` restricts the benchmark process to N CPUs (XLA sizes its own pool and
+    ignores the thread flags); run in a child process, so this one keeps its CPUs."""
+    import os
+    import subprocess
+    import sys
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs a Linux process allowed on two CPUs or more")
+    code = (
+        "import os; from tape.bench.cli import _pin, machine_info; _pin(1); "
+        "print(len(os.sched_getaffinity(0)), machine_info()['cpus_used'])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"]
+
+
 def test_flat_accepts_tuples_and_tensors():
     import tape as tp
 
