@@ -148,6 +148,16 @@ def test_long_fused_reverse_runs_in_blocks():
         np.testing.assert_allclose(g, ti.gradient(x2), rtol=1e-12, atol=1e-300)
 
 
+def second_difference_grad(x):
+    """NumPy's gradient of ``sum(d2 * d2)``, ``d2 = x[2:] - 2 x[1:-1] + x[:-2]``."""
+    g = np.zeros_like(x)
+    d2 = x[2:] - 2.0 * x[1:-1] + x[:-2]
+    g[2:] += 2.0 * d2
+    g[1:-1] -= 4.0 * d2
+    g[:-2] += 2.0 * d2
+    return g
+
+
 def test_shifted_views_of_one_buffer_add_their_adjoints_in_one_pass():
     """x[2:], x[1:-1] and x[:-2] (a second difference), and y[1:] and y[:-1] of an intermediate
     y: each group adds into its buffer in one pass per block, the contributions past a block's
@@ -162,11 +172,7 @@ def test_shifted_views_of_one_buffer_add_their_adjoints_in_one_pass():
         return tp.sum(d2 * d2) + tp.sum(tp.where(p > 2.0, tp.sqrt(p - 2.0), 0.0))
 
     def grad(x):
-        g = np.zeros_like(x)
-        d2 = x[2:] - 2.0 * x[1:-1] + x[:-2]
-        g[2:] += 2.0 * d2
-        g[1:-1] -= 4.0 * d2
-        g[:-2] += 2.0 * d2
+        g = second_difference_grad(x)
         y = x * x + 1.0
         p = y[1:] * y[:-1]
         s = np.where(p > 2.0, 0.5 / np.sqrt(np.where(p > 2.0, p - 2.0, 1.0)), 0.0)
@@ -555,14 +561,6 @@ def test_leaf_adjoint_assigned_in_a_gradient_and_added_to_in_a_backward():
         d2 = x[2:] - 2.0 * x[1:-1] + x[:-2]
         return tp.sum(d2 * d2)
 
-    def gx(x):
-        g = np.zeros_like(x)
-        d2 = x[2:] - 2.0 * x[1:-1] + x[:-2]
-        g[2:] += 2.0 * d2
-        g[1:-1] -= 4.0 * d2
-        g[:-2] += 2.0 * d2
-        return g
-
     def fw(w):
         y = w * w * 0.5  # a loop the matmul reads: it runs after the matmul in the reverse
         return tp.sum(w.reshape(1, 300) @ y.reshape(300, 1))
@@ -571,7 +569,7 @@ def test_leaf_adjoint_assigned_in_a_gradient_and_added_to_in_a_backward():
         return 1.5 * w * w
 
     rng = np.random.default_rng(5)
-    for f, g, arg, zeroed in ((fx, gx, rng.normal(size=2500), False),
+    for f, g, arg, zeroed in ((fx, second_difference_grad, rng.normal(size=2500), False),
                               (fw, gw, rng.normal(size=300), True)):  # fmt: skip
         ti, tc = both(f, arg)
         src = tc.compiled_source
