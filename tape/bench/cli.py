@@ -38,6 +38,7 @@ def machine_info() -> dict:
         cpu=_cpu_name(),
         cpus=os.cpu_count(),
         cpus_used=_affinity(),
+        blas=_blas_kernel(),
         numpy=np.__version__,
         numba=numba.__version__,
         scipy=scipy.__version__,
@@ -59,6 +60,30 @@ def machine_info() -> dict:
     except Exception:  # noqa: BLE001
         pass
     return info
+
+
+def _blas_kernel():
+    """The kernel set SciPy's OpenBLAS chose for this CPU (tape's matrix products call it), as
+    OpenBLAS names it ("Haswell": AVX2, "SkylakeX": AVX-512), or ``None`` where it cannot be
+    asked. A CPU newer than the OpenBLAS build gets an older kernel set: on an AMD EPYC of
+    family 26 it was Haswell's; ``OPENBLAS_CORETYPE`` overrides the choice."""
+    import ctypes
+
+    import scipy.linalg  # noqa: F401  (loads SciPy's OpenBLAS)
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "scipy.libs" in line and "openblas" in line})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            fn = ctypes.CDLL(path).scipy_openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        fn.restype = ctypes.c_char_p
+        return fn().decode()
+    return None
 
 
 def _cpu_name():
@@ -182,7 +207,8 @@ def main(argv=None) -> int:
     print(
         f"tape.bench {'--quick ' if a.quick else ''}on {info['cpu']} ({info['cpus']} cpus), {info['date']}"
     )
-    print(f"threads: {info['threads']} (CPUs this process may run on: {info['cpus_used']})")
+    print(f"threads: {info['threads']} (CPUs this process may run on: {info['cpus_used']}); "
+          f"SciPy's OpenBLAS kernels: {info['blas'] or 'unknown'}")  # fmt: skip
     print(
         f"python {info['python']}, numpy {info['numpy']}, numba {info['numba']}, scipy {info['scipy']}"
     )

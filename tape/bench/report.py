@@ -187,7 +187,8 @@ def markdown(doc, plot=None, command=None, folder=None) -> str:
         f"- date: {meta['date']}",
         f"- machine: {meta['cpu']}, {meta['cpus']} cpus, {meta['platform']}",
         f"- threads: {meta.get('threads')} (torch: {meta.get('torch_threads', '-')}; CPUs the "
-        f"process was pinned to: {meta.get('cpus_used', 'not recorded')})",
+        f"process was pinned to: {meta.get('cpus_used', 'not recorded')}; SciPy's OpenBLAS "
+        f"kernels: {meta.get('blas') or 'not recorded'})",
         f"- python {meta['python']}, tape {meta.get('tape', '?')}, numpy {meta['numpy']}, numba {meta['numba']}, scipy {meta['scipy']}",
         f"- peers: {peers}",
         f"- wall time of the run: {meta.get('elapsed_s', 0):.0f} s",
