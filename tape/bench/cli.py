@@ -131,7 +131,8 @@ def parse_args(argv):
     ap.add_argument(
         "--threads", type=int,
         help="threads for every tool (BLAS, OpenMP, Numba, XLA, PyTorch); the process restarts "
-        "itself with the environment set. Default: each library's own default",
+        "itself with the environment set, pinned to that many CPUs. Default: each library's own "
+        "default",
     )  # fmt: skip
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return ap.parse_args(argv)
@@ -157,8 +158,8 @@ def _restart_with_threads(n, argv):
 def _pin(n):
     """Restrict this process (and the one it execs) to ``n`` of its CPUs, where the OS allows.
 
-    XLA splits a large fused loop over a thread pool of its own that no flag or environment
-    variable sizes: with ``--xla_cpu_multi_thread_eigen=false`` on a 2-CPU machine, JAX's
+    XLA splits a large fused loop over a thread pool of its own, which
+    ``--xla_cpu_multi_thread_eigen=false`` does not turn off: with it, on a 2-CPU machine, JAX's
     Rosenbrock n=1e5 gradient still used 1.68 CPU-seconds per second of wall time (90 us per
     call pinned to one CPU, 63 us unpinned). Pinning is what makes ``--threads 1`` hold for
     every tool; :func:`machine_info` reports the CPUs the run had."""
