@@ -1379,14 +1379,17 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar, fold=None, shift=No
     c(f"if {' or '.join(f'{at[t]} != {at[t]}' for t in targets)}:", 4)
     for line in redo + keep:
         c(line, 5)
-    for line, op in adds:  # "=?": assigned where the leaves are zeroed (zl), else added
-        if op == "=?":
+    for line, op in adds:
+        if op == "=?":  # assigned where the leaves were zeroed (zl), added to otherwise
             c("if zl:", 2)
             c("for jj in range(m):", 3)
             c(line.format("="), 4)
             c("else:", 2)
-        c("for jj in range(m):", 2 + (op == "=?"))
-        c(line.format("+=" if op == "=?" else op), 3 + (op == "=?"))
+            c("for jj in range(m):", 3)
+            c(line.format("+="), 4)
+        else:
+            c("for jj in range(m):", 2)
+            c(line.format(op), 3)
     for t, d in shift.items():  # forward copy: element m + i is read before it is written
         c(f"for i in range({d}):", 2)
         c(f"b{t}[i] = b{t}[m + i]", 3)
