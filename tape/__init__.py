@@ -138,15 +138,15 @@ def __getattr__(name):
 def _check_fresh():
     import warnings
 
-    from tape._fingerprint import fingerprint
+    from tape._fingerprint import sweeps_fingerprint
 
     try:
-        fresh = _sweeps.FINGERPRINT == fingerprint()
+        fresh = _sweeps.FINGERPRINT == sweeps_fingerprint()
     except OSError:  # sources not readable (zipped install): nothing to compare
         return
     if not fresh:
         warnings.warn(
-            "tape's generated sweeps are stale (an op rule changed): run `python -m tape._codegen`",
+            "tape's generated sweeps are stale (a driver changed): run `python -m tape._codegen`",
             stacklevel=2,
         )
 

@@ -37,10 +37,9 @@ import threading
 import numpy as np
 
 from tape._generated import sweeps as S
-from tape._layout import ACTIVE, B_KIND, CONST, E_ATTR, E_OP
+from tape._layout import ACTIVE, B_KIND, CALLBACK, CONST, E_ATTR, E_OP
 from tape._replay import GuardError
 
-CALLBACK = -2  # op code of a callback entry (never a registry op's)
 _ids = itertools.count(1)
 
 REFUSED = (

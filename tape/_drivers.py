@@ -103,29 +103,6 @@ def prepare_reverse(entries, bufs, grad, n_entries, n_bufs, roots, seeds, zero_l
     return emask, order, need
 
 
-@njit(inline="always", **SWEEP_JIT)
-def put_entry(
-    entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2, attr
-):
-    """Eager mode's bookkeeping, before the op's ``_emit_<name>`` runs the entry: add output
-    buffer ``n_bufs`` and entry ``n_entries`` (the arrays have room; the caller checked).
-    Writes ``entries`` and ``bufs``."""
-    b = bufs[n_bufs]
-    b[0] = off
-    b[1] = size
-    b[2] = ndim
-    b[3] = shape
-    b[4] = kind
-    b[5] = -1
-    e = entries[n_entries]
-    e[0] = op
-    e[1] = in0
-    e[2] = in1
-    e[3] = in2
-    e[4] = n_bufs
-    e[5] = attr
-
-
 @njit(**SWEEP_JIT)
 def reverse_pass(
     entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves

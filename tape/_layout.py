@@ -28,6 +28,10 @@ ENTRY_COLS = 6
 B_OFF, B_SIZE, B_NDIM, B_SHAPE, B_KIND, B_ALIAS = range(6)
 BUF_COLS = 6
 
+# op code of a callback entry (tape._callbacks: Python code run between sweep segments); the
+# sweeps skip it, and it is never a registry op's code
+CALLBACK = -2
+
 # buffer kinds
 CONST = 0  # no adjoint: constants, inputs without gradient, values that depend on neither
 ACTIVE = 1  # intermediate with an adjoint; zeroed at the start of every reverse sweep

@@ -36,7 +36,7 @@ _jit = njit(**KERNEL_JIT)
 # function passed as a run-time argument to a separately compiled loop would make the sweep
 # uncacheable (Numba embeds the dispatcher's address).
 _loop = njit(inline="always", **KERNEL_JIT)
-masked = _loop(_masked.masked)
+masked = _jit(_masked.masked)
 
 
 @njit(fastmath={"reassoc"}, **KERNEL_JIT)
@@ -83,13 +83,13 @@ def bcast_offsets(ipool, p, k):
     return strided_offsets(ipool, p + 2, p + 2 + nd * (1 + k), nd, 0)
 
 
-@_loop
+@_jit
 def view(bufs, data, b):
     o = bufs[b, B_OFF]
     return data[o : o + bufs[b, B_SIZE]]
 
 
-@_loop
+@_jit
 def active(bufs, b):
     return bufs[b, B_KIND] != CONST
 
@@ -188,7 +188,7 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
             _bcast_rev_row(r1, False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
 
 
-@_loop
+@_jit
 def _rows(ipool, p):
     """Row view of a GENERAL block: ``(nd, row length, inner stride of input 0, of input 1,
     row starts in input 0, in input 1)``."""
@@ -664,3 +664,29 @@ def no_h2(x0, y):
 @_jit
 def no_h3(x0, x1, y):
     return 0.0
+
+
+# ---------------------------------------------------------------- eager mode
+
+
+@_loop
+def put_entry(
+    entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2, attr
+):
+    """Eager mode's bookkeeping, before the op's ``_emit_<name>`` (``tape/_generated/ops/``)
+    runs the entry: add output buffer ``n_bufs`` and entry ``n_entries`` (the arrays have room;
+    the caller checked). Writes ``entries`` and ``bufs``."""
+    b = bufs[n_bufs]
+    b[0] = off
+    b[1] = size
+    b[2] = ndim
+    b[3] = shape
+    b[4] = kind
+    b[5] = -1
+    e = entries[n_entries]
+    e[0] = op
+    e[1] = in0
+    e[2] = in1
+    e[3] = in2
+    e[4] = n_bufs
+    e[5] = attr

@@ -18,6 +18,7 @@ import numpy as np
 from numba import get_num_threads
 
 from tape._callbacks import refuse
+from tape import _dispatch
 from tape._generated import sweeps as S
 from tape._layout import B_OFF, B_SIZE
 from tape._replay import GuardError
@@ -57,6 +58,7 @@ class BatchPlan:
             raise RuntimeError(
                 f"gradient_batch needs a single scalar output, this tape returns shapes {shapes}"
             )
+        _dispatch.prepare_tape(t)
         self.tape = t
         bufs = t.bufs
         self.in_offs = np.array([bufs[b, B_OFF] for b in t.inputs], np.int64)

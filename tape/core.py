@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tape import _anomaly, registry
+from tape import _anomaly, _dispatch, registry
 from tape._callbacks import (
     CALLBACK,
     CallbackSweeps,
@@ -523,6 +523,7 @@ class Tape:
         return self._replay
 
     def _prepare_replay(self):
+        _dispatch.prepare_tape(self)  # the kernels of the ops this tape uses, for its dtype
         self._tls = threading.local()
         self._variants_lock = threading.Lock()
         sig = Signature(self)

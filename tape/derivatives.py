@@ -26,6 +26,7 @@ import threading
 import numpy as np
 
 from tape._callbacks import refuse
+from tape import _dispatch
 from tape._generated import sweeps as S
 from tape._layout import B_OFF, B_SIZE
 
@@ -44,6 +45,7 @@ class _Plan:
     """Where the differentiated arguments and the outputs of one tape lie in its arena."""
 
     def __init__(self, tp):
+        _dispatch.prepare_tape(tp, _dispatch.ALL)  # forward, reverse and both tangent sweeps
         self.tp = tp
         self.in_bufs = [tp.inputs[k] for k in tp.wrt]
         self.in_off = [int(tp.bufs[b, B_OFF]) for b in self.in_bufs]

@@ -1,6 +1,9 @@
 import _background
+import _compile_time
 import numpy as np
 import pytest
+
+_compile_time.install()
 
 
 @pytest.fixture
@@ -15,6 +18,19 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     if not session.config.option.collectonly:
         _background.start(session.items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _compile_time.begin(item.nodeid)
+    try:
+        return (yield)
+    finally:
+        _compile_time.end()
+
+
+def pytest_terminal_summary(terminalreporter):
+    _compile_time.report(terminalreporter.write_line)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,23 +1,29 @@
-"""The generated sweeps must match the registry (Numba's cache would otherwise serve old code);
-every op record holds the facts the rest of the package reads from it; tape/ops imports nothing
-above it."""
+"""The generated modules must match the registry (Numba's cache would otherwise serve old
+code); each op's module is fingerprinted on its own rules; the sweeps dispatch through the
+address tables and refuse what they cannot run; every op record holds the facts the rest of
+the package reads from it; tape/ops imports nothing above it."""
 
 import ast
 import dataclasses
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from numba import njit
+from numba.core.errors import TypingError
 
-from tape import _codegen, _fingerprint, registry
+import tape as tp
+from tape import _codegen, _dispatch, _fingerprint, registry
 from tape._generated import sweeps
 
 OPS_DIR = _fingerprint.PKG / "ops"
 
 
-def test_generated_sweeps_are_fresh():
-    assert sweeps.FINGERPRINT == _fingerprint.fingerprint(), "run `python -m tape._codegen`"
-    assert _codegen.TARGET.read_text() == _codegen.generate(), "run `python -m tape._codegen`"
+def test_generated_modules_are_fresh():
+    assert sweeps.FINGERPRINT == _fingerprint.sweeps_fingerprint(), "run `python -m tape._codegen`"
+    for path, text in _codegen.generate().items():
+        assert path.read_text() == text, f"{path.name} is stale: run `python -m tape._codegen`"
 
 
 def test_check_command_exit_status():
@@ -27,13 +33,90 @@ def test_check_command_exit_status():
     assert r.returncode == 0, r.stderr
 
 
-def test_every_op_is_dispatched_by_both_sweeps():
+def test_sweeps_name_no_op():
+    # the sweeps dispatch through the address table: no op's name or code is in their text
     text = _codegen.TARGET.read_text()
-    fwd, rev = text.split("def reverse_sweep", 1)
     for op in registry.OPS:
-        assert f"op == {op.code}:  # {op.name}" in fwd
-        if any(op.differentiable):
-            assert f"op == {op.code}:  # {op.name}" in rev.split("def reach", 1)[0]
+        assert f"_{op.name}(" not in text, op.name
+
+
+def test_every_op_has_its_entry_functions():
+    for op in registry.OPS:
+        mod = _dispatch.op_module(op.code)
+        assert mod.FINGERPRINT == _fingerprint.op_fingerprint(op)
+        for kind in ("fwd", "emit"):
+            assert callable(getattr(mod, f"_{kind}_{op.name}")), (op.name, kind)
+        has_rev = any(op.differentiable)
+        for kind in ("rev", "tan", "hrev"):
+            assert hasattr(mod, f"_{kind}_{op.name}") == has_rev, (op.name, kind)
+
+
+def test_each_op_has_its_own_fingerprint():
+    fps = [_fingerprint.op_fingerprint(op) for op in registry.OPS]
+    assert len(set(fps)) == len(fps)
+
+
+def test_a_constant_a_rule_reads_changes_that_ops_fingerprint_only(monkeypatch):
+    from tape.ops import elementwise
+
+    by = registry.BY_NAME
+    before = {n: _fingerprint.op_fingerprint(by[n]) for n in ("erf", "erfc", "exp", "mul")}
+    monkeypatch.setattr(elementwise, "TWO_OVER_SQRT_PI", elementwise.TWO_OVER_SQRT_PI * 2)
+    after = {n: _fingerprint.op_fingerprint(by[n]) for n in before}
+    assert after["erf"] != before["erf"] and after["erfc"] != before["erfc"]
+    assert after["exp"] == before["exp"] and after["mul"] == before["mul"]
+
+
+def _square_sum_tape():
+    x = np.array([1.0, 2.0, 3.0])
+    t = tp.record(lambda x: (x * x).sum(), x)
+    t.gradient(x)  # prepares mul and sum
+    return t, t.workspace()
+
+
+def test_an_unprepared_op_raises_instead_of_running():
+    t, ka = _square_sum_tape()
+    tab = _dispatch.TABLES[np.dtype(np.float64)]
+    code = registry.BY_NAME["mul"].code
+    saved = tab[_dispatch.FWD, code]
+    tab[_dispatch.FWD, code] = _dispatch.NOT_PREPARED
+    try:
+        with pytest.raises(RuntimeError, match="not prepared"):
+            tp.kernels.forward(ka)
+    finally:
+        tab[_dispatch.FWD, code] = saved
+    assert tp.kernels.forward(ka) == -1
+
+
+def test_an_op_code_outside_the_instruction_set_raises():
+    t, ka = _square_sum_tape()
+    entries = ka.entries.copy()
+    for bad in (registry.OPS[-1].code + 1, _dispatch.MAX_OPS, -7):
+        entries[0, 0] = bad
+        with pytest.raises((RuntimeError, ValueError)):
+            sweeps.forward_sweep(entries, ka.bufs, ka.ipool, ka.data, 0, ka.n_entries)
+
+
+def test_sweeps_refuse_arrays_the_kernels_do_not_take():
+    t, ka = _square_sum_tape()
+
+    @njit
+    def strided(ka):
+        return sweeps.forward_sweep(ka.entries, ka.bufs, ka.ipool, ka.data[::2], 0, ka.n_entries)
+
+    with pytest.raises(TypingError, match="kernel takes"):
+        strided(ka)
+
+
+def test_kernels_run_through_the_table_match_their_direct_call():
+    # the same entry through the table (the sweep) and called by name (eager mode's path)
+    t, ka = _square_sum_tape()
+    data = ka.data.copy()
+    assert sweeps.forward_sweep(ka.entries, ka.bufs, ka.ipool, data, 0, ka.n_entries) == -1
+    again = ka.data.copy()
+    for i in range(ka.n_entries):
+        assert sweeps.FWD[int(ka.entries[i, 0])](i, ka.entries, ka.bufs, ka.ipool, again) == -1
+    np.testing.assert_array_equal(data, again)
 
 
 def test_registry_records_are_consistent():

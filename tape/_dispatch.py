@@ -1,0 +1,277 @@
+"""Dispatch of the interpreter's sweeps through a table of kernel addresses.
+
+The sweeps (:mod:`tape._generated.sweeps`) know no op: for entry ``i`` they load the address
+of the op's kernel from a table indexed by ``(sweep kind, op code)`` and call it with Numba's
+own calling convention (:func:`call_status`, :func:`call_void`), so exceptions raised inside a
+kernel propagate. The sweeps therefore compile once per dtype at a fixed cost, whatever the
+size of the instruction set, and each op's kernels compile (or load from Numba's cache) on
+their own, the first time a tape uses the op: :func:`prepare`.
+
+The tables are one ``int64[N_KINDS, MAX_OPS]`` array per arena dtype, owned by this module.
+Compiled code never reads them as a Python global (Numba would freeze this process's addresses
+into its on-disk cache); it refers to an external symbol, ``tape_optab_<dtype>``, which this
+module binds to the array's memory at import (``llvmlite.binding.add_symbol``), in every
+process, before any sweep is compiled or loaded.
+
+A slot holds:
+
+- ``0`` (:data:`NOT_PREPARED`): the op's kernel was not prepared in this process; a sweep that
+  reaches such an entry raises ``RuntimeError`` (never runs garbage);
+- ``-1`` (:data:`NOTHING`): the op has nothing to do in this sweep (the reverse of an op
+  without differentiable inputs); the sweep skips the entry;
+- otherwise the address of the compiled kernel, whose signature is fixed per kind
+  (:data:`SIGNATURES`): a wrong signature would crash, so the call intrinsics refuse, at
+  compile time, arguments of any other type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import warnings
+
+import llvmlite.binding as ll
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+from tape._fingerprint import op_fingerprint
+from tape.registry import OPS
+
+MAX_OPS = 256
+"""Op codes a table has room for (a registry beyond it fails at import)."""
+
+FWD, REV, TAN, HREV = range(4)
+N_KINDS = 4
+ALL = (FWD, REV, TAN, HREV)
+KIND_NAMES = ("fwd", "rev", "tan", "hrev")
+
+NOT_PREPARED = 0
+NOTHING = -1
+
+DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+_i64 = types.int64
+_I2 = types.Array(types.int64, 2, "C")
+_I1 = types.Array(types.int64, 1, "C")
+
+
+def _arena(dt, nd):
+    return types.Array(types.float64 if dt == np.float64 else types.float32, nd, "C")
+
+
+def signature_types(kind, dtype):
+    """The argument types of a ``kind`` kernel on arenas of ``dtype`` (after the entry index):
+    ``(i, entries, bufs, ipool, data[, grad][, T[, GT]])``."""
+    d1, d2 = _arena(dtype, 1), _arena(dtype, 2)
+    head = (_i64, _I2, _I2, _I1, d1)
+    return {
+        FWD: head,
+        REV: head + (d1,),
+        TAN: head + (d2,),
+        HREV: head + (d1, d2, d2),
+    }[kind]
+
+
+RESTYPES = {FWD: types.int64, REV: types.none, TAN: types.none, HREV: types.none}
+
+SIGNATURES = {
+    (k, np.dtype(dt)): RESTYPES[k](*signature_types(k, dt)) for k in range(N_KINDS) for dt in DTYPES
+}
+"""Numba signature of every (kind, dtype) kernel."""
+
+if len(OPS) > MAX_OPS:  # pragma: no cover
+    raise RuntimeError(f"{len(OPS)} ops registered; the dispatch tables hold {MAX_OPS}")
+
+TABLES = {dt: np.zeros((N_KINDS, MAX_OPS), np.int64) for dt in DTYPES}
+"""The address tables, per arena dtype (see the module docstring)."""
+
+
+def _symbol(dtype) -> str:
+    return f"tape_optab_{np.dtype(dtype).name}"
+
+
+for _dt, _tab in TABLES.items():
+    ll.add_symbol(_symbol(_dt), _tab.ctypes.data)
+
+_LOCK = threading.Lock()
+_FUNCS: dict = {}  # (kind, code, dtype) -> the dispatcher whose address sits in the table
+
+
+# ---------------------------------------------------------------- compiled side
+
+
+@intrinsic
+def slot(typingctx, kind, op, data):
+    """Table entry ``(kind, op)`` of the table of ``data``'s dtype (``op`` range-checked by the
+    caller)."""
+    if not isinstance(data, types.Array) or data.dtype not in (types.float64, types.float32):
+        raise TypingError(f"tape sweeps: arena of type {data} is not a float64/float32 array")
+    name = _symbol(str(data.dtype))
+
+    def codegen(context, builder, sig, args):
+        k = context.cast(builder, args[0], sig.args[0], types.int64)
+        o = context.cast(builder, args[1], sig.args[1], types.int64)
+        mod = builder.module
+        gv = mod.globals.get(name)
+        if gv is None:
+            gv = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(64), N_KINDS * MAX_OPS), name)
+            gv.linkage = "external"
+        idx = builder.add(builder.mul(k, ir.Constant(ir.IntType(64), MAX_OPS)), o)
+        ptr = builder.gep(gv, [ir.Constant(ir.IntType(64), 0), idx])
+        return builder.load(ptr)
+
+    return types.int64(kind, op, data), codegen
+
+
+def _caller(kind):
+    restype = RESTYPES[kind]
+
+    def typer(typingctx, addr, args):
+        got = tuple(args.types) if isinstance(args, types.BaseTuple) else (args,)
+        data = got[4] if len(got) > 4 else None
+        ok = isinstance(data, types.Array) and data.dtype in (types.float64, types.float32)
+        want = signature_types(kind, np.dtype(str(data.dtype)) if ok else np.float64)
+        if not (
+            ok
+            and len(got) == len(want)
+            and isinstance(got[0], types.Integer)
+            and got[1:] == want[1:]
+            and isinstance(addr, types.Integer)
+        ):
+            raise TypingError(
+                f"tape sweeps: a {KIND_NAMES[kind]} kernel takes {want}, got {got} (the "
+                "sweeps need C-contiguous, writable int64 tape arrays and float64 or float32 "
+                "arenas)"
+            )
+
+        def codegen(context, builder, sig, llargs):
+            vals = list(cgutils.unpack_tuple(builder, llargs[1], len(got)))
+            vals[0] = context.cast(builder, vals[0], got[0], types.int64)
+            fnty = context.call_conv.get_function_type(restype, want)
+            fn = builder.inttoptr(llargs[0], fnty.as_pointer())
+            status, res = context.call_conv.call_function(builder, fn, restype, want, vals)
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            return res if restype != types.none else context.get_dummy_value()
+
+        return restype(addr, args), codegen
+
+    return typer
+
+
+def _make(kind):
+    typer = _caller(kind)
+
+    def call(typingctx, addr, args):
+        return typer(typingctx, addr, args)
+
+    call.__name__ = f"call_{KIND_NAMES[kind]}"
+    return intrinsic(call)
+
+
+call_fwd = _make(FWD)
+"""``call_fwd(addr, (i, entries, bufs, ipool, data)) -> status``."""
+call_rev = _make(REV)
+"""``call_rev(addr, (i, entries, bufs, ipool, data, grad))``."""
+call_tan = _make(TAN)
+"""``call_tan(addr, (i, entries, bufs, ipool, data, T))``."""
+call_hrev = _make(HREV)
+"""``call_hrev(addr, (i, entries, bufs, ipool, data, grad, T, GT))``."""
+
+
+# ---------------------------------------------------------------- Python side
+
+
+def op_module(code):
+    """The generated module of op ``code`` (imported on first use; a warning if it is stale:
+    an op rule changed and ``python -m tape._codegen`` was not run)."""
+    op = OPS[code]
+    mod = importlib.import_module(f"tape._generated.ops.{op.name}")
+    if code not in _CHECKED:
+        _CHECKED.add(code)
+        try:
+            fresh = mod.FINGERPRINT == op_fingerprint(op)
+        except OSError:  # sources not readable (a zipped install): nothing to compare
+            fresh = True
+        if not fresh:
+            warnings.warn(
+                f"tape's generated module of op {op.name!r} is stale (its rules changed): run "
+                "`python -m tape._codegen`",
+                stacklevel=3,
+            )
+    return mod
+
+
+_CHECKED: set = set()
+
+
+def function(kind_name, code):
+    """The compiled per-op function ``_<kind_name>_<op>`` (``fwd``, ``rev``, ``tan``, ``hrev``,
+    ``emit``) of op ``code``, or ``None`` when the op has none."""
+    return getattr(op_module(code), f"_{kind_name}_{OPS[code].name}", None)
+
+
+class PerOp:
+    """``table[code]``: one kind of per-op function, looked up (and its module imported) on
+    first use. Eager mode and the per-entry checks call these directly."""
+
+    def __init__(self, kind_name):
+        self.kind_name = kind_name
+        self._fns = [False] * len(OPS)
+
+    def __getitem__(self, code):
+        fn = self._fns[code]
+        if fn is False:
+            fn = self._fns[code] = function(self.kind_name, code)
+        return fn
+
+    def __len__(self):
+        return len(OPS)
+
+
+def prepare(codes, dtype, kinds=(FWD, REV)):
+    """Compile (or load from Numba's cache) the kernels of the ops ``codes`` for arenas of
+    ``dtype`` and every sweep kind in ``kinds``, and put their addresses in the table. Cheap
+    when they are already there. Call it before a sweep runs an entry of these ops (the
+    replay methods, ``t.workspace()`` and ``t.kernel_args()`` do)."""
+    dt = np.dtype(dtype)
+    tab = TABLES.get(dt)
+    if tab is None:
+        raise TypeError(f"tape: arenas are float64 or float32, not {dt}")
+    todo = [(k, int(c)) for k in kinds for c in codes if 0 <= c < len(OPS) and tab[k, c] == 0]
+    if not todo:
+        return
+    with _LOCK:
+        for k, c in todo:
+            if tab[k, c] != 0:
+                continue
+            fn = function(KIND_NAMES[k], c)
+            if fn is None:
+                tab[k, c] = NOTHING
+                continue
+            sig = SIGNATURES[(k, dt)]
+            # by the argument types alone: the key eager mode's calls compile and cache under
+            fn.compile(sig.args)
+            cres = fn.overloads[sig.args]
+            if cres.signature.return_type != sig.return_type:  # a call would crash: refuse
+                raise TypeError(
+                    f"tape: {fn.__name__} returns {cres.signature.return_type}, the "
+                    f"{KIND_NAMES[k]} sweep expects {sig.return_type}"
+                )
+            _FUNCS[(k, c, dt)] = fn
+            tab[k, c] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+
+
+def prepare_tape(t, kinds=(FWD, REV), dtype=None):
+    """:func:`prepare` the ops of tape ``t`` (its recorded entries) for its arena dtype."""
+    codes = np.unique(t.entries[: t.n_entries, 0])
+    prepare(codes, t.dtype if dtype is None else dtype, kinds)
+
+
+def prepared(kind, code, dtype) -> bool:
+    """Whether table slot ``(kind, code)`` of ``dtype`` is filled in this process."""
+    return TABLES[np.dtype(dtype)][kind, code] != NOT_PREPARED
