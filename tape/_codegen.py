@@ -84,7 +84,6 @@ def _kernel(kind, op, data):
 # they compile (or load) only the ops they use.
 FWD = D.PerOp("fwd")
 REV = D.PerOp("rev")
-EMIT = D.PerOp("emit")
 
 
 @njit(**SWEEP_JIT)
@@ -149,7 +148,7 @@ Do not edit; change the op in ``{module}`` and regenerate.
 
 ``_fwd_{name}``, ``_rev_{name}``, ``_tan_{name}`` and ``_hrev_{name}`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_{name}`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
@@ -164,6 +163,12 @@ from tape._config import KERNEL_JIT, SWEEP_JIT
 
 {rules}
 '''
+
+# the entry functions' parameters, per sweep kind (their types: tape._dispatch.SIGNATURES)
+FWD_ARGS = ("i", "entries", "bufs", "ipool", "data")
+REV_ARGS = FWD_ARGS + ("grad",)
+TAN_ARGS = FWD_ARGS + ("T",)
+HREV_ARGS = REV_ARGS + ("T", "GT")
 
 DRIVERS = PKG / "_drivers.py"
 """The drivers, a real (linted) module in two parts, each below its marker line."""
@@ -234,10 +239,7 @@ def generate_op(op) -> str:
             fwd_call = f"L.unary_fwd({op.fwd_name}, i, entries, bufs, data)"
         else:
             fwd_call = f"L.{loop}_fwd({op.fwd_name}, i, entries, bufs, ipool, data)"
-        entry_fns.append(
-            f"@njit(**SWEEP_JIT)\ndef _fwd_{op.name}(i, entries, bufs, ipool, data):\n"
-            f"    {spec.call(fwd_call)}\n    return np.int64(-1)\n"
-        )
+        entries = [spec.entry(f"_fwd_{op.name}", fwd_call, FWD_ARGS, returns="np.int64(-1)")]
         if any(op.differentiable):
             if n == 1:
                 rev_call = f"L.unary_rev({op.rev_names[0]}, i, entries, bufs, data, grad)"
@@ -245,15 +247,11 @@ def generate_op(op) -> str:
                 rs = ", ".join(r or f"L.no_rule{n + 2}" for r in op.rev_names)
                 ds = ", ".join(str(d) for d in op.differentiable)
                 rev_call = f"L.{loop}_rev({rs}, {ds}, i, entries, bufs, ipool, data, grad)"
-            entry_fns.append(
-                f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}(i, entries, bufs, ipool, data, grad):\n"
-                f"    {spec.call(rev_call)}\n"
-            )
-            _elementwise_derivatives(op, entry_fns, spec)
-        entry_fns[:0] = spec.sources
+            entries.append(spec.entry(f"_rev_{op.name}", rev_call, REV_ARGS))
+            entries += _elementwise_derivatives(op, spec)
+        entry_fns += spec.sources + entries
         if spec.imports:
             imports.insert(0, f"from tape._loops import {', '.join(sorted(spec.imports))}")
-    entry_fns.append(_emit_fn(op))
     body = OP_HEADER.format(
         name=op.name,
         module=op.module.replace(".", "/") + ".py",
@@ -286,7 +284,7 @@ def _kernel_derivatives(op, entry_fns):
     return names
 
 
-def _elementwise_derivatives(op, entry_fns, spec):
+def _elementwise_derivatives(op, spec):
     """An elementwise op's tangent entry (its reverse rules on the input tangents) and
     forward-over-reverse entry (its reverse rules on the tangent adjoints plus its second
     partials)."""
@@ -305,7 +303,10 @@ def _elementwise_derivatives(op, entry_fns, spec):
     else:  # ternary ops are piecewise linear
         jvp = f"L.ternary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, T)"
         hvp = f"L.ternary_hrev({', '.join(r)}, {d}, i, entries, bufs, ipool, data, GT)"
-    _derivative_entries(op, entry_fns, spec.call(jvp), spec.call(hvp))
+    return [
+        spec.entry(f"_tan_{op.name}", jvp, TAN_ARGS),
+        spec.entry(f"_hrev_{op.name}", hvp, HREV_ARGS),
+    ]
 
 
 def _derivative_entries(op, entry_fns, jvp, hvp):
@@ -316,18 +317,6 @@ def _derivative_entries(op, entry_fns, jvp, hvp):
     entry_fns.append(
         f"@njit(**SWEEP_JIT)\ndef _hrev_{op.name}(i, entries, bufs, ipool, data, grad, T, GT):\n"
         f"    {hvp}\n"
-    )
-
-
-def _emit_fn(op):
-    """Eager mode's step for one op: put the entry, run it."""
-    return (
-        f"@njit(**SWEEP_JIT)\ndef _emit_{op.name}(\n"
-        "    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,\n"
-        "    in1, in2, attr\n):\n"
-        "    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,\n"
-        "                in2, attr)  # fmt: skip\n"
-        f"    return _fwd_{op.name}(n_entries, entries, bufs, ipool, data)\n"
     )
 
 

@@ -88,6 +88,8 @@ if len(OPS) > MAX_OPS:  # pragma: no cover
 
 TABLES = {dt: np.zeros((N_KINDS, MAX_OPS), np.int64) for dt in DTYPES}
 """The address tables, per arena dtype (see the module docstring)."""
+FWD_SLOTS = {dt: tab[FWD] for dt, tab in TABLES.items()}
+"""The forward rows of :data:`TABLES` (eager mode checks an op's slot before each step)."""
 
 
 def _symbol(dtype) -> str:

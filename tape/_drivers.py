@@ -18,8 +18,10 @@ there for the linter and is not copied.
 import numpy as np
 from numba import njit, prange
 
+from tape import _dispatch as D
 from tape._config import SWEEP_JIT
 from tape._generated.sweeps import (
+    _kernel,
     forward_sweep,
     reverse_sweep,
     tangent_reverse_sweep,
@@ -101,6 +103,41 @@ def prepare_reverse(entries, bufs, grad, n_entries, n_bufs, roots, seeds, zero_l
             order[j] = i
             j += 1
     return emask, order, need
+
+
+@njit(inline="always", **SWEEP_JIT)
+def put_entry(
+    entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2, attr
+):
+    """Eager mode's bookkeeping, before :func:`emit` runs the entry: add output buffer
+    ``n_bufs`` and entry ``n_entries`` (the arrays have room; the caller checked). Writes
+    ``entries`` and ``bufs``."""
+    b = bufs[n_bufs]
+    b[0] = off
+    b[1] = size
+    b[2] = ndim
+    b[3] = shape
+    b[4] = kind
+    b[5] = -1
+    e = entries[n_entries]
+    e[0] = op
+    e[1] = in0
+    e[2] = in1
+    e[3] = in2
+    e[4] = n_bufs
+    e[5] = attr
+
+
+@njit(**SWEEP_JIT)
+def emit(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
+    attr,
+):
+    """Eager mode's step: put entry ``n_entries`` (op ``op``, prepared for ``data``'s dtype)
+    and run it. Returns its status (``-1``, or ``n_entries`` when it rejected its data)."""
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
+              attr)  # fmt: skip
+    return D.call_fwd(_kernel(D.FWD, op, data), (n_entries, entries, bufs, ipool, data))
 
 
 @njit(**SWEEP_JIT)

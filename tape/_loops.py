@@ -664,29 +664,3 @@ def no_h2(x0, y):
 @_jit
 def no_h3(x0, x1, y):
     return 0.0
-
-
-# ---------------------------------------------------------------- eager mode
-
-
-@_loop
-def put_entry(
-    entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2, attr
-):
-    """Eager mode's bookkeeping, before the op's ``_emit_<name>`` (``tape/_generated/ops/``)
-    runs the entry: add output buffer ``n_bufs`` and entry ``n_entries`` (the arrays have room;
-    the caller checked). Writes ``entries`` and ``bufs``."""
-    b = bufs[n_bufs]
-    b[0] = off
-    b[1] = size
-    b[2] = ndim
-    b[3] = shape
-    b[4] = kind
-    b[5] = -1
-    e = entries[n_entries]
-    e[0] = op
-    e[1] = in0
-    e[2] = in1
-    e[3] = in2
-    e[4] = n_bufs
-    e[5] = attr

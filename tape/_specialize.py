@@ -61,6 +61,30 @@ class Specializer:
         out = _Rewrite(self, {r: r for r in self.rules}, set(), top=True).visit(node)
         return ast.unparse(ast.fix_missing_locations(out))
 
+    def entry(self, name, text, params, returns=None) -> str:
+        """An entry function ``name(*params)``: the template that the call ``text`` (at module
+        level, as for :meth:`call`) names, specialised to every argument of the call that is
+        a rule or a constant, with the call's other arguments (names) as its variables, and
+        ``return <returns>`` appended. Returns its source; it is cached (``SWEEP_JIT``)."""
+        node = ast.parse(text, mode="eval").body
+        top = _Rewrite(self, {r: r for r in self.rules}, set(), top=True)
+        tname = top._callee(node.func)
+        if tname is None:
+            raise ValueError(f"{text!r} calls no template of tape._loops")
+        binding = {}
+        for p, a in zip(inspect.signature(_dispatcher(tname).py_func).parameters, node.args):
+            rule = top._rule_text(a)
+            if rule is not None:
+                binding[p] = rule
+            elif isinstance(a, ast.Constant):
+                binding[p] = repr(a.value)
+            elif not (isinstance(a, ast.Name) and a.id == p and p in params):
+                raise ValueError(
+                    f"{text!r}: argument {ast.unparse(a)!r} is no rule, constant or parameter "
+                    f"{p!r} of the entry"
+                )
+        return self._specialise(tname, binding, name, params, "@njit(**SWEEP_JIT)", returns)
+
     def copy(self, name, binding) -> str:
         """The name of template ``name`` specialised with ``binding`` (param -> rule text)."""
         key = (name, tuple(sorted(binding.items())))
@@ -69,22 +93,35 @@ class Specializer:
             return got
         new = f"_{name.lstrip('_')}_{len(self._memo)}"
         self._memo[key] = new
+        self.sources.append(self._specialise(name, binding, new))
+        return new
+
+    def _specialise(self, name, binding, new, params=None, decorator=None, returns=None) -> str:
         fn = _dispatcher(name).py_func
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
         fdef = tree.body[0]
         fdef.decorator_list = []
         fdef.name = new
-        params = [a.arg for a in fdef.args.args]
-        fdef.args.args = [a for a in fdef.args.args if a.arg not in binding]
-        local = set(params) | {
+        names = [a.arg for a in fdef.args.args]
+        if params is None:
+            fdef.args.args = [a for a in fdef.args.args if a.arg not in binding]
+            params = names
+        else:
+            fdef.args.args = [ast.arg(p) for p in params]
+        stored = {
             n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
         }
-        local -= set(binding)
+        local = (set(names) - set(binding)) | set(params) | stored
+        if returns is not None:
+            if any(isinstance(n, ast.Return) for n in ast.walk(fdef)):
+                raise ValueError(f"template {name} returns: it cannot end with a status")
+            fdef.body.append(ast.parse(f"return {returns}").body[0])
         body = _Rewrite(self, binding, local, top=False).visit(fdef)
         text = ast.unparse(ast.fix_missing_locations(body))
-        loops = any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fdef))
-        self.sources.append(f"{JIT if loops else JIT_INLINE}\n{text}\n")
-        return new
+        if decorator is None:
+            loops = any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fdef))
+            decorator = JIT if loops else JIT_INLINE
+        return f"{decorator}\n{text}\n"
 
 
 class _Rewrite(ast.NodeTransformer):

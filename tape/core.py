@@ -355,7 +355,9 @@ class Tape:
             if p is None:
                 p = self.intern(attr)
         n = len(ins)
-        status = S.EMIT[code](
+        if not _dispatch.FWD_SLOTS[self.dtype][code]:  # the op's kernel, first use in this process
+            _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,))
+        status = S.emit(
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
         )  # fmt: skip
@@ -589,9 +591,10 @@ class Tape:
         r = self._replay
         if r is None:
             r = self._check_replay()
-        self._n_replays += 1
-        if self._n_replays == self.compile_after:
-            self._promote()
+        if not interp:  # derivative drivers (interp) run on the interpreter: no promotion
+            self._n_replays += 1
+            if self._n_replays == self.compile_after:
+                self._promote()
         ws = self._workspace()
         ws.ok = False  # until the sweep finishes: a backward over a half-run forward is refused
         if self._variants:

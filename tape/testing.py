@@ -51,7 +51,8 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64
     derivative disagrees with finite differences (the op and ``file:line`` that recorded it).
     """
     base = _numpy_args(inputs)
-    t0 = record(fn, *base, wrt=wrt, dtype=np.float64)
+    # the interpreter: a check replays each tape a few times, never enough to repay a compile
+    t0 = record(fn, *base, wrt=wrt, dtype=np.float64, compile=False)
     rng = np.random.default_rng(seed)
     for point in range(max(1, int(n_points))):
         if point == 0:
@@ -60,7 +61,7 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64
             args = [
                 a + scale * rng.standard_normal(a.shape) if a.dtype.kind == "f" else a for a in base
             ]
-            t = record(fn, *args, wrt=wrt, dtype=np.float64)
+            t = record(fn, *args, wrt=wrt, dtype=np.float64, compile=False)
             _compare_replay(t0, t, args, point)
         if order not in (1, 2):
             raise ValueError(f"gradcheck: order must be 1 or 2, got {order!r}")

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "efc1a5c2d106e5e70233b7b1e7b1a80d4b45a6626c0f0e1d175495c254ae6576"
+FINGERPRINT = "b2e2b81847c1a9e089912307169872429966a6f2d760a3e92a2286a6ab636a24"
 
 import numpy as np
 from numba import njit, prange
@@ -54,7 +54,6 @@ def _kernel(kind, op, data):
 # they compile (or load) only the ops they use.
 FWD = D.PerOp("fwd")
 REV = D.PerOp("rev")
-EMIT = D.PerOp("emit")
 
 
 @njit(**SWEEP_JIT)
@@ -184,6 +183,41 @@ def prepare_reverse(entries, bufs, grad, n_entries, n_bufs, roots, seeds, zero_l
             order[j] = i
             j += 1
     return emask, order, need
+
+
+@njit(inline="always", **SWEEP_JIT)
+def put_entry(
+    entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2, attr
+):
+    """Eager mode's bookkeeping, before :func:`emit` runs the entry: add output buffer
+    ``n_bufs`` and entry ``n_entries`` (the arrays have room; the caller checked). Writes
+    ``entries`` and ``bufs``."""
+    b = bufs[n_bufs]
+    b[0] = off
+    b[1] = size
+    b[2] = ndim
+    b[3] = shape
+    b[4] = kind
+    b[5] = -1
+    e = entries[n_entries]
+    e[0] = op
+    e[1] = in0
+    e[2] = in1
+    e[3] = in2
+    e[4] = n_bufs
+    e[5] = attr
+
+
+@njit(**SWEEP_JIT)
+def emit(
+    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
+    attr,
+):
+    """Eager mode's step: put entry ``n_entries`` (op ``op``, prepared for ``data``'s dtype)
+    and run it. Returns its status (``-1``, or ``n_entries`` when it rejected its data)."""
+    put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
+              attr)  # fmt: skip
+    return D.call_fwd(_kernel(D.FWD, op, data), (n_entries, entries, bufs, ipool, data))
 
 
 @njit(**SWEEP_JIT)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_argmax``, ``_rev_argmax``, ``_tan_argmax`` and ``_hrev_argmax`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_argmax`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4b582fba313d5bb3c839cac8282b5a580436f2b003779ca12761a13718075741"
+FINGERPRINT = "bdd882d478cc4f9bbb876ec35f6c58e383b397faa6f52d3eb04a104af1024bab"
 
 import numpy as np
 from numba import njit
@@ -20,13 +20,3 @@ from tape.ops.scan import argmax_fwd
 @njit(**SWEEP_JIT)
 def _fwd_argmax(i, entries, bufs, ipool, data):
     return np.int64(argmax_fwd(i, entries, bufs, ipool, data))
-
-
-@njit(**SWEEP_JIT)
-def _emit_argmax(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_argmax(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_argmin``, ``_rev_argmin``, ``_tan_argmin`` and ``_hrev_argmin`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_argmin`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9655eca09422cc3e3649636120e4b7ec5935e7f65ff98456ae57db6ffa70a92e"
+FINGERPRINT = "57c3e1944501cb4f84b7807277243794a77c023633181a67e184950fcdadcb41"
 
 import numpy as np
 from numba import njit
@@ -20,13 +20,3 @@ from tape.ops.scan import argmin_fwd
 @njit(**SWEEP_JIT)
 def _fwd_argmin(i, entries, bufs, ipool, data):
     return np.int64(argmin_fwd(i, entries, bufs, ipool, data))
-
-
-@njit(**SWEEP_JIT)
-def _emit_argmin(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_argmin(n_entries, entries, bufs, ipool, data)

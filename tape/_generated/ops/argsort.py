@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_argsort``, ``_rev_argsort``, ``_tan_argsort`` and ``_hrev_argsort`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_argsort`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5459cbe8b78a796d3f355706a0b1ab594dbe6ea0674c4eeebad4fd5227e953ec"
+FINGERPRINT = "16a17af41dc87835f2dc05536bd0ebd58784e88b4c3ee9839020cfaff640bbc6"
 
 import numpy as np
 from numba import njit
@@ -20,13 +20,3 @@ from tape.ops.scan import argsort_fwd
 @njit(**SWEEP_JIT)
 def _fwd_argsort(i, entries, bufs, ipool, data):
     return np.int64(argsort_fwd(i, entries, bufs, ipool, data))
-
-
-@njit(**SWEEP_JIT)
-def _emit_argsort(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_argsort(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_ceil``, ``_rev_ceil``, ``_tan_ceil`` and ``_hrev_ceil`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_ceil`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2346c43cfd5baa793be59c24be0497682f7bee2c039c7107617da5acca4dc21f"
+FINGERPRINT = "6a937e5ce2a61fc1e5d1c57bd85868805917a4e52533738e2cff7cc32b553319"
 
 import numpy as np
 from numba import njit
@@ -21,16 +21,17 @@ ceil_fwd = BY_NAME["ceil"].fwd
 ceil_rev0 = BY_NAME["ceil"].rev[0]
 
 
-@njit(**KERNEL_JIT)
-def _unary_fwd_0(i, entries, bufs, data):
+@njit(**SWEEP_JIT)
+def _fwd_ceil(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
     for j in range(y.shape[0]):
         y[j] = ceil_fwd(x[j])
+    return np.int64(-1)
 
 
-@njit(**KERNEL_JIT)
-def _unary_rev_1(i, entries, bufs, data, grad):
+@njit(**SWEEP_JIT)
+def _rev_ceil(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
@@ -44,8 +45,8 @@ def _unary_rev_1(i, entries, bufs, data, grad):
         gx[j] += masked(v, gy[j])
 
 
-@njit(**KERNEL_JIT)
-def _unary_tan_2(i, entries, bufs, data, T):
+@njit(**SWEEP_JIT)
+def _tan_ceil(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
     x = view(bufs, data, a)
@@ -66,8 +67,8 @@ def _unary_tan_2(i, entries, bufs, data, T):
             ty[j] = masked(p[j] * tx[j], tx[j])
 
 
-@njit(**KERNEL_JIT)
-def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
+@njit(**SWEEP_JIT)
+def _hrev_ceil(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
@@ -82,7 +83,7 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(ceil_rev0(x[j], y[j], gty[j]), gty[j])
-            if nh and gy[j] != 0.0 and (tx[j] != 0.0):
+            if False and gy[j] != 0.0 and (tx[j] != 0.0):
                 v += gy[j] * (L.no_h2(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
@@ -90,7 +91,7 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = ceil_rev0(x[j], y[j], 1.0)
-        if nh and gy[j] != 0.0:
+        if False and gy[j] != 0.0:
             q[j] = gy[j] * L.no_h2(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
@@ -98,37 +99,6 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if nh and gy[j] != 0.0 and (tx[j] != 0.0):
+            if False and gy[j] != 0.0 and (tx[j] != 0.0):
                 v += q[j] * tx[j]
             gtx[j] += v
-
-
-@njit(**SWEEP_JIT)
-def _fwd_ceil(i, entries, bufs, ipool, data):
-    _unary_fwd_0(i, entries, bufs, data)
-    return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _rev_ceil(i, entries, bufs, ipool, data, grad):
-    _unary_rev_1(i, entries, bufs, data, grad)
-
-
-@njit(**SWEEP_JIT)
-def _tan_ceil(i, entries, bufs, ipool, data, T):
-    _unary_tan_2(i, entries, bufs, data, T)
-
-
-@njit(**SWEEP_JIT)
-def _hrev_ceil(i, entries, bufs, ipool, data, grad, T, GT):
-    _unary_hrev_3(False, i, entries, bufs, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_ceil(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_ceil(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/factor.py`` and regenerate.
 
 ``_fwd_cholesky``, ``_rev_cholesky``, ``_tan_cholesky`` and ``_hrev_cholesky`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_cholesky`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4af2fb57b2b3961618fcf805392812f4cddfe9cafc9c28d9d8ccd7279fbaa50d"
+FINGERPRINT = "aceb077661e826732ec09d4da5480d14d0ee6f64185df8df2079f7791914fc3d"
 
 import numpy as np
 from numba import njit
@@ -35,13 +35,3 @@ def _tan_cholesky(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_cholesky(i, entries, bufs, ipool, data, grad, T, GT):
     cholesky_hvp(i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_cholesky(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_cholesky(n_entries, entries, bufs, ipool, data)

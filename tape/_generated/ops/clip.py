@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_clip``, ``_rev_clip``, ``_tan_clip`` and ``_hrev_clip`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_clip`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "000fd4af0af891433643741891bb9296ea98f64e5de83f803caea63d42e61d0e"
+FINGERPRINT = "5f9d429e131e96a2b98517c378b811873890612aeed60b232566d1ba1f19116b"
 
 import numpy as np
 from numba import njit
@@ -24,26 +24,7 @@ clip_rev2 = BY_NAME["clip"].rev[2]
 
 
 @njit(**KERNEL_JIT)
-def _ternary_fwd_0(i, entries, bufs, ipool, data):
-    x0 = view(bufs, data, entries[i, E_IN0])
-    x1 = view(bufs, data, entries[i, E_IN1])
-    x2 = view(bufs, data, entries[i, E_IN2])
-    y = view(bufs, data, entries[i, E_OUT])
-    p = entries[i, E_ATTR]
-    n = y.shape[0]
-    if ipool[p] == SAME:
-        for j in range(n):
-            y[j] = clip_fwd(x0[j], x1[j], x2[j])
-    else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        for j in range(n):
-            y[j] = clip_fwd(x0[o0[j]], x1[o1[j]], x2[o2[j]])
-
-
-@njit(**KERNEL_JIT)
-def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
+def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
@@ -60,7 +41,7 @@ def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
 
 
 @njit(**KERNEL_JIT)
-def _ternary_rev_one_3(k, x0, x1, x2, y, gy, gk, ipool, p):
+def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
@@ -77,7 +58,7 @@ def _ternary_rev_one_3(k, x0, x1, x2, y, gy, gk, ipool, p):
 
 
 @njit(**KERNEL_JIT)
-def _ternary_rev_one_4(k, x0, x1, x2, y, gy, gk, ipool, p):
+def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
@@ -94,7 +75,7 @@ def _ternary_rev_one_4(k, x0, x1, x2, y, gy, gk, ipool, p):
 
 
 @njit(inline="always", **KERNEL_JIT)
-def _ternary_rev_1(d0, d1, d2, i, entries, bufs, ipool, data, grad):
+def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     c = entries[i, E_IN2]
@@ -105,16 +86,56 @@ def _ternary_rev_1(d0, d1, d2, i, entries, bufs, ipool, data, grad):
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    if d0 and active(bufs, a):
-        _ternary_rev_one_2(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
-    if d1 and active(bufs, b):
-        _ternary_rev_one_3(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
-    if d2 and active(bufs, c):
-        _ternary_rev_one_4(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
+    if True and active(bufs, a):
+        _ternary_rev_one_0(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
+    if True and active(bufs, b):
+        _ternary_rev_one_1(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
+    if True and active(bufs, c):
+        _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
-@njit(**KERNEL_JIT)
-def _ternary_tan_5(d0, d1, d2, i, entries, bufs, ipool, data, T):
+@njit(**SWEEP_JIT)
+def _fwd_clip(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    x2 = view(bufs, data, entries[i, E_IN2])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n = y.shape[0]
+    if ipool[p] == SAME:
+        for j in range(n):
+            y[j] = clip_fwd(x0[j], x1[j], x2[j])
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        o2 = bcast_offsets(ipool, p, 2)
+        for j in range(n):
+            y[j] = clip_fwd(x0[o0[j]], x1[o1[j]], x2[o2[j]])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_clip(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    c = entries[i, E_IN2]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    x2 = view(bufs, data, c)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    p = entries[i, E_ATTR]
+    if True and active(bufs, a):
+        _ternary_rev_one_0(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
+    if True and active(bufs, b):
+        _ternary_rev_one_1(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
+    if True and active(bufs, c):
+        _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
+
+
+@njit(**SWEEP_JIT)
+def _tan_clip(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     c = entries[i, E_IN2]
@@ -138,47 +159,16 @@ def _ternary_tan_5(d0, d1, d2, i, entries, bufs, ipool, data, T):
         for j in range(n):
             u, v, w = (x0[o0[j]], x1[o1[j]], x2[o2[j]])
             acc = 0.0
-            if d0:
+            if True:
                 acc += masked(clip_rev0(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
-            if d1:
+            if True:
                 acc += masked(clip_rev1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
-            if d2:
+            if True:
                 acc += masked(clip_rev2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
             ty[j] = acc
 
 
-@njit(**KERNEL_JIT)
-def _ternary_hrev_6(d0, d1, d2, i, entries, bufs, ipool, data, GT):
-    for d in range(GT.shape[0]):
-        _ternary_rev_1(d0, d1, d2, i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_clip(i, entries, bufs, ipool, data):
-    _ternary_fwd_0(i, entries, bufs, ipool, data)
-    return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _rev_clip(i, entries, bufs, ipool, data, grad):
-    _ternary_rev_1(True, True, True, i, entries, bufs, ipool, data, grad)
-
-
-@njit(**SWEEP_JIT)
-def _tan_clip(i, entries, bufs, ipool, data, T):
-    _ternary_tan_5(True, True, True, i, entries, bufs, ipool, data, T)
-
-
 @njit(**SWEEP_JIT)
 def _hrev_clip(i, entries, bufs, ipool, data, grad, T, GT):
-    _ternary_hrev_6(True, True, True, i, entries, bufs, ipool, data, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_clip(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_clip(n_entries, entries, bufs, ipool, data)
+    for d in range(GT.shape[0]):
+        _ternary_rev_3(i, entries, bufs, ipool, data, GT[d])

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/movement.py`` and regenerate.
 
 ``_fwd_copy``, ``_rev_copy``, ``_tan_copy`` and ``_hrev_copy`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_copy`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "83f0a787444ee5b04f70cc9f8758c681c8e5edc4cbfe7deb9a059ab2bc7e9a12"
+FINGERPRINT = "6f875f39809cb55cbea697364ee09e9c621ccd8f06a1bb0daf5878db5e8cfad2"
 
 import numpy as np
 from numba import njit
@@ -37,13 +37,3 @@ def _tan_copy(i, entries, bufs, ipool, data, T):
 def _hrev_copy(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         copy_rev(i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _emit_copy(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_copy(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_cumprod``, ``_rev_cumprod``, ``_tan_cumprod`` and ``_hrev_cumprod`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_cumprod`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8586ad5ea5165013cce36b1478202bef734b1deba4682a22cf581129781ebe82"
+FINGERPRINT = "2d2d9cca0b674b2159322ce504d7bbcf4b971a8291a7283a8283aaba3562b6cb"
 
 import numpy as np
 from numba import njit
@@ -35,13 +35,3 @@ def _tan_cumprod(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_cumprod(i, entries, bufs, ipool, data, grad, T, GT):
     cumprod_hvp(i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_cumprod(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_cumprod(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_cumsum``, ``_rev_cumsum``, ``_tan_cumsum`` and ``_hrev_cumsum`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_cumsum`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c573c77cc4a80b1bac7ed95f15bf547db8bbc90ab0c8810fe943d86c282f4b9c"
+FINGERPRINT = "159faa39629b5196f13f1dd58c8a31a0e5f1bf43e4f7377fbfda0ce2cc6bdc5c"
 
 import numpy as np
 from numba import njit
@@ -37,13 +37,3 @@ def _tan_cumsum(i, entries, bufs, ipool, data, T):
 def _hrev_cumsum(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         cumsum_rev(i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _emit_cumsum(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_cumsum(n_entries, entries, bufs, ipool, data)

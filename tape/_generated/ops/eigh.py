@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/spectral.py`` and regenerate.
 
 ``_fwd_eigh``, ``_rev_eigh``, ``_tan_eigh`` and ``_hrev_eigh`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_eigh`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "78c39f22d364c1bab044dc3720983d8621f3c6eb4435d9a212886ce5df3e2cfa"
+FINGERPRINT = "6ac3d652fb0e6a4674a099f765291f82a3949670f1164aa63b819a035740e87f"
 
 import numpy as np
 from numba import njit
@@ -35,13 +35,3 @@ def _tan_eigh(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_eigh(i, entries, bufs, ipool, data, grad, T, GT):
     eigh_hvp(i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_eigh(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_eigh(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_equal``, ``_rev_equal``, ``_tan_equal`` and ``_hrev_equal`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_equal`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "363d54e3747f4c4d09c1bb2698c7233454ed8486b19078ac348f19574dd2dc17"
+FINGERPRINT = "fc1d047db533f3f44a0683b211c7e5c4faeed82e41deae8f713c762499a57fbd"
 
 import numpy as np
 from numba import njit
@@ -20,8 +20,8 @@ from tape.registry import BY_NAME
 equal_fwd = BY_NAME["equal"].fwd
 
 
-@njit(**KERNEL_JIT)
-def _binary_fwd_0(i, entries, bufs, ipool, data):
+@njit(**SWEEP_JIT)
+def _fwd_equal(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -48,19 +48,4 @@ def _binary_fwd_0(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = equal_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_equal(i, entries, bufs, ipool, data):
-    _binary_fwd_0(i, entries, bufs, ipool, data)
     return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _emit_equal(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_equal(n_entries, entries, bufs, ipool, data)

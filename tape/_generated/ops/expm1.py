@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_expm1``, ``_rev_expm1``, ``_tan_expm1`` and ``_hrev_expm1`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_expm1`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "84e7e2c8af546b96c06a5bad7f62e95f7b6c61c31a314eb47c67106ae2581480"
+FINGERPRINT = "f887eb8207b7eec146f0eb9497fdf3c7ae8a541dc8ab8c38cfb6ef11636fcbec"
 
 import numpy as np
 from numba import njit
@@ -22,16 +22,17 @@ expm1_rev0 = BY_NAME["expm1"].rev[0]
 expm1_h0 = BY_NAME["expm1"].hess[0]
 
 
-@njit(**KERNEL_JIT)
-def _unary_fwd_0(i, entries, bufs, data):
+@njit(**SWEEP_JIT)
+def _fwd_expm1(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
     for j in range(y.shape[0]):
         y[j] = expm1_fwd(x[j])
+    return np.int64(-1)
 
 
-@njit(**KERNEL_JIT)
-def _unary_rev_1(i, entries, bufs, data, grad):
+@njit(**SWEEP_JIT)
+def _rev_expm1(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
@@ -45,8 +46,8 @@ def _unary_rev_1(i, entries, bufs, data, grad):
         gx[j] += masked(v, gy[j])
 
 
-@njit(**KERNEL_JIT)
-def _unary_tan_2(i, entries, bufs, data, T):
+@njit(**SWEEP_JIT)
+def _tan_expm1(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
     x = view(bufs, data, a)
@@ -67,8 +68,8 @@ def _unary_tan_2(i, entries, bufs, data, T):
             ty[j] = masked(p[j] * tx[j], tx[j])
 
 
-@njit(**KERNEL_JIT)
-def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
+@njit(**SWEEP_JIT)
+def _hrev_expm1(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
@@ -83,7 +84,7 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(expm1_rev0(x[j], y[j], gty[j]), gty[j])
-            if nh and gy[j] != 0.0 and (tx[j] != 0.0):
+            if True and gy[j] != 0.0 and (tx[j] != 0.0):
                 v += gy[j] * (expm1_h0(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
@@ -91,7 +92,7 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = expm1_rev0(x[j], y[j], 1.0)
-        if nh and gy[j] != 0.0:
+        if True and gy[j] != 0.0:
             q[j] = gy[j] * expm1_h0(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
@@ -99,37 +100,6 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if nh and gy[j] != 0.0 and (tx[j] != 0.0):
+            if True and gy[j] != 0.0 and (tx[j] != 0.0):
                 v += q[j] * tx[j]
             gtx[j] += v
-
-
-@njit(**SWEEP_JIT)
-def _fwd_expm1(i, entries, bufs, ipool, data):
-    _unary_fwd_0(i, entries, bufs, data)
-    return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _rev_expm1(i, entries, bufs, ipool, data, grad):
-    _unary_rev_1(i, entries, bufs, data, grad)
-
-
-@njit(**SWEEP_JIT)
-def _tan_expm1(i, entries, bufs, ipool, data, T):
-    _unary_tan_2(i, entries, bufs, data, T)
-
-
-@njit(**SWEEP_JIT)
-def _hrev_expm1(i, entries, bufs, ipool, data, grad, T, GT):
-    _unary_hrev_3(True, i, entries, bufs, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_expm1(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_expm1(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_greater``, ``_rev_greater``, ``_tan_greater`` and ``_hrev_greater`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_greater`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1a3fb2719cfa4e43a7768f55f87466db2bedf5829fb46ba64c56e89b6f7bdfd2"
+FINGERPRINT = "48e6ae2c04af40f4db72f5af1c856d7199193dfa26881633dc874e4094bd5fd5"
 
 import numpy as np
 from numba import njit
@@ -20,8 +20,8 @@ from tape.registry import BY_NAME
 greater_fwd = BY_NAME["greater"].fwd
 
 
-@njit(**KERNEL_JIT)
-def _binary_fwd_0(i, entries, bufs, ipool, data):
+@njit(**SWEEP_JIT)
+def _fwd_greater(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -48,19 +48,4 @@ def _binary_fwd_0(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = greater_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_greater(i, entries, bufs, ipool, data):
-    _binary_fwd_0(i, entries, bufs, ipool, data)
     return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _emit_greater(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_greater(n_entries, entries, bufs, ipool, data)

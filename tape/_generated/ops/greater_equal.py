@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_greater_equal``, ``_rev_greater_equal``, ``_tan_greater_equal`` and ``_hrev_greater_equal`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_greater_equal`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a5d748f94b7d6a79161d42a3bc942649721cf7c9363e19aa958d8b18babbab1f"
+FINGERPRINT = "77eedb1d2f7249c4d7b82e90f3f7a50cad1c1f526fa130b1c8d27d9242503e32"
 
 import numpy as np
 from numba import njit
@@ -20,8 +20,8 @@ from tape.registry import BY_NAME
 greater_equal_fwd = BY_NAME["greater_equal"].fwd
 
 
-@njit(**KERNEL_JIT)
-def _binary_fwd_0(i, entries, bufs, ipool, data):
+@njit(**SWEEP_JIT)
+def _fwd_greater_equal(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -48,19 +48,4 @@ def _binary_fwd_0(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = greater_equal_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_greater_equal(i, entries, bufs, ipool, data):
-    _binary_fwd_0(i, entries, bufs, ipool, data)
     return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _emit_greater_equal(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_greater_equal(n_entries, entries, bufs, ipool, data)

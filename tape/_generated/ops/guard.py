@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/guard.py`` and regenerate.
 
 ``_fwd_guard``, ``_rev_guard``, ``_tan_guard`` and ``_hrev_guard`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_guard`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "e479d7c0f59672494f59d4c7aced981f7401861264efa9332b24198bfd5487ee"
+FINGERPRINT = "73b42e75c003e8ce30e1f9df0420e9be1f7e8e5be229fdd7c6bc8b3c1b1f5c22"
 
 import numpy as np
 from numba import njit
@@ -20,13 +20,3 @@ from tape.ops.guard import guard_fwd
 @njit(**SWEEP_JIT)
 def _fwd_guard(i, entries, bufs, ipool, data):
     return np.int64(guard_fwd(i, entries, bufs, ipool, data))
-
-
-@njit(**SWEEP_JIT)
-def _emit_guard(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_guard(n_entries, entries, bufs, ipool, data)

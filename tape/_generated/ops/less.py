@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_less``, ``_rev_less``, ``_tan_less`` and ``_hrev_less`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_less`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4b8029744611b25fa9b1c7672b5a1d6d829aec9b4630b193cfae315284c7504d"
+FINGERPRINT = "269c2f8251fed3805c655cefd9bfb6dd73457899fce07fdab3af1ab8c8c43b33"
 
 import numpy as np
 from numba import njit
@@ -20,8 +20,8 @@ from tape.registry import BY_NAME
 less_fwd = BY_NAME["less"].fwd
 
 
-@njit(**KERNEL_JIT)
-def _binary_fwd_0(i, entries, bufs, ipool, data):
+@njit(**SWEEP_JIT)
+def _fwd_less(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -48,19 +48,4 @@ def _binary_fwd_0(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = less_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_less(i, entries, bufs, ipool, data):
-    _binary_fwd_0(i, entries, bufs, ipool, data)
     return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _emit_less(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_less(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_log``, ``_rev_log``, ``_tan_log`` and ``_hrev_log`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_log`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "3e91b24ca5c87dc2f37fb60194420bb437fd71e597524cd2589f27d7fda3f024"
+FINGERPRINT = "02662fd0cea200c0b763acc3e9719322d5d65b4aede827dcc55b459bf286571c"
 
 import numpy as np
 from numba import njit
@@ -22,16 +22,17 @@ log_rev0 = BY_NAME["log"].rev[0]
 log_h0 = BY_NAME["log"].hess[0]
 
 
-@njit(**KERNEL_JIT)
-def _unary_fwd_0(i, entries, bufs, data):
+@njit(**SWEEP_JIT)
+def _fwd_log(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
     for j in range(y.shape[0]):
         y[j] = log_fwd(x[j])
+    return np.int64(-1)
 
 
-@njit(**KERNEL_JIT)
-def _unary_rev_1(i, entries, bufs, data, grad):
+@njit(**SWEEP_JIT)
+def _rev_log(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
@@ -45,8 +46,8 @@ def _unary_rev_1(i, entries, bufs, data, grad):
         gx[j] += masked(v, gy[j])
 
 
-@njit(**KERNEL_JIT)
-def _unary_tan_2(i, entries, bufs, data, T):
+@njit(**SWEEP_JIT)
+def _tan_log(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
     x = view(bufs, data, a)
@@ -67,8 +68,8 @@ def _unary_tan_2(i, entries, bufs, data, T):
             ty[j] = masked(p[j] * tx[j], tx[j])
 
 
-@njit(**KERNEL_JIT)
-def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
+@njit(**SWEEP_JIT)
+def _hrev_log(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
@@ -83,7 +84,7 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(log_rev0(x[j], y[j], gty[j]), gty[j])
-            if nh and gy[j] != 0.0 and (tx[j] != 0.0):
+            if True and gy[j] != 0.0 and (tx[j] != 0.0):
                 v += gy[j] * (log_h0(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
@@ -91,7 +92,7 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = log_rev0(x[j], y[j], 1.0)
-        if nh and gy[j] != 0.0:
+        if True and gy[j] != 0.0:
             q[j] = gy[j] * log_h0(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
@@ -99,37 +100,6 @@ def _unary_hrev_3(nh, i, entries, bufs, data, grad, T, GT):
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if nh and gy[j] != 0.0 and (tx[j] != 0.0):
+            if True and gy[j] != 0.0 and (tx[j] != 0.0):
                 v += q[j] * tx[j]
             gtx[j] += v
-
-
-@njit(**SWEEP_JIT)
-def _fwd_log(i, entries, bufs, ipool, data):
-    _unary_fwd_0(i, entries, bufs, data)
-    return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _rev_log(i, entries, bufs, ipool, data, grad):
-    _unary_rev_1(i, entries, bufs, data, grad)
-
-
-@njit(**SWEEP_JIT)
-def _tan_log(i, entries, bufs, ipool, data, T):
-    _unary_tan_2(i, entries, bufs, data, T)
-
-
-@njit(**SWEEP_JIT)
-def _hrev_log(i, entries, bufs, ipool, data, grad, T, GT):
-    _unary_hrev_3(True, i, entries, bufs, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_log(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_log(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_logaddexp``, ``_rev_logaddexp``, ``_tan_logaddexp`` and ``_hrev_logaddexp`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_logaddexp`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6b4556f8016e8f0d96aac3c93a16283384c2e500cbc3c983a849c512be73ba83"
+FINGERPRINT = "c2663963c6d3cf7b9117d1f9056a38fca7e372b3a84e5c17c10e53afe39f9ef9"
 
 import numpy as np
 from numba import njit
@@ -25,44 +25,14 @@ logaddexp_h1 = BY_NAME["logaddexp"].hess[1]
 logaddexp_h2 = BY_NAME["logaddexp"].hess[2]
 
 
-@njit(**KERNEL_JIT)
-def _binary_fwd_0(i, entries, bufs, ipool, data):
-    x0 = view(bufs, data, entries[i, E_IN0])
-    x1 = view(bufs, data, entries[i, E_IN1])
-    y = view(bufs, data, entries[i, E_OUT])
-    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    for r in range(o0.shape[0]):
-        yr = y[r * m:(r + 1) * m]
-        b0 = o0[r] if nd > 1 else 0
-        b1 = o1[r] if nd > 1 else 0
-        if s0 == 1 and s1 == 1:
-            a0 = x0[b0:b0 + m]
-            a1 = x1[b1:b1 + m]
-            for j in range(m):
-                yr[j] = logaddexp_fwd(a0[j], a1[j])
-        elif s0 == 1 and s1 == 0:
-            a0 = x0[b0:b0 + m]
-            c1 = x1[b1]
-            for j in range(m):
-                yr[j] = logaddexp_fwd(a0[j], c1)
-        elif s0 == 0 and s1 == 1:
-            c0 = x0[b0]
-            a1 = x1[b1:b1 + m]
-            for j in range(m):
-                yr[j] = logaddexp_fwd(c0, a1[j])
-        else:
-            for j in range(m):
-                yr[j] = logaddexp_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
-
-
 @njit(inline="always", **KERNEL_JIT)
-def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
+def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(logaddexp_rev0(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
 @njit(**KERNEL_JIT)
-def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
+def _bcast_rev_row_0(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
     sk = s0 if first else s1
     bk = b0 if first else b1
     if s0 <= 1 and s1 <= 1 and (sk == 1):
@@ -89,28 +59,28 @@ def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
         p0 = p1 = p2 = p3 = 0.0
         j = 0
         while j + 4 <= m:
-            p0 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
-            p1 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
-            p2 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
-            p3 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+            p0 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+            p1 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+            p2 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+            p3 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
             j += 4
         acc = p0 + p1 + (p2 + p3)
         for k in range(j, m):
-            acc += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, k)
+            acc += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, k)
         g[bk] += acc
     else:
         for j in range(m):
-            g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+            g[bk + j * sk] += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
 @njit(inline="always", **KERNEL_JIT)
-def _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j):
+def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(logaddexp_rev1(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
 @njit(**KERNEL_JIT)
-def _bcast_rev_row_4(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
+def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
     sk = s0 if first else s1
     bk = b0 if first else b1
     if s0 <= 1 and s1 <= 1 and (sk == 1):
@@ -137,47 +107,22 @@ def _bcast_rev_row_4(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
         p0 = p1 = p2 = p3 = 0.0
         j = 0
         while j + 4 <= m:
-            p0 += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j)
-            p1 += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
-            p2 += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
-            p3 += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+            p0 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+            p1 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+            p2 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+            p3 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
             j += 4
         acc = p0 + p1 + (p2 + p3)
         for k in range(j, m):
-            acc += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, k)
+            acc += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, k)
         g[bk] += acc
     else:
         for j in range(m):
-            g[bk + j * sk] += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+            g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
 @njit(**KERNEL_JIT)
-def _binary_rev_1(d0, d1, i, entries, bufs, ipool, data, grad):
-    a = entries[i, E_IN0]
-    b = entries[i, E_IN1]
-    o = entries[i, E_OUT]
-    act0 = d0 and active(bufs, a)
-    act1 = d1 and active(bufs, b)
-    x0 = view(bufs, data, a)
-    x1 = view(bufs, data, b)
-    y = view(bufs, data, o)
-    gy = view(bufs, grad, o)
-    g0 = view(bufs, grad, a)
-    g1 = view(bufs, grad, b)
-    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    for r in range(o0.shape[0]):
-        yr = y[r * m:(r + 1) * m]
-        gyr = gy[r * m:(r + 1) * m]
-        b0 = o0[r] if nd > 1 else 0
-        b1 = o1[r] if nd > 1 else 0
-        if act0:
-            _bcast_rev_row_2(True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
-        if act1:
-            _bcast_rev_row_4(False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
-
-
-@njit(**KERNEL_JIT)
-def _binary_tan_partials_7(d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
+def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
     p1 = np.zeros(n, T.dtype)
@@ -186,9 +131,9 @@ def _binary_tan_partials_7(d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o
         b1 = o1[r] if nd > 1 else 0
         for j in range(m):
             u, w, yv = (x0[b0 + j * s0], x1[b1 + j * s1], y[r * m + j])
-            if d0:
+            if True:
                 p0[r * m + j] = logaddexp_rev0(u, w, yv, 1.0)
-            if d1:
+            if True:
                 p1[r * m + j] = logaddexp_rev1(u, w, yv, 1.0)
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
@@ -201,64 +146,22 @@ def _binary_tan_partials_7(d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o
             for j in range(m):
                 v0 = t0[b0 + j * s0]
                 v1 = t1[b1 + j * s1]
-                acc = masked(p0[e + j] * v0, v0) if d0 else 0.0
-                if d1:
+                acc = masked(p0[e + j] * v0, v0) if True else 0.0
+                if True:
                     acc += masked(p1[e + j] * v1, v1)
                 ty[e + j] = acc
 
 
 @njit(inline="always", **KERNEL_JIT)
-def _tan2_8(d0, d1, u, w, y, t0, t1):
-    acc = masked(logaddexp_rev0(u, w, y, t0), t0) if d0 else 0.0
-    if d1:
+def _tan2_5(u, w, y, t0, t1):
+    acc = masked(logaddexp_rev0(u, w, y, t0), t0) if True else 0.0
+    if True:
         acc += masked(logaddexp_rev1(u, w, y, t1), t1)
     return acc
 
 
 @njit(**KERNEL_JIT)
-def _binary_tan_6(d0, d1, i, entries, bufs, ipool, data, T):
-    a = entries[i, E_IN0]
-    b = entries[i, E_IN1]
-    o = entries[i, E_OUT]
-    x0 = view(bufs, data, a)
-    x1 = view(bufs, data, b)
-    y = view(bufs, data, o)
-    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    if T.shape[0] > 1:
-        _binary_tan_partials_7(d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1)
-        return
-    t0 = view(bufs, T[0], a)
-    t1 = view(bufs, T[0], b)
-    ty = view(bufs, T[0], o)
-    for r in range(o0.shape[0]):
-        b0 = o0[r] if nd > 1 else 0
-        b1 = o1[r] if nd > 1 else 0
-        yr = y[r * m:(r + 1) * m]
-        tyr = ty[r * m:(r + 1) * m]
-        if s0 == 1 and s1 == 1:
-            a0, a1 = (x0[b0:b0 + m], x1[b1:b1 + m])
-            u0, u1 = (t0[b0:b0 + m], t1[b1:b1 + m])
-            for j in range(m):
-                tyr[j] = _tan2_8(d0, d1, a0[j], a1[j], yr[j], u0[j], u1[j])
-        elif s0 == 1 and s1 == 0:
-            a0, u0 = (x0[b0:b0 + m], t0[b0:b0 + m])
-            c1, w1 = (x1[b1], t1[b1])
-            for j in range(m):
-                tyr[j] = _tan2_8(d0, d1, a0[j], c1, yr[j], u0[j], w1)
-        elif s0 == 0 and s1 == 1:
-            c0, w0 = (x0[b0], t0[b0])
-            a1, u1 = (x1[b1:b1 + m], t1[b1:b1 + m])
-            for j in range(m):
-                tyr[j] = _tan2_8(d0, d1, c0, a1[j], yr[j], w0, u1[j])
-        else:
-            for j in range(m):
-                k0 = b0 + j * s0
-                k1 = b1 + j * s1
-                tyr[j] = _tan2_8(d0, d1, x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
-
-
-@njit(**KERNEL_JIT)
-def _binary_hrev_partials_10(act0, act1, n00, n01, n11, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1):
+def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
     p1 = np.zeros(n, T.dtype)
@@ -276,11 +179,11 @@ def _binary_hrev_partials_10(act0, act1, n00, n01, n11, x0, x1, y, gy, a, b, o, 
             if act1:
                 p1[e] = logaddexp_rev1(u, w, yv, 1.0)
             if g != 0.0:
-                if n00:
+                if True:
                     q00[e] = g * logaddexp_h0(u, w, yv)
-                if n01:
+                if True:
                     q01[e] = g * logaddexp_h1(u, w, yv)
-                if n11:
+                if True:
                     q11[e] = g * logaddexp_h2(u, w, yv)
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
@@ -315,38 +218,136 @@ def _binary_hrev_partials_10(act0, act1, n00, n01, n11, x0, x1, y, gy, a, b, o, 
 
 
 @njit(inline="always", **KERNEL_JIT)
-def _hrev_one_11(na, nb, u, w, y, g, dg, ta, tb):
+def _hrev_one_7(u, w, y, g, dg, ta, tb):
     v = masked(logaddexp_rev0(u, w, y, dg), dg)
     if g != 0.0:
         s = 0.0
-        if na and ta != 0.0:
+        if True and ta != 0.0:
             s += logaddexp_h0(u, w, y) * ta
-        if nb and tb != 0.0:
+        if True and tb != 0.0:
             s += logaddexp_h1(u, w, y) * tb
         v += g * s
     return v
 
 
 @njit(inline="always", **KERNEL_JIT)
-def _hrev_one_12(na, nb, u, w, y, g, dg, ta, tb):
+def _hrev_one_8(u, w, y, g, dg, ta, tb):
     v = masked(logaddexp_rev1(u, w, y, dg), dg)
     if g != 0.0:
         s = 0.0
-        if na and ta != 0.0:
+        if True and ta != 0.0:
             s += logaddexp_h1(u, w, y) * ta
-        if nb and tb != 0.0:
+        if True and tb != 0.0:
             s += logaddexp_h2(u, w, y) * tb
         v += g * s
     return v
 
 
-@njit(**KERNEL_JIT)
-def _binary_hrev_9(d0, d1, n00, n01, n11, i, entries, bufs, ipool, data, grad, T, GT):
+@njit(**SWEEP_JIT)
+def _fwd_logaddexp(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    for r in range(o0.shape[0]):
+        yr = y[r * m:(r + 1) * m]
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        if s0 == 1 and s1 == 1:
+            a0 = x0[b0:b0 + m]
+            a1 = x1[b1:b1 + m]
+            for j in range(m):
+                yr[j] = logaddexp_fwd(a0[j], a1[j])
+        elif s0 == 1 and s1 == 0:
+            a0 = x0[b0:b0 + m]
+            c1 = x1[b1]
+            for j in range(m):
+                yr[j] = logaddexp_fwd(a0[j], c1)
+        elif s0 == 0 and s1 == 1:
+            c0 = x0[b0]
+            a1 = x1[b1:b1 + m]
+            for j in range(m):
+                yr[j] = logaddexp_fwd(c0, a1[j])
+        else:
+            for j in range(m):
+                yr[j] = logaddexp_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_logaddexp(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
-    act0 = d0 and active(bufs, a)
-    act1 = d1 and active(bufs, b)
+    act0 = True and active(bufs, a)
+    act1 = True and active(bufs, b)
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    g0 = view(bufs, grad, a)
+    g1 = view(bufs, grad, b)
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    for r in range(o0.shape[0]):
+        yr = y[r * m:(r + 1) * m]
+        gyr = gy[r * m:(r + 1) * m]
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        if act0:
+            _bcast_rev_row_0(True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
+        if act1:
+            _bcast_rev_row_2(False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
+
+
+@njit(**SWEEP_JIT)
+def _tan_logaddexp(i, entries, bufs, ipool, data, T):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    if T.shape[0] > 1:
+        _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1)
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    ty = view(bufs, T[0], o)
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        yr = y[r * m:(r + 1) * m]
+        tyr = ty[r * m:(r + 1) * m]
+        if s0 == 1 and s1 == 1:
+            a0, a1 = (x0[b0:b0 + m], x1[b1:b1 + m])
+            u0, u1 = (t0[b0:b0 + m], t1[b1:b1 + m])
+            for j in range(m):
+                tyr[j] = _tan2_5(a0[j], a1[j], yr[j], u0[j], u1[j])
+        elif s0 == 1 and s1 == 0:
+            a0, u0 = (x0[b0:b0 + m], t0[b0:b0 + m])
+            c1, w1 = (x1[b1], t1[b1])
+            for j in range(m):
+                tyr[j] = _tan2_5(a0[j], c1, yr[j], u0[j], w1)
+        elif s0 == 0 and s1 == 1:
+            c0, w0 = (x0[b0], t0[b0])
+            a1, u1 = (x1[b1:b1 + m], t1[b1:b1 + m])
+            for j in range(m):
+                tyr[j] = _tan2_5(c0, a1[j], yr[j], w0, u1[j])
+        else:
+            for j in range(m):
+                k0 = b0 + j * s0
+                k1 = b1 + j * s1
+                tyr[j] = _tan2_5(x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
+
+
+@njit(**SWEEP_JIT)
+def _hrev_logaddexp(i, entries, bufs, ipool, data, grad, T, GT):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = True and active(bufs, a)
+    act1 = True and active(bufs, b)
     if not (act0 or act1):
         return
     x0 = view(bufs, data, a)
@@ -355,7 +356,7 @@ def _binary_hrev_9(d0, d1, n00, n01, n11, i, entries, bufs, ipool, data, grad, T
     gy = view(bufs, grad, o)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
     if T.shape[0] > 1:
-        _binary_hrev_partials_10(act0, act1, n00, n01, n11, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1)
+        _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1)
         return
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
@@ -374,11 +375,11 @@ def _binary_hrev_9(d0, d1, n00, n01, n11, i, entries, bufs, ipool, data, grad, T
                 if act0:
                     q0 = g0[b0:b0 + m]
                     for j in range(m):
-                        q0[j] += _hrev_one_11(n00, n01, a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
+                        q0[j] += _hrev_one_7(a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
                 if act1:
                     q1 = g1[b1:b1 + m]
                     for j in range(m):
-                        q1[j] += _hrev_one_12(n01, n11, a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
+                        q1[j] += _hrev_one_8(a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
                 continue
             for j in range(m):
                 k0 = b0 + j * s0
@@ -386,37 +387,6 @@ def _binary_hrev_9(d0, d1, n00, n01, n11, i, entries, bufs, ipool, data, grad, T
                 jy = r * m + j
                 u, w, yv, g, dg = (x0[k0], x1[k1], y[jy], gy[jy], gty[jy])
                 if act0:
-                    g0[k0] += _hrev_one_11(n00, n01, u, w, yv, g, dg, t0[k0], t1[k1])
+                    g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
                 if act1:
-                    g1[k1] += _hrev_one_12(n01, n11, u, w, yv, g, dg, t0[k0], t1[k1])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_logaddexp(i, entries, bufs, ipool, data):
-    _binary_fwd_0(i, entries, bufs, ipool, data)
-    return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _rev_logaddexp(i, entries, bufs, ipool, data, grad):
-    _binary_rev_1(True, True, i, entries, bufs, ipool, data, grad)
-
-
-@njit(**SWEEP_JIT)
-def _tan_logaddexp(i, entries, bufs, ipool, data, T):
-    _binary_tan_6(True, True, i, entries, bufs, ipool, data, T)
-
-
-@njit(**SWEEP_JIT)
-def _hrev_logaddexp(i, entries, bufs, ipool, data, grad, T, GT):
-    _binary_hrev_9(True, True, True, True, True, i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_logaddexp(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_logaddexp(n_entries, entries, bufs, ipool, data)
+                    g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])

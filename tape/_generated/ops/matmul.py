@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/linalg.py`` and regenerate.
 
 ``_fwd_matmul``, ``_rev_matmul``, ``_tan_matmul`` and ``_hrev_matmul`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_matmul`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c0b85ddd87d9e863d4328e983ea22caf63609a6638a3df2d1f7324a14fb48802"
+FINGERPRINT = "674a0f4d66e65de56db5fef38f8d886d18afadc7f5e157f230f7a75d71e7b9df"
 
 import numpy as np
 from numba import njit
@@ -35,13 +35,3 @@ def _tan_matmul(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_matmul(i, entries, bufs, ipool, data, grad, T, GT):
     matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_matmul(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_matmul(n_entries, entries, bufs, ipool, data)

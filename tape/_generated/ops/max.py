@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/reduce.py`` and regenerate.
 
 ``_fwd_max``, ``_rev_max``, ``_tan_max`` and ``_hrev_max`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_max`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "17da846ffb6d14e9f244658953364d5bdbc0f165fb8cd95174cda8ba8a5bfc56"
+FINGERPRINT = "ded8a01b29f07e353146b6ad142fc3c1ff35e60e52c3e4b44c8f00c27c7e7c1d"
 
 import numpy as np
 from numba import njit
@@ -36,13 +36,3 @@ def _tan_max(i, entries, bufs, ipool, data, T):
 def _hrev_max(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         max_rev(i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _emit_max(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_max(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/reduce.py`` and regenerate.
 
 ``_fwd_min``, ``_rev_min``, ``_tan_min`` and ``_hrev_min`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_min`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ed36f2661e5c3de7fb9f4c1be78d8339301b23243fc2cd7434c77e715700d9e7"
+FINGERPRINT = "4f0ae2a081675763307560cdc8931f72251f0018eff95877bef7b8b16a7f7f9a"
 
 import numpy as np
 from numba import njit
@@ -36,13 +36,3 @@ def _tan_min(i, entries, bufs, ipool, data, T):
 def _hrev_min(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         min_rev(i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _emit_min(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_min(n_entries, entries, bufs, ipool, data)

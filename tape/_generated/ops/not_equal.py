@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_not_equal``, ``_rev_not_equal``, ``_tan_not_equal`` and ``_hrev_not_equal`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_not_equal`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "59aa0a4429c9692fa62391cf607818722fff415143bf64a09260430b76c4d05e"
+FINGERPRINT = "9b2ad43d1b2159f61bb485e72d70b123be5641881e93168d284bbf817138b8c6"
 
 import numpy as np
 from numba import njit
@@ -20,8 +20,8 @@ from tape.registry import BY_NAME
 not_equal_fwd = BY_NAME["not_equal"].fwd
 
 
-@njit(**KERNEL_JIT)
-def _binary_fwd_0(i, entries, bufs, ipool, data):
+@njit(**SWEEP_JIT)
+def _fwd_not_equal(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -48,19 +48,4 @@ def _binary_fwd_0(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = not_equal_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_not_equal(i, entries, bufs, ipool, data):
-    _binary_fwd_0(i, entries, bufs, ipool, data)
     return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _emit_not_equal(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_not_equal(n_entries, entries, bufs, ipool, data)

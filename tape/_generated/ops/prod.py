@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/reduce.py`` and regenerate.
 
 ``_fwd_prod``, ``_rev_prod``, ``_tan_prod`` and ``_hrev_prod`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_prod`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "32282f3f9ecb32ccdd513bd9acd5b9f6719f349ab7e4279e7bebd73a0e04d617"
+FINGERPRINT = "84f0ce80e011d2c8bcdadcef8d14130692b1b30f53dd0fd848c838d4b48b695a"
 
 import numpy as np
 from numba import njit
@@ -35,13 +35,3 @@ def _tan_prod(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_prod(i, entries, bufs, ipool, data, grad, T, GT):
     prod_hvp(i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_prod(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_prod(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/spectral.py`` and regenerate.
 
 ``_fwd_qr``, ``_rev_qr``, ``_tan_qr`` and ``_hrev_qr`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_qr`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6469cf1d36f08cf67749861a0be7d6c376b58f24d92627576117724f8770b665"
+FINGERPRINT = "7328e351a6ceea72cde43e6570a859c3a8f3e44871adeb64bafbfca1b07a1349"
 
 import numpy as np
 from numba import njit
@@ -35,13 +35,3 @@ def _tan_qr(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_qr(i, entries, bufs, ipool, data, grad, T, GT):
     qr_hvp(i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_qr(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_qr(n_entries, entries, bufs, ipool, data)

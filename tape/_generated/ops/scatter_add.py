@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/scatter.py`` and regenerate.
 
 ``_fwd_scatter_add``, ``_rev_scatter_add``, ``_tan_scatter_add`` and ``_hrev_scatter_add`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_scatter_add`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5718c87030ee01bf74f6fc38b6dc92ea6c156a3b2a44752ef3e39d41a1d82e68"
+FINGERPRINT = "b8b16a64a274bbe683b4f0f532dbf30f0cf59ae30176ff9401f90e4954d37439"
 
 import numpy as np
 from numba import njit
@@ -36,13 +36,3 @@ def _tan_scatter_add(i, entries, bufs, ipool, data, T):
 def _hrev_scatter_add(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         scatter_add_rev(i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _emit_scatter_add(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_scatter_add(n_entries, entries, bufs, ipool, data)

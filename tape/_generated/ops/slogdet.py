@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/factor.py`` and regenerate.
 
 ``_fwd_slogdet``, ``_rev_slogdet``, ``_tan_slogdet`` and ``_hrev_slogdet`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_slogdet`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b9962f4d682fb01d6edb155e5f68e5da9799e7f9385c2c5b0caa055c424a7779"
+FINGERPRINT = "3a87e0923db0378cbb393b2a50cdb049b4dd1c2a9a6676f4f9e44d25320bab9b"
 
 import numpy as np
 from numba import njit
@@ -35,13 +35,3 @@ def _tan_slogdet(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_slogdet(i, entries, bufs, ipool, data, grad, T, GT):
     slogdet_hvp(i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_slogdet(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_slogdet(n_entries, entries, bufs, ipool, data)

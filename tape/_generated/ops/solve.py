@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/factor.py`` and regenerate.
 
 ``_fwd_solve``, ``_rev_solve``, ``_tan_solve`` and ``_hrev_solve`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_solve`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "0e445b137dc2daf45854d8c35c17c44c2bba8c5a400b006bd72590de3ba13163"
+FINGERPRINT = "d7d0a065fe99614c1227bc2f1752b4048878641e699f957364cf4e7dcc79f167"
 
 import numpy as np
 from numba import njit
@@ -35,13 +35,3 @@ def _tan_solve(i, entries, bufs, ipool, data, T):
 @njit(**SWEEP_JIT)
 def _hrev_solve(i, entries, bufs, ipool, data, grad, T, GT):
     solve_hvp(i, entries, bufs, ipool, data, grad, T, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_solve(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_solve(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_stop_gradient``, ``_rev_stop_gradient``, ``_tan_stop_gradient`` and ``_hrev_stop_gradient`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_stop_gradient`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "790bc6d2e69cd6779819fb031e02ef7e100bdb8bcad783febd36afed2cbf391a"
+FINGERPRINT = "166715032c43d467b41fcdcbcff22c057eb49ca91e826c2c9143a1453c0c5871"
 
 import numpy as np
 from numba import njit
@@ -20,25 +20,10 @@ from tape.registry import BY_NAME
 stop_gradient_fwd = BY_NAME["stop_gradient"].fwd
 
 
-@njit(**KERNEL_JIT)
-def _unary_fwd_0(i, entries, bufs, data):
+@njit(**SWEEP_JIT)
+def _fwd_stop_gradient(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
     for j in range(y.shape[0]):
         y[j] = stop_gradient_fwd(x[j])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_stop_gradient(i, entries, bufs, ipool, data):
-    _unary_fwd_0(i, entries, bufs, data)
     return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _emit_stop_gradient(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_stop_gradient(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/reduce.py`` and regenerate.
 
 ``_fwd_sum``, ``_rev_sum``, ``_tan_sum`` and ``_hrev_sum`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_sum`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "fda6ea6256627c48faa9210fab1e0cfa435e4ef1746814e1b4f08548ec8fd996"
+FINGERPRINT = "9168f36d168e0826b82be1e9184f17ed4b4855681fd1ae6e01365f8adc2327db"
 
 import numpy as np
 from numba import njit
@@ -37,13 +37,3 @@ def _tan_sum(i, entries, bufs, ipool, data, T):
 def _hrev_sum(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         sum_rev(i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _emit_sum(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_sum(n_entries, entries, bufs, ipool, data)

@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/movement.py`` and regenerate.
 
 ``_fwd_take``, ``_rev_take``, ``_tan_take`` and ``_hrev_take`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_take`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4cd6d91602b7f01f772e6ac2838f10f92d3da2583d373ab8df03146215ef9804"
+FINGERPRINT = "b8747e1feb6226838d8c92ecd119fda574dd0eda5c0158a1b29e2f944e0dd51c"
 
 import numpy as np
 from numba import njit
@@ -36,13 +36,3 @@ def _tan_take(i, entries, bufs, ipool, data, T):
 def _hrev_take(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         take_rev(i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _emit_take(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_take(n_entries, entries, bufs, ipool, data)

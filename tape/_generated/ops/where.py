@@ -3,11 +3,11 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_where``, ``_rev_where``, ``_tan_where`` and ``_hrev_where`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape._dispatch`, or called directly); ``_emit_where`` is eager mode's step.
+:mod:`tape._dispatch`, or called directly by eager mode and the per-entry checks).
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5aea480425fda451d0114cdd53a4da3102a1c1649d3a2b512602a5a9a1987e32"
+FINGERPRINT = "3aff36833cb8449ac575c28354ad8c0c87036825a6bd5931b05da065374c64ac"
 
 import numpy as np
 from numba import njit
@@ -23,26 +23,7 @@ where_rev2 = BY_NAME["where"].rev[2]
 
 
 @njit(**KERNEL_JIT)
-def _ternary_fwd_0(i, entries, bufs, ipool, data):
-    x0 = view(bufs, data, entries[i, E_IN0])
-    x1 = view(bufs, data, entries[i, E_IN1])
-    x2 = view(bufs, data, entries[i, E_IN2])
-    y = view(bufs, data, entries[i, E_OUT])
-    p = entries[i, E_ATTR]
-    n = y.shape[0]
-    if ipool[p] == SAME:
-        for j in range(n):
-            y[j] = where_fwd(x0[j], x1[j], x2[j])
-    else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        for j in range(n):
-            y[j] = where_fwd(x0[o0[j]], x1[o1[j]], x2[o2[j]])
-
-
-@njit(**KERNEL_JIT)
-def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
+def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
@@ -59,7 +40,7 @@ def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
 
 
 @njit(**KERNEL_JIT)
-def _ternary_rev_one_3(k, x0, x1, x2, y, gy, gk, ipool, p):
+def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
@@ -76,7 +57,7 @@ def _ternary_rev_one_3(k, x0, x1, x2, y, gy, gk, ipool, p):
 
 
 @njit(**KERNEL_JIT)
-def _ternary_rev_one_4(k, x0, x1, x2, y, gy, gk, ipool, p):
+def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
@@ -93,7 +74,7 @@ def _ternary_rev_one_4(k, x0, x1, x2, y, gy, gk, ipool, p):
 
 
 @njit(inline="always", **KERNEL_JIT)
-def _ternary_rev_1(d0, d1, d2, i, entries, bufs, ipool, data, grad):
+def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     c = entries[i, E_IN2]
@@ -104,16 +85,56 @@ def _ternary_rev_1(d0, d1, d2, i, entries, bufs, ipool, data, grad):
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    if d0 and active(bufs, a):
-        _ternary_rev_one_2(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
-    if d1 and active(bufs, b):
-        _ternary_rev_one_3(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
-    if d2 and active(bufs, c):
-        _ternary_rev_one_4(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
+    if False and active(bufs, a):
+        _ternary_rev_one_0(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
+    if True and active(bufs, b):
+        _ternary_rev_one_1(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
+    if True and active(bufs, c):
+        _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
-@njit(**KERNEL_JIT)
-def _ternary_tan_5(d0, d1, d2, i, entries, bufs, ipool, data, T):
+@njit(**SWEEP_JIT)
+def _fwd_where(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    x2 = view(bufs, data, entries[i, E_IN2])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n = y.shape[0]
+    if ipool[p] == SAME:
+        for j in range(n):
+            y[j] = where_fwd(x0[j], x1[j], x2[j])
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        o2 = bcast_offsets(ipool, p, 2)
+        for j in range(n):
+            y[j] = where_fwd(x0[o0[j]], x1[o1[j]], x2[o2[j]])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_where(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    c = entries[i, E_IN2]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    x2 = view(bufs, data, c)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    p = entries[i, E_ATTR]
+    if False and active(bufs, a):
+        _ternary_rev_one_0(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
+    if True and active(bufs, b):
+        _ternary_rev_one_1(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
+    if True and active(bufs, c):
+        _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
+
+
+@njit(**SWEEP_JIT)
+def _tan_where(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     c = entries[i, E_IN2]
@@ -137,47 +158,16 @@ def _ternary_tan_5(d0, d1, d2, i, entries, bufs, ipool, data, T):
         for j in range(n):
             u, v, w = (x0[o0[j]], x1[o1[j]], x2[o2[j]])
             acc = 0.0
-            if d0:
+            if False:
                 acc += masked(L.no_rule5(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
-            if d1:
+            if True:
                 acc += masked(where_rev1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
-            if d2:
+            if True:
                 acc += masked(where_rev2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
             ty[j] = acc
 
 
-@njit(**KERNEL_JIT)
-def _ternary_hrev_6(d0, d1, d2, i, entries, bufs, ipool, data, GT):
-    for d in range(GT.shape[0]):
-        _ternary_rev_1(d0, d1, d2, i, entries, bufs, ipool, data, GT[d])
-
-
-@njit(**SWEEP_JIT)
-def _fwd_where(i, entries, bufs, ipool, data):
-    _ternary_fwd_0(i, entries, bufs, ipool, data)
-    return np.int64(-1)
-
-
-@njit(**SWEEP_JIT)
-def _rev_where(i, entries, bufs, ipool, data, grad):
-    _ternary_rev_1(False, True, True, i, entries, bufs, ipool, data, grad)
-
-
-@njit(**SWEEP_JIT)
-def _tan_where(i, entries, bufs, ipool, data, T):
-    _ternary_tan_5(False, True, True, i, entries, bufs, ipool, data, T)
-
-
 @njit(**SWEEP_JIT)
 def _hrev_where(i, entries, bufs, ipool, data, grad, T, GT):
-    _ternary_hrev_6(False, True, True, i, entries, bufs, ipool, data, GT)
-
-
-@njit(**SWEEP_JIT)
-def _emit_where(
-    entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0,
-    in1, in2, attr
-):
-    L.put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1,
-                in2, attr)  # fmt: skip
-    return _fwd_where(n_entries, entries, bufs, ipool, data)
+    for d in range(GT.shape[0]):
+        _ternary_rev_3(i, entries, bufs, ipool, data, GT[d])
