@@ -155,8 +155,10 @@ _check_fresh()
 
 
 def warmup(dtypes=("float64",)):
-    """Compile (or load from Numba's cache) the sweeps for ``dtypes`` now, instead of at the
-    first op. A cold compile takes tens of seconds; a cached load well under one."""
+    """Compile (or load from Numba's cache) the sweeps and drivers for ``dtypes`` now, with the
+    kernels of ``mul`` and ``sum``, instead of at the first replay (the other ops compile the
+    first time a tape uses them). A cold compile takes a few seconds; a cached load well under
+    one."""
     import numpy as np
 
     for d in dtypes:

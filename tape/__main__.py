@@ -15,12 +15,11 @@ def _best(fn, number):
 def demo():
     import numpy as np
 
-    t0 = time.perf_counter()
-    print("tape demo: compiling the sweeps (about a minute on the first run, cached after) ...")
+    print(
+        "tape demo: each op compiles the first time it runs (a second or so each on the first "
+        "run; Numba caches them)\n"
+    )
     import tape as torch  # the lessons' own spelling
-
-    torch.warmup()
-    print(f"  ready in {time.perf_counter() - t0:.1f} s\n")
 
     print("== Lesson 1: one gradient ==")
     w = torch.tensor(2.0, requires_grad=True)

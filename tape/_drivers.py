@@ -131,8 +131,8 @@ def put_entry(
 @njit(**SWEEP_JIT)
 def emit(
     entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
-    attr,
-):
+    attr
+):  # fmt: skip
     """Eager mode's step: put entry ``n_entries`` (op ``op``, prepared for ``data``'s dtype)
     and run it. Returns its status (``-1``, or ``n_entries`` when it rejected its data)."""
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,

@@ -1,5 +1,5 @@
-"""Fingerprints of the sources compiled into the generated modules (see :mod:`tape._codegen`),
-and the write-or-check step both code generators (CPU and GPU) share.
+"""Fingerprints of the sources compiled into the interpreter's generated modules (see
+:mod:`tape._codegen`), and the write-or-check step both code generators (CPU and GPU) share.
 
 Numba's cache is keyed on the cached function's own file, so a generated module must change
 whenever anything it compiles in changes. An op's module covers the shared compiled helpers
@@ -17,35 +17,19 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent
 
-INFRA = [
-    "_layout.py", "_config.py", "_masked.py", "_loops.py", "_vmath.py", "_blas.py", "_codegen.py",
-    "_fingerprint.py", "_specialize.py",
-]
-"""Files every op module compiles in (the loops, their helpers, the generator)."""
+INFRA = ["_layout.py", "_config.py", "_masked.py", "_loops.py", "_vmath.py", "_blas.py"]
+"""Modules every op module compiles in (the loops and their helpers). The generators are not
+among them: what they change shows in the generated text itself."""
 
-SWEEP_SOURCES = ["_layout.py", "_config.py", "_dispatch.py", "_codegen.py", "_drivers.py",
-                 "_fingerprint.py"]  # fmt: skip
-"""Files the op-agnostic sweeps and drivers compile in: no op's."""
-
-SOURCES = sorted(set(INFRA + SWEEP_SOURCES + ["registry.py"]))
-"""Every shared source of the generated code (the GPU generator hashes these with the ops)."""
-
+SWEEP_SOURCES = ["_layout.py", "_config.py", "_dispatch.py"]
+"""Modules the op-agnostic sweeps and drivers compile in (their text is the generated file's):
+no op's."""
 
 def _hash_files(h, names):
     for name in names:
         f = PKG / name
         h.update(name.encode())
         h.update(f.read_bytes())
-
-
-def fingerprint() -> str:
-    """A hash of every shared source and every op module (the GPU code generator's key)."""
-    h = hashlib.sha256()
-    _hash_files(h, SOURCES)
-    for f in sorted((PKG / "ops").glob("*.py")):
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
 
 
 def sweeps_fingerprint() -> str:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
-from tape._callbacks import refuse
 from tape import _dispatch
+from tape._callbacks import refuse
 from tape._generated import sweeps as S
 from tape._layout import B_OFF, B_SIZE
 from tape._replay import GuardError

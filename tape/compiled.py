@@ -110,7 +110,6 @@ import numpy as np
 from numba import njit
 
 from tape import registry
-from tape._callbacks import CALLBACK
 from tape._codegen import drivers_text
 from tape._config import KERNEL_JIT
 from tape._dispatch import op_module
@@ -122,6 +121,7 @@ from tape._layout import (
     B_OFF,
     B_SHAPE,
     B_SIZE,
+    CALLBACK,
     CONST,
     E_ATTR,
     E_IN0,

@@ -25,8 +25,8 @@ import threading
 
 import numpy as np
 
-from tape._callbacks import refuse
 from tape import _dispatch
+from tape._callbacks import refuse
 from tape._generated import sweeps as S
 from tape._layout import B_OFF, B_SIZE
 

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b2e2b81847c1a9e089912307169872429966a6f2d760a3e92a2286a6ab636a24"
+FINGERPRINT = "69b690927379a4217f09e80ae2443319eebe85534fe53cfd896f34b4266e8f98"
 
 import numpy as np
 from numba import njit, prange
@@ -211,8 +211,8 @@ def put_entry(
 @njit(**SWEEP_JIT)
 def emit(
     entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
-    attr,
-):
+    attr
+):  # fmt: skip
     """Eager mode's step: put entry ``n_entries`` (op ``op``, prepared for ``data``'s dtype)
     and run it. Returns its status (``-1``, or ``n_entries`` when it rejected its data)."""
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,

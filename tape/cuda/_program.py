@@ -36,7 +36,6 @@ from __future__ import annotations
 import numpy as np
 
 from tape import registry
-from tape._callbacks import CALLBACK
 from tape._generated import sweeps as S
 from tape._layout import (
     ACTIVE,
@@ -45,6 +44,7 @@ from tape._layout import (
     B_OFF,
     B_SIZE,
     BUF_COLS,
+    CALLBACK,
     CONST,
     E_ATTR,
     E_IN0,

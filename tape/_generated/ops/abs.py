@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "59230ce1e8c07b0f3473dd494610e272a80dfc90fc1310280c7e96e0f6c2ed26"
+FINGERPRINT = "89e8754ec94bfbb781ab58418e4b263a7a8e2ca0a5b70bfdcc3a3316189974f2"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8542e3c654dd1820aff1a2e228f3ad32f75880b223b753b5755dfdc547870770"
+FINGERPRINT = "7d6015500b73a98387986a2d4a7fc7bfdf30ba64b2f3d71e7e3089d54362d910"
 
 import numpy as np
 from numba import njit

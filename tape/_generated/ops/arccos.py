@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c301370a178266708be5899b6658aedd0e020ea194dda31b745766664614839a"
+FINGERPRINT = "634587843b7b9f1f05f665cb6d75456a48786b6c35a850521d4ff036ba238ee3"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d26c25ceca2644af048a2e2d3a304798cb9110fd52f4afb269b947bb079e3145"
+FINGERPRINT = "32825d507bccfc139423f9efaec20e395e23cb7a05c8b45c2c067e50dccd4073"
 
 import numpy as np
 from numba import njit

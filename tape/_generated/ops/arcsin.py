@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "09296efe84a0a47645c31819a290f3011836797439186ed221fbf214d653591b"
+FINGERPRINT = "8d4eff930099309c9f106880861585198cdb24a77068c86bb8c74e98ba7b2114"
 
 import numpy as np
 from numba import njit

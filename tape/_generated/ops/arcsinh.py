@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ceff24d8165c4a36ca5d228dd652ecdfaf4ddd1b2f34ec8e22e0bef1220bf263"
+FINGERPRINT = "6de20731eeb9f3cfd42b6c09315b6241064c854f6f10f2d55883e6b5d3e4c1aa"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2d9c764dc2448a95a0cfcdf6d8fd52245776b08c74af8540a3b282f95a794a5f"
+FINGERPRINT = "fb0f5b084aae52c1309c50d0d007ad6596888c2377f42ef2594a20ed0f5c7a9d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "96c171464c8ed5a797ce8c060dcd405c1e4b735c6bf4f39dd1dbe5aad2364749"
+FINGERPRINT = "2cd0c6dd8cc5b39faf6c96079018aae8c0a8b07294a35dfd51cdc22b32860ddc"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a826c3f9f109de9d34089c8a906be408da1fd4531b5b1ea46a1888d5f30ae80c"
+FINGERPRINT = "c228b6979d7bb6b8b0b33e2d3eb109a7d462e2c2cb0aebc9964fa6b523a3c914"
 
 import numpy as np
 from numba import njit

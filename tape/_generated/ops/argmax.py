@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "bdd882d478cc4f9bbb876ec35f6c58e383b397faa6f52d3eb04a104af1024bab"
+FINGERPRINT = "a0befc059eead0b9900df11edfa8f3b8a171988073984e76cfa7a7ae04f06697"
 
 import numpy as np
 from numba import njit

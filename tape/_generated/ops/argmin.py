@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "57c3e1944501cb4f84b7807277243794a77c023633181a67e184950fcdadcb41"
+FINGERPRINT = "1be724aeb2ccbc66078ffc8d4ec765213c39ca9b14a785971c497450668ace69"
 
 import numpy as np
 from numba import njit

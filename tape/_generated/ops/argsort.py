@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "16a17af41dc87835f2dc05536bd0ebd58784e88b4c3ee9839020cfaff640bbc6"
+FINGERPRINT = "350cec74fdbcd7cc8500160893d8e0a82fc628c4422492a7fe0c878b8d07d7d0"
 
 import numpy as np
 from numba import njit

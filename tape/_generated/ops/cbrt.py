@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9dbcb74d78265bd4a19500d87a99820a1d50409a9e20e3bd3c333e91573c8f54"
+FINGERPRINT = "6a3937119db36d90837280e3823cb81f4de1c0b684486391c6a8dbf880f37700"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6a937e5ce2a61fc1e5d1c57bd85868805917a4e52533738e2cff7cc32b553319"
+FINGERPRINT = "7e1baf53b6bd51a641edf781e31cc5cb68e2af1a00f57543bcac85a0fca56cc8"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5f9d429e131e96a2b98517c378b811873890612aeed60b232566d1ba1f19116b"
+FINGERPRINT = "dd37a52b507287e9ec681b82af7579e6c4258dca1fd4a7e12b87660df6986961"
 
 import numpy as np
 from numba import njit

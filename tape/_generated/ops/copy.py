@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6f875f39809cb55cbea697364ee09e9c621ccd8f06a1bb0daf5878db5e8cfad2"
+FINGERPRINT = "1bb375df380256dfab08a5ed20e167551c41799dbb33dbd0e2032f5979688d7d"
 
 import numpy as np
 from numba import njit

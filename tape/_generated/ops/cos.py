@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c52840c4297d001c6f1476e04a658e7b18e2042ef945e9f5f2c41d8c932ee2bf"
+FINGERPRINT = "73d5e78aedc1395c2813882dff86ca9738099f1b33f061f09ed4e09b77f5057a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "fbc93e057e2c8da80117360cf047c9e22707150d68480cd2aa2ad6c7ad03eb4c"
+FINGERPRINT = "2a85108f19d408fa570569c360c0579be06556d6a39fd2da5930ff11f5628cd5"
 
 import numpy as np
 from numba import njit

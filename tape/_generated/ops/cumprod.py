@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2d2d9cca0b674b2159322ce504d7bbcf4b971a8291a7283a8283aaba3562b6cb"
+FINGERPRINT = "0ca177da3b7dcba846d7379aecbb17ef3e7bea9307f75bb7b7bc71a59620eb88"
 
 import numpy as np
 from numba import njit

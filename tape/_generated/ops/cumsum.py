@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "159faa39629b5196f13f1dd58c8a31a0e5f1bf43e4f7377fbfda0ce2cc6bdc5c"
+FINGERPRINT = "8bd16aa5d19d9a4f48813879ae8af2cf08202c95edf70259ff9f8279cc8d209c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6ac3d652fb0e6a4674a099f765291f82a3949670f1164aa63b819a035740e87f"
+FINGERPRINT = "911ee9cea75f25d4ba6c317d9d2042a170d681d314274ba70359e946dc58416b"
 
 import numpy as np
 from numba import njit

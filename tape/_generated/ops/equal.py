@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "fc1d047db533f3f44a0683b211c7e5c4faeed82e41deae8f713c762499a57fbd"
+FINGERPRINT = "954f7fa54fef15ec3c669ba0b2bf0f73f0b8aa0db0f45a0a2f2a07662294cc05"
 
 import numpy as np
 from numba import njit

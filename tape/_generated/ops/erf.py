@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a0d4bda99a0212cb3c4bdcdc80fb7586f012867e418dbd3454b6f840cc7b62b6"
+FINGERPRINT = "ce52c20486803239900cef9dff2fedee23f958dd2dab5d2cdeaa94c40cf4b175"
 
 import numpy as np
 from numba import njit

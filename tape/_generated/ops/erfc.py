@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "7a602e9173b3f18abf480137141b9f0a436483f5707912bdd300661607b1a1ed"
+FINGERPRINT = "8a5246a493108a25c08c92ff0bb7c375278baa1759bebc24bbd83c365a0b94ae"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4494ec708e62d303454f29e577fa76e6c50ece5737ac2928f23aad7ff9a56e98"
+FINGERPRINT = "e2d007cc51adbe86e743618cb0839238432f136abc6bf96199b6ee0aa4d0ff7d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "82607295edcf8d09611ced3e1230e4066cfca30958eca4dbf86b1523c7259f93"
+FINGERPRINT = "a679177bcffb6829c7e5ce32a0f8cd97d0f61f7eda069dd0158f7ab7343c07b3"
 
 import numpy as np
 from numba import njit

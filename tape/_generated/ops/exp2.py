@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5068f721ae54e8c6403c49f45326ac37afd407d65f79ca416244dacf0c6efb88"
+FINGERPRINT = "3f15e9ff2080cb415fbc9b7026b8c770448cb444392545269fde35cc063a2358"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f887eb8207b7eec146f0eb9497fdf3c7ae8a541dc8ab8c38cfb6ef11636fcbec"
+FINGERPRINT = "d9a63c5fee3b4c976b33abd04d2c0fc27b90db2440344197351d8ec14c3603c8"
 
 import numpy as np
 from numba import njit

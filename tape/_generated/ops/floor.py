@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f925f12a81c571bf1cb63ceec432a4c9214325a06f76cc8272c270d2f79bb00c"
+FINGERPRINT = "2255fdb758b20be231ff87a06939285ccd271b332ef41d64be9a70d7b2d5feec"
 
 import numpy as np
 from numba import njit

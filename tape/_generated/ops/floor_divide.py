@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1ef76ae835a287c56c3349be29cfa2edd8bded1d6ca2717865b83fc96549e3bf"
+FINGERPRINT = "37049a6a2a6e331becb7c77f480646e047a6fb581e9f72cdda54caf296c37bdc"
 
 import numpy as np
 from numba import njit

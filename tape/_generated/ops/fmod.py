@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "42854ec5d49bc188cc0dc081801e3e85207219b700c786fa51c4c6f47ebfa460"
+FINGERPRINT = "365951a998bbcdf668641d10fa822efac04f0068d726d3523c43b928f5a14778"
 
 import numpy as np
 from numba import njit

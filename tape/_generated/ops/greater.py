@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "48e6ae2c04af40f4db72f5af1c856d7199193dfa26881633dc874e4094bd5fd5"
+FINGERPRINT = "a62d5493258d272e3837225667d79b5c777d72b025eb1248b9a031cd267c9a15"
 
 import numpy as np
 from numba import njit

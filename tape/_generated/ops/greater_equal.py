@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "77eedb1d2f7249c4d7b82e90f3f7a50cad1c1f526fa130b1c8d27d9242503e32"
+FINGERPRINT = "8b019ac3d9a4401cffefdb0cd8fb4f7d016ddbf39c982667c7250fe60195aab2"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "73b42e75c003e8ce30e1f9df0420e9be1f7e8e5be229fdd7c6bc8b3c1b1f5c22"
+FINGERPRINT = "91fa9535b4a507f8ac944c5cc82f7a7376d78a0a78db523efe66f762493db2ad"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2427aecab02e30445211315ca2b7c5b036ab6f5fdeff1fb9e7c45b935fecefbc"
+FINGERPRINT = "a9796b4a682370ab5c93451e2dada23ff01b8800b34d25e8428dd733fee03e30"
 
 import numpy as np
 from numba import njit

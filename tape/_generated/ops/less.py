@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "269c2f8251fed3805c655cefd9bfb6dd73457899fce07fdab3af1ab8c8c43b33"
+FINGERPRINT = "2b900b15af1fa3b30e6a2cd4000f2e9853819f10c27910df92f8bb04bf3e2c8f"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "af026ab6e11d82e716cf9930369cf1959bed091a533e2df44be4bda4ed03c860"
+FINGERPRINT = "e1bf4268fdba063fd18ea1b16e8f25ac946d0507142bed814e9e76c5e330e452"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "bd78687f8dd4aaf51186a572bb010e9cba8c19a0e7da18205b75a8e5aa8a222e"
+FINGERPRINT = "5bf3db9cb7d2776d4d2b16d32103b51dc4324de6208e5355e10a9c8bbe5d98bd"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "02662fd0cea200c0b763acc3e9719322d5d65b4aede827dcc55b459bf286571c"
+FINGERPRINT = "f94946a1cfdce097e0c5a3be975980b6142c324f81fcab719f5963523ed9f580"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "66a3ed06a1249e72565e53848e71c196bae819d5858a33c6aaaf808128569e0b"
+FINGERPRINT = "05b70e5a6a004488d123ec34a4bb5ebe0f6680364e23cdcec0ed11a5e3cc592a"
 
 import numpy as np
 from numba import njit

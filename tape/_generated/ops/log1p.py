@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "e101713e27a135086b747695a4c67e9857129467cfc69a3d864d54f56e6ea83a"
+FINGERPRINT = "5c3e90ba1d805ea6d7838849147b980db3a1051465179d27c4fc9b7f007a2f78"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9d6306a348f97e739104e7630d297cb5750be27ef7b5c7ce869f3f3981a383e8"
+FINGERPRINT = "7b8a0a7340f6e7c119c705d28c8d93a9063f46ebeda27e10dcda994fa4689070"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c2663963c6d3cf7b9117d1f9056a38fca7e372b3a84e5c17c10e53afe39f9ef9"
+FINGERPRINT = "cfc55b53e67fff5630c2aaf0e150fab07984a5a5c1b90b94f049ec208148b1e3"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "cc9603440c02c2c79c4ae5c3fe391e069c0846477108367b051156cc421c1930"
+FINGERPRINT = "404c4b7ab578fff68de973e5f5b278a511253477e58d229535122482bd931f6a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "674a0f4d66e65de56db5fef38f8d886d18afadc7f5e157f230f7a75d71e7b9df"
+FINGERPRINT = "d54482ddb05289615350574f5848131a6f33c11e1c307823c50490d0cf1ba523"
 
 import numpy as np
 from numba import njit

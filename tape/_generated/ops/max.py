@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ded8a01b29f07e353146b6ad142fc3c1ff35e60e52c3e4b44c8f00c27c7e7c1d"
+FINGERPRINT = "198d4f839cac9142f726cd609288fb6cccf3d05668081915ff2dcf7a8922c199"
 
 import numpy as np
 from numba import njit

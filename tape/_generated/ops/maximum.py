@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8fee051c201aa807828b9ef221a9c5ea6c2d111104b84be5fb6aead4ab94ba2d"
+FINGERPRINT = "a8ffd5d972e391ceb6f8cbd6a9774d2b64b9c7432980d6b12d9f760ac52bed70"
 
 import numpy as np
 from numba import njit

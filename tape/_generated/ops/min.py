@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4f0ae2a081675763307560cdc8931f72251f0018eff95877bef7b8b16a7f7f9a"
+FINGERPRINT = "7c03289fd145105e2d3e570f42aed3d793c40499a781246ff30dfe1850088bc1"
 
 import numpy as np
 from numba import njit

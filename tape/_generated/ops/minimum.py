@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "98119037b342d82af82be896df03fc5b80fbbf8615842679e8e78e2ec5e9c003"
+FINGERPRINT = "93ce37fafd990e3685cc30d430d399cbfb7c808b7b8425bd3e9b02840bdbc459"
 
 import numpy as np
 from numba import njit

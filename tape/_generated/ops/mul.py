@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "24a5ad36e6e718849afa4966a913eb98529e538a65b8b65c90e1fcfebf33d8c8"
+FINGERPRINT = "90379d991c01a38ac6f1a31a773a61acd45b861fc4b77380d1966cdc1df36ce5"
 
 import numpy as np
 from numba import njit

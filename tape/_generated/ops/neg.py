@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "36e0e0008c222a62f0513a52d4ad94533178f55c9fd956f14c2056b61b82f2d3"
+FINGERPRINT = "b6c5e4c690aa83d58af33a7be6171a3d6c2b13440cc363c04bb5ea9834305865"
 
 import numpy as np
 from numba import njit

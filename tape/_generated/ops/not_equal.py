@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9b2ad43d1b2159f61bb485e72d70b123be5641881e93168d284bbf817138b8c6"
+FINGERPRINT = "caf358bea321895d739efbaca9c277bff246b2b2fd2a3d1d7840242579787264"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "317032da5c68654a50bb2821c4dc3f20798e89d6c8bdff48292b4d3070433603"
+FINGERPRINT = "c7a56af4cfb2d0ed6ea564ae693269ffccad3150452f2eb4240a377dec7f533a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "84f0ce80e011d2c8bcdadcef8d14130692b1b30f53dd0fd848c838d4b48b695a"
+FINGERPRINT = "f96d26343d42cc2930f40b57579a89479bf6b4eb8b422d916ae290d2d3a73dc2"
 
 import numpy as np
 from numba import njit

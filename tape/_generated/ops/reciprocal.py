@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "17e980f22e8a7d394ca8a90cc7edb0acd66c76b6fe5204c80bda87f3bc3aa65d"
+FINGERPRINT = "278210924dcc55c99bad94cb2d727285fd1b8eb96532869608d7079cec33708b"
 
 import numpy as np
 from numba import njit

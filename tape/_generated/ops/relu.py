@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8fb670ce428163fdab0702c25da6bd57c8b41aa3ba427ab9a8fd29d75e8b01d0"
+FINGERPRINT = "39a2507f46a5465cd10dff058caa40e890afd910027266677433088b90c8de6d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9e16a337562fc3d95c6e3dc5733f107c91c4db1e56a41d2613be17b2528449f4"
+FINGERPRINT = "0d326a7c02850f50f156d13fd47fdb0b3062d248129e1a25c967bdd8792082d9"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b153472afd81a4d4aadf0076d7f2b997a12676131bcd1e825aaabacffaaa1aab"
+FINGERPRINT = "e9cf7b9af22b04679eca766b8c77670afd10b2a9022daf0567434a178b0a0a0c"
 
 import numpy as np
 from numba import njit

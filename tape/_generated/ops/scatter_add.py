@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b8b16a64a274bbe683b4f0f532dbf30f0cf59ae30176ff9401f90e4954d37439"
+FINGERPRINT = "55ab200bda6b2bdc6c0fe7dddf6a2ef5f18e1066ab5ac247cf1713e6cbf0813d"
 
 import numpy as np
 from numba import njit

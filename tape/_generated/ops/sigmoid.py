@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4826a7a341710a685798cd97a183d0b2e4117c25fa5a0b5b8115937ecc5e8add"
+FINGERPRINT = "1fbecc1b92815e71eecadc688a51a9f73fc1d8efe800bbbced4906d6ceaac840"
 
 import numpy as np
 from numba import njit

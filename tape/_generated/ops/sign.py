@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "963c2d872613d20be77230de4d5ab1d1cf9d63740ea214a4764a3058dd07424b"
+FINGERPRINT = "fb5bd72eb24438b9c4d9526214735b090da187cae0611c90a1881806f6dea477"
 
 import numpy as np
 from numba import njit

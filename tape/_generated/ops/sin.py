@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "fc9ae789767bd3164b12995429aa41de01cadcac0aa66c2478a254680debece4"
+FINGERPRINT = "bfe74dac4e31f7444cdac79d2a6b88e868abd4176c540b00758d400c7b9b988e"
 
 import numpy as np
 from numba import njit

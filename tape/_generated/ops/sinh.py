@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ee49eb1aba1befa5afe526da5188c6799b6673d66edb072fb777ee05e414e72d"
+FINGERPRINT = "0d9dd53666d0367095867f19ad4e7da6e4d799cd42d7506277796fb5e0c7aaa4"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "3a87e0923db0378cbb393b2a50cdb049b4dd1c2a9a6676f4f9e44d25320bab9b"
+FINGERPRINT = "df9226fb41beaa48134bd878039f94fa64eb26c1a00b1a1238786f2bb39d39a0"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ed63559b1499276d6c2157b24214f2ea625a31216dff6abbc73bcde8651c923d"
+FINGERPRINT = "ba7753e7b233c41feabd2070bf3ee2152d2d5cbae711f459e4ba04f16e3aa98d"
 
 import numpy as np
 from numba import njit

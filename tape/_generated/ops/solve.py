@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d7d0a065fe99614c1227bc2f1752b4048878641e699f957364cf4e7dcc79f167"
+FINGERPRINT = "cd59562cf177d86ac31bb1d1018c9f6e4a42460c0228b0d4270d24aa1d84803d"
 
 import numpy as np
 from numba import njit

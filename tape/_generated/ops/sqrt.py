@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "31233f21a4e370aa4085cf9023e663e65effb81d9c69c456150c2b302ac393f4"
+FINGERPRINT = "39dcf70a68296e14f31361e6e7a8ba893b6fd671200bf226cc84d0b0241d2fb2"
 
 import numpy as np
 from numba import njit

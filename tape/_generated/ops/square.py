@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f7e07ab0b755949b13777bfe79ebe3b65321d4a6aac4f45161800706869c5bde"
+FINGERPRINT = "183fb0151c31d85251d09d819e404d89c5788610be418593088408e478b6d54c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "166715032c43d467b41fcdcbcff22c057eb49ca91e826c2c9143a1453c0c5871"
+FINGERPRINT = "9d4f1f56a112416fb758d4595de7ba17244679a8a8a9cfad4cc01256c0eaae59"
 
 import numpy as np
 from numba import njit

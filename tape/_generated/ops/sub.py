@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6159880b5ea2c180b8483c1b588cccd61dcbb21b8ec6fc1f75088141f1760cab"
+FINGERPRINT = "aa5bc71e5c6992087178b7e43ccf4d7c11e8eea64983595ec4ee58d1ff00b34a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9168f36d168e0826b82be1e9184f17ed4b4855681fd1ae6e01365f8adc2327db"
+FINGERPRINT = "c311a3f5255acaeee32ea38597b60d1c879012cd630f699ff7a1aade362b934d"
 
 import numpy as np
 from numba import njit

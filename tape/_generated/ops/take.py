@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b8747e1feb6226838d8c92ecd119fda574dd0eda5c0158a1b29e2f944e0dd51c"
+FINGERPRINT = "17c6409a4f9283e5aa0816e8b5306affee9262b75af21fac0fc726bad70c8414"
 
 import numpy as np
 from numba import njit

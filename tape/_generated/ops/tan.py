@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "675989863af18640effe81a48bb6b2d1430cd495d585d4360f474c6f496aeaec"
+FINGERPRINT = "de3bed979d55869a9e7c6f5fb5771cc146adefdf8b92b97db61322b3a24c3c27"
 
 import numpy as np
 from numba import njit

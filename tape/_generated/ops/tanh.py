@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "302736da694bdeef5e2434ed3013cd8b70b1d19397b7722c75dabbb2592ce887"
+FINGERPRINT = "d7c1583cb9742bc3fd579f86a9d1b6966cfe3e9ce90a582ccfadf0977086d0b2"
 
 import numpy as np
 from numba import njit

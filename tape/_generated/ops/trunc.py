@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2dd14b94cddf9bbc386b3f38d107cb092b89c5fca7a70ceb3150eb3d263a2603"
+FINGERPRINT = "b38b09c88d66d01d55fd6d3919a7febf6b0164e8eda10b46a7eb929363406f75"
 
 import numpy as np
 from numba import njit

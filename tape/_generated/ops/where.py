@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "3aff36833cb8449ac575c28354ad8c0c87036825a6bd5931b05da065374c64ac"
+FINGERPRINT = "4f43af558a8aa217b4e668b86482c16bf792235af95f136f7b1d74483f171c4b"
 
 import numpy as np
 from numba import njit

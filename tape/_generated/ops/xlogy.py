@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d962a4a5c6d846801758c95fd87e7ba102e5a374a63ec76686b5c14ec694661f"
+FINGERPRINT = "1a9c449ee8b48464757ebeb63478775b1d592d11c8810f9fcf898420bc027fec"
 
 import numpy as np
 from numba import njit
