@@ -25,6 +25,7 @@ SWEEP_SOURCES = ["_layout.py", "_config.py", "_dispatch.py"]
 """Modules the op-agnostic sweeps and drivers compile in (their text is the generated file's):
 no op's."""
 
+
 def _hash_files(h, names):
     for name in names:
         f = PKG / name
