@@ -27,6 +27,9 @@ A slot holds:
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -248,24 +251,83 @@ def prepare(codes, dtype, kinds=(FWD, REV)):
     if not todo:
         return
     with _LOCK:
-        for k, c in todo:
+        pending = []
+        for k, c in dict.fromkeys(todo):
             if tab[k, c] != 0:
                 continue
             fn = function(KIND_NAMES[k], c)
             if fn is None:
                 tab[k, c] = NOTHING
-                continue
-            sig = SIGNATURES[(k, dt)]
-            # by the argument types alone: the key eager mode's calls compile and cache under
-            fn.compile(sig.args)
-            cres = fn.overloads[sig.args]
-            if cres.signature.return_type != sig.return_type:  # a call would crash: refuse
-                raise TypeError(
-                    f"tape: {fn.__name__} returns {cres.signature.return_type}, the "
-                    f"{KIND_NAMES[k]} sweep expects {sig.return_type}"
-                )
-            _FUNCS[(k, c, dt)] = fn
-            tab[k, c] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+            else:
+                pending.append((k, c, fn))
+        helpers = []
+        while pending:
+            k, c, fn = pending.pop(0)
+            misses = sum(fn.stats.cache_misses.values())
+            _fill(tab, k, c, fn, dt)
+            compiled = sum(fn.stats.cache_misses.values()) > misses
+            if compiled and not helpers and len(pending) >= 2:
+                # Numba's cache lacks these kernels: other processes compile a share of the
+                # rest into it meanwhile (compiling holds the GIL and Numba's lock)
+                pending, helpers = _share(pending, dt)
+        for p, share in helpers:
+            try:
+                p.wait(timeout=_HELPER_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            for k, c, fn in share:  # a load from the cache, or a compile if the helper failed
+                _fill(tab, k, c, fn, dt)
+
+
+def _fill(tab, k, c, fn, dt):
+    sig = SIGNATURES[(k, dt)]
+    # by the argument types alone: the key eager mode's calls compile and cache under
+    fn.compile(sig.args)
+    cres = fn.overloads[sig.args]
+    if cres.signature.return_type != sig.return_type:  # a call would crash: refuse
+        raise TypeError(
+            f"tape: {fn.__name__} returns {cres.signature.return_type}, the "
+            f"{KIND_NAMES[k]} sweep expects {sig.return_type}"
+        )
+    _FUNCS[(k, c, dt)] = fn
+    tab[k, c] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+
+
+_HELPER_TIMEOUT = 600.0
+
+
+def compile_helpers() -> int:
+    """How many helper processes :func:`prepare` may start to compile kernels in parallel:
+    ``$TAPE_COMPILE_WORKERS`` if set (``0``: none), else one fewer than the CPUs, at most 4."""
+    v = os.environ.get("TAPE_COMPILE_WORKERS")
+    if v is not None:
+        try:
+            return max(0, int(v))
+        except ValueError:
+            return 0
+    return max(0, min(4, (os.cpu_count() or 1) - 1))
+
+
+def _share(pending, dt):
+    """Start helper processes (``python -m tape._warm``) on part of ``pending``: returns what
+    this process compiles itself and ``[(process, its share)]``."""
+    n = min(compile_helpers(), len(pending) - 1)
+    if n <= 0:
+        return pending, []
+    shares = [pending[j :: n + 1] for j in range(n + 1)]
+    env = dict(os.environ, TAPE_COMPILE_WORKERS="0")
+    helpers = []
+    for share in shares[1:]:
+        args = [f"{k}:{c}" for k, c, _ in share]
+        try:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "tape._warm", dt.name, *args], env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        except OSError:  # no process to spare: this one compiles everything
+            return pending, helpers
+        helpers.append((p, share))
+    return shares[0], helpers
 
 
 def prepare_tape(t, kinds=(FWD, REV), dtype=None):

@@ -30,8 +30,13 @@
 The status is ``-1`` when the sweep ran to the end, or the index of the entry that stopped it:
 ``t.is_guard(status)`` tells a failed guard (the arguments take another path than the
 recording: replay from Python, which retraces, or record again) from a gather index out of
-bounds. The functions live in the generated sweeps (so Numba's cache of them follows the ops)
-and are re-exported here.
+bounds. The functions live in the generated sweeps and are re-exported here.
+
+The sweeps call each entry's op kernel through a table of addresses that is filled per process:
+``t.workspace()`` and ``t.kernel_args()`` compile (or load from Numba's cache) the kernels of
+the tape's ops and fill their slots, so get ``ka`` from one of them in the process that runs
+your ``@njit`` code (``tape._dispatch.prepare_tape(t)`` does the same for arrays of your own).
+A sweep that meets an op whose kernel this process has not prepared raises ``RuntimeError``.
 """
 
 from tape._generated.sweeps import ka_backward as backward

@@ -5,6 +5,7 @@ the package reads from it; tape/ops imports nothing above it."""
 
 import ast
 import dataclasses
+import os
 import subprocess
 import sys
 
@@ -195,3 +196,30 @@ def test_ops_import_nothing_above_them(path):
             assert top in {"numba", "numpy"} or top in sys.stdlib_module_names, (
                 f"{path.name} imports {name}"
             )
+
+
+HELPERS_CHILD = """
+import numpy as np
+from tape import _dispatch as D
+from tape.registry import BY_NAME
+names = ["neg", "abs", "square", "sqrt"]
+D.prepare([BY_NAME[n].code for n in names], np.float64, (D.FWD,))
+fns = [D.function("fwd", BY_NAME[n].code) for n in names]
+hits = [sum(f.stats.cache_hits.values()) for f in fns]
+misses = [sum(f.stats.cache_misses.values()) for f in fns]
+assert all(D.prepared(D.FWD, BY_NAME[n].code, np.float64) for n in names)
+print(hits, misses)
+"""
+
+
+def test_helper_processes_compile_a_share_of_cold_kernels(tmp_path):
+    # an empty cache: this process compiles the first kernel, sees it was cold, and a helper
+    # process compiles every other one of the rest into Numba's cache, which this one loads
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), TAPE_COMPILE_WORKERS="1")
+    r = subprocess.run(
+        [sys.executable, "-c", HELPERS_CHILD], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    hits, misses = ast.literal_eval(r.stdout.strip().replace("] [", "], ["))
+    # neg compiled here; abs and sqrt compiled here too; square loaded from the helper's work
+    assert misses == [1, 1, 0, 1] and hits == [0, 0, 1, 0], (hits, misses)
