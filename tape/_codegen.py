@@ -80,6 +80,21 @@ def _kernel(kind, op, data):
     return a
 
 
+@njit(inline="always", **SWEEP_JIT)
+def run_fwd(op, i, entries, bufs, ipool, data):
+    """Entry ``i`` (op ``op``) through the table: the compiled tier's call of an entry it
+    does not fuse, without the op's kernel compiled into its own code. Returns the status."""
+    return D.call_fwd(_kernel(D.FWD, op, data), (i, entries, bufs, ipool, data))
+
+
+@njit(inline="always", **SWEEP_JIT)
+def run_rev(op, i, entries, bufs, ipool, data, grad):
+    """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
+    a = _kernel(D.REV, op, data)
+    if a != D.NOTHING:
+        D.call_rev(a, (i, entries, bufs, ipool, data, grad))
+
+
 # Per-op functions, indexed by op code: eager mode and per-entry checks call these directly, so
 # they compile (or load) only the ops they use.
 FWD = D.PerOp("fwd")

@@ -79,7 +79,8 @@ What the generated code does differently from the interpreter:
 
 Everything else (matrix products through BLAS, reductions over axes, gathers, guards,
 elementwise entries that broadcast along more than two axes) calls the interpreter's own function for that entry's op
-(``tape._generated.ops.<op>._fwd_<op>``, cached by Numba), so both tiers share one
+(``tape._generated.sweeps.run_fwd``: through the address table, so the op's kernel is not
+compiled again into the tape's code), so both tiers share one
 implementation of every rule. Results agree with the interpreter to rounding
 (the tests hold them to 1e-12 relative in float64): fused code adds an input's contributions
 in another order.
@@ -112,7 +113,7 @@ from numba import njit
 from tape import registry
 from tape._codegen import drivers_text
 from tape._config import KERNEL_JIT
-from tape._dispatch import op_module
+from tape._generated import sweeps as _S
 from tape._layout import (
     ACTIVE,
     B_ALIAS,
@@ -986,7 +987,7 @@ class _Gen:
         c = _Code(self.p.B)
         c.p(i)
         doc = f"Entry P[0]: {op.name}{', broadcasting' if op.kind != 'kernel' else ''}."
-        call = f"st = _op_{op.name}._fwd_{op.name}(P[0], entries, bufs, ipool, data)"
+        call = f"st = _S.run_fwd({op.code}, P[0], entries, bufs, ipool, data)  # {op.name}"
         return self.add("_fwd", c, doc, [call], inline=True), c.params
 
     def forward_group(self, u, g):
@@ -1085,7 +1086,7 @@ class _Gen:
         op = self.p.ops[i]
         c = _Code(self.p.B)
         c.p(i)
-        call = f"_op_{op.name}._rev_{op.name}(P[0], entries, bufs, ipool, data, grad)"
+        call = f"_S.run_rev({op.code}, P[0], entries, bufs, ipool, data, grad)  # {op.name}"
         return self.add(
             "_rev", c, f"Entry P[0]: {op.name} (reverse).", [call], inline=True
         ), c.params
@@ -1574,13 +1575,13 @@ def generate(t):
         "The tables that say which kind each unit is and where its buffers lie are appended",
         'to the integer pool the sweeps get (``t.kernel_args().ipool``)."""',
         "",
-        "{interpreter}",
+        f'SWEEPS = "{_S.FINGERPRINT}"  # the interpreter whose run_fwd / run_rev it calls',
         "",
         "import numpy as np",
         "from numba import njit, prange",
         "",
         "from tape._config import COMPILED_JIT, SWEEP_JIT",
-        "{op_imports}",
+        "from tape._generated import sweeps as _S",
         "from tape._loops import masked as _masked",
         "from tape.compiled import outline_rule as _outline_rule",
         "from tape.registry import BY_NAME",
@@ -1663,34 +1664,10 @@ def generate(t):
         reads = any(_TABLES.search(line) for _, lines, _ in gen.blocks.values() for line in lines)
         src += _gradient_args(t, B, n_ints, reads or not inlined, len(frows) - tail)
     src.append(drivers_text(shared_only=True))
-    src = _link_interpreter(src)
     extra = {}
     for k, fn in _custom_globals(gen):
         extra[f"{k}_fwd"], extra[f"{k}_vjp"] = fn.fwd, fn.vjp
     return "\n".join(src), pool, extra
-
-
-_OP_CALL = re.compile(r"\b_op_(\w+)\._")
-
-
-def _link_interpreter(src):
-    """Import the interpreter's per-op modules the units call (``_op_<name>._fwd_<name>``),
-    and name their fingerprints in the text: the module's text (so its name and Numba's
-    cache of it) changes when one of those ops does."""
-    names = sorted({m.group(1) for line in src for m in _OP_CALL.finditer(line)})
-    fps = {n: op_module(registry.BY_NAME[n].code).FINGERPRINT[:16] for n in names}
-    interp = f"INTERPRETER = {fps!r}  # fingerprints of the interpreter's op modules called here"
-    imports = "\n".join(f"from tape._generated.ops import {n} as _op_{n}" for n in names)
-    out = []
-    for line in src:
-        if line == "{interpreter}":
-            out.append(interp)
-        elif line == "{op_imports}":
-            if imports:
-                out.append(imports)
-        else:
-            out.append(line)
-    return out
 
 
 def _custom_globals(gen):

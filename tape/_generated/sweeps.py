@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "69b690927379a4217f09e80ae2443319eebe85534fe53cfd896f34b4266e8f98"
+FINGERPRINT = "f9e0511730c3735f53f5dc320a75ba2942d1376826be452fd06af5deb7c8ea3f"
 
 import numpy as np
 from numba import njit, prange
@@ -48,6 +48,21 @@ def _kernel(kind, op, data):
             "tape._dispatch.prepare_tape(t), before calling the sweeps from @njit code)"
         )
     return a
+
+
+@njit(inline="always", **SWEEP_JIT)
+def run_fwd(op, i, entries, bufs, ipool, data):
+    """Entry ``i`` (op ``op``) through the table: the compiled tier's call of an entry it
+    does not fuse, without the op's kernel compiled into its own code. Returns the status."""
+    return D.call_fwd(_kernel(D.FWD, op, data), (i, entries, bufs, ipool, data))
+
+
+@njit(inline="always", **SWEEP_JIT)
+def run_rev(op, i, entries, bufs, ipool, data, grad):
+    """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
+    a = _kernel(D.REV, op, data)
+    if a != D.NOTHING:
+        D.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
 
 # Per-op functions, indexed by op code: eager mode and per-entry checks call these directly, so
