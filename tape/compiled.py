@@ -1419,8 +1419,8 @@ def _gradient_args(t, B, n_ints, tables_read, n_run):
         tables = ["    entries = bufs = ints  # unread: the inlined units take them, unused"]
     else:
         tables = [
-            f"    entries = ints[0 : {ne}].reshape(({t.n_entries}, {we}))",
-            f"    bufs = ints[{ne} : {ne + nb}].reshape(({t.n_bufs}, {wb}))",
+            f"    entries = _S.table2d(ints[0 : {ne}], {t.n_entries}, {we})",
+            f"    bufs = _S.table2d(ints[{ne} : {ne + nb}], {t.n_bufs}, {wb})",
         ]
     out = [
         "@njit(**COMPILED_JIT)",
@@ -1439,8 +1439,12 @@ def _gradient_args(t, B, n_ints, tables_read, n_run):
         off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
         if B[b, B_NDIM] == 1:  # element by element: no view to make, and it vectorises
             out += [f"    for j in range({size}):", f"        data[{off} + j] = {x}[j]"]
-        else:
-            out.append(f"    data[{off} : {off + size}] = {x}.ravel()")
+        else:  # a loop, not a slice assignment (whose shape check takes 2 s to compile)
+            out += [
+                f"    {x}f = {x}.ravel()",
+                f"    for j in range({size}):",
+                f"        data[{off} + j] = {x}f[j]",
+            ]
     out += [
         f"    st = _forward_units(entries, bufs, ipool, data, {n_run})",
         "    if st >= 0:",
