@@ -281,7 +281,8 @@ def vjp_rows(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs
                      U[r], True)  # fmt: skip
         c = 0
         for k in range(offs.shape[0]):
-            out[r, c : c + sizes[k]] = grad[offs[k] : offs[k] + sizes[k]]
+            for j in range(sizes[k]):  # a loop: a slice assignment's check compiles for 2 s
+                out[r, c + j] = grad[offs[k] + j]
             c += sizes[k]
 
 
@@ -360,7 +361,8 @@ def gradient_batch_kernel(
             for k in range(in_offs.shape[0]):
                 o = in_offs[k]
                 m = in_sizes[k]
-                data[o : o + m] = a[s : s + m]
+                for j in range(m):  # a loop: see _gather
+                    data[o + j] = a[s + j]
                 s += m
             st = forward_sweep(entries, bufs, ipool, data, np.int64(0), n_entries)
             status[b] = st
@@ -378,7 +380,10 @@ def _gather(arena, offs, sizes, out):
     for k in range(offs.shape[0]):
         o = offs[k]
         m = sizes[k]
-        out[s : s + m] = arena[o : o + m]
+        # a loop, not a slice assignment: its shape check's error message takes 2 s to
+        # compile, in every compiled tape's module that copies this function
+        for j in range(m):
+            out[s + j] = arena[o + j]
         s += m
 
 
