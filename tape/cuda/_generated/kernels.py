@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "f1a8e3a01cca84bd19fb3d53b2a07fe0f6028d6c125dd746b119803a2ad7dfbc"
+FINGERPRINT = "51a669a8766a5e0a994f54357eff0544d654d90f96cf098d605fdf9903e233e3"
 
 from numba import cuda, float64
 
