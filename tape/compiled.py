@@ -1706,8 +1706,15 @@ def cache_dir() -> Path:
 
 
 def _load(source: str, extra=None) -> types.ModuleType:
+    return load_module(source, "tape_compiled", extra)
+
+
+def load_module(source: str, prefix: str, extra=None) -> types.ModuleType:
+    """The generated module ``source``, written to the cache directory under a name made of
+    ``prefix`` and a hash of the text, and imported (once per process): Numba's cache of its
+    functions lives beside it. ``extra``: globals to add (read when Numba compiles)."""
     key = hashlib.sha256(f"{GENERATOR_VERSION}\n{source}".encode()).hexdigest()[:24]
-    name = f"tape_compiled_{key}"
+    name = f"{prefix}_{key}"
     with _LOCK:
         mod = _MODULES.get(name)
         if mod is not None:

@@ -101,6 +101,16 @@ if not IN_SIM:
         "except Exception as e:\n"
         "    assert \"'few': cuda_vjp returned 1 cotangent(s) for 2\" in str(e), e\n"
         "print('custom op wrappers compiled')\n"
+        # one tape's op set: the device compiles its rules only
+        "from tape.cuda._replay import kernels_for\n"
+        "t = tp.record(lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum(),\n"
+        "              np.ones(8))\n"
+        "full = compile_all(dtypes=('float64',), kernels=('sweep',))[('sweep', 'float64')]\n"
+        "K = kernels_for(t)\n"
+        "few = compile_all(dtypes=('float64',), module=K, kernels=('sweep',))[('sweep', 'float64')]\n"
+        "assert '.entry' in few[0] and len(few[0]) < len(full[0]), (len(few[0]), len(full[0]))\n"
+        "print('sweep of every op:', len(full[0]), 'chars,', round(full[1], 1), 's; of the',\n"
+        "      len(K.OPS), 'ops of a Rosenbrock tape:', len(few[0]), 'chars,', round(few[1], 1), 's')\n"
     )
     _background.register(
         "ptx", ["-c", _PTX_CODE], {"NUMBA_ENABLE_CUDASIM": "0"}, timeout=1200,
@@ -245,6 +255,23 @@ else:
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
         return ct
+
+    def test_a_device_replays_with_the_dispatch_of_its_tapes_ops(rng):
+        # the device's kernels for a tape hold the branches of that tape's ops only, one module
+        # per op set (shared by tapes of the same set), and replay as the CPU sweeps do
+        import re
+
+        from tape.registry import BY_NAME
+
+        x = rng.uniform(0.5, 1.5, 6)
+        t = tp.record(lambda a: (tp.exp(a) * a).sum(), x)
+        ct = check(t, [x])
+        codes = {BY_NAME[n].code for n in ("exp", "mul", "sum")}
+        assert set(ct._K.OPS) == codes
+        branches = {int(c) for c in re.findall(r"op == (\d+):", ct._K.SOURCE)}
+        assert branches == codes
+        t2 = tp.record(lambda a: (a * tp.exp(a)).sum() * 2.0, x)  # the same ops
+        assert CudaTape(t2, threads=THREADS)._K is ct._K
 
     @pytest.mark.parametrize("op", ELEMENTWISE, ids=lambda o: o.name)
     def test_elementwise_op_matches_cpu(op, rng):

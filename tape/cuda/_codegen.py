@@ -264,12 +264,16 @@ def fingerprint() -> str:
     return h.hexdigest()
 
 
-def generate() -> str:
+def generate(codes=None) -> str:
+    """The text of the GPU dispatch and kernels: for every op (the committed
+    ``_generated/kernels.py``, which the PTX check compiles whole), or for the ops ``codes``
+    only (:func:`tape.cuda._replay.kernels_for`: a device compiles what a tape replays)."""
     import tape.ops  # noqa: F401  (fills the registry)
     from tape.registry import OPS
 
+    ops = OPS if codes is None else [OPS[c] for c in sorted(set(codes))]
     rules, fwd, rev = [], [], []
-    for op in OPS:
+    for op in ops:
         tag = f"  # {op.name}"
         kw = "if" if not fwd else "elif"
         if op.kind == "kernel":
@@ -313,6 +317,8 @@ def generate() -> str:
             call = f"L.{loop}_rev({rs}, {ds}, {ARGS})"
         rev.append(f"    elif op == {op.code}:{tag}")
         rev.append(f"        {call}")
+    if not rev:  # no op of the set has a reverse rule
+        rev.append("    pass")
     rev[0] = rev[0].replace("elif", "if", 1)
 
     body = HEADER.format(fingerprint=fingerprint(), rules="\n".join(rules))

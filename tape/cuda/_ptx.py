@@ -43,17 +43,24 @@ def signatures(dtype):
     }
 
 
-def compile_all(cc=(9, 0), dtypes=("float64", "float32")):
-    """PTX of every kernel for every dtype: ``{(kernel, dtype): (ptx, seconds)}``."""
+def compile_all(cc=(9, 0), dtypes=("float64", "float32"), module=None, kernels=KERNELS):
+    """PTX of every kernel for every dtype: ``{(kernel, dtype): (ptx, seconds)}``, of the
+    dispatch for every op, or of ``module`` (:func:`tape.cuda._replay.kernels_for`: one op
+    set's)."""
     from numba import cuda
 
     from tape.cuda._config import LAUNCH_BOUNDS
-    from tape.cuda._generated import kernels as K
+
+    if module is None:
+        from tape.cuda._generated import kernels as module
+    K = module
 
     out = {}
     with _target_cc(cc):
         for dt in dtypes:
             for name, sig in signatures(dt).items():
+                if name not in kernels:
+                    continue
                 t0 = time.perf_counter()
                 ptx, _ = cuda.compile_ptx(
                     getattr(K, name).py_func, sig, cc=cc, launch_bounds=LAUNCH_BOUNDS

@@ -17,7 +17,7 @@ from numba import cuda
 from numba import types as nbt
 
 from tape._callbacks import groups, refuse_gpu
-from tape._layout import B_OFF, B_SIZE
+from tape._layout import B_OFF, B_SIZE, E_OP
 from tape._replay import ReplayError, failure, is_guard
 from tape.batch import _plan as _batch_plan
 from tape.cuda import _config as C
@@ -90,6 +90,29 @@ def _kernels():
             )
         _FRESH.append(True)
     return kernels
+
+
+_BY_SET: dict = {}
+
+
+def kernels_for(t):
+    """The GPU dispatch and kernels for the ops tape ``t`` uses: generated for that op set,
+    written to the tape cache directory and loaded, once per set and process (Numba caches
+    its compile per file). A device compiles the rules of these ops only, not the branches of
+    every op in the registry."""
+    from tape.cuda import _codegen
+
+    full = _kernels()  # checks the sources against the committed dispatch once
+    codes = tuple(sorted({int(c) for c in t.entries[: t.n_entries, E_OP] if c >= 0}))
+    if not codes:
+        return full
+    mod = _BY_SET.get(codes)
+    if mod is None:
+        from tape.compiled import load_module
+
+        mod = _BY_SET[codes] = load_module(_codegen.generate(codes), "tape_gpu")
+        mod.OPS = codes
+    return mod
 
 
 def _check_threads(threads):
@@ -280,7 +303,7 @@ class CudaTape:
         self.dtype = t.dtype
         self.threads = _check_threads(threads)
         self.cooperative = bool(cooperative)
-        K = _kernels()
+        K = kernels_for(t)
         self._K = K
         arr = _numba_type(t.dtype)[::1]
         i64 = nbt.int64
@@ -691,7 +714,7 @@ class CudaBatch:
         self.plan = _batch_plan(t, gpu=True)
         self.program = p = Program(t, n_blocks=1)
         self.threads = _check_threads(threads)
-        K = _kernels()
+        K = kernels_for(t)
         arr = _numba_type(t.dtype)[::1]
         i64 = nbt.int64
         self._batch = _Launcher(K.batch, (i64[::1], arr, arr, i64, i64, i64, i64))

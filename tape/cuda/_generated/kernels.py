@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "51a669a8766a5e0a994f54357eff0544d654d90f96cf098d605fdf9903e233e3"
+FINGERPRINT = "30076e498b8764b2f2c0b2b7366a00da966890ddbb68e296039139eb19af45e0"
 
 from numba import cuda, float64
 
