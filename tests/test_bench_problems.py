@@ -225,9 +225,12 @@ def test_report_quotes_the_eager_and_cold_start_runs(tmp_path):
     from tape.bench.report import side_targets
 
     assert side_targets(str(tmp_path)) == []  # no side runs: nothing to quote
+    run = dict(cold_first_gradient_s=4.0, cold_float32_after_float64_s=6.0,
+               warm_first_gradient_s=0.9, warm_import_s=0.5)  # fmt: skip
     (tmp_path / "cold_start.json").write_text(json.dumps(dict(
-        cpu="cpu X", date="2026-12-01T00:00:00+00:00", cold_first_gradient_s=25.0,
-        warm_first_gradient_s=0.9, warm_import_s=0.5, eager_op_us=3.0,
+        cpu="cpu X", date="2026-12-01T00:00:00+00:00", eager_op_us=3.0, default=run,
+        compiled=dict(run, cold_first_gradient_s=25.0), demo=dict(first_line_s=1, total_s=40),
+        suite=dict(wall_s=600, peak_rss_mib=2048, exit_status=0),
     )))  # fmt: skip
     loops = {
         "polynomial": {"tape": {"seconds": 0.9, "loss": 1.0}, "torch": {"seconds": 1.0, "loss": 1.0}},
@@ -242,8 +245,12 @@ def test_report_quotes_the_eager_and_cold_start_runs(tmp_path):
     )
     got = {label.split(":")[0].split(" <=")[0]: met for label, _, met in side_targets(str(tmp_path))}
     assert got == {
-        "first gradient of README's example from an empty Numba cache": False,  # 25 s > 20 s
+        "first gradient of record(rosen) with default settings from empty caches": True,  # 4 s
+        "first gradient with compile=True from empty caches": False,  # 25 s > 5 s
+        "float32 after float64 from empty caches, default settings": False,  # 6 s > 5 s
         "import + first gradient with a warm cache": True,
+        "README's demo from empty caches": False,  # 40 s > 30 s
+        "README's test command from empty caches": True,  # 10 min, 2 GB
         "eager scalar op chain": True,  # 3 us forward
         "eager scalar op chain, backward included (reported)": None,
         "issue 11": True,  # 0.9x

@@ -129,23 +129,22 @@ def side_targets(folder) -> list:
         d, k = c["default"], c["compiled"]
         out += [
             (
-                "issue 29: record(rosen).gradient(x), default settings, empty caches, new "
-                "process <= 5 s",
+                "first gradient of record(rosen) with default settings from empty caches <= 5 s",
                 f"{d['cold_first_gradient_s']:.1f} s {when}",
                 d["cold_first_gradient_s"] <= 5,
             ),
             (
-                "issue 29: the same with compile=True <= 5 s",
+                "first gradient with compile=True from empty caches <= 5 s",
                 f"{k['cold_first_gradient_s']:.1f} s {when}",
                 k["cold_first_gradient_s"] <= 5,
             ),
             (
-                "issue 29: float32 after float64, default settings <= 5 s",
+                "float32 after float64 from empty caches, default settings <= 5 s",
                 f"{d['cold_float32_after_float64_s']:.1f} s {when}",
                 d["cold_float32_after_float64_s"] <= 5,
             ),
             (
-                "issue 29: import + first gradient with a warm cache <= 1 s",
+                "import + first gradient with a warm cache <= 1 s",
                 f"{d['warm_first_gradient_s']:.2f} s (compile=True: "
                 f"{k['warm_first_gradient_s']:.2f} s) {when}",
                 d["warm_first_gradient_s"] <= 1,
@@ -159,7 +158,7 @@ def side_targets(folder) -> list:
         if "demo" in c:
             out.append(
                 (
-                    "issue 29: README's demo from empty caches <= 30 s of compile in all",
+                    "README's demo from empty caches <= 30 s in all",
                     f"first line after {c['demo']['first_line_s']:.1f} s, "
                     f"{c['demo']['total_s']:.1f} s in all {when}",
                     c["demo"]["total_s"] <= 30,
@@ -168,7 +167,7 @@ def side_targets(folder) -> list:
         if "suite" in c:
             out.append(
                 (
-                    "issue 29: README's test command from empty caches <= 12 min, peak RSS <= 3 GB",
+                    "README's test command from empty caches <= 12 min, peak RSS <= 3 GB",
                     f"{c['suite']['wall_s'] / 60:.1f} min, peak RSS "
                     f"{c['suite']['peak_rss_mib'] / 1024:.1f} GB {when}",
                     c["suite"]["wall_s"] <= 720 and c["suite"]["peak_rss_mib"] <= 3072,
