@@ -355,7 +355,7 @@ class Tape:
             if p is None:
                 p = self.intern(attr)
         n = len(ins)
-        if not _dispatch.FWD_SLOTS[self.dtype][code]:  # the op's kernel, first use in this process
+        if not _dispatch.FWD_READY[self.dtype][code]:  # the op's first use in this process
             _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,))
         status = S.emit(
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,

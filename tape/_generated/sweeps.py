@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f9e0511730c3735f53f5dc320a75ba2942d1376826be452fd06af5deb7c8ea3f"
+FINGERPRINT = "1206605b5028a2f66855a1e1961807f90f842f4ece8dac33c313a749842bf907"
 
 import numpy as np
 from numba import njit, prange
