@@ -183,6 +183,8 @@ class _Call:
         sub = self.sub
         _, ws = self._sub_run(tp, data, p)
         sw, pool = sub._run_with
+        if sw is not sub._compiled_ready and not sub._interp_ready:
+            sub._kernels_ready(sw)
         status = sw.forward_sweep(sub.entries, sub.bufs, pool, ws.data, 0, sub.n_entries)
         if status >= 0:
             _, ws = self._slow(tp, data)
@@ -210,6 +212,8 @@ class _Call:
         r, ws = self._sub_run(tp, data, p)
         seeds = np.ascontiguousarray(grad[p.outs], sub.dtype)
         sw, pool = sub._run_with
+        if sw is not sub._compiled_ready and not sub._interp_ready:
+            sub._kernels_ready(sw)
         status = sw.forward_backward(
             sub.entries, sub.bufs, pool, ws.data, ws.grad,
             sub.n_entries, sub.n_bufs, r["roots"], seeds, True,

@@ -1668,6 +1668,18 @@ def generate(t):
         reads = any(_TABLES.search(line) for _, lines, _ in gen.blocks.values() for line in lines)
         src += _gradient_args(t, B, n_ints, reads or not inlined, len(frows) - tail)
     src.append(drivers_text(shared_only=True))
+    text = "\n".join(src)
+    calls = sorted(
+        {(0, int(c)) for c in re.findall(r"_S\.run_fwd\((\d+)", text)}
+        | {(1, int(c)) for c in re.findall(r"_S\.run_rev\((\d+)", text)}
+    )
+    src += [
+        "",
+        "",
+        f"TABLE_CALLS = {tuple(calls)!r}",
+        '"""(sweep kind, op code) of the interpreter kernels this module calls through the',
+        'dispatch table (tape._dispatch.prepare puts them there first)."""',
+    ]
     extra = {}
     for k, fn in _custom_globals(gen):
         extra[f"{k}_fwd"], extra[f"{k}_vjp"] = fn.fwd, fn.vjp

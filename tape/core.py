@@ -159,6 +159,8 @@ class Tape:
     """
 
     _run_with = (S, None)
+    _interp_ready = False  # the interpreter's kernels of this tape's ops are in the table
+    _compiled_ready = None  # the compiled module whose table calls are prepared
     """``(sweeps, pool)``: the compiled code replays run (the interpreter's sweeps, or this
     tape's compiled module once :meth:`compile` ran) and the integer pool they take (``ipool``,
     or ``ipool`` with the compiled tier's tables appended). One attribute, read once per
@@ -525,7 +527,6 @@ class Tape:
         return self._replay
 
     def _prepare_replay(self):
-        _dispatch.prepare_tape(self)  # the kernels of the ops this tape uses, for its dtype
         self._tls = threading.local()
         self._variants_lock = threading.Lock()
         sig = Signature(self)
@@ -549,6 +550,22 @@ class Tape:
             ],
         )
 
+    def _kernels_ready(self, sw):
+        """Put the op kernels that a replay through ``sw`` calls in the dispatch table
+        (:func:`tape._dispatch.prepare`): every op's forward and reverse kernel for the
+        interpreter, the few a compiled module calls for a compiled tape (``TABLE_CALLS``)."""
+        if sw is S or isinstance(sw, CallbackSweeps):
+            _dispatch.prepare_tape(self)
+            self._interp_ready = True
+        else:
+            for kind, code in sw.TABLE_CALLS:
+                _dispatch.prepare((code,), self.dtype, (kind,))
+            self._compiled_ready = sw
+
+    def _interpreter_ready(self):
+        if not self._interp_ready:
+            self._kernels_ready(S)
+
     @property
     def signature(self) -> Signature:
         """The replay signature (argument names, shapes, dtypes; see :mod:`tape._replay`)."""
@@ -566,6 +583,7 @@ class Tape:
         sweeps from your own ``@njit`` code without sharing memory with other replays (one per
         thread). Its arrays are fresh; :meth:`input_slice` tells where to write arguments."""
         r = self._check_replay()
+        self._interpreter_ready()  # tape.kernels replays any tape on the interpreter
         ws = _Workspace(self)
         return KernelArgs(
             self.entries, self.bufs, self._run_with[1], ws.data, ws.grad,
@@ -604,6 +622,8 @@ class Tape:
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
         elif grad:
             sw, pool = self._run_with
+            if sw is not self._compiled_ready and not self._interp_ready:
+                self._kernels_ready(sw)
             status = sw.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
@@ -611,6 +631,8 @@ class Tape:
         else:
             interp_sw = self._segments if self.callbacks else S
             sw, pool = (interp_sw, self.ipool) if interp else self._run_with
+            if sw is not self._compiled_ready and not self._interp_ready:
+                self._kernels_ready(sw)
             status = sw.forward_sweep(self.entries, self.bufs, pool, ws.data, 0, self.n_entries)
         if status < 0:
             ws.ok = True
@@ -672,6 +694,7 @@ class Tape:
                 warnings.warn(str(failure(self, status, buffer_reader(self, ws.data))) + " (continuing on "
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
             # the interpreter (compiled code runs whole tapes only), in segments around callbacks
+            self._interpreter_ready()
             fs = self._segments.forward_sweep if self.callbacks else S.forward_sweep
             status = fs(self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries)
         ws.ok = True
@@ -724,10 +747,13 @@ class Tape:
         seeds = r["seed"] if seed is None and r["sig"].n_seed == 1 else r["sig"].seeds(seed)
         if _anomaly.enabled():
             if tp.tier == "compiled":  # a compiled forward leaves intermediates unwritten
+                tp._interpreter_ready()
                 S.forward_sweep(tp.entries, tp.bufs, tp.ipool, ws.data, 0, tp.n_entries)
             _anomaly.backward(tp, ws.data, ws.grad, r["roots"], seeds, False)
             return
         sw, pool = tp._run_with
+        if sw is not tp._compiled_ready and not tp._interp_ready:
+            tp._kernels_ready(sw)
         sw.backward(
             tp.entries, tp.bufs, pool, ws.data, ws.grad,
             tp.n_entries, tp.n_bufs, r["roots"], seeds, False,
@@ -792,6 +818,8 @@ class Tape:
             ws.ok = False
             self._load_args(ws, args)
             sw, pool = self._run_with
+            if sw is not self._compiled_ready and not self._interp_ready:
+                self._kernels_ready(sw)
             status = sw.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
@@ -931,6 +959,7 @@ class Tape:
     def _compile_now(self):
         mod, pool = _EXTENSIONS["compile"](self)
         r = self._replay
+        self._kernels_ready(mod)  # the interpreter kernels its unfused entries call
         ws = _Workspace(self)  # compile by running once on a scratch workspace
         if r["simple"] and hasattr(mod, "gradient_args"):
             # gradient()'s one-call path; forward_backward (the checked path) compiles when
@@ -1005,6 +1034,7 @@ class Tape:
         :meth:`gradient` and :attr:`grads` use on this thread: writes are seen by both. Use
         :meth:`workspace` for arenas of your own."""
         r = self._check_replay()
+        self._interpreter_ready()  # tape.kernels replays any tape on the interpreter
         ws = self._workspace()
         return KernelArgs(
             self.entries, self.bufs, self._run_with[1], ws.data, ws.grad,
