@@ -17,3 +17,8 @@ COMPILED_JIT = dict(cache=True, nogil=True, error_model="numpy")
 """Options of a compiled tape's module (:mod:`tape.compiled`): those of the sweeps. No
 ``fastmath``: reassociation would let a fused loop compute something other than what was
 recorded (``(x + c) - c`` is not ``x``)."""
+
+UNIT_JIT = dict(COMPILED_JIT, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+"""Options of a compiled tape's inner functions (its units, redos and unit loops), which only
+compiled code calls: no wrapper for calls from Python or C, whose making costs a sixth of a
+small unit's compile."""

@@ -10,11 +10,19 @@ embedding) runs either tier without a second implementation.
 What the generated code does differently from the interpreter:
 
 - **Units, not entries.** The tape is cut into units: a fused loop, or one entry that keeps
-  the interpreter's function for its op. A unit's code has its sizes as literals and takes
-  its offsets from a table row; units that differ only in their offsets (the steps of a time
-  loop recorded unrolled) share their code, so a 46,000-entry LSTM compiles a few dozen kinds
-  of unit. Each sweep is one loop over its table, with every kind of unit inlined in one
-  branch: one dispatch per unit.
+  the interpreter's function for its op. A unit's code takes its offsets from a table row,
+  and so does a short flat loop (fewer than ``_BLOCK_MIN`` elements) its length; other
+  sizes are literals. Units that differ only in what comes from the row (the steps of a time
+  loop recorded unrolled, the same loop at several lengths) share their code, so a
+  46,000-entry LSTM compiles a few dozen kinds of unit. Each sweep is one loop over its
+  table, with one branch per kind of unit: one dispatch per unit.
+- **Units shared across tapes.** Each fused loop's function is a module of its own (a "unit
+  module", ``tape_unit_<hash>`` beside the tape's), named by a hash of its text, which names
+  nothing of the tape; every tape with the same loop calls the same compiled function, in
+  this process (compiled once) and in the next (from Numba's cache). Recording the same
+  model at another size, or a second model with the same loops, compiles only its sweeps
+  and the loops that are new. (Tapes small enough to be inlined, see ``INLINE_KINDS``, and
+  custom ops' loops keep their code in the tape's module.)
 - **Fusion.** Elementwise entries over the same number of elements (every input either that
   long or a single value) become one loop, forward and reverse. Over the rows of a two-axis
   output, an input may also be one row that every row reads (a bias added to each row of a
@@ -88,10 +96,13 @@ in another order.
 After a compiled forward, the value arena holds the arguments, the outputs and the values
 later entries read; other intermediates are not written (``ka.data`` in ``@njit`` code).
 
-The source is written to a cache directory (``$TAPE_CACHE_DIR``, else
-``$XDG_CACHE_HOME/tape`` or ``~/.cache/tape``), named by a hash of its text, and compiled with
-Numba's ``cache=True``: a second process with the same tape structure loads the machine code
-instead of compiling it. ``t.compiled_source`` is the text.
+The source (the tape's module and its unit modules) is written to a cache directory
+(``$TAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tape`` or ``~/.cache/tape``), each module named
+by a hash of its text, and compiled with Numba's ``cache=True``: a second process with the
+same tape structure loads the machine code instead of compiling it. The text names the
+fingerprint of every op whose scalar rules it compiles in, so an edited rule makes new
+modules, never a stale cache hit. ``t.compiled_source`` is the text, the unit modules
+appended.
 """
 
 from __future__ import annotations
@@ -112,7 +123,7 @@ from numba import njit
 
 from tape import registry
 from tape._codegen import drivers_text
-from tape._config import KERNEL_JIT
+from tape._config import KERNEL_JIT, UNIT_JIT
 from tape._generated import sweeps as _S
 from tape._layout import (
     ACTIVE,
@@ -135,7 +146,7 @@ from tape.core import register_extension
 from tape.ops.elementwise import POW
 from tape.ops.reduce import SUM
 
-GENERATOR_VERSION = 9
+GENERATOR_VERSION = 10
 
 MAX_UNIT_KINDS = 400
 """Tapes that need more distinct kinds of unit than this are not compiled
@@ -187,6 +198,14 @@ _FEW_RANGES = 16
 
 _AT_J = re.compile(r"\b([dg][ptq]?\d+)\[j\]")
 """Element ``j`` of a unit's view (``d3[j]``, ``g0[j]``) in generated code."""
+
+_REDO = re.compile(r"\b_redo_[0-9a-f]{12}\b")
+"""The name of a redo function (named by its text: see :meth:`_Gen.outline_redo`)."""
+
+_CUSTOM = re.compile(r"\b_u\d+_(fwd|vjp)\b")
+"""A call of a custom op's user function (set on the tape's module)."""
+
+_UNIT_DECORATOR = "@njit(**UNIT_JIT)"
 
 _TAGS = {"full": "", "row": "p", "tile": "t", "block": "q"}
 """The letter after ``d``/``g``/``x``/``e`` in a view's name: how a loop over rows reads it."""
@@ -694,9 +713,14 @@ class _Code:
     numbers and offsets come from the parameter row ``P``, so units that differ only in where
     their buffers lie (the steps of a time loop) share one function."""
 
-    def __init__(self, B):
+    def __init__(self, B, length=None):
         self.B = B
         self.params: list[int] = []  # the offsets (or entry index) this unit passes in P
+        # a short flat loop takes its length from P[0] (see size): loops that differ only in
+        # their length share one function, in a tape and, by their text, across tapes
+        self.length = length
+        if length is not None:
+            self.params.append(int(length))
         self._slot: dict[int, int] = {}
         self._local: dict[int, int] = {}
         self.views: dict[str, str] = {}  # name -> expression, at the top of the function
@@ -721,6 +745,12 @@ class _Code:
         """Local number of buffer ``b``."""
         return self._local.setdefault(int(b), len(self._local))
 
+    def size(self, value):
+        """The text of a size ``value``: ``P[0]`` where it is the length of a loop that takes
+        its length as a parameter, else the literal. Two units share code only if their texts
+        are equal, so a size that is not the loop's length stays a literal in both."""
+        return "P[0]" if self.length is not None and int(value) == self.length else str(value)
+
     def p(self, value):
         """The parameter holding ``value`` (an offset or an entry index)."""
         if value not in self._slot:
@@ -735,7 +765,7 @@ class _Code:
         row ``r % D`` (``("tile", D)``) or row ``r // D`` (``("block", D)``)."""
         name = f"{arena[0]}{_tag(kind)}{self.n(b)}"
         off = self.p(int(self.B[b, B_OFF]))
-        self.views[name] = f"{arena}[{off} : {off} + {int(self.B[b, B_SIZE])}]"
+        self.views[name] = f"{arena}[{off} : {off} + {self.size(self.B[b, B_SIZE])}]"
         if self.rows and kind != "row":
             self._by_row[name] = "r" if kind == "full" else (
                 f"(r {'%' if kind[0] == 'tile' else '//'} {kind[1]})")  # fmt: skip
@@ -780,6 +810,10 @@ def _rule_names(ops):
     :func:`outline_rule`)."""
     lines = []
     for op in sorted({op for op in ops if op.kind != "kernel"}, key=lambda op: op.code):
+        # the op's fingerprint makes the text (so the module's name and Numba's cache of
+        # it) change with the rules compiled in
+        fp = importlib.import_module(f"tape._generated.ops.{op.name}").FINGERPRINT
+        lines.append(f"# {op.name}: rules {fp[:16]}")
         for alias, attr, _ in _rule_aliases(op):
             lines.append(f'{alias} = BY_NAME["{op.name}"].{attr}')
             if alias in _INLINED:
@@ -813,6 +847,16 @@ def outline_rule(rule):
     return d
 
 
+@njit(fastmath={"reassoc"}, **UNIT_JIT)
+def sum_reassoc(x):
+    """A full sum of a 1-d array, vectorised (added in another order than one by one): the
+    generated code's ``_sum_reassoc``."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += x[j]
+    return s
+
+
 _RULE_CALL = re.compile(r"\b(_[fr]_[a-z0-9_]+)\(")
 
 
@@ -834,9 +878,9 @@ class _Gen:
         self.custom: dict[int, tuple] = {}  # id(custom op) -> (number, op)
         self.kinds: dict[str, str] = {}  # code text -> its name ("_fwd3")
         self.blocks: dict[str, tuple] = {}  # name -> (description, code lines)
-        self.jit = "@njit(**COMPILED_JIT)"  # the units' and sweeps' decorator (see INLINE_KINDS)
+        self.jit = _UNIT_DECORATOR  # the units' and sweeps' decorator (see INLINE_KINDS)
         self.redos: dict[str, str] = {}  # code text -> name of an element loop's redo
-        self.redo_src: list[str] = []  # their functions
+        self.redo_src: dict[str, list[str]] = {}  # their functions: name -> lines
         self.leaves_assigned: set[int] = set()  # leaves whose adjoint a unit assigns first
 
     def add(self, prefix, code, doc, tail=(), inline=False):
@@ -852,18 +896,57 @@ class _Gen:
             self.blocks[name] = (doc, lines, inline)
         return name
 
-    def functions(self):
-        """The source of the fused loops' functions (and of the redos they call)."""
-        out = list(self.redo_src)
-        for name, (doc, lines, inline) in self.blocks.items():
-            if not inline:
-                out += [
-                    self.jit,
-                    f"def {name}({_unit_args(name)}):",
-                    f'    """{doc}"""',
-                ]
-                out += lines + ["", ""]
-        return out
+    def functions(self, names):
+        """The source of the fused loops ``names`` (and of the redos they call)."""
+        out = []
+        for name in names:
+            doc, lines, _ = self.blocks[name]
+            out += [self.jit, f"def {name}({_unit_args(name)}):", f'    """{doc}"""']
+            out += lines + ["", ""]
+        used = set(_REDO.findall("\n".join(out)))
+        return [x for r, src in self.redo_src.items() if r in used for x in src] + out
+
+    def shared(self):
+        """The fused loops that go to unit modules of their own (see :func:`unit_module`):
+        all but custom ops' (which call the tape's own user functions), unless the units are
+        inlined into the sweeps."""
+        if self.jit != _UNIT_DECORATOR:
+            return []
+        return [
+            name for name, (_, lines, inline) in self.blocks.items()
+            if not inline and not any(_CUSTOM.search(x) for x in lines)
+        ]  # fmt: skip
+
+    def unit_source(self, name):
+        """The text of the unit module of fused loop ``name``: the loop as the function
+        ``unit``, with the scalar rules and redos it calls. It names nothing of the tape
+        (offsets and a short loop's length come from ``P``), so every tape that has this
+        loop shares the module, its compile and its cache."""
+        doc, lines, _ = self.blocks[name]
+        text = "\n".join(lines)
+        ops = [op for op in registry.OPS if op.kind != "kernel" and any(
+            re.search(rf"\b(?:_o)?{alias}\(", text) for alias, _, _ in _rule_aliases(op))]
+        body = self.functions([name])
+        body = [x.replace(f"def {name}(", "def unit(", 1) for x in body]
+        return "\n".join([
+            '"""One fused loop of the compiled tier: GENERATED by tape.compiled. Do not edit.',
+            "",
+            f'{doc}"""',
+            "",
+            "import numpy as np",
+            "from numba import njit",
+            "",
+            "from tape._config import UNIT_JIT",
+            "from tape._loops import masked as _masked",
+            "from tape.compiled import outline_rule as _outline_rule",
+            "from tape.compiled import sum_reassoc as _sum_reassoc",
+            "from tape.registry import BY_NAME",
+            "",
+            *_rule_names(ops),
+            "",
+            "",
+            *body,
+        ])
 
     # -- operands of a fused entry ----------------------------------------------------
     def operand(self, u, i, k, c, loads, consts):
@@ -944,6 +1027,8 @@ class _Gen:
         if g.fold_rows:
             fold += f" over blocks of {g.fold_rows} rows"
         over = f"{g.rows} rows of {g.m}" if g.rows > 1 else f"{g.n}"
+        if self.length(g) is not None:
+            over = f"P[0] (fewer than {_BLOCK_MIN})"
         return f"Fused {names} over {over} elements{fold}."
 
     # -- forward ---------------------------------------------------------------------
@@ -990,9 +1075,16 @@ class _Gen:
         call = f"st = _S.run_fwd({op.code}, P[0], entries, bufs, ipool, data)  # {op.name}"
         return self.add("_fwd", c, doc, [call], inline=True), c.params
 
+    @staticmethod
+    def length(g):
+        """The length of group ``g``'s loop if the loop takes it from ``P[0]``: a flat loop
+        shorter than ``_BLOCK_MIN`` (element by element; its code is the same at any length
+        below that), else ``None`` (its sizes are literals)."""
+        return g.m if g.rows == 1 and g.m < _BLOCK_MIN else None
+
     def forward_group(self, u, g):
         p = self.p
-        c = _Code(p.B)
+        c = _Code(p.B, self.length(g))
         c.rows = (g.rows, g.m) if g.rows > 1 else None
         body, loads, consts = [], {}, {}
         for i in g.entries:
@@ -1012,7 +1104,7 @@ class _Gen:
         if g.fold >= 0 and self.sums_by_blocks(g) and not g.fold_rows:
             self.folded_in_blocks(u, g, c, lines)
         else:
-            c(f"for j in range({g.m}):")
+            c(f"for j in range({c.size(g.m)}):")
             for line in lines:
                 c(line, 2)
         if g.fold >= 0 and not self.sums_by_blocks(g):
@@ -1022,7 +1114,7 @@ class _Gen:
             src = int(p.owner[p.ins[g.fold][0]])
             if g.n <= _SHORT_SUM:
                 c("acc = 0.0")
-                c(f"for j in range({g.n}):")
+                c(f"for j in range({c.size(g.n)}):")
                 c(f"acc += {c.view('data', src)}[j]", 2)
                 c(f"{c.at('data', o)} = acc")
             else:
@@ -1137,13 +1229,13 @@ class _Gen:
         text = "\n".join([", ".join(names)] + body)
         name = self.redos.get(text)
         if name is None:
-            name = self.redos[text] = f"_redo{len(self.redos)}"
-            self.redo_src += [
-                "@njit(**COMPILED_JIT)",
+            # named by its text, so that a unit that calls it reads the same in every tape
+            name = self.redos[text] = "_redo_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+            self.redo_src[name] = [
+                "@njit(**UNIT_JIT)",
                 f"def {name}({', '.join(names)}):",
                 '    """An element with NaN in its adjoints, redone with the selects."""',
-            ]
-            self.redo_src += ["    " + line for line in body] + ["", ""]
+            ] + ["    " + line for line in body] + ["", ""]  # fmt: skip
         return f"{', '.join(targets)} = {name}({', '.join(args)})"
 
     def shifted_adds(self, c, full, out, n):
@@ -1219,7 +1311,7 @@ class _Gen:
     def reverse_group(self, u, g, touched, assigned, aliased):
         p = self.p
         B = p.B
-        c = _Code(B)
+        c = _Code(B, self.length(g))
         c.rows = (g.rows, g.m) if g.rows > 1 else None
         loads, consts = {}, {}
         vals, adj, fast, slow = [], [], [], []
@@ -1290,7 +1382,7 @@ class _Gen:
         # reaches an input's adjoint: then the element is redone with them.
         if not blocks:
             call = self.outline_redo(loads, consts, vals, adj, targets, slow)
-            _element_loop(c, g.m, targets, main, [call], out, scalar)
+            _element_loop(c, c.size(g.m), targets, main, [call], out, scalar)
         else:
             fold = None
             if self.sum_in_reverse(u):
@@ -1518,8 +1610,10 @@ def _dispatch(table, names, blocks, status, count=None):
 
 
 def generate(t):
-    """The source of the compiled module for tape ``t`` (see the module docstring), and the
-    integer pool its sweeps take: the tape's, with the unit tables appended."""
+    """The source of the compiled module for tape ``t`` (see the module docstring), the
+    integer pool its sweeps take (the tape's, with the unit tables appended), the globals to
+    set on the module (custom ops' functions) and the sources of its unit modules (name in
+    the module -> text; see :func:`unit_module`)."""
     if not t.inputs and not t.outputs:
         raise CompileError("only tapes made by tape.record() can be compiled")
     plan = _Plan(t)
@@ -1534,7 +1628,7 @@ def generate(t):
         )
     inlined = len(gen.blocks) <= INLINE_KINDS
     if inlined:
-        gen.jit = "@njit(inline='always', **COMPILED_JIT)"
+        gen.jit = "@njit(inline='always', **UNIT_JIT)"
     B = plan.B
     # adjoint memory the reverse units read or add to: zeroed first, unless assigned first
     in_regs = {
@@ -1584,10 +1678,11 @@ def generate(t):
         "import numpy as np",
         "from numba import njit, prange",
         "",
-        "from tape._config import COMPILED_JIT, SWEEP_JIT",
+        "from tape._config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT",
         "from tape._generated import sweeps as _S",
         "from tape._loops import masked as _masked",
         "from tape.compiled import outline_rule as _outline_rule",
+        "from tape.compiled import sum_reassoc as _sum_reassoc",
         "from tape.registry import BY_NAME",
     ]
     if gen.custom:
@@ -1596,18 +1691,13 @@ def generate(t):
                 for k, fn in _custom_globals(gen)]  # fmt: skip
     src += [""]
     src += _rule_names(plan.ops[i] for i in plan.live) + ["", ""]
-    src += [
-        "@njit(fastmath={'reassoc'}, **COMPILED_JIT)",
-        "def _sum_reassoc(x):",
-        '    """A full sum, vectorised (added in another order than one by one)."""',
-        "    s = 0.0",
-        "    for j in range(x.shape[0]):",
-        "        s += x[j]",
-        "    return s",
-        "",
-        "",
-    ]
-    src += gen.functions()
+    shared = gen.shared()
+    units = {name: gen.unit_source(name) for name in shared}
+    if units:
+        src += ["# the fused loops in unit modules of their own (set on loading: see unit_module)"]
+        src += [f"# {name} = {_module_name(text, 'tape_unit')}.unit" for name, text in units.items()]
+        src += ["", ""]
+    src += gen.functions([n for n, b in gen.blocks.items() if not b[2] and n not in units])
     src += [
         # not inlined itself: the batched replay calls it inside a prange loop, which Numba
         # runs serially if the loop body has more than one exit
@@ -1683,7 +1773,7 @@ def generate(t):
     extra = {}
     for k, fn in _custom_globals(gen):
         extra[f"{k}_fwd"], extra[f"{k}_vjp"] = fn.fwd, fn.vjp
-    return "\n".join(src), pool, extra
+    return "\n".join(src), pool, extra, units
 
 
 def _custom_globals(gen):
@@ -1717,16 +1807,25 @@ def cache_dir() -> Path:
     return Path(base) / "tape"
 
 
-def _load(source: str, extra=None) -> types.ModuleType:
-    return load_module(source, "tape_compiled", extra)
+def _module_name(source, prefix):
+    """The name of the generated module ``source``: ``prefix`` and a hash of the text (and of
+    the generator's version)."""
+    key = hashlib.sha256(f"{GENERATOR_VERSION}\n{source}".encode()).hexdigest()[:24]
+    return f"{prefix}_{key}"
+
+
+def unit_module(source: str) -> types.ModuleType:
+    """The unit module ``source`` (one fused loop, made by :meth:`_Gen.unit_source`), loaded
+    once per process and cached by Numba beside its file: every tape with this loop calls
+    the same compiled function, in this process and the next."""
+    return load_module(source, "tape_unit")
 
 
 def load_module(source: str, prefix: str, extra=None) -> types.ModuleType:
     """The generated module ``source``, written to the cache directory under a name made of
     ``prefix`` and a hash of the text, and imported (once per process): Numba's cache of its
     functions lives beside it. ``extra``: globals to add (read when Numba compiles)."""
-    key = hashlib.sha256(f"{GENERATOR_VERSION}\n{source}".encode()).hexdigest()[:24]
-    name = f"{prefix}_{key}"
+    name = _module_name(source, prefix)
     with _LOCK:
         mod = _MODULES.get(name)
         if mod is not None:
@@ -1763,8 +1862,15 @@ def compile_tape(t):
     """``(module, pool)``: the compiled module for tape ``t`` (generated, written and loaded;
     Numba compiles it on first call) and the integer pool its sweeps take in place of
     ``t.ipool``."""
-    source, pool, extra = generate(t)
-    return _load(source, extra), pool
+    source, pool, extra, units = generate(t)
+    for name, text in units.items():
+        extra[name] = unit_module(text).unit
+    mod = load_module(source, "tape_compiled", extra)
+    if units:  # t.compiled_source: the whole listing
+        mod.SOURCE = "\n\n\n".join(
+            [source] + [f"# ---- {n} = {_module_name(x, 'tape_unit')}.unit\n\n{x}"
+                        for n, x in units.items()])  # fmt: skip
+    return mod, pool
 
 
 def kernels_of(mod) -> types.ModuleType:

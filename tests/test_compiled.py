@@ -35,6 +35,14 @@ from test_properties import build  # noqa: E402
 RTOL = 1e-12
 
 
+def unit_text(src, name):
+    """The code of unit ``name`` in a compiled tape's listing: its unit module (``# ---- name
+    = tape_unit_...``), or its function in the tape's module (inlined tapes)."""
+    if f"# ---- {name} = " in src:
+        return src.split(f"# ---- {name} = ")[1].split("# ---- ")[0]
+    return src.split(f"def {name}(")[1].split("\n@njit")[0]
+
+
 def both(fn, *args, wrt=None):
     """The same function recorded twice: interpreter and compiled."""
     ti = tp.record(fn, *args, wrt=wrt, compile=False)
@@ -127,7 +135,8 @@ def test_rosenbrock_is_one_fused_loop_and_its_sum():
     x = np.random.default_rng(0).uniform(-1, 2, 50)
     t = tp.record(rosenbrock, x, compile=True)
     src = t.compiled_source
-    assert src.count("for j in range(49)") == 2  # one loop forward, one reverse
+    # one loop forward, one reverse; short, so its length comes from its table row
+    assert src.count("for j in range(P[0])") == 2 and "range(49)" not in src
     assert "_k_sum" not in src and "_sum_reassoc(" in src  # the sum: with the loop
     x2 = x[::-1].copy()
     close(t.gradient(x2), rosenbrock_grad(x2))
@@ -211,7 +220,7 @@ def test_final_sum_is_taken_in_the_reverse_loop_and_its_forward_skipped():
     t = tp.record(rosenbrock, x, compile=True)
     src = t.compiled_source
     assert "_forward_units(entries, bufs, ipool, data, 0)" in src  # gradient_args: no forward
-    assert "acc += _sum_reassoc(bs[:m])" in src.split("def _rev0")[1].split("def ")[0]
+    assert "acc += _sum_reassoc(bs[:m])" in unit_text(src, "_rev0")
     ti = tp.record(rosenbrock, x, compile=False)
     for x2 in (x, np.sin(x), -x):
         v, g = t.value_and_grad(x2)
@@ -496,7 +505,7 @@ def test_element_loop_redo_takes_values_and_the_adjoints_the_arena_holds():
     x = np.array([0.0, 1.0, 4.0, 0.0, 9.0])
     a = np.array(2.0)
     ti, tc = both(f, x, a)
-    assert "def _redo0(" in tc.compiled_source
+    assert "def _redo_" in tc.compiled_source
     for xs in (x, np.array([1.0, 0.0, 0.0, 2.0, 0.25])):
         pos = xs > 0
         r = np.sqrt(np.where(pos, xs, 1.0))
@@ -914,8 +923,9 @@ def test_short_loops_call_the_transcendental_rules_and_long_ones_inline_them():
     b = rng.normal(size=4 * compiled._BLOCK_MIN)
     ti, tc = both(f, a, b)
     src = tc.compiled_source
-    short = [u for u in re.split(r"\n(?=@njit)", src) if f"range({a.size})" in u]
-    long_ = [u for u in re.split(r"\n(?=@njit)", src) if f"{b.size})" in u]
+    units = re.split(r"\n(?=@njit|# ---- )", src)
+    short = [u for u in units if "range(P[0])" in u]  # its length from its row: P[0]
+    long_ = [u for u in units if f"{b.size})" in u]
     assert short and long_
     assert any("_o_f_tanh(" in u and "_o_f_sigmoid(" in u for u in short)
     assert all(" _f_tanh(" not in u and " _f_sigmoid(" not in u for u in short)
@@ -1039,3 +1049,39 @@ def test_common_subexpressions_through_views():
     agree(ti, tc, x)
     close(tc.forward(x), f_np(x))
     close(tc.gradient(x), central_differences(f_np, x), rtol=1e-7)
+
+
+def test_fused_loops_are_shared_across_tapes_and_lengths():
+    """A short flat loop takes its length from its table row, and each fused loop is a module
+    of its own named by its text (which names no offset, length or tape): the same model
+    recorded at another length calls the very same compiled loops, and both lengths agree
+    with the interpreter and with the formula."""
+
+    def f(x, w):
+        a = tp.sum(tp.sin(x) * w)
+        b = tp.sum(tp.exp(x[1:] - x[:-1]) * w[1:])
+        return a * b + tp.sum(x @ tp.tensor(np.eye(len(x))) * x)  # a product: two more loops
+
+    def grad(x, w):
+        s, e = np.sum(np.sin(x) * w), np.exp(x[1:] - x[:-1]) * w[1:]
+        gx = np.cos(x) * w * np.sum(e) + 4.0 * x * 0.5
+        gx[1:] += s * e
+        gx[:-1] -= s * e
+        return gx
+
+    mods = []
+    for n in (10, 14):  # both short (element loops), both summed in the loop (< _SHORT_SUM)
+        rng = np.random.default_rng(n)
+        x, w = rng.uniform(-1.0, 1.0, n), rng.uniform(0.5, 1.5, n)
+        ti, tc = both(f, x, w, wrt=[0])
+        src = tc.compiled_source
+        names = re.findall(r"# ---- (_\w+) = (tape_unit_\w+)\.unit", src)
+        assert len(names) >= 4, src[:2000]  # not inlined: the loops are unit modules
+        assert "# sin: rules " in src and "# exp: rules " in src  # the rules' fingerprints
+        mod = tc._run_with[0]
+        mods.append({u: getattr(mod, name) for name, u in names})
+        x2 = rng.uniform(-1.0, 1.0, n)
+        agree(ti, tc, x2, w)
+        close(tc.gradient(x2, w), grad(x2, w), rtol=1e-12)
+    assert mods[0].keys() == mods[1].keys()
+    assert all(mods[0][u] is mods[1][u] for u in mods[0])  # one compiled function each

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1206605b5028a2f66855a1e1961807f90f842f4ece8dac33c313a749842bf907"
+FINGERPRINT = "b23aaedd3dc90f46ca5877285cd7617853372c4350215819a346e71790b8276d"
 
 import numpy as np
 from numba import njit, prange

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "89e8754ec94bfbb781ab58418e4b263a7a8e2ca0a5b70bfdcc3a3316189974f2"
+FINGERPRINT = "736d207c68803d6ef6e130ff98b8c47a1a591ace729df00f84480948d083d3ea"
 
 import numpy as np
 from numba import njit

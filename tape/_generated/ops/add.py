@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "7d6015500b73a98387986a2d4a7fc7bfdf30ba64b2f3d71e7e3089d54362d910"
+FINGERPRINT = "fd545af6eca5f1a254ece99b73f93bbe18ed4cf02edfcfc4935094d9889c2b8f"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "634587843b7b9f1f05f665cb6d75456a48786b6c35a850521d4ff036ba238ee3"
+FINGERPRINT = "e3c367cf8dbc802346d308b501c4312715286f00f5042ad9c214c23870e3f090"
 
 import numpy as np
 from numba import njit

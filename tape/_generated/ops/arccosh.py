@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "32825d507bccfc139423f9efaec20e395e23cb7a05c8b45c2c067e50dccd4073"
+FINGERPRINT = "c0af0a1b06b2120c0970b3187b8c124c00d43cac8b7da77855dc8d6c63f1db65"
 
 import numpy as np
 from numba import njit

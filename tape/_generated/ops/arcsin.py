@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8d4eff930099309c9f106880861585198cdb24a77068c86bb8c74e98ba7b2114"
+FINGERPRINT = "c3898a3e7d8476c4ce8e521bd610a7e011110e9a54450c111eb9cb6a93b3765c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6de20731eeb9f3cfd42b6c09315b6241064c854f6f10f2d55883e6b5d3e4c1aa"
+FINGERPRINT = "4fa74824b3e3fe2e39292bfb9a33da143e64ae8c4981556b06a8e2edff5f8a49"
 
 import numpy as np
 from numba import njit

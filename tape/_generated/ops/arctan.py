@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "fb0f5b084aae52c1309c50d0d007ad6596888c2377f42ef2594a20ed0f5c7a9d"
+FINGERPRINT = "8f0ab4387943d886b7b847516b4046bf2f2eafde4cb10acec52be606e4d3745f"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2cd0c6dd8cc5b39faf6c96079018aae8c0a8b07294a35dfd51cdc22b32860ddc"
+FINGERPRINT = "6477e6b9de2b00593adc079fbf84f23db33e54d3c2dbdf01b1277dc6c94a675d"
 
 import numpy as np
 from numba import njit

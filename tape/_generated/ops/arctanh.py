@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c228b6979d7bb6b8b0b33e2d3eb109a7d462e2c2cb0aebc9964fa6b523a3c914"
+FINGERPRINT = "c8437a90ee3c4c4203d9795521c7e1a9ea47ae04aeeff2b57605db63bdf4b665"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1be724aeb2ccbc66078ffc8d4ec765213c39ca9b14a785971c497450668ace69"
+FINGERPRINT = "dcb3bd43c89ebe1b6d033e5ef93784a69ebe341dbcbaf1f10bef0ec9de6b274d"
 
 import numpy as np
 from numba import njit

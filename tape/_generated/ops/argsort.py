@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "350cec74fdbcd7cc8500160893d8e0a82fc628c4422492a7fe0c878b8d07d7d0"
+FINGERPRINT = "02d0724cb83ef1fc010c6b77deb7122a0a125ce8beddbce21a29355c678f7024"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6a3937119db36d90837280e3823cb81f4de1c0b684486391c6a8dbf880f37700"
+FINGERPRINT = "8b3b929e69b330646dece987aaeffbd1903642a8127d313cb03b3ff3e77b6e1e"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "7e1baf53b6bd51a641edf781e31cc5cb68e2af1a00f57543bcac85a0fca56cc8"
+FINGERPRINT = "2f95128bd65d2d6290e77b67cb71686d07e588dcc85a6e3b959c0708cce63d6b"
 
 import numpy as np
 from numba import njit

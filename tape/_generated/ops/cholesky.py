@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9998b0206be244c90b34a0233589261dc91ec1bd4c6f832c36e246acc9f19b85"
+FINGERPRINT = "971658eeb03da6bf701a24cc7a1c4ba93bbfd8baa0d7dc8de445d48c9b457f4d"
 
 import numpy as np
 from numba import njit

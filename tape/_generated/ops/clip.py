@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "dd37a52b507287e9ec681b82af7579e6c4258dca1fd4a7e12b87660df6986961"
+FINGERPRINT = "34695f1b7bb46b01f5b8564cb47386a466924dda0cda4b78590f5017c58486cd"
 
 import numpy as np
 from numba import njit

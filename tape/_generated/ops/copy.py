@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1bb375df380256dfab08a5ed20e167551c41799dbb33dbd0e2032f5979688d7d"
+FINGERPRINT = "e3b9ff7a6a977a19b69f2c19df1b2262a7695e4da02c6d866bbf19d9ba35d5c2"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "73d5e78aedc1395c2813882dff86ca9738099f1b33f061f09ed4e09b77f5057a"
+FINGERPRINT = "87e6cbfa7787624b8eb5711c90e7914d011da2a2e9e5ef31d5002d398ec66ae1"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2a85108f19d408fa570569c360c0579be06556d6a39fd2da5930ff11f5628cd5"
+FINGERPRINT = "044924dc79d9fad87b60427fb8789618fb0cffea60b5bdbeb0d1fa0697113559"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "0ca177da3b7dcba846d7379aecbb17ef3e7bea9307f75bb7b7bc71a59620eb88"
+FINGERPRINT = "f9d48d376c188d36bfb06cd3dd97f401212059e65179ab8f90bb1510d226c6f0"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8bd16aa5d19d9a4f48813879ae8af2cf08202c95edf70259ff9f8279cc8d209c"
+FINGERPRINT = "868a9cab4b4c83720529fbc803f564e7fdab8a11687e7c491760b7f2786b7a61"
 
 import numpy as np
 from numba import njit

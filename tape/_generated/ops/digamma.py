@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "cf4c631d5632bc861689c7c173f629bb8b84655060249b59a32907ab169a33a3"
+FINGERPRINT = "8335c950a8243e04ad99fdef8eb1ba5dcaa932a18108e65aaef7d1b690fd725c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "22ef31436e6f8cbb5fbd85f68ddd4864d9b3e88aab3bc808761c3c608521bc53"
+FINGERPRINT = "b394056f94444d9e8ce8de5a5c47e224b42e5bb34c4da937711e69f825b848ce"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "911ee9cea75f25d4ba6c317d9d2042a170d681d314274ba70359e946dc58416b"
+FINGERPRINT = "965e86feb3ac8a7eea9752d470a2978d6fd8a7cc09299f6f0de4985e2c0d0f40"
 
 import numpy as np
 from numba import njit

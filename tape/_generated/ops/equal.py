@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "954f7fa54fef15ec3c669ba0b2bf0f73f0b8aa0db0f45a0a2f2a07662294cc05"
+FINGERPRINT = "363a584d95b04ec27cf10de001da6c7e595726b8b5491e778b322653b2031bb0"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ce52c20486803239900cef9dff2fedee23f958dd2dab5d2cdeaa94c40cf4b175"
+FINGERPRINT = "6c90bfd68e5f8e5de8b4deb0bbea04397b6e40c904771ea8d879d19feb2e8c32"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8a5246a493108a25c08c92ff0bb7c375278baa1759bebc24bbd83c365a0b94ae"
+FINGERPRINT = "57eb0d0216082dae05941c1f3900bbde03b8616b1d03684c79160266682ba82a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "e2d007cc51adbe86e743618cb0839238432f136abc6bf96199b6ee0aa4d0ff7d"
+FINGERPRINT = "503f3239bcd14f122f319fc94fe78a637f770f8ea462bda6a82810cbc7f6deb8"
 
 import numpy as np
 from numba import njit

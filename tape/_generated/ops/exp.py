@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a679177bcffb6829c7e5ce32a0f8cd97d0f61f7eda069dd0158f7ab7343c07b3"
+FINGERPRINT = "244d40eba348bc61dcbf3ba60d60f54b71c1396b362efd13fadc61927e59d1f4"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "3f15e9ff2080cb415fbc9b7026b8c770448cb444392545269fde35cc063a2358"
+FINGERPRINT = "708f83916fa6f2da5db4ac73aa95e9897418cbdc0e0ca1ac04bd17d4db9c7ea9"
 
 import numpy as np
 from numba import njit

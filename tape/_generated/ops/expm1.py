@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d9a63c5fee3b4c976b33abd04d2c0fc27b90db2440344197351d8ec14c3603c8"
+FINGERPRINT = "73c9bece6b45ccf92ce29495b4117f7db3320ddcf0151c031c2e81662802a699"
 
 import numpy as np
 from numba import njit

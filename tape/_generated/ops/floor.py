@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2255fdb758b20be231ff87a06939285ccd271b332ef41d64be9a70d7b2d5feec"
+FINGERPRINT = "8caabc7e62c465a513c4e637219f0c7ede5eeeaf118707c789ce4bb54c848ac6"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "37049a6a2a6e331becb7c77f480646e047a6fb581e9f72cdda54caf296c37bdc"
+FINGERPRINT = "c7c67f46105b16eb24cf1c2e9182ba6c4e80edbde16b43d923fee34bad746e03"
 
 import numpy as np
 from numba import njit

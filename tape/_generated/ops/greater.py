@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a62d5493258d272e3837225667d79b5c777d72b025eb1248b9a031cd267c9a15"
+FINGERPRINT = "1187c2e579aa897aff413f4337ba2779b7365bf77709f8869f9017c989f3f200"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8b019ac3d9a4401cffefdb0cd8fb4f7d016ddbf39c982667c7250fe60195aab2"
+FINGERPRINT = "b4aaab28ff6f8f9af6ea421fd50c90ace95060e04128d537c3db3d5cb67a412f"
 
 import numpy as np
 from numba import njit

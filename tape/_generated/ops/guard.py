@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "91fa9535b4a507f8ac944c5cc82f7a7376d78a0a78db523efe66f762493db2ad"
+FINGERPRINT = "fc37d08c0d83116535c353e982e8ce40062eca8dfb9c9344046d0d0bd0537bdc"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a9796b4a682370ab5c93451e2dada23ff01b8800b34d25e8428dd733fee03e30"
+FINGERPRINT = "ddddb28e1074ed376f0ae1b43307f2e78db03db1268eace736f89fe8fca9a613"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2b900b15af1fa3b30e6a2cd4000f2e9853819f10c27910df92f8bb04bf3e2c8f"
+FINGERPRINT = "c10d140c5c35396e33a03b3393ec55fad339a5147d2428cf382353599609f9e8"
 
 import numpy as np
 from numba import njit

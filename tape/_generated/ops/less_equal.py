@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "e1bf4268fdba063fd18ea1b16e8f25ac946d0507142bed814e9e76c5e330e452"
+FINGERPRINT = "d416938e2223932f080a6273023919f8fdd0d0fa67e4bd9927e025cd88c56262"
 
 import numpy as np
 from numba import njit

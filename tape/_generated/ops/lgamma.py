@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5bf3db9cb7d2776d4d2b16d32103b51dc4324de6208e5355e10a9c8bbe5d98bd"
+FINGERPRINT = "64b93fa88f8ca6d5d8fae633a353618ba6f228d59004b4ddc794e0726550cba6"
 
 import numpy as np
 from numba import njit

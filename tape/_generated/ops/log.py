@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f94946a1cfdce097e0c5a3be975980b6142c324f81fcab719f5963523ed9f580"
+FINGERPRINT = "1fa3a0e1c09230a7464bae4bdcb762ab147a5054437ee429c9f610cd12033dd0"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "05b70e5a6a004488d123ec34a4bb5ebe0f6680364e23cdcec0ed11a5e3cc592a"
+FINGERPRINT = "7b8e664b9ce970dc68c7749da5cac9aaa34cb186e3293484439b8004b4ae0d35"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5c3e90ba1d805ea6d7838849147b980db3a1051465179d27c4fc9b7f007a2f78"
+FINGERPRINT = "a77fc8ac50a7bc7310756c43f6396c39d34f6f7c484a94255b53f20efb8aa0d4"
 
 import numpy as np
 from numba import njit

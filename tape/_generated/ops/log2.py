@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "7b8a0a7340f6e7c119c705d28c8d93a9063f46ebeda27e10dcda994fa4689070"
+FINGERPRINT = "f4ab4b045fbdb3d27b46cd7fca122b2d49c4748fbd98ceaaaa6913cdb7140914"
 
 import numpy as np
 from numba import njit

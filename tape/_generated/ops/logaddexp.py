@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "cfc55b53e67fff5630c2aaf0e150fab07984a5a5c1b90b94f049ec208148b1e3"
+FINGERPRINT = "da52c0c038bc80c87f80241c8576689d5a53f936d352fa1e18463a309d73b4b4"
 
 import numpy as np
 from numba import njit

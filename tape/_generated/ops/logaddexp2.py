@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "404c4b7ab578fff68de973e5f5b278a511253477e58d229535122482bd931f6a"
+FINGERPRINT = "ca6b56a8307c7719419ba122b25d6b5b832fb5e1a1c5b2e0aecc1132ada76cb1"
 
 import numpy as np
 from numba import njit

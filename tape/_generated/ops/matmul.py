@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d54482ddb05289615350574f5848131a6f33c11e1c307823c50490d0cf1ba523"
+FINGERPRINT = "50fe9f8cfb7080dc99873e73b658cb82947c374c90108b13af2b0c0b2a7efc67"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "198d4f839cac9142f726cd609288fb6cccf3d05668081915ff2dcf7a8922c199"
+FINGERPRINT = "6d485c2202287265be1757d960ac450c98d4a98d15abd77fc1abe525464802ed"
 
 import numpy as np
 from numba import njit

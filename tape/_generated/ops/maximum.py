@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a8ffd5d972e391ceb6f8cbd6a9774d2b64b9c7432980d6b12d9f760ac52bed70"
+FINGERPRINT = "256f7473e6aa55e68425e9be60136a338bd3fd9cba9ba3008f3a0e5ebfb602e0"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "7c03289fd145105e2d3e570f42aed3d793c40499a781246ff30dfe1850088bc1"
+FINGERPRINT = "92b5a7d863e78203dcc546013e332f8a14991535c38d25619d85cae4e2eab951"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "93ce37fafd990e3685cc30d430d399cbfb7c808b7b8425bd3e9b02840bdbc459"
+FINGERPRINT = "340fb130f4a021c28cf46b97d72ee0c31b1e946d29cadebd43153708d0077802"
 
 import numpy as np
 from numba import njit

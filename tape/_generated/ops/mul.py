@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "90379d991c01a38ac6f1a31a773a61acd45b861fc4b77380d1966cdc1df36ce5"
+FINGERPRINT = "ecb739f2293db39610b8853ca6ab16783f00a1f61fd95baadd8f3120e28031ca"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "caf358bea321895d739efbaca9c277bff246b2b2fd2a3d1d7840242579787264"
+FINGERPRINT = "74410a7ecf343f5f1370d8a010160533f45917574be75f9f969621e149ec7307"
 
 import numpy as np
 from numba import njit

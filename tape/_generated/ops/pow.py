@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c7a56af4cfb2d0ed6ea564ae693269ffccad3150452f2eb4240a377dec7f533a"
+FINGERPRINT = "bf16397234a843cd10e714e48e050286a66838056785b635b10f6f09fe64c7f3"
 
 import numpy as np
 from numba import njit

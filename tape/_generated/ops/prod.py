@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f96d26343d42cc2930f40b57579a89479bf6b4eb8b422d916ae290d2d3a73dc2"
+FINGERPRINT = "724a678c78970fcb47d601afebef6c2bbeab66bb6ad3db4f91de12305102e7ad"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4d25d1f5667d94724e550f047d592a29f12c846126506243ba1610c7205817be"
+FINGERPRINT = "dc42f6a130b8e5eb2ab22bb1113a30c8d8c2af5feeb2e9d1aa5d2633acf17d70"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "278210924dcc55c99bad94cb2d727285fd1b8eb96532869608d7079cec33708b"
+FINGERPRINT = "4f8de45c549125a41d9c204e7fdecca7a2ce810371843a6886ddfd416407df10"
 
 import numpy as np
 from numba import njit

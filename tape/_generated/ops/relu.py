@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "39a2507f46a5465cd10dff058caa40e890afd910027266677433088b90c8de6d"
+FINGERPRINT = "60be1537418c53892c642f3a031b14fd4901eeded78703d5d7d4389043bce02b"
 
 import numpy as np
 from numba import njit

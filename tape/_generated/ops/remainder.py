@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "0d326a7c02850f50f156d13fd47fdb0b3062d248129e1a25c967bdd8792082d9"
+FINGERPRINT = "73759a31bf8fc7ba110d6ede9a062bf181eb740fafc33c2976fc6ebdd063362f"
 
 import numpy as np
 from numba import njit

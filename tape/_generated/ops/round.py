@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "e9cf7b9af22b04679eca766b8c77670afd10b2a9022daf0567434a178b0a0a0c"
+FINGERPRINT = "a3ecbd2e91258e27c85911a0fb56b4b2e2b48e53d8a554f44db8ab5c019da0bb"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "55ab200bda6b2bdc6c0fe7dddf6a2ef5f18e1066ab5ac247cf1713e6cbf0813d"
+FINGERPRINT = "0b3768b38924355a3a21459ef27ab2cc5440324486c0aa90a35f6ab65f9f0150"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1fbecc1b92815e71eecadc688a51a9f73fc1d8efe800bbbced4906d6ceaac840"
+FINGERPRINT = "482d153d64c03648b0a77b728920b7ec49c7c2d3e000f2a61c8ac3c794a05bd7"
 
 import numpy as np
 from numba import njit

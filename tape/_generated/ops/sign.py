@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "fb5bd72eb24438b9c4d9526214735b090da187cae0611c90a1881806f6dea477"
+FINGERPRINT = "829def898a0b77867cd919c70d506cd4a84812cb53d5cff1bec079a21b511998"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "bfe74dac4e31f7444cdac79d2a6b88e868abd4176c540b00758d400c7b9b988e"
+FINGERPRINT = "0c70ea8d49d5d0b18a5bcabb17f34c65f51eed179123d5de16e423ca04f3d007"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "0d9dd53666d0367095867f19ad4e7da6e4d799cd42d7506277796fb5e0c7aaa4"
+FINGERPRINT = "67a9e35ee103233649170c43b7761074fdbabf6776a66b70991f19f9c1d960f1"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "df9226fb41beaa48134bd878039f94fa64eb26c1a00b1a1238786f2bb39d39a0"
+FINGERPRINT = "54bbc569af26812b2470de9adcf01f4b7bdf43b577871206cc65be9d22c7f494"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ba7753e7b233c41feabd2070bf3ee2152d2d5cbae711f459e4ba04f16e3aa98d"
+FINGERPRINT = "fe94f705d741b90e074f158eb41751911e2f7c71469eb8ecde4a18d0a42a441c"
 
 import numpy as np
 from numba import njit

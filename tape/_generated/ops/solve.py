@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "cd59562cf177d86ac31bb1d1018c9f6e4a42460c0228b0d4270d24aa1d84803d"
+FINGERPRINT = "5a7a3dd59af6a52064472e7f7fa202299f3ecad94e8cd12623b7fc80321df3a2"
 
 import numpy as np
 from numba import njit

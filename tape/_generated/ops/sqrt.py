@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "39dcf70a68296e14f31361e6e7a8ba893b6fd671200bf226cc84d0b0241d2fb2"
+FINGERPRINT = "c1b5b52425ea6e5a26a56dde170663b6a6d8559590f292d156b19ee9e8c6c604"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "183fb0151c31d85251d09d819e404d89c5788610be418593088408e478b6d54c"
+FINGERPRINT = "f73118c4f974fef9cb8ea8d7776bd4e125cc30294b4fbe34922f1ee4d56b23fe"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9d4f1f56a112416fb758d4595de7ba17244679a8a8a9cfad4cc01256c0eaae59"
+FINGERPRINT = "aa68043c472696f5526f84ee00719b47174a52e0370bb4f3610903c4e7942b3c"
 
 import numpy as np
 from numba import njit

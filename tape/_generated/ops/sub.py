@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "aa5bc71e5c6992087178b7e43ccf4d7c11e8eea64983595ec4ee58d1ff00b34a"
+FINGERPRINT = "841debe138f828387403af583c2d7a6926b2058de8eae58552192838f3851d45"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c311a3f5255acaeee32ea38597b60d1c879012cd630f699ff7a1aade362b934d"
+FINGERPRINT = "4c11ba7693e6a1c4a8db37fea48c5fc997c96ef608e671c4c5566cbf965f4990"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "17c6409a4f9283e5aa0816e8b5306affee9262b75af21fac0fc726bad70c8414"
+FINGERPRINT = "a166bba9ce9b1235f34db83bf17e6672011dc1db6027f4f793ec0744ddaff6f7"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "de3bed979d55869a9e7c6f5fb5771cc146adefdf8b92b97db61322b3a24c3c27"
+FINGERPRINT = "d985c89de91afe804d83d6b0c4f293e1af4517a0ca09e1b82d9495a07580c979"
 
 import numpy as np
 from numba import njit

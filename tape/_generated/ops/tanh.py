@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d7c1583cb9742bc3fd579f86a9d1b6966cfe3e9ce90a582ccfadf0977086d0b2"
+FINGERPRINT = "d314b16ab6b6e1d7b6cce6d58f432a76d3646e36b68cbbee7c91ef73b06a0cc7"
 
 import numpy as np
 from numba import njit

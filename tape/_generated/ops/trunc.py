@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b38b09c88d66d01d55fd6d3919a7febf6b0164e8eda10b46a7eb929363406f75"
+FINGERPRINT = "ca26208f6534eb23aab7d251778888c32cd1e6071aea2150dddade0b2c2291fa"
 
 import numpy as np
 from numba import njit

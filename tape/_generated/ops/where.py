@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4f43af558a8aa217b4e668b86482c16bf792235af95f136f7b1d74483f171c4b"
+FINGERPRINT = "2b6ed657b5588af4f696e1a27d60431f2867f6cdf77a209bd4d2defbb50b516e"
 
 import numpy as np
 from numba import njit

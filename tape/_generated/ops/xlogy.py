@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1a9c449ee8b48464757ebeb63478775b1d592d11c8810f9fcf898420bc027fec"
+FINGERPRINT = "4e0ac60ebbb2ab4531a6935ff8d673f5e2c8762f99895b43b235b1db23a988f1"
 
 import numpy as np
 from numba import njit
