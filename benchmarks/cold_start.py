@@ -1,6 +1,6 @@
 """Build cost: time to a first gradient in a new process, the demo, the test suite.
 
-``python benchmarks/cold_start.py [--demo] [--suite] [--json FILE]``
+``python benchmarks/cold_start.py [--compiled-tier] [--demo] [--suite] [--json FILE]``
 
 Each figure comes from fresh Python processes with their own Numba and tape caches (a new
 ``NUMBA_CACHE_DIR`` and ``TAPE_CACHE_DIR``):
@@ -10,6 +10,10 @@ Each figure comes from fresh Python processes with their own Numba and tape cach
   from empty caches (``cold``: Numba compiles the ops the recording uses and the sweeps) and
   again on the caches that run left (``warm``, best of ``--warm-runs``; import included);
 - ``compiled``: the same with ``compile=True`` (README's example), cold and warm;
+- ``--compiled-tier``: the compiled tier's compile of ADBench GMM d10 K25 (1k points) and
+  LSTM l2 c1024 (``t.compile()`` and its first gradient, the interpreter's kernels already in
+  Numba's cache, the tape cache empty), and the memory that each of 20 small distinct
+  compiled tapes adds to a process (current resident memory, after the first);
 - ``--demo``: README's first command's program (``python -m tape demo``) from empty caches:
   seconds to its first line of output and in all;
 - ``--suite``: README's test command (``python -m pytest``) from empty caches: wall time and
@@ -69,6 +73,93 @@ print(json.dumps(out))
 """
 
 
+TIER = r"""
+import json, resource, sys, time
+import numpy as np
+import tape as tp
+from tape.bench import adbench, gmm, lstm
+from tape.bench.common import backend
+
+B = backend("tape")
+root = adbench.find_data_dir(None)
+
+
+def problem(name):
+    if name == "gmm":
+        files = dict(adbench.gmm_files(root, "1k"))
+        data = adbench.read_gmm(files[next(k for k in files if " d10 K25" in k)])
+        f = gmm.make_objective(data.d, data.K, data.n, data.gamma, data.m)
+        ps, cs = [data.alphas, data.means, data.icf], gmm.consts_for(data)
+    else:
+        data = next(
+            d for d in (adbench.read_lstm(p) for _, p in adbench.lstm_files(root))
+            if (d.l, d.c) == (2, 1024)
+        )
+        f = lstm.make_objective(data.l, data.c, data.b)
+        ps, cs = [data.main_params, data.extra_params], (data.state, data.sequence)
+    cs = [tp.tensor(c) if np.asarray(c).dtype.kind == "f" else np.asarray(c) for c in cs]
+    return (lambda *p: f(B, p, cs)), ps
+
+
+def rss_mib():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def small(k):  # 20 small tapes, no two alike
+    ops = [tp.sin, tp.exp, tp.tanh, tp.sigmoid, tp.cos]
+    def f(x, w):
+        y = x
+        for j in range(3 + k % 4):
+            y = ops[(j + k) % 5](y) * w
+        return (y * y).sum() + (x[1:] * x[:-1]).sum() * (k + 1)
+    return f
+
+
+out = {}
+for name in sys.argv[1:]:
+    if name == "memory":
+        x, w = np.linspace(0.1, 1.0, 12), np.linspace(1.0, 2.0, 12)
+        tp.record(small(0), x, w, compile=True)  # what every compiled tape needs, loaded
+        before = rss_mib()
+        for k in range(1, 21):
+            tp.record(small(k), x, w, compile=True).gradient(x, w)
+        out["memory_per_compiled_tape_mib"] = (rss_mib() - before) / 20
+        continue
+    fn, ps = problem(name)
+    t = tp.record(fn, *ps, wrt=list(range(len(ps))), compile=False)
+    t.gradient(*ps)  # the interpreter's kernels: not part of the compiled tier's compile
+    s = time.perf_counter()
+    t.compile()
+    t.gradient(*ps)
+    out[name + "_compile_s"] = time.perf_counter() - s
+print(json.dumps(out))
+"""
+
+
+def compiled_tier(cache):
+    """The compiled tier's compile (GMM d10 K25 and LSTM l2 c1024: ``t.compile()`` and the
+    first gradient, after the interpreter's kernels are in Numba's cache; its own cache
+    empty), and the memory each of 20 small distinct compiled tapes adds to the process."""
+    out = {}
+    for names in (["gmm"], ["lstm"], ["memory"]):
+        env = _env(cache)
+        warm = subprocess.run(
+            [sys.executable, "-c", TIER] + [n for n in names if n != "memory"],
+            env=env, capture_output=True, text=True, cwd=ROOT,
+        )  # fmt: skip  (fills Numba's cache with the interpreter's kernels)
+        env["TAPE_CACHE_DIR"] = os.path.join(cache, "tape-" + names[0])  # its own, empty
+        got = subprocess.run(
+            [sys.executable, "-c", TIER] + names, env=env, capture_output=True, text=True,
+            cwd=ROOT,
+        )  # fmt: skip
+        for r in (warm, got):
+            if r.returncode:
+                raise RuntimeError(r.stderr)
+        out.update(json.loads(got.stdout.strip().splitlines()[-1]))
+    return out
+
+
 def _env(cache):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache, TAPE_CACHE_DIR=os.path.join(cache, "tape"))
     env.pop("NUMBA_DISABLE_JIT", None)
@@ -117,6 +208,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--warm-runs", type=int, default=3)
     ap.add_argument("--demo", action="store_true", help="also time the demo from empty caches")
+    ap.add_argument(
+        "--compiled-tier", action="store_true",
+        help="also time the compiled tier's compile (GMM, LSTM) and its memory per tape",
+    )  # fmt: skip
     ap.add_argument("--suite", action="store_true", help="also time the test suite (minutes)")
     ap.add_argument("--json", help="write the figures to this file (RESULTS.md quotes them)")
     a = ap.parse_args(argv)
@@ -146,6 +241,15 @@ def main(argv=None):
         )
         doc["eager_op_us"] = min(r["eager_op_us"] for r in warm)
     print(f"eager scalar op: {doc['eager_op_us']:.2f} us")
+    if a.compiled_tier:
+        with tempfile.TemporaryDirectory() as cache:
+            tier = compiled_tier(cache)
+        print(
+            f"compiled tier: GMM d10 K25 compiles in {tier['gmm_compile_s']:.1f} s, LSTM l2 "
+            f"c1024 in {tier['lstm_compile_s']:.1f} s; a small compiled tape adds "
+            f"{tier['memory_per_compiled_tape_mib']:.1f} MiB"
+        )
+        doc["compiled_tier"] = tier
     if a.demo:
         with tempfile.TemporaryDirectory() as cache:
             first, total = demo(cache)

@@ -713,14 +713,15 @@ class _Code:
     numbers and offsets come from the parameter row ``P``, so units that differ only in where
     their buffers lie (the steps of a time loop) share one function."""
 
-    def __init__(self, B, length=None):
+    def __init__(self, B, sized=False, length=None):
         self.B = B
-        self.params: list[int] = []  # the offsets (or entry index) this unit passes in P
-        # a short flat loop takes its length from P[0] (see size): loops that differ only in
-        # their length share one function, in a tape and, by their text, across tapes
-        self.length = length
+        self.params: list[int] = []  # the offsets, sizes (or entry index) this unit passes in P
+        # a fused loop takes its sizes from P too (see size), a flat one its length from P[0]:
+        # loops that differ only in their sizes share one function, in a tape and, by their
+        # text, across tapes
+        self._sizes: dict[int, int] | None = {} if sized else None
         if length is not None:
-            self.params.append(int(length))
+            self.size(length)
         self._slot: dict[int, int] = {}
         self._local: dict[int, int] = {}
         self.views: dict[str, str] = {}  # name -> expression, at the top of the function
@@ -746,10 +747,18 @@ class _Code:
         return self._local.setdefault(int(b), len(self._local))
 
     def size(self, value):
-        """The text of a size ``value``: ``P[0]`` where it is the length of a loop that takes
-        its length as a parameter, else the literal. Two units share code only if their texts
-        are equal, so a size that is not the loop's length stays a literal in both."""
-        return "P[0]" if self.length is not None and int(value) == self.length else str(value)
+        """The text of a size ``value`` (a length, a number of rows, a block's): the parameter
+        that holds it in a unit that takes its sizes from ``P``, else the literal. Equal sizes
+        share a parameter, so two units share code only if their sizes are equal where the
+        code relies on it (a view as long as the loop), and the text, read with each unit's
+        own row, is that unit's code."""
+        if self._sizes is None:
+            return str(int(value))
+        value = int(value)
+        if value not in self._sizes:
+            self._sizes[value] = len(self.params)
+            self.params.append(value)
+        return f"P[{self._sizes[value]}]"
 
     def p(self, value):
         """The parameter holding ``value`` (an offset or an entry index)."""
@@ -768,7 +777,7 @@ class _Code:
         self.views[name] = f"{arena}[{off} : {off} + {self.size(self.B[b, B_SIZE])}]"
         if self.rows and kind != "row":
             self._by_row[name] = "r" if kind == "full" else (
-                f"(r {'%' if kind[0] == 'tile' else '//'} {kind[1]})")  # fmt: skip
+                f"(r {'%' if kind[0] == 'tile' else '//'} {self.size(kind[1])})")  # fmt: skip
         return name
 
     def at(self, arena, b, per_row=False):
@@ -782,7 +791,7 @@ class _Code:
         if not self.rows:
             out = [f"    {n} = {e}" for n, e in self.views.items()]
             return out + self.lines + [f"    {x}" for x in tail]
-        rows, m = self.rows
+        rows, m = self.size(self.rows[0]), self.size(self.rows[1])
         out = [f"    {n}{'_all' if n in self._by_row else ''} = {e}" for n, e in self.views.items()]
         out += self._pre + [f"    for r in range({rows}):"]
         out += [f"        {n} = {n}_all[{k} * {m} : {k} * {m} + {m}]" for n, k in self._by_row.items()]
@@ -877,16 +886,18 @@ class _Gen:
         self.p = plan
         self.custom: dict[int, tuple] = {}  # id(custom op) -> (number, op)
         self.kinds: dict[str, str] = {}  # code text -> its name ("_fwd3")
-        self.blocks: dict[str, tuple] = {}  # name -> (description, code lines)
+        self.blocks: dict[str, tuple] = {}  # name -> (description, code lines, inline)
+        self.unsized: dict[str, str] = {}  # name -> description without the sizes
         self.jit = _UNIT_DECORATOR  # the units' and sweeps' decorator (see INLINE_KINDS)
         self.redos: dict[str, str] = {}  # code text -> name of an element loop's redo
         self.redo_src: dict[str, list[str]] = {}  # their functions: name -> lines
         self.leaves_assigned: set[int] = set()  # leaves whose adjoint a unit assigns first
 
-    def add(self, prefix, code, doc, tail=(), inline=False):
+    def add(self, prefix, code, doc, tail=(), inline=False, unsized=None):
         """The name of ``code`` (shared with every identical unit). A fused loop becomes a
         function of its own (LLVM optimises each loop on its own); an entry that calls the
-        interpreter's function for its op (``inline``) is that call, in the sweep itself."""
+        interpreter's function for its op (``inline``) is that call, in the sweep itself.
+        ``unsized``: ``doc`` without the sizes (a unit module's)."""
         lines = code.block(tail)
         text = "\n".join(lines)
         name = self.kinds.get(text)
@@ -894,13 +905,16 @@ class _Gen:
             k = sum(n.startswith(prefix) for n in self.blocks)
             name = self.kinds[text] = f"{prefix}{k}"
             self.blocks[name] = (doc, lines, inline)
+            self.unsized[name] = unsized or doc
         return name
 
-    def functions(self, names):
-        """The source of the fused loops ``names`` (and of the redos they call)."""
+    def functions(self, names, sized=True):
+        """The source of the fused loops ``names`` (and of the redos they call); their
+        docstrings with their sizes or not (see :meth:`describe`)."""
         out = []
         for name in names:
             doc, lines, _ = self.blocks[name]
+            doc = doc if sized else self.unsized[name]
             out += [self.jit, f"def {name}({_unit_args(name)}):", f'    """{doc}"""']
             out += lines + ["", ""]
         used = set(_REDO.findall("\n".join(out)))
@@ -922,11 +936,12 @@ class _Gen:
         ``unit``, with the scalar rules and redos it calls. It names nothing of the tape
         (offsets and a short loop's length come from ``P``), so every tape that has this
         loop shares the module, its compile and its cache."""
-        doc, lines, _ = self.blocks[name]
+        _, lines, _ = self.blocks[name]
+        doc = self.unsized[name]
         text = "\n".join(lines)
         ops = [op for op in registry.OPS if op.kind != "kernel" and any(
             re.search(rf"\b(?:_o)?{alias}\(", text) for alias, _, _ in _rule_aliases(op))]
-        body = self.functions([name])
+        body = self.functions([name], sized=False)
         body = [x.replace(f"def {name}(", "def unit(", 1) for x in body]
         return "\n".join([
             '"""One fused loop of the compiled tier: GENERATED by tape.compiled. Do not edit.',
@@ -1021,14 +1036,16 @@ class _Gen:
         return {2: f"{a} * 2.0 * {x}", 3: f"{a} * 3.0 * ({x} * {x})",
                 4: f"{a} * 4.0 * ({x} * {x} * {x})"}[n]  # fmt: skip
 
-    def describe(self, g):
+    def describe(self, g, sized=True):
+        """What group ``g``'s loop does; with its sizes (for the tape's module) or not (for
+        a unit module, which every tape with the loop shares)."""
         names = ", ".join(self.p.ops[i].name for i in g.entries)
         fold = "; then their sum" if g.fold >= 0 else ""
         if g.fold_rows:
-            fold += f" over blocks of {g.fold_rows} rows"
+            fold += f" over blocks of {g.fold_rows if sized else 'D'} rows"
+        if not sized:
+            return f"Fused {names}, {'over rows' if g.rows > 1 else 'flat'}{fold} (sizes: P)."
         over = f"{g.rows} rows of {g.m}" if g.rows > 1 else f"{g.n}"
-        if self.length(g) is not None:
-            over = f"P[0] (fewer than {_BLOCK_MIN})"
         return f"Fused {names} over {over} elements{fold}."
 
     # -- forward ---------------------------------------------------------------------
@@ -1077,14 +1094,19 @@ class _Gen:
 
     @staticmethod
     def length(g):
-        """The length of group ``g``'s loop if the loop takes it from ``P[0]``: a flat loop
-        shorter than ``_BLOCK_MIN`` (element by element; its code is the same at any length
-        below that), else ``None`` (its sizes are literals)."""
-        return g.m if g.rows == 1 and g.m < _BLOCK_MIN else None
+        """The length of group ``g``'s loop if it is flat (it then comes from ``P[0]``), else
+        ``None`` (a loop over rows)."""
+        return g.m if g.rows == 1 else None
+
+    @staticmethod
+    def block_of(c, g):
+        """The text of the block length of group ``g``'s loop in blocks: ``_BLOCK``, or the
+        loop's length if shorter."""
+        return str(_BLOCK) if g.m >= _BLOCK else c.size(g.m)
 
     def forward_group(self, u, g):
         p = self.p
-        c = _Code(p.B, self.length(g))
+        c = _Code(p.B, True, self.length(g))
         c.rows = (g.rows, g.m) if g.rows > 1 else None
         body, loads, consts = [], {}, {}
         for i in g.entries:
@@ -1121,7 +1143,7 @@ class _Gen:
                 c(f"{c.at('data', o)} = _sum_reassoc({c.view('data', src)})")
         if g.m < _BLOCK_MIN:
             c.lines = _outline_calls(c.lines)
-        return self.add("_fwd", c, self.describe(g)), c.params
+        return self.add("_fwd", c, self.describe(g), unsized=self.describe(g, False)), c.params
 
     def folded_in_blocks(self, u, g, c, lines):
         """A long forward loop whose full sum is taken with it: block by block, each block's
@@ -1131,15 +1153,15 @@ class _Gen:
         o = int(p.E[g.fold, E_OUT])
         src = int(p.owner[p.ins[g.fold][0]])
         stored = any(self.stored(u, i) for i in g.entries if int(p.E[i, E_OUT]) == src)
-        blk = min(_BLOCK, g.m)
+        blk, n = self.block_of(c, g), c.size(g.m)
         if not stored:
             lines = lines + [f"bs[jj] = v{c.n(src)}"]
             c.once(f"bs = np.empty({blk})")
         used = sorted({m for line in lines for m in _AT_J.findall(line)})
         lines = [_AT_J.sub(r"\1_[jj]", x) for x in lines]
         c.once("acc = 0.0")
-        c(f"for j0 in range(0, {g.m}, {blk}):")
-        c(f"m = min({blk}, {g.m} - j0)", 2)
+        c(f"for j0 in range(0, {n}, {blk}):")
+        c(f"m = min({blk}, {n} - j0)", 2)
         for name in used:
             c(f"{name}_ = {name}[j0 : j0 + m]", 2)
         c("for jj in range(m):", 2)
@@ -1263,7 +1285,7 @@ class _Gen:
                 into[view] = lowest
                 if off > low:
                     shift[name] = off - low
-                    at = f"{c.view('grad', o)}[{low - int(B[o, B_OFF]) + n} + i]"
+                    at = f"{c.view('grad', o)}[{low - int(B[o, B_OFF])} + {c.size(n)} + i]"
                     tails += [f"for i in range({off - low}):", f"    {at} += b{name}[i]"]
         merged = {}
         for view, op, names in out:
@@ -1302,7 +1324,7 @@ class _Gen:
                 self.leaves_assigned.add(o)
                 op = "=?"
             if op != "+=" and d:  # the tails add to the last d elements: zero them first
-                at = f"{c.view('grad', o)}[{g.n} + i]"
+                at = f"{c.view('grad', o)}[{c.size(g.n)} + i]"
                 zero += ([f"for i in range({d}):", f"    {at} = 0.0"] if op == "=" else
                          ["if zl:", f"    for i in range({d}):", f"        {at} = 0.0"])  # fmt: skip
             res.append((view, op, names))
@@ -1311,7 +1333,7 @@ class _Gen:
     def reverse_group(self, u, g, touched, assigned, aliased):
         p = self.p
         B = p.B
-        c = _Code(B, self.length(g))
+        c = _Code(B, True, self.length(g))
         c.rows = (g.rows, g.m) if g.rows > 1 else None
         loads, consts = {}, {}
         vals, adj, fast, slow = [], [], [], []
@@ -1388,13 +1410,13 @@ class _Gen:
             if self.sum_in_reverse(u):
                 fold = (f"v{c.n(int(p.owner[p.ins[g.fold][0]]))}",
                         c.at("data", int(p.E[g.fold, E_OUT])))  # fmt: skip
-            _block_loop(c, g.m, targets, pre, main, redo, out, scalar, fold, shift, tails)
+            _block_loop(c, g, targets, pre, main, redo, out, scalar, fold, shift, tails)
         for name, (b, per_row) in scalar.items():
             c(f"{c.at('grad', b, per_row)} += s{name[1:]}")
         if g.m < _BLOCK_MIN:
             c.lines = _outline_calls(c.lines)
-        doc = self.describe(g)[:-1] + " (reverse)."
-        return self.add("_rev", c, doc), c.params
+        doc, unsized = (self.describe(g, k)[:-1] + " (reverse)." for k in (True, False))
+        return self.add("_rev", c, doc, unsized=unsized), c.params
 
 
 def _outlined(loads, consts, vals, adj, targets, slow):
@@ -1431,14 +1453,14 @@ def _element_loop(c, n, targets, main, redo, out, scalar):
         c(f"s{name[1:]} += {name}", 2)
 
 
-def _block_loop(c, n, targets, pre, main, redo, out, scalar, fold=None, shift=None, tails=()):
+def _block_loop(c, g, targets, pre, main, redo, out, scalar, fold=None, shift=None, tails=()):
     """A fused reverse loop in blocks of ``_BLOCK`` elements: the loop over a block computes
     the inputs' adjoint contributions into scratch arrays (one per input, in the L1 cache), and
     the adds into the adjoint arenas follow in loops of their own (one per view, or per group
     of views of one buffer: ``shift`` and ``tails``, see :meth:`_Gen.shifted_adds`). With no
     store that may alias a load (``x[1:]`` and ``x[:-1]`` add to the same leaf) and no branch
     (the NaN test is an OR over the block), the main loop vectorises."""
-    blk = min(_BLOCK, n)
+    blk, n = _Gen.block_of(c, g), c.size(g.m)
     shift = shift or {}
     at = {t: f"b{t}[jj + {shift[t]}]" if t in shift else f"b{t}[jj]" for t in targets}
     keep = [f"{at[t]} = {t}" for t in targets]
@@ -1457,7 +1479,7 @@ def _block_loop(c, n, targets, pre, main, redo, out, scalar, fold=None, shift=No
     adds = [(_AT_J.sub(r"\1_[jj]", a), op) for a, op in adds]
     for t in targets:
         # a shifted one's first places hold the previous block's last contributions
-        c.once(f"b{t} = np.zeros({blk + shift[t]})" if t in shift else f"b{t} = np.empty({blk})")
+        c.once(f"b{t} = np.zeros({blk} + {shift[t]})" if t in shift else f"b{t} = np.empty({blk})")
     c(f"for j0 in range(0, {n}, {blk}):")
     c(f"m = min({blk}, {n} - j0)", 2)
     for name in used:
