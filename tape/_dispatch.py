@@ -22,6 +22,11 @@ A slot holds:
 - otherwise the address of the compiled kernel, whose signature is fixed per kind
   (:data:`SIGNATURES`): a wrong signature would crash, so the call intrinsics refuse, at
   compile time, arguments of any other type.
+
+The compiled tier calls its fused loops the same way: each loop (a unit module's ``unit``,
+shared by every tape that has it) gets an id in this process's unit table per dtype
+(:func:`register_unit`, symbol ``tape_unittab_<dtype>``), and a compiled tape's pool names the
+loop by ``-id`` (:func:`unit_address` range-checks it and refuses an empty slot).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import warnings
 import llvmlite.binding as ll
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
@@ -110,53 +115,75 @@ _FUNCS: dict = {}  # (kind, code, dtype) -> the dispatcher whose address sits in
 # ---------------------------------------------------------------- compiled side
 
 
-@intrinsic
-def slot(typingctx, kind, op, data):
-    """Table entry ``(kind, op)`` of the table of ``data``'s dtype (``op`` range-checked by the
-    caller)."""
-    if not isinstance(data, types.Array) or data.dtype not in (types.float64, types.float32):
-        raise TypingError(f"tape sweeps: arena of type {data} is not a float64/float32 array")
-    name = _symbol(str(data.dtype))
+def _reader(symbol_of, size, what):
+    """An intrinsic ``read(row, col, data)``: element ``row * width + col`` of the external
+    int64 table ``symbol_of(dtype)`` (``size`` elements) of ``data``'s dtype. Indices are the
+    caller's to range-check."""
+    width = size[1]
 
-    def codegen(context, builder, sig, args):
-        k = context.cast(builder, args[0], sig.args[0], types.int64)
-        o = context.cast(builder, args[1], sig.args[1], types.int64)
-        mod = builder.module
-        gv = mod.globals.get(name)
-        if gv is None:
-            gv = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(64), N_KINDS * MAX_OPS), name)
-            gv.linkage = "external"
-        idx = builder.add(builder.mul(k, ir.Constant(ir.IntType(64), MAX_OPS)), o)
-        ptr = builder.gep(gv, [ir.Constant(ir.IntType(64), 0), idx])
-        return builder.load(ptr)
+    def read(typingctx, row, col, data):
+        if not isinstance(data, types.Array) or data.dtype not in (types.float64, types.float32):
+            raise TypingError(f"tape {what}: arena of type {data} is not a float64/float32 array")
+        name = symbol_of(str(data.dtype))
 
-    return types.int64(kind, op, data), codegen
+        def codegen(context, builder, sig, args):
+            r = context.cast(builder, args[0], sig.args[0], types.int64)
+            c = context.cast(builder, args[1], sig.args[1], types.int64)
+            mod = builder.module
+            gv = mod.globals.get(name)
+            if gv is None:
+                gv = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(64), size[0] * width), name)
+                gv.linkage = "external"
+            idx = builder.add(builder.mul(r, ir.Constant(ir.IntType(64), width)), c)
+            ptr = builder.gep(gv, [ir.Constant(ir.IntType(64), 0), idx])
+            return builder.load(ptr)
+
+        return types.int64(row, col, data), codegen
+
+    read.__name__ = f"read_{what.replace(' ', '_')}"
+    return intrinsic(read)
 
 
-def _caller(kind):
-    restype = RESTYPES[kind]
+slot = _reader(lambda dt: _symbol(dt), (N_KINDS, MAX_OPS), "sweeps")
+"""``slot(kind, op, data)``: table entry ``(kind, op)`` of the table of ``data``'s dtype
+(``op`` range-checked by the caller)."""
 
-    def typer(typingctx, addr, args):
+
+def _fits(got, want):
+    """An argument of type ``got`` passes where a compiled function takes ``want`` (an index
+    of any integer type, a flag of any boolean type; arrays exactly)."""
+    if got == want:
+        return True
+    if want == types.int64:
+        return isinstance(got, types.Integer)
+    return want == types.boolean and isinstance(got, types.Boolean)
+
+
+def _caller(what, restype, want_of, data_at):
+    """An intrinsic ``call(addr, args)`` that calls the compiled function at ``addr`` with the
+    tuple ``args``, with Numba's calling convention (its exceptions propagate). The function
+    takes ``want_of(dtype)`` for arenas of ``dtype`` (the array at ``data_at``) and returns
+    ``restype``; other argument types are refused at compile time (a call would crash)."""
+
+    def call(typingctx, addr, args):
         got = tuple(args.types) if isinstance(args, types.BaseTuple) else (args,)
-        data = got[4] if len(got) > 4 else None
+        data = got[data_at] if len(got) > data_at else None
         ok = isinstance(data, types.Array) and data.dtype in (types.float64, types.float32)
-        want = signature_types(kind, np.dtype(str(data.dtype)) if ok else np.float64)
+        want = want_of(np.dtype(str(data.dtype)) if ok else np.float64)
         if not (
             ok
             and len(got) == len(want)
-            and isinstance(got[0], types.Integer)
-            and got[1:] == want[1:]
+            and all(_fits(g, w) for g, w in zip(got, want))
             and isinstance(addr, types.Integer)
         ):
             raise TypingError(
-                f"tape sweeps: a {KIND_NAMES[kind]} kernel takes {want}, got {got} (the "
-                "sweeps need C-contiguous, writable int64 tape arrays and float64 or float32 "
-                "arenas)"
+                f"tape sweeps: a {what} takes {want}, got {got} (the sweeps need "
+                "C-contiguous, writable int64 tape arrays and float64 or float32 arenas)"
             )
 
         def codegen(context, builder, sig, llargs):
             vals = list(cgutils.unpack_tuple(builder, llargs[1], len(got)))
-            vals[0] = context.cast(builder, vals[0], got[0], types.int64)
+            vals = [context.cast(builder, v, g, w) for v, g, w in zip(vals, got, want)]
             fnty = context.call_conv.get_function_type(restype, want)
             fn = builder.inttoptr(llargs[0], fnty.as_pointer())
             status, res = context.call_conv.call_function(builder, fn, restype, want, vals)
@@ -166,17 +193,14 @@ def _caller(kind):
 
         return restype(addr, args), codegen
 
-    return typer
+    call.__name__ = f"call_{what.replace(' ', '_')}"
+    return intrinsic(call)
 
 
 def _make(kind):
-    typer = _caller(kind)
-
-    def call(typingctx, addr, args):
-        return typer(typingctx, addr, args)
-
-    call.__name__ = f"call_{KIND_NAMES[kind]}"
-    return intrinsic(call)
+    return _caller(
+        f"{KIND_NAMES[kind]} kernel", RESTYPES[kind], lambda dt: signature_types(kind, dt), 4
+    )
 
 
 call_fwd = _make(FWD)
@@ -187,6 +211,87 @@ call_tan = _make(TAN)
 """``call_tan(addr, (i, entries, bufs, ipool, data, T))``."""
 call_hrev = _make(HREV)
 """``call_hrev(addr, (i, entries, bufs, ipool, data, grad, T, GT))``."""
+
+
+# ---------------------------------------------------------------- compiled tier's units
+
+UNIT_CAP = 1 << 16
+"""Fused loops (per dtype) a process can register (see :func:`register_unit`)."""
+
+UNIT_TABLES = {dt: np.zeros(UNIT_CAP, np.int64) for dt in DTYPES}
+"""Addresses of the compiled tier's shared fused loops, per arena dtype, by unit id (0: none).
+A compiled tape's unit table (in its integer pool) names a loop by ``-id``; like the kernel
+tables, compiled code reads them only through the external symbol ``tape_unittab_<dtype>``."""
+
+
+def _unit_symbol(dtype) -> str:
+    return f"tape_unittab_{np.dtype(dtype).name}"
+
+
+for _dt, _tab in UNIT_TABLES.items():
+    ll.add_symbol(_unit_symbol(_dt), _tab.ctypes.data)
+
+
+def unit_signature_types(rev, dtype):
+    """The argument types of a fused loop on arenas of ``dtype``: ``(entries, bufs, ipool,
+    data, P)``, reverse ones ``(entries, bufs, ipool, data, grad, P, zl)``."""
+    d1 = _arena(dtype, 1)
+    return (_I2, _I2, _I1, d1, d1, _I1, types.boolean) if rev else (_I2, _I2, _I1, d1, _I1)
+
+
+_unit_slot = _reader(_unit_symbol, (1, UNIT_CAP), "units")
+
+call_unit_fwd = _caller("forward fused loop", types.none, lambda dt: unit_signature_types(False, dt), 3)
+"""``call_unit_fwd(addr, (entries, bufs, ipool, data, P))``."""
+call_unit_rev = _caller("reverse fused loop", types.none, lambda dt: unit_signature_types(True, dt), 3)
+"""``call_unit_rev(addr, (entries, bufs, ipool, data, grad, P, zl))``."""
+
+
+@njit(inline="always")
+def unit_address(uid, data):
+    """The address of fused loop ``uid`` for arenas like ``data``: range-checked, and never
+    that of a loop this process did not register."""
+    if uid <= 0 or uid >= UNIT_CAP:
+        raise ValueError(
+            "compiled tape: a unit table names no fused loop (kernel arguments taken in "
+            "another process, or changed)"
+        )
+    a = _unit_slot(0, uid, data)
+    if a == 0:
+        raise RuntimeError(
+            "compiled tape: a fused loop this process has not compiled for this dtype (kernel "
+            "arguments taken in another process)"
+        )
+    return a
+
+
+_UNITS: dict = {}  # (dispatcher, rev, dtype) -> unit id; keeps the dispatchers alive
+
+
+def register_unit(fn, rev, dtype) -> int:
+    """Compile (or load from Numba's cache) fused loop ``fn`` (a unit module's ``unit``) for
+    arenas of ``dtype``, put its address in the unit table and return its id (the same id
+    for the same loop every time in a process)."""
+    dt = np.dtype(dtype)
+    key = (fn, bool(rev), dt)
+    uid = _UNITS.get(key)
+    if uid is not None:
+        return uid
+    with _LOCK:
+        uid = _UNITS.get(key)
+        if uid is not None:
+            return uid
+        args = unit_signature_types(rev, dt)
+        fn.compile(args)
+        cres = fn.overloads[args]
+        if cres.signature.return_type != types.none:  # a call would crash: refuse
+            raise TypeError(f"tape: fused loop {fn} returns {cres.signature.return_type}")
+        uid = len(_UNITS) + 1
+        if uid >= UNIT_CAP:
+            raise RuntimeError(f"tape: more than {UNIT_CAP - 1} fused loops in one process")
+        UNIT_TABLES[dt][uid] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+        _UNITS[key] = uid
+        return uid
 
 
 # ---------------------------------------------------------------- Python side

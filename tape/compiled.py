@@ -19,10 +19,13 @@ What the generated code does differently from the interpreter:
 - **Units shared across tapes.** Each fused loop's function is a module of its own (a "unit
   module", ``tape_unit_<hash>`` beside the tape's), named by a hash of its text, which names
   nothing of the tape; every tape with the same loop calls the same compiled function, in
-  this process (compiled once) and in the next (from Numba's cache). Recording the same
-  model at another size, or a second model with the same loops, compiles only its sweeps
-  and the loops that are new. (Tapes small enough to be inlined, see ``INLINE_KINDS``, and
-  custom ops' loops keep their code in the tape's module.)
+  this process (compiled once) and in the next (from Numba's cache). The sweeps call these
+  loops through a table of addresses, as the interpreter calls op kernels
+  (:func:`tape._dispatch.register_unit`: the pool names a loop by its id, range-checked), so
+  a tape's own code does not compile them in again. Recording the same model at another
+  size, or a second model with the same loops, compiles only the tape's sweeps and the loops
+  that are new. (Tapes small enough to be inlined, see ``INLINE_KINDS``, and custom ops'
+  loops keep their code in the tape's module.)
 - **Fusion.** Elementwise entries over the same number of elements (every input either that
   long or a single value) become one loop, forward and reverse. Over the rows of a two-axis
   output, an input may also be one row that every row reads (a bias added to each row of a
@@ -124,6 +127,7 @@ from numba import njit
 from tape import registry
 from tape._codegen import drivers_text
 from tape._config import KERNEL_JIT, UNIT_JIT
+from tape._dispatch import register_unit
 from tape._generated import sweeps as _S
 from tape._layout import (
     ACTIVE,
@@ -1601,27 +1605,44 @@ def _ranges(B, bufs):
     return np.array([(a, z) for a, z in out if z > a], np.int64).reshape(-1, 2)
 
 
-def _table(rows, names):
-    """``rows`` (function name, parameters) as an int64 array ``[function number, P...]``."""
+def _table(rows, names, shared=()):
+    """``rows`` (function name, parameters) as an int64 array ``[function number, P...]``; a
+    loop of a unit module (in ``shared``) numbered ``-1 - k`` for the ``k``-th of them, until
+    :func:`compile_tape` puts the loop's id in the unit table there (as ``-id``)."""
     width = 1 + max((len(ps) for _, ps in rows), default=0)
     t = np.zeros((len(rows), width), np.int64)
     for r, (name, ps) in enumerate(rows):
-        t[r, 0] = names.index(name)
+        t[r, 0] = -1 - shared.index(name) if name in shared else names.index(name)
         t[r, 1 : 1 + len(ps)] = ps
     return t
 
 
-def _dispatch(table, names, blocks, status, count=None):
+def _dispatch(table, names, blocks, status, count=None, shared=()):
     """The loop over a table (``(flat slice of the pool, rows, width)``) that runs each row's
-    unit (the first ``count``, an expression, if given): one dispatch per unit."""
+    unit (the first ``count``, an expression, if given): one dispatch per unit. The loops of
+    unit modules (``shared``) are called through the unit table (:mod:`tape._dispatch`): the
+    tape's code does not compile them in."""
     flat, rows, w = table  # row u: the unit's kind, then its parameters
     lines = [f"    T = {flat}", f"    for u in range({count or rows}):", f"        k = T[u * {w}]",
              f"        P = T[u * {w} + 1 : u * {w} + {w}]"]  # fmt: skip
     if status:
         lines.append("        st = -1")
+    first = True
+    if any(name in shared for name in names):
+        rev = not status
+        call, args = ("_call_unit_rev", "entries, bufs, ipool, data, grad, P, zl") if rev else (
+            "_call_unit_fwd", "entries, bufs, ipool, data, P")  # fmt: skip
+        lines += [
+            "        if k < 0:  # a fused loop of a unit module, through the unit table",
+            f"            {call}(_unit_address(-k, data), ({args}))",
+        ]
+        first = False
     for k, name in enumerate(names):
+        if name in shared:
+            continue
         doc, block, inline = blocks[name]
-        lines += [f"        {'if' if k == 0 else 'elif'} k == {k}:  # {doc}"]
+        lines += [f"        {'if' if first else 'elif'} k == {k}:  # {doc}"]
+        first = False
         if inline:
             lines += ["        " + line for line in block]
         else:
@@ -1634,8 +1655,9 @@ def _dispatch(table, names, blocks, status, count=None):
 def generate(t):
     """The source of the compiled module for tape ``t`` (see the module docstring), the
     integer pool its sweeps take (the tape's, with the unit tables appended), the globals to
-    set on the module (custom ops' functions) and the sources of its unit modules (name in
-    the module -> text; see :func:`unit_module`)."""
+    set on the module (custom ops' functions), the sources of its unit modules (name in
+    the module -> text; see :func:`unit_module`) and the pool cells that name them (``(index,
+    name, reverse)``: :func:`compile_tape` puts the loops' ids there)."""
     if not t.inputs and not t.outputs:
         raise CompileError("only tapes made by tape.record() can be compiled")
     plan = _Plan(t)
@@ -1668,8 +1690,9 @@ def generate(t):
     ]  # fmt: skip
     fnames = list(dict.fromkeys(n for n, _ in frows))
     rnames = list(dict.fromkeys(n for n, _ in rrows))
+    shared = gen.shared()
     tables = dict(
-        fwd=_table(frows, fnames), rev=_table(rrows, rnames),
+        fwd=_table(frows, fnames, shared), rev=_table(rrows, rnames, shared),
         zero=_ranges(B, zero), leaves=_ranges(B, leaves),
     )  # fmt: skip
     # the tables travel appended to the integer pool (its first n_ipool ints are the tape's
@@ -1680,6 +1703,13 @@ def generate(t):
         at[k] = (f"ipool[{pos} : {pos + a.size}]", a.shape[0], a.shape[1])
         pos += a.size
     pool = np.concatenate([t.ipool[: t.n_ipool]] + [a.ravel() for a in tables.values()])
+    # the pool cells that name a unit module's loop: (index, loop, reverse)
+    cells, pos = [], t.n_ipool
+    for k in ("fwd", "rev"):
+        a = tables[k]
+        cells += [(pos + r * a.shape[1], shared[-1 - int(a[r, 0])], k == "rev")
+                  for r in range(a.shape[0]) if a[r, 0] < 0]  # fmt: skip
+        pos += a.size
     n_ent = t.n_entries
     n_fused = sum(isinstance(u, _Group) for u in plan.units)
     src = [
@@ -1707,17 +1737,24 @@ def generate(t):
         "from tape.compiled import sum_reassoc as _sum_reassoc",
         "from tape.registry import BY_NAME",
     ]
+    if shared:
+        src += [
+            "from tape._dispatch import call_unit_fwd as _call_unit_fwd",
+            "from tape._dispatch import call_unit_rev as _call_unit_rev",
+            "from tape._dispatch import unit_address as _unit_address",
+        ]
     if gen.custom:
         src += ["from tape.custom import _c_add, _c_as_tuple, _c_check, _c_store", ""]
         src += [f"# {k} = user functions {fn.name!r} (set on loading; source {_source_key(fn)})"
                 for k, fn in _custom_globals(gen)]  # fmt: skip
     src += [""]
     src += _rule_names(plan.ops[i] for i in plan.live) + ["", ""]
-    shared = gen.shared()
     units = {name: gen.unit_source(name) for name in shared}
     if units:
-        src += ["# the fused loops in unit modules of their own (set on loading: see unit_module)"]
-        src += [f"# {name} = {_module_name(text, 'tape_unit')}.unit" for name, text in units.items()]
+        src += ["# the fused loops in unit modules of their own, called through the unit table"]
+        src += ["# (tape._dispatch.register_unit puts them there; their ids are in the pool)"]
+        src += [f"# {name} = {_module_name(text, 'tape_unit')}.unit: {gen.blocks[name][0]}"
+                for name, text in units.items()]  # fmt: skip
         src += ["", ""]
     src += gen.functions([n for n, b in gen.blocks.items() if not b[2] and n not in units])
     src += [
@@ -1737,7 +1774,8 @@ def generate(t):
         "def _forward_units(entries, bufs, ipool, data, n_units):",
         '    """The first ``n_units`` forward units, in order. Returns the status."""',
     ]
-    src += _dispatch(at["fwd"], fnames, gen.blocks, True, "n_units") + ["    return -1", "", ""]
+    src += _dispatch(at["fwd"], fnames, gen.blocks, True, "n_units", shared)
+    src += ["    return -1", "", ""]
     src += [
         "@njit(**COMPILED_JIT)",
         "def reach(entries, bufs, n_entries, roots):",
@@ -1774,7 +1812,8 @@ def generate(t):
         '    """The reverse units, last first (adjoints zeroed and seeded; the leaves\' too if',
         '    ``zl``: the units assign the leaves\' adjoints they write first)."""',
     ]
-    src += _dispatch(at["rev"], rnames, gen.blocks, False) + ["    return", "", ""]
+    src += _dispatch(at["rev"], rnames, gen.blocks, False, shared=shared)
+    src += ["    return", "", ""]
     if s == 1:
         n_ints = t.n_entries * t.entries.shape[1] + t.n_bufs * t.bufs.shape[1] + pool.shape[0]
         reads = any(_TABLES.search(line) for _, lines, _ in gen.blocks.values() for line in lines)
@@ -1795,7 +1834,7 @@ def generate(t):
     extra = {}
     for k, fn in _custom_globals(gen):
         extra[f"{k}_fwd"], extra[f"{k}_vjp"] = fn.fwd, fn.vjp
-    return "\n".join(src), pool, extra, units
+    return "\n".join(src), pool, extra, units, cells
 
 
 def _custom_globals(gen):
@@ -1884,9 +1923,10 @@ def compile_tape(t):
     """``(module, pool)``: the compiled module for tape ``t`` (generated, written and loaded;
     Numba compiles it on first call) and the integer pool its sweeps take in place of
     ``t.ipool``."""
-    source, pool, extra, units = generate(t)
-    for name, text in units.items():
-        extra[name] = unit_module(text).unit
+    source, pool, extra, units, cells = generate(t)
+    loops = {name: unit_module(text).unit for name, text in units.items()}
+    for at, name, rev in cells:  # the loop's id in this process's unit table
+        pool[at] = -register_unit(loops[name], rev, t.dtype)
     mod = load_module(source, "tape_compiled", extra)
     if units:  # t.compiled_source: the whole listing
         mod.SOURCE = "\n\n\n".join(

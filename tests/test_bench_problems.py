@@ -231,6 +231,7 @@ def test_report_quotes_the_eager_and_cold_start_runs(tmp_path):
         cpu="cpu X", date="2026-12-01T00:00:00+00:00", eager_op_us=3.0, default=run,
         compiled=dict(run, cold_first_gradient_s=25.0), demo=dict(first_line_s=1, total_s=40),
         suite=dict(wall_s=600, peak_rss_mib=2048, exit_status=0),
+        compiled_tier=dict(gmm_compile_s=4.0, lstm_compile_s=12.0, memory_per_compiled_tape_mib=2.0),
     )))  # fmt: skip
     loops = {
         "polynomial": {"tape": {"seconds": 0.9, "loss": 1.0}, "torch": {"seconds": 1.0, "loss": 1.0}},
@@ -251,6 +252,8 @@ def test_report_quotes_the_eager_and_cold_start_runs(tmp_path):
         "import + first gradient with a warm cache": True,
         "README's demo from empty caches": False,  # 40 s > 30 s
         "README's test command from empty caches": True,  # 10 min, 2 GB
+        "compiled tier": False,  # GMM 4 s, but LSTM 12 s > 10 s
+        "process memory per compiled tape (20 small distinct tapes)": True,  # 2 MiB
         "eager scalar op chain": True,  # 3 us forward
         "eager scalar op chain, backward included (reported)": None,
         "issue 11": True,  # 0.9x

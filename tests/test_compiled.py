@@ -1070,7 +1070,9 @@ def test_fused_loops_are_shared_across_tapes_and_lengths():
         gx[:-1] -= s * e
         return gx
 
-    mods = []
+    from tape import _dispatch
+
+    mods, registered = [], []
     for n in (10, 14):  # both short (element loops), both summed in the loop (< _SHORT_SUM)
         rng = np.random.default_rng(n)
         x, w = rng.uniform(-1.0, 1.0, n), rng.uniform(0.5, 1.5, n)
@@ -1079,10 +1081,37 @@ def test_fused_loops_are_shared_across_tapes_and_lengths():
         names = re.findall(r"# ---- (_\w+) = (tape_unit_\w+)\.unit", src)
         assert len(names) >= 4, src[:2000]  # not inlined: the loops are unit modules
         assert "# sin: rules " in src and "# exp: rules " in src  # the rules' fingerprints
-        mod = tc._run_with[0]
-        mods.append({u: getattr(mod, name) for name, u in names})
+        mods.append({u for _, u in names})
+        registered.append(len(_dispatch._UNITS))
         x2 = rng.uniform(-1.0, 1.0, n)
         agree(ti, tc, x2, w)
         close(tc.gradient(x2, w), grad(x2, w), rtol=1e-12)
-    assert mods[0].keys() == mods[1].keys()
-    assert all(mods[0][u] is mods[1][u] for u in mods[0])  # one compiled function each
+    assert mods[0] == mods[1]
+    assert registered[1] == registered[0]  # the second tape compiled no loop of its own
+
+
+def test_a_unit_table_that_names_no_compiled_loop_raises():
+    """The pool names a unit module's loop by its id in this process's unit table; an id out
+    of range, or one no loop was compiled under, raises instead of calling an address."""
+    from tape import _dispatch
+
+    def f(x, w):
+        a = tp.sum(tp.sin(x) * w)
+        b = tp.sum(tp.exp(x[1:] - x[:-1]) * w[1:])
+        return a * b + tp.sum(x @ tp.tensor(np.eye(len(x))) * x)
+
+    x, w = np.linspace(-1.0, 1.0, 10), np.linspace(0.5, 1.5, 10)
+    t = tp.record(f, x, w, compile=True)
+    ws = t.workspace()
+    cells = np.flatnonzero(ws.ipool[t.n_ipool :] < 0) + t.n_ipool  # the loops' -id
+    assert len(cells) >= 4
+    assert t.kernels.gradient(ws) == -1  # the pool as made: runs
+    g = ws.grad[: x.size].copy()
+    for bad, err, match in ((-_dispatch.UNIT_CAP - 3, ValueError, "names no fused loop"),
+                            (-(_dispatch.UNIT_CAP - 1), RuntimeError, "has not compiled")):  # fmt: skip
+        forged = ws._replace(ipool=ws.ipool.copy())
+        forged.ipool[cells[0]] = bad
+        with pytest.raises(err, match=match):
+            t.kernels.gradient(forged)
+    assert t.kernels.gradient(ws) == -1
+    np.testing.assert_array_equal(ws.grad[: x.size], g)

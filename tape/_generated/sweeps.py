@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b23aaedd3dc90f46ca5877285cd7617853372c4350215819a346e71790b8276d"
+FINGERPRINT = "d4479d2ec5c6d2a52f5ce3cd678a496ff877b885f4963c3adf1862e0a1ac4418"
 
 import numpy as np
 from numba import njit, prange

@@ -164,6 +164,20 @@ def side_targets(folder) -> list:
                     c["demo"]["total_s"] <= 30,
                 )
             )
+        if "compiled_tier" in c:
+            ct = c["compiled_tier"]
+            out += [
+                (
+                    "compiled tier: GMM 1k d10 K25 compile <= 5 s, LSTM l2 c1024 <= 10 s",
+                    f"GMM {ct['gmm_compile_s']:.1f} s, LSTM {ct['lstm_compile_s']:.1f} s {when}",
+                    ct["gmm_compile_s"] <= 5 and ct["lstm_compile_s"] <= 10,
+                ),
+                (
+                    "process memory per compiled tape (20 small distinct tapes) <= 3 MB",
+                    f"{ct['memory_per_compiled_tape_mib']:.1f} MiB {when}",
+                    ct["memory_per_compiled_tape_mib"] <= 3,
+                ),
+            ]
         if "suite" in c:
             out.append(
                 (
