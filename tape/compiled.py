@@ -10,11 +10,11 @@ embedding) runs either tier without a second implementation.
 What the generated code does differently from the interpreter:
 
 - **Units, not entries.** The tape is cut into units: a fused loop, or one entry that keeps
-  the interpreter's function for its op. A unit's code takes its offsets from a table row,
-  and so does a short flat loop (fewer than ``_BLOCK_MIN`` elements) its length; other
-  sizes are literals. Units that differ only in what comes from the row (the steps of a time
-  loop recorded unrolled, the same loop at several lengths) share their code, so a
-  46,000-entry LSTM compiles a few dozen kinds of unit. Each sweep is one loop over its
+  the interpreter's function for its op. A unit's code takes its offsets and its sizes
+  (lengths, rows, a row's length, a block's length) from a table row. Units that differ
+  only in what comes from the row (the steps of a time loop recorded unrolled, the same loop
+  at several sizes) share their code, so a 46,000-entry LSTM compiles a few dozen kinds of
+  unit. Each sweep is one loop over its
   table, with one branch per kind of unit: one dispatch per unit.
 - **Units shared across tapes.** Each fused loop's function is a module of its own (a "unit
   module", ``tape_unit_<hash>`` beside the tape's), named by a hash of its text, which names
@@ -938,8 +938,8 @@ class _Gen:
     def unit_source(self, name):
         """The text of the unit module of fused loop ``name``: the loop as the function
         ``unit``, with the scalar rules and redos it calls. It names nothing of the tape
-        (offsets and a short loop's length come from ``P``), so every tape that has this
-        loop shares the module, its compile and its cache."""
+        (offsets and sizes come from ``P``), so every tape that has this loop shares the
+        module, its compile and its cache."""
         _, lines, _ = self.blocks[name]
         doc = self.unsized[name]
         text = "\n".join(lines)
