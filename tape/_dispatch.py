@@ -144,7 +144,7 @@ def _reader(symbol_of, size, what):
     return intrinsic(read)
 
 
-slot = _reader(lambda dt: _symbol(dt), (N_KINDS, MAX_OPS), "sweeps")
+slot = _reader(_symbol, (N_KINDS, MAX_OPS), "sweeps")
 """``slot(kind, op, data)``: table entry ``(kind, op)`` of the table of ``data``'s dtype
 (``op`` range-checked by the caller)."""
 
@@ -281,15 +281,11 @@ def register_unit(fn, rev, dtype) -> int:
         uid = _UNITS.get(key)
         if uid is not None:
             return uid
-        args = unit_signature_types(rev, dt)
-        fn.compile(args)
-        cres = fn.overloads[args]
-        if cres.signature.return_type != types.none:  # a call would crash: refuse
-            raise TypeError(f"tape: fused loop {fn} returns {cres.signature.return_type}")
         uid = len(_UNITS) + 1
         if uid >= UNIT_CAP:
             raise RuntimeError(f"tape: more than {UNIT_CAP - 1} fused loops in one process")
-        UNIT_TABLES[dt][uid] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+        sig = types.none(*unit_signature_types(rev, dt))
+        UNIT_TABLES[dt][uid] = _address(fn, sig, "the compiled tier's fused loops")
         _UNITS[key] = uid
         return uid
 
@@ -385,18 +381,25 @@ def prepare(codes, dtype, kinds=(FWD, REV)):
                 _fill(tab, k, c, fn, dt)
 
 
-def _fill(tab, k, c, fn, dt):
-    sig = SIGNATURES[(k, dt)]
+def _address(fn, sig, who):
+    """Compile (or load from Numba's cache) dispatcher ``fn`` for the argument types of
+    ``sig`` and return the address of the compiled function; refused if it returns another
+    type than ``sig`` says (``who`` calls it expecting that: a call would crash)."""
     # by the argument types alone: the key eager mode's calls compile and cache under
     fn.compile(sig.args)
     cres = fn.overloads[sig.args]
-    if cres.signature.return_type != sig.return_type:  # a call would crash: refuse
+    if cres.signature.return_type != sig.return_type:
         raise TypeError(
-            f"tape: {fn.__name__} returns {cres.signature.return_type}, the "
-            f"{KIND_NAMES[k]} sweep expects {sig.return_type}"
+            f"tape: {fn.__name__} returns {cres.signature.return_type}, {who} expect "
+            f"{sig.return_type}"
         )
+    return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+
+
+def _fill(tab, k, c, fn, dt):
+    addr = _address(fn, SIGNATURES[(k, dt)], f"the {KIND_NAMES[k]} sweeps")
     _FUNCS[(k, c, dt)] = fn
-    tab[k, c] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    tab[k, c] = addr
     if k == FWD:
         FWD_READY[dt][c] = 1
 

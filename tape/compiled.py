@@ -209,8 +209,6 @@ _REDO = re.compile(r"\b_redo_[0-9a-f]{12}\b")
 _CUSTOM = re.compile(r"\b_u\d+_(fwd|vjp)\b")
 """A call of a custom op's user function (set on the tape's module)."""
 
-_UNIT_DECORATOR = "@njit(**UNIT_JIT)"
-
 _TAGS = {"full": "", "row": "p", "tile": "t", "block": "q"}
 """The letter after ``d``/``g``/``x``/``e`` in a view's name: how a loop over rows reads it."""
 
@@ -892,7 +890,7 @@ class _Gen:
         self.kinds: dict[str, str] = {}  # code text -> its name ("_fwd3")
         self.blocks: dict[str, tuple] = {}  # name -> (description, code lines, inline)
         self.unsized: dict[str, str] = {}  # name -> description without the sizes
-        self.jit = _UNIT_DECORATOR  # the units' and sweeps' decorator (see INLINE_KINDS)
+        self.jit = "@njit(**UNIT_JIT)"  # the units' and sweeps' decorator (see INLINE_KINDS)
         self.redos: dict[str, str] = {}  # code text -> name of an element loop's redo
         self.redo_src: dict[str, list[str]] = {}  # their functions: name -> lines
         self.leaves_assigned: set[int] = set()  # leaves whose adjoint a unit assigns first
@@ -926,10 +924,8 @@ class _Gen:
 
     def shared(self):
         """The fused loops that go to unit modules of their own (see :func:`unit_module`):
-        all but custom ops' (which call the tape's own user functions), unless the units are
-        inlined into the sweeps."""
-        if self.jit != _UNIT_DECORATOR:
-            return []
+        all but custom ops' (which call the tape's own user functions). Not called when the
+        units are inlined into the sweeps (see ``INLINE_KINDS``)."""
         return [
             name for name, (_, lines, inline) in self.blocks.items()
             if not inline and not any(_CUSTOM.search(x) for x in lines)
@@ -1690,7 +1686,7 @@ def generate(t):
     ]  # fmt: skip
     fnames = list(dict.fromkeys(n for n, _ in frows))
     rnames = list(dict.fromkeys(n for n, _ in rrows))
-    shared = gen.shared()
+    shared = [] if inlined else gen.shared()
     tables = dict(
         fwd=_table(frows, fnames, shared), rev=_table(rrows, rnames, shared),
         zero=_ranges(B, zero), leaves=_ranges(B, leaves),

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d4479d2ec5c6d2a52f5ce3cd678a496ff877b885f4963c3adf1862e0a1ac4418"
+FINGERPRINT = "18d41191297477ae487c7a43c21746c5aeac248975c3cd269ca64f7c1cc780f5"
 
 import numpy as np
 from numba import njit, prange
