@@ -233,18 +233,19 @@ for _dt, _tab in UNIT_TABLES.items():
 
 
 def unit_signature_types(rev, dtype):
-    """The argument types of a fused loop on arenas of ``dtype``: ``(entries, bufs, ipool,
-    data, P)``, reverse ones ``(entries, bufs, ipool, data, grad, P, zl)``."""
+    """The argument types of a fused loop on arenas of ``dtype``: ``(data, P)``, reverse ones
+    ``(data, grad, P, zl)`` (each array argument is several machine arguments in Numba's
+    calling convention: a call through an address passes only what the loops read)."""
     d1 = _arena(dtype, 1)
-    return (_I2, _I2, _I1, d1, d1, _I1, types.boolean) if rev else (_I2, _I2, _I1, d1, _I1)
+    return (d1, d1, _I1, types.boolean) if rev else (d1, _I1)
 
 
 _unit_slot = _reader(_unit_symbol, (1, UNIT_CAP), "units")
 
-call_unit_fwd = _caller("forward fused loop", types.none, lambda dt: unit_signature_types(False, dt), 3)
-"""``call_unit_fwd(addr, (entries, bufs, ipool, data, P))``."""
-call_unit_rev = _caller("reverse fused loop", types.none, lambda dt: unit_signature_types(True, dt), 3)
-"""``call_unit_rev(addr, (entries, bufs, ipool, data, grad, P, zl))``."""
+call_unit_fwd = _caller("forward fused loop", types.none, lambda dt: unit_signature_types(False, dt), 0)
+"""``call_unit_fwd(addr, (data, P))``."""
+call_unit_rev = _caller("reverse fused loop", types.none, lambda dt: unit_signature_types(True, dt), 0)
+"""``call_unit_rev(addr, (data, grad, P, zl))``."""
 
 
 @njit(inline="always")

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "18d41191297477ae487c7a43c21746c5aeac248975c3cd269ca64f7c1cc780f5"
+FINGERPRINT = "a0b83c5c43d9f8ead0f43ea1bb7947cafb85e1f162422b4b25b66307eddc4cbd"
 
 import numpy as np
 from numba import njit, prange
