@@ -117,6 +117,16 @@ def _to_cuda(t, device, **kwargs):
 _core.register_extension("to_cuda", _to_cuda)
 
 
+def _derivatives():
+    # tape.derivatives (and SciPy's sparse module) load when a tape first needs them
+    from tape import derivatives
+
+    return derivatives
+
+
+_core.register_extension("derivatives", _derivatives)
+
+
 _LAZY = ("autograd", "optimize", "sparse", "derivatives", "optim", "nn")
 _UNSUPPORTED_DTYPES = ("half", "float16", "bfloat16", "complex64", "complex128", "cfloat", "cdouble")
 

@@ -32,8 +32,6 @@ loop by ``-id`` (:func:`unit_address` range-checks it and refuses an empty slot)
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
 import sys
 import threading
 import warnings
@@ -46,6 +44,7 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
+from tape import _warm
 from tape._fingerprint import op_fingerprint
 from tape.registry import OPS
 
@@ -341,11 +340,18 @@ class PerOp:
         return len(OPS)
 
 
-def prepare(codes, dtype, kinds=(FWD, REV)):
+def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True):
     """Compile (or load from Numba's cache) the kernels of the ops ``codes`` for arenas of
     ``dtype`` and every sweep kind in ``kinds``, and put their addresses in the table. Cheap
     when they are already there. Call it before a sweep runs an entry of these ops (the
-    replay methods, ``t.workspace()`` and ``t.kernel_args()`` do)."""
+    replay methods, ``t.workspace()`` and ``t.kernel_args()`` do).
+
+    Kernels missing from Numba's cache compile partly in helper processes
+    (:mod:`tape._warm`): once one of the list compiles, the rest goes to the helpers and this
+    process works from the other end; a kernel that another process is compiling is loaded
+    from the cache when that one is done (``meanwhile()``, if given, runs before that wait:
+    other work to compile). ``speculate``: a forward kernel that compiled hands the op's
+    reverse kernel to a helper (:data:`tape._warm.SPECULATE`)."""
     dt = np.dtype(dtype)
     tab = TABLES.get(dt)
     if tab is None:
@@ -363,23 +369,54 @@ def prepare(codes, dtype, kinds=(FWD, REV)):
                 tab[k, c] = NOTHING
             else:
                 pending.append((k, c, fn))
-        helpers = []
-        while pending:
-            k, c, fn = pending.pop(0)
-            misses = sum(fn.stats.cache_misses.values())
-            _fill(tab, k, c, fn, dt)
-            compiled = sum(fn.stats.cache_misses.values()) > misses
-            if compiled and not helpers and len(pending) >= 2:
-                # Numba's cache lacks these kernels: other processes compile a share of the
-                # rest into it meanwhile (compiling holds the GIL and Numba's lock)
-                pending, helpers = _share(pending, dt)
-        for p, share in helpers:
-            try:
-                p.wait(timeout=_HELPER_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                p.kill()
-            for k, c, fn in share:  # a load from the cache, or a compile if the helper failed
-                _fill(tab, k, c, fn, dt)
+
+        def speculate_after(x):  # a forward kernel compiled: a helper takes the reverse one
+            k, c, _ = x
+            for k2 in _warm.SPECULATE.get(k, ()) if speculate else ():
+                if tab[k2, c] == 0 and function(KIND_NAMES[k2], c) is not None:
+                    _warm.submit([_warm.op_job(k2, c, dt)])
+
+        _warm.compile_all(
+            pending, lambda x: _warm.op_job(x[0], x[1], dt),
+            lambda x: _fill(tab, x[0], x[1], x[2], dt), speculate_after, meanwhile,
+        )  # fmt: skip
+
+
+def compile_kernel(kind, code, dtype):
+    """Compile op ``code``'s kernel of sweep ``kind`` for ``dtype`` into Numba's cache (or
+    find it there), without touching this process's table (a helper process's work)."""
+    dt = np.dtype(dtype)
+    fn = function(KIND_NAMES[kind], code)
+    if fn is not None:
+        fn.compile(SIGNATURES[(kind, dt)].args)
+
+
+def compile_unit(path, rev, dtype):
+    """Compile the fused loop ``unit`` of the unit module file ``path`` (reverse if ``rev``)
+    for ``dtype`` into Numba's cache, or find it there (a helper process's work)."""
+    import importlib.util
+    from pathlib import Path
+
+    name = Path(path).stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    mod.unit.compile(unit_signature_types(rev, np.dtype(dtype)))
+
+
+def serve_helper():
+    """A helper process of :mod:`tape._warm`: build the jobs named on standard input."""
+
+    def op(dtype, rest):
+        kind, code = (int(v) for v in rest.split(":"))
+        compile_kernel(kind, code, dtype)
+
+    def unit(dtype, rest):
+        rev, path = rest.split(" ", 1)
+        compile_unit(path, rev == "1", dtype)
+
+    _warm.serve({"op": op, "unit": unit})
 
 
 def _address(fn, sig, who):
@@ -398,54 +435,27 @@ def _address(fn, sig, who):
 
 
 def _fill(tab, k, c, fn, dt):
+    """Put ``fn``'s address in slot ``(k, c)``; returns whether Numba compiled it (it was not
+    in the cache)."""
+    misses = sum(fn.stats.cache_misses.values())
     addr = _address(fn, SIGNATURES[(k, dt)], f"the {KIND_NAMES[k]} sweeps")
     _FUNCS[(k, c, dt)] = fn
     tab[k, c] = addr
     if k == FWD:
         FWD_READY[dt][c] = 1
+    return sum(fn.stats.cache_misses.values()) > misses
 
 
-_HELPER_TIMEOUT = 600.0
-
-
-def compile_helpers() -> int:
-    """How many helper processes :func:`prepare` may start to compile kernels in parallel:
-    ``$TAPE_COMPILE_WORKERS`` if set (``0``: none), else one fewer than the CPUs, at most 4."""
-    v = os.environ.get("TAPE_COMPILE_WORKERS")
-    if v is not None:
-        try:
-            return max(0, int(v))
-        except ValueError:
-            return 0
-    return max(0, min(4, (os.cpu_count() or 1) - 1))
-
-
-def _share(pending, dt):
-    """Start helper processes (``python -m tape._warm``) on part of ``pending``: returns what
-    this process compiles itself and ``[(process, its share)]``."""
-    n = min(compile_helpers(), len(pending) - 1)
-    if n <= 0:
-        return pending, []
-    shares = [pending[j :: n + 1] for j in range(n + 1)]
-    env = dict(os.environ, TAPE_COMPILE_WORKERS="0")
-    helpers = []
-    for share in shares[1:]:
-        args = [f"{k}:{c}" for k, c, _ in share]
-        try:
-            p = subprocess.Popen(
-                [sys.executable, "-m", "tape._warm", dt.name, *args], env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-        except OSError:  # no process to spare: this one compiles everything
-            return pending, helpers
-        helpers.append((p, share))
-    return shares[0], helpers
-
-
-def prepare_tape(t, kinds=(FWD, REV), dtype=None):
+def prepare_tape(t, kinds=(FWD, REV), dtype=None, meanwhile=None):
     """:func:`prepare` the ops of tape ``t`` (its recorded entries) for its arena dtype."""
     codes = np.unique(t.entries[: t.n_entries, 0])
-    prepare(codes, t.dtype if dtype is None else dtype, kinds)
+    prepare(codes, t.dtype if dtype is None else dtype, kinds, meanwhile)
+
+
+def precompile(fn, args):
+    """Compile dispatcher ``fn`` (or load it from Numba's cache) for the types of ``args``,
+    as a call would, without calling it."""
+    fn.compile(tuple(fn.typeof_pyval(a) for a in args))
 
 
 def prepared(kind, code, dtype) -> bool:

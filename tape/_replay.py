@@ -21,6 +21,11 @@ class ReplayError(ValueError):
     """Raised when replay arguments do not match the recorded signature."""
 
 
+class CompileError(RuntimeError):
+    """A tape cannot be compiled (too many kinds of unit, Python callbacks, or not a recorded
+    tape); raised by :meth:`tape.Tape.compile` (:mod:`tape.compiled`)."""
+
+
 class GuardError(RuntimeError):
     """A replay would have taken another path than the recorded one.
 

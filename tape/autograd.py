@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape import _callbacks
-from tape._callbacks import FunctionCtx
-from tape._layout import B_KIND, LEAF
-from tape._tensor import Tensor
+from tape import _callbacks, _tensor
+from tape._layout import B_KIND, CONST, LEAF
+from tape._replay import ReplayError
+from tape._tensor import Tensor, no_grad
 
 __all__ = ["grad", "backward", "Function", "FunctionCtx"]
 
@@ -226,4 +226,180 @@ class Function(metaclass=_FunctionMeta):
         """Run ``forward`` on ``args`` and connect its outputs to the graph."""
         if kwargs:
             raise TypeError(f"{cls.__name__}.apply takes positional arguments only")
-        return _callbacks.apply(cls, args)
+        return _apply(cls, args)
+
+
+# ---------------------------------------------------------------- a Function call
+
+
+class Call:
+    """One recorded Function application: the class, the arguments (tensor positions hold
+    ``None``), the tensor inputs' buffers and dtypes, the outputs' buffers, shapes and
+    dtypes, and the eager call's context."""
+
+    __slots__ = ("fn", "args", "tensor_pos", "ins", "in_dtypes", "outs", "out_shapes",
+                 "out_dtypes", "out_pos", "ctx", "needs")  # fmt: skip
+
+    @property
+    def label(self):
+        """How entries and messages name the call."""
+        return f"{self.fn.__name__}.apply"
+
+    def forward(self, tp, data, tls):
+        """Run the Function's ``forward`` on the values in arena ``data``; write its outputs
+        there. The context is kept per thread for the backward that follows."""
+        args = list(self.args)
+        for k, b, dt in zip(self.tensor_pos, self.ins, self.in_dtypes):
+            args[k] = Tensor(np.array(tp.view(data, b), dtype=dt))
+        ctx = FunctionCtx(self.needs)
+        with no_grad():
+            res = self.fn.forward(ctx, *args)
+        outs = res if isinstance(res, (tuple, list)) else (res,)
+        if len(outs) <= self.out_pos[-1]:
+            raise _replay_error(self, f"returned {len(outs)} outputs")
+        for b, pos, shape in zip(self.outs, self.out_pos, self.out_shapes):
+            v = outs[pos]
+            v = v._peek() if isinstance(v, Tensor) else np.asarray(v)
+            if v.shape != shape:
+                raise _replay_error(self, f"output {pos} has shape {v.shape}, recorded {shape}")
+            tp.view(data, b)[...] = v
+        tls[id(self)] = ctx
+
+    def backward(self, tp, data, grad, need, ctx):
+        """Run the Function's ``backward`` on the outputs' adjoints and add what it returns to
+        the inputs' adjoints."""
+        if ctx is None:
+            raise RuntimeError(f"{self.fn.__name__}.backward: no forward ran on this thread")
+        gouts = []
+        for b, shape, dt in zip(self.outs, self.out_shapes, self.out_dtypes):
+            if need[b] and tp.bufs[b, B_KIND] != CONST:
+                gouts.append(Tensor(np.array(tp.view(grad, b), dtype=dt)))
+            elif ctx.materialize_grads:
+                gouts.append(Tensor(np.zeros(shape, dt)))
+            else:
+                gouts.append(None)
+        with no_grad():
+            res = self.fn.backward(ctx, *gouts)
+        gins = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+        n = len(self.args)
+        if len(gins) != n:
+            raise RuntimeError(
+                f"{self.fn.__name__}.backward returned an incorrect number of gradients "
+                f"(expected {n}, got {len(gins)})"
+            )
+        for k, b in zip(self.tensor_pos, self.ins):
+            g = gins[k]
+            if g is None or tp.bufs[b, B_KIND] == CONST or not need[b]:
+                continue
+            g = g._peek() if isinstance(g, Tensor) else np.asarray(g, np.float64)
+            tp.view(grad, b)[...] += _sum_to(self.fn.__name__, k, g, tp.shapes[b])
+
+
+def _sum_to(name, k, g, shape):
+    """``g`` summed down to ``shape`` where it was broadcast (as PyTorch accepts)."""
+    if g.shape == shape:
+        return g
+    try:
+        if np.broadcast_shapes(g.shape, shape) != g.shape:
+            raise ValueError
+    except ValueError:
+        raise RuntimeError(
+            f"{name}.backward: gradient {k} has shape {g.shape}, but input {k} has shape {shape}"
+        ) from None
+    lead = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(lead))) if lead else g
+    axes = tuple(a for a, s in enumerate(shape) if s == 1 and g.shape[a] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _replay_error(call, what):
+    return ReplayError(
+        f"{call.fn.__name__}.forward {what} at replay: a tape replays the shapes it recorded"
+    )
+
+
+class FunctionCtx:
+    """The ``ctx`` of :class:`tape.autograd.Function`'s ``forward`` and ``backward``."""
+
+    def __init__(self, needs=()):
+        self.needs_input_grad = tuple(needs)
+        self.saved_tensors = ()
+        self.non_differentiable = ()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        """Keep tensors (or None) for ``backward``, as ``ctx.saved_tensors``."""
+        for k, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(
+                    f"save_for_backward can only save tensors (or None), got {type(t).__name__} "
+                    f"at position {k}; keep other values as attributes of ctx"
+                )
+        self.saved_tensors = tuple(tensors)
+
+    def mark_non_differentiable(self, *tensors):
+        """Outputs that get no gradient (their adjoints in ``backward`` are zeros)."""
+        self.non_differentiable = tuple(tensors)
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors):
+        raise NotImplementedError(
+            "mark_dirty: in-place autograd.Functions are not supported; return a new tensor"
+        )
+
+
+def _apply(fn, args):
+    """``fn.apply(*args)``: run ``fn.forward`` now; record it when gradients or a recording
+    need it (see the module docstring)."""
+    grad_on = _tensor.is_grad_enabled()
+    rec, eager = _tensor.tapes_of(args)
+    needs = tuple(isinstance(a, Tensor) and a._rg and grad_on for a in args)
+    ctx = FunctionCtx(needs)
+    plain = [Tensor(a._peek()) if isinstance(a, Tensor) else a for a in args]
+    with no_grad():
+        res = fn.forward(ctx, *plain)
+    single = not isinstance(res, (tuple, list))
+    outs = (res,) if single else tuple(res)
+    if rec is None and not any(needs):
+        return res
+    tensors = [k for k, a in enumerate(args) if isinstance(a, Tensor)]
+    out_pos = [k for k, o in enumerate(outs) if isinstance(o, Tensor)]
+    if not out_pos:
+        if rec is not None:
+            raise NotImplementedError(
+                f"{fn.__name__}.forward returned no tensor: inside tape.record() a Function "
+                "must return tensors"
+            )
+        return res
+    target = rec if rec is not None else _tensor._union(eager, [args[k] for k in tensors])
+    for o in (outs[k] for k in out_pos):
+        if o.dtype.kind == "f" and o.dtype.itemsize > target.dtype.itemsize:
+            target.promote(o.dtype)
+    ins = [_tensor._buffer_in(target, args[k], grad_on) for k in tensors]
+    active = grad_on and any(
+        needs[k] or target.bufs[b, B_KIND] != CONST for k, b in zip(tensors, ins)
+    )
+    nondiff = {id(t) for t in ctx.non_differentiable}
+    call = Call()
+    call.fn = fn
+    call.args = tuple(None if isinstance(a, Tensor) else a for a in args)
+    call.tensor_pos = tensors
+    call.ins = ins
+    call.in_dtypes = [args[k].dtype for k in tensors]
+    call.out_pos = out_pos
+    call.ctx = ctx
+    call.needs = needs
+    result = list(outs)
+    diff = [active and outs[p].dtype.kind == "f" and id(outs[p]) not in nondiff for p in out_pos]
+    bufs = _callbacks.add_group(target, call, [outs[p]._peek() for p in out_pos], diff)
+    for pos, b, d in zip(out_pos, bufs, diff):
+        o = outs[pos]
+        if d:
+            result[pos] = Tensor._traced(target, b, tuple(o.shape), o.dtype, True, fn.__name__)
+        elif target.recording:  # recomputed at every replay, but no gradient: a leaf
+            result[pos] = Tensor._traced(target, b, tuple(o.shape), o.dtype, False, None)
+        else:
+            result[pos] = o  # eager: a plain tensor outside the graph, as in PyTorch
+    return result[0] if single else tuple(result)

@@ -115,7 +115,7 @@ class _Positions(NamedTuple):
 
 class _Call:
     """One checkpointed application on the enclosing tape (the interface of
-    :class:`tape._callbacks.Call`). Its output buffer holds every output of ``fn``, flat
+    :class:`tape.autograd.Call`). Its output buffer holds every output of ``fn``, flat
     (the outputs are views of it), so the group has ``ceil(inputs / 3)`` entries."""
 
     __slots__ = ("sub", "ins", "outs", "out_shapes", "out_dtypes", "ctx", "label", "_plan")

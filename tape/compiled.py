@@ -50,7 +50,7 @@ What the generated code does differently from the interpreter:
   accumulated; so is a leaf's, in a gradient (where the leaves' adjoints start from zero), by
   a vectorised reverse loop.
 - **Vectorised reverse loops.** A reverse run of ``_BLOCK_MIN`` elements or more, of ops
-  whose rules are plain arithmetic (``VECTOR``), goes in blocks: the loop over a block writes each input's adjoint contribution to a scratch array
+  whose rules are plain arithmetic (``Op.vectorises``), goes in blocks: the loop over a block writes each input's adjoint contribution to a scratch array
   and ORs a NaN test, and the adds into the adjoint arena follow in loops of their own. The
   main loop then has neither a store that may alias its loads (``x[1:]`` and ``x[:-1]`` add
   to one leaf) nor a branch, so LLVM vectorises it; a block that met a NaN (``0 * inf``
@@ -124,7 +124,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from tape import registry
+from tape import _warm, registry
 from tape._codegen import drivers_text
 from tape._config import KERNEL_JIT, UNIT_JIT
 from tape._dispatch import register_unit
@@ -146,6 +146,7 @@ from tape._layout import (
     LEAF,
     SAME,
 )
+from tape._replay import CompileError
 from tape.core import register_extension
 from tape.ops.elementwise import POW
 from tape.ops.reduce import SUM
@@ -162,16 +163,11 @@ AUTO_AFTER = 100
 """Automatic promotion: a tape recorded with ``compile="auto"`` (the default) is compiled at its
 ``AUTO_AFTER``-th replay."""
 
-CHEAP = frozenset(
-    "neg abs square add sub mul div maximum minimum less less_equal greater greater_equal "
-    "equal not_equal where clip relu stop_gradient".split()
-)
-"""Elementwise ops a fused reverse loop recomputes from their inputs rather than storing their
-values in the forward loop (a load costs more than the arithmetic)."""
-
-VECTOR = CHEAP | {"sqrt", "sign", "reciprocal"}
-"""Elementwise ops whose rules are arithmetic LLVM vectorises; a fused reverse loop runs in
-blocks (``_block_loop``) only if all its ops are."""
+# What a fused loop does with an op comes from its record (:class:`tape.registry.Op`):
+# ``cheap`` ops' values are recomputed by the reverse loop rather than stored by the forward
+# one (a load costs more than the arithmetic); a reverse loop runs in blocks (``_block_loop``)
+# only if all its ops ``vectorise``; an open fused group moves past a kernel op's entry
+# unless it ``may_stop`` the sweep.
 
 _BLOCK = 1024
 """Elements per block of a fused reverse loop (``_block_loop``): its scratch arrays (one per
@@ -185,7 +181,7 @@ _SHIFT_MAX = 64
 _BLOCK_MIN = 64
 """Fused reverse loops shorter than this run element by element (``_element_loop``): no
 scratch arrays to allocate, and too short for vector code to pay. So do loops with an op
-outside ``VECTOR``."""
+that does not vectorise (``Op.vectorises``)."""
 
 _SHORT_SUM = 16
 """A folded sum over at most this many elements is added up in the unit itself: a call to
@@ -225,9 +221,6 @@ _OPEN_GROUPS = 8
 """Fused groups that stay open at once while the tape is cut into units (see
 :meth:`_Plan._group`): the oldest is placed when another opens."""
 
-_NEVER_STOP = frozenset({"matmul", "sum", "max", "min", "prod", "copy"})
-"""Kernel ops whose forward never stops the sweep: an open fused group may sink past them."""
-
 _TABLES = re.compile(r"\b(entries|bufs)\b")
 """A unit's code that reads the tape's entry or buffer table."""
 
@@ -240,10 +233,6 @@ STALE_POOL = (
     "integer pool lacks the compiled tables); take them again with t.kernel_args() or "
     "t.workspace(), or run them with tape.kernels (the interpreter)"
 )
-
-
-class CompileError(RuntimeError):
-    """A tape cannot be compiled (too many kinds of unit, or not a recorded tape)."""
 
 
 _CALLBACK_OP = registry.Op(name="callback", kind="kernel", fwd=None, rev=(None,))
@@ -612,7 +601,7 @@ class _Plan:
                     continue
                 fj = self.fusable(j)
                 if (
-                    self.ops[j].name not in CHEAP or len(src.entries) < 2 or src.fold >= 0
+                    not self.ops[j].cheap or len(src.entries) < 2 or src.fold >= 0
                     or int(B[o, B_SIZE]) != cur.n or (fj[0] and rows and fj[0] != rows)
                 ):  # fmt: skip
                     continue
@@ -675,7 +664,7 @@ class _Plan:
                 g.rows, g.fold_rows, g.fold = by[0], by[1], i
                 producer[int(owner[o])] = g
             else:
-                stop = op.kind == "kernel" and op.name not in _NEVER_STOP
+                stop = op.kind == "kernel" and op.may_stop
                 place(np.inf if stop else last)
                 units.append(_Call(i))
                 stops += stop
@@ -997,7 +986,7 @@ class _Gen:
             return True
         if g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]]) and not self.sums_by_blocks(g):
             return True  # summed by a second pass over the arena (long loops sum by blocks)
-        cheap = p.ops[i].name in CHEAP or self.int_power(i) is not None
+        cheap = p.ops[i].cheap or self.int_power(i) is not None
         return not cheap and bool(p.emask[i])
 
     @staticmethod
@@ -1022,7 +1011,7 @@ class _Gen:
         """Entry ``i``'s rules are plain arithmetic, which LLVM vectorises (a call to ``exp``,
         ``tanh`` or ``pow`` is a call per element: a loop that makes one gains nothing from
         running in blocks, and its vector code costs compile time)."""
-        return self.p.ops[i].name in VECTOR or self.int_power(i) is not None
+        return self.p.ops[i].vectorises or self.int_power(i) is not None
 
     def value(self, i, args):
         """The expression of entry ``i``'s value from its operands ``args``."""
@@ -1925,9 +1914,22 @@ def compile_tape(t):
     Numba compiles it on first call) and the integer pool its sweeps take in place of
     ``t.ipool``."""
     source, pool, extra, units, cells = generate(t)
-    loops = {name: unit_module(text).unit for name, text in units.items()}
-    for at, name, rev in cells:  # the loop's id in this process's unit table
-        pool[at] = -register_unit(loops[name], rev, t.dtype)
+    mods = {name: unit_module(text) for name, text in units.items()}
+    rev_of = {name: rev for _, name, rev in cells}
+    ids = {}
+
+    def build(name):  # the loop's id in this process's unit table; whether Numba compiled it
+        fn = mods[name].unit
+        misses = sum(fn.stats.cache_misses.values())
+        ids[name] = register_unit(fn, rev_of[name], t.dtype)
+        return sum(fn.stats.cache_misses.values()) > misses
+
+    # loops missing from Numba's cache compile partly in helper processes (tape._warm)
+    _warm.compile_all(
+        list(mods), lambda name: _warm.unit_job(mods[name].__file__, rev_of[name], t.dtype), build
+    )
+    for at, name, _ in cells:
+        pool[at] = -ids[name]
     mod = load_module(source, "tape_compiled", extra)
     if units:  # t.compiled_source: the whole listing
         mod.SOURCE = "\n\n\n".join(

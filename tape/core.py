@@ -44,6 +44,7 @@ from tape._layout import (
     LEAF,
 )
 from tape._replay import (
+    CompileError,
     GuardError,
     Signature,
     buffer_reader,
@@ -57,7 +58,9 @@ FORMAT_VERSION = 1
 
 _EXTENSIONS: dict = {}
 """Replays that sit on top of the tape register themselves here (``"gradient_batch"`` by
-:mod:`tape.batch`, ``"to_cuda"`` by :mod:`tape.cuda`), so this module imports neither."""
+:mod:`tape.batch`, ``"compile"`` by :mod:`tape.compiled`; ``"to_cuda"`` and
+``"derivatives"``, loaders of :mod:`tape.cuda` and :mod:`tape.derivatives`, by the package),
+so this module imports none of them."""
 
 
 def register_extension(name, fn):
@@ -175,7 +178,8 @@ class Tape:
     grad = None  # the adjoint arena, made by the first reverse sweep
     n_entries = n_bufs = n_ipool = n_data = 0
     _freed = None  # eager: bool per buffer, True once a backward without retain_graph used it
-    callbacks = None  # {call id: tape._callbacks.Call}: autograd.Function calls
+    speculate = True  # an op's first use here starts the compile of its reverse kernel
+    callbacks = None  # {call id: tape.autograd.Call}: autograd.Function calls
     recording = False
     _lift = None  # a tape.checkpoint sub-tape being recorded: what becomes an input
     closed = False  # set by an eager backward: new leaf expressions start elsewhere
@@ -358,7 +362,7 @@ class Tape:
                 p = self.intern(attr)
         n = len(ins)
         if not _dispatch.FWD_READY[self.dtype][code]:  # the op's first use in this process
-            _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,))
+            _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate)
         status = S.emit(
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
@@ -550,12 +554,14 @@ class Tape:
             ],
         )
 
-    def _kernels_ready(self, sw):
+    def _kernels_ready(self, sw, meanwhile=None):
         """Put the op kernels that a replay through ``sw`` calls in the dispatch table
         (:func:`tape._dispatch.prepare`): every op's forward and reverse kernel for the
-        interpreter, the few a compiled module calls for a compiled tape (``TABLE_CALLS``)."""
+        interpreter, the few a compiled module calls for a compiled tape (``TABLE_CALLS``).
+        ``meanwhile()`` (the replay's driver compile) runs before waiting for kernels that
+        helper processes are compiling."""
         if sw is S or isinstance(sw, CallbackSweeps):
-            _dispatch.prepare_tape(self)
+            _dispatch.prepare_tape(self, meanwhile=meanwhile)
             self._interp_ready = True
         else:
             for kind, code in sw.TABLE_CALLS:
@@ -622,12 +628,14 @@ class Tape:
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
         elif grad:
             sw, pool = self._run_with
-            if sw is not self._compiled_ready and not self._interp_ready:
-                self._kernels_ready(sw)
-            status = sw.forward_backward(
+            call = (
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
+            if sw is not self._compiled_ready and not self._interp_ready:
+                # the driver compiles while helper processes compile op kernels
+                self._kernels_ready(sw, lambda: _dispatch.precompile(sw.forward_backward, call))
+            status = sw.forward_backward(*call)
         else:
             interp_sw = self._segments if self.callbacks else S
             sw, pool = (interp_sw, self.ipool) if interp else self._run_with
@@ -818,12 +826,14 @@ class Tape:
             ws.ok = False
             self._load_args(ws, args)
             sw, pool = self._run_with
-            if sw is not self._compiled_ready and not self._interp_ready:
-                self._kernels_ready(sw)
-            status = sw.forward_backward(
+            call = (
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
+            if sw is not self._compiled_ready and not self._interp_ready:
+                # the driver compiles while helper processes compile op kernels
+                self._kernels_ready(sw, lambda: _dispatch.precompile(sw.forward_backward, call))
+            status = sw.forward_backward(*call)
             if status < 0:
                 ws.ok = True
                 v = ws.grad_views
@@ -887,43 +897,31 @@ class Tape:
         """``(value, tangent)``: outputs at ``args`` and their derivative along ``tangents``
         (one array per differentiated argument), by forward mode
         (:func:`tape.derivatives.jvp`)."""
-        from tape import derivatives
-
-        return derivatives.jvp(self, *args, tangents=tangents)
+        return _EXTENSIONS["derivatives"]().jvp(self, *args, tangents=tangents)
 
     def vjp(self, *args, cotangent):
         """``(value, grads)``: outputs at ``args`` and ``J^T cotangent``, structured like
         :meth:`gradient` (:func:`tape.derivatives.vjp`)."""
-        from tape import derivatives
-
-        return derivatives.vjp(self, *args, cotangent=cotangent)
+        return _EXTENSIONS["derivatives"]().vjp(self, *args, cotangent=cotangent)
 
     def jacobian(self, *args, mode="auto", sparse=False):
         """Jacobian at ``args``: ``mode`` ``"auto"``, ``"fwd"`` or ``"rev"``; ``sparse=True``
         gives a ``scipy.sparse.csr_matrix`` by colouring (:func:`tape.derivatives.jacobian`)."""
-        from tape import derivatives
-
-        return derivatives.jacobian(self, *args, mode=mode, sparse=sparse)
+        return _EXTENSIONS["derivatives"]().jacobian(self, *args, mode=mode, sparse=sparse)
 
     def hessian(self, *args, sparse=False):
         """Hessian of the scalar output at ``args`` by forward-over-reverse
         (:func:`tape.derivatives.hessian`)."""
-        from tape import derivatives
-
-        return derivatives.hessian(self, *args, sparse=sparse)
+        return _EXTENSIONS["derivatives"]().hessian(self, *args, sparse=sparse)
 
     def hvp(self, *args, v):
         """Hessian-vector product at ``args``, structured like :meth:`gradient`
         (:func:`tape.derivatives.hvp`)."""
-        from tape import derivatives
-
-        return derivatives.hvp(self, *args, v=v)
+        return _EXTENSIONS["derivatives"]().hvp(self, *args, v=v)
 
     def sparsity(self, *args):
         """Jacobian and Hessian sparsity patterns (:func:`tape.derivatives.sparsity`)."""
-        from tape import derivatives
-
-        return derivatives.sparsity(self, *args)
+        return _EXTENSIONS["derivatives"]().sparsity(self, *args)
 
     def to(self, device, **kwargs):
         """``"cuda"`` / ``"cuda:N"``: a :class:`tape.cuda.CudaTape` replaying this tape on an
@@ -947,8 +945,6 @@ class Tape:
         (needing more than ``tape.compiled.MAX_UNIT_KINDS`` kinds of unit)."""
         self._check_replay()
         if self.callbacks and not python_free(self):
-            from tape.compiled import CompileError
-
             refuse(self, "compile()", CompileError)
         with _PREPARE_LOCK:  # one compile, however many threads promote at once
             if self.tier == "interpreter":
@@ -991,7 +987,7 @@ class Tape:
         try:
             self.compile()
         except Exception as e:  # noqa: BLE001  (a replay must not fail because promotion did)
-            if type(e).__name__ != "CompileError":
+            if not isinstance(e, CompileError):
                 warnings.warn(
                     f"tape: compiling this tape failed, it stays on the interpreter ({e!r})",
                     RuntimeWarning, stacklevel=4,

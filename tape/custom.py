@@ -65,7 +65,7 @@ from tape._layout import B_KIND, CONST
 
 class _Call:
     """One recorded application of a :class:`CustomOp` (the interface of
-    :class:`tape._callbacks.Call`)."""
+    :class:`tape.autograd.Call`)."""
 
     __slots__ = ("fn", "ins", "in_shapes", "outs", "out_shapes", "out_dtypes", "ctx")
     compiled_ok = True  # the compiled tier calls fwd and vjp from generated code

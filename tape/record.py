@@ -94,6 +94,7 @@ def record(
         dtype = float32 if floats and all(d == float32 for d in floats) else float64
     t = Tape(dtype)
     t.recording = True
+    t.speculate = compile is not True  # a compiled tape runs few of the ops' reverse kernels
     try:
         names = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):

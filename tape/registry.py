@@ -147,6 +147,17 @@ class Op:
         ops whose element pairs would be many more than their elements, as matmul's). ``pairs``: ``[(k, groups_k, elems_k, l,
         groups_l, elems_l)]``, elements of inputs ``k`` and ``l`` in the same group interact
         nonlinearly (a nonzero second partial). Used by :mod:`tape.sparse`.
+    cheap : bool
+        Elementwise ops whose value a fused reverse loop of the compiled tier recomputes from
+        the inputs rather than storing it in the forward loop (the arithmetic costs less than
+        a load). Implies ``vectorises``.
+    vectorises : bool
+        Elementwise ops whose rules are arithmetic that LLVM vectorises: a fused reverse loop
+        of such ops runs in blocks (:mod:`tape.compiled`).
+    may_stop : bool
+        Kernel ops: an entry's forward kernel may reject its data and stop the sweep (a guard,
+        a gather index, a singular matrix). ``False`` lets the compiled tier move a fused loop
+        past the entry. Elementwise ops never stop.
     module : str
         Module that defined the op (for the code generator's imports).
     code : int
@@ -180,6 +191,9 @@ class Op:
     jvp: Callable | str | None = None
     hvp: Callable | str | None = None
     sparsity: Callable | None = None
+    cheap: bool = False
+    vectorises: bool = False
+    may_stop: bool = True
     module: str = ""
     fwd_name: str = ""
     rev_names: tuple = ()
@@ -246,7 +260,8 @@ def elementwise(kind, name, fwd, *rev, module="", names=None, check=None, hess=N
             rev_names=rev_names,
             check=check,
             hess=hess,
-            **facts,
+            may_stop=False,
+            **dict(facts, vectorises=facts.get("vectorises", False) or facts.get("cheap", False)),
         )
     )
 

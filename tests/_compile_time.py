@@ -9,6 +9,8 @@ the run.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 
@@ -17,6 +19,7 @@ from numba.core import event
 _state = threading.local()
 _totals: dict[str, float] = {}
 _current = [None]  # nodeid of the running test (None between tests: fixtures of a module)
+_by_function: dict[str, float] = {}  # outermost compiled function -> seconds
 
 
 class _Listener(event.Listener):
@@ -24,13 +27,17 @@ class _Listener(event.Listener):
         depth = getattr(_state, "depth", 0)
         if depth == 0:
             _state.t0 = time.perf_counter()
+            py = getattr(ev.data.get("dispatcher"), "py_func", None)
+            _state.name = f"{getattr(py, '__module__', '?')}.{getattr(py, '__qualname__', '?')}"
         _state.depth = depth + 1
 
     def on_end(self, ev):
         _state.depth -= 1
         if _state.depth == 0:
             key = _current[0] or "(outside a test: collection, fixtures)"
-            _totals[key] = _totals.get(key, 0.0) + time.perf_counter() - _state.t0
+            dt = time.perf_counter() - _state.t0
+            _totals[key] = _totals.get(key, 0.0) + dt
+            _by_function[_state.name] = _by_function.get(_state.name, 0.0) + dt
 
 
 def install():
@@ -46,9 +53,17 @@ def end():
 
 
 def report(write, n=20):
-    """Write the ``n`` tests that compiled longest, and the total, with ``write(line)``."""
+    """Write the ``n`` tests that compiled longest, and the total, with ``write(line)``.
+
+    With ``TAPE_COMPILE_TIMES=FILE`` set, every test's and every outermost compiled
+    function's seconds are also written to ``FILE`` as JSON (``{"tests": ..., "functions":
+    ...}``), for a look at where a whole run's compile time goes."""
     if not _totals:
         return
+    dump = os.environ.get("TAPE_COMPILE_TIMES")
+    if dump:
+        with open(dump, "w") as fh:
+            json.dump({"tests": _totals, "functions": _by_function}, fh, indent=0)
     total = sum(_totals.values())
     write(f"Numba compile time in this process: {total:.1f} s; the {n} longest:")
     for key, s in sorted(_totals.items(), key=lambda kv: -kv[1])[:n]:

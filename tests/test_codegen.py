@@ -8,6 +8,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -200,26 +201,130 @@ def test_ops_import_nothing_above_them(path):
 
 HELPERS_CHILD = """
 import numpy as np
-from tape import _dispatch as D
+from tape import _dispatch as D, _warm as W
 from tape.registry import BY_NAME
-names = ["neg", "abs", "square", "sqrt"]
-D.prepare([BY_NAME[n].code for n in names], np.float64, (D.FWD,))
-fns = [D.function("fwd", BY_NAME[n].code) for n in names]
-hits = [sum(f.stats.cache_hits.values()) for f in fns]
-misses = [sum(f.stats.cache_misses.values()) for f in fns]
-assert all(D.prepared(D.FWD, BY_NAME[n].code, np.float64) for n in names)
-print(hits, misses)
+
+def stats(names, kind):
+    fns = [D.function(D.KIND_NAMES[kind], BY_NAME[n].code) for n in names]
+    return ([sum(f.stats.cache_hits.values()) for f in fns],
+            [sum(f.stats.cache_misses.values()) for f in fns])
+
+# a helper compiles square and sqrt while this process holds sqrt's lock: it skips sqrt
+held = W.JobLock(W.op_job(D.FWD, BY_NAME["sqrt"].code, np.float32))  # any dtype's
+assert held.try_acquire()
+assert W.submit([W.op_job(D.FWD, BY_NAME[n].code, np.float64) for n in ("square", "sqrt")])
+W.drain()
+held.release()
+D.prepare([BY_NAME[n].code for n in ("square", "sqrt")], np.float64, (D.FWD,))
+print(stats(["square", "sqrt"], D.FWD))
+
+# eager mode's first use of an op compiles its forward kernel here, and its reverse kernel
+# goes to a helper at once: after the helper is done, backward() loads it from the cache
+import tape as tp
+x = tp.tensor(np.linspace(0.1, 0.9, 5), requires_grad=True)
+y = tp.sinh(x)
+W.drain()
+y.sum().backward()
+assert np.allclose(x.grad.numpy(), np.cosh(np.linspace(0.1, 0.9, 5)), rtol=1e-14)
+print((stats(["sinh"], D.FWD), stats(["sinh"], D.REV)))
 """
 
 
-def test_helper_processes_compile_a_share_of_cold_kernels(tmp_path):
-    # an empty cache: this process compiles the first kernel, sees it was cold, and a helper
-    # process compiles every other one of the rest into Numba's cache, which this one loads
+def test_helper_processes_compile_cold_kernels_into_the_cache(tmp_path):
+    # an empty Numba cache and one helper allowed
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), TAPE_COMPILE_WORKERS="1")
     r = subprocess.run(
         [sys.executable, "-c", HELPERS_CHILD], env=env, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr
-    hits, misses = ast.literal_eval(r.stdout.strip().replace("] [", "], ["))
-    # neg compiled here; abs and sqrt compiled here too; square loaded from the helper's work
-    assert misses == [1, 1, 0, 1] and hits == [0, 0, 1, 0], (hits, misses)
+    lines = [ast.literal_eval(line) for line in r.stdout.strip().splitlines()]
+    # square: the helper's work, a cache hit here; sqrt: locked, so the helper left it
+    assert lines[0] == ([1, 0], [0, 1]), lines[0]
+    # sinh: forward compiled here, reverse compiled by the helper, loaded here
+    assert lines[1] == (([0], [1]), ([1], [0])), lines[1]
+
+
+def _waits_on_a_flock(pid):
+    with open("/proc/locks") as fh:  # a blocked waiter's line reads "N: -> FLOCK ... PID ..."
+        return any("->" in ln and "FLOCK" in ln and f" {pid} " in ln for ln in fh)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads Linux's /proc/locks")
+def test_a_kernel_locked_by_another_process_is_waited_for_and_then_loaded(tmp_path):
+    # another process compiling cos's forward kernel holds its lock: a process that needs the
+    # kernel waits for it, then compiles it or loads it from the cache
+    from tape import _warm
+    from tape.registry import BY_NAME
+
+    code = BY_NAME["cos"].code
+    lock = _warm.JobLock(_warm.op_job(0, code, np.float64))
+    assert lock.try_acquire()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time, numpy as np; from tape import _dispatch as D; "
+             f"D.prepare([{code}], np.float64, (D.FWD,)); print(D.prepared(D.FWD, {code}, "
+             "np.float64), time.time())"],
+            env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path)), stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        deadline = time.time() + 120
+        while not _waits_on_a_flock(child.pid):
+            assert child.poll() is None, "the kernel was prepared while its lock was held"
+            assert time.time() < deadline, "the child never waited for the lock"
+            time.sleep(0.05)
+        released = time.time()
+    finally:
+        lock.release()
+    out, _ = child.communicate(timeout=300)
+    ready, done = out.split()
+    assert child.returncode == 0 and ready == "True" and float(done) >= released
+
+
+def test_op_records_say_what_the_compiled_tier_asks():
+    # cheap implies vectorises; elementwise ops never stop a sweep; an op that can describe
+    # a rejected input, or a guard, may stop it
+    for op in registry.OPS:
+        assert not op.cheap or op.vectorises, op.name
+        if op.kind != "kernel":
+            assert not op.may_stop, op.name
+        elif op.guard or op.describe_failure is not None:
+            assert op.may_stop, op.name
+    assert registry.BY_NAME["add"].cheap and not registry.BY_NAME["exp"].vectorises
+    assert not registry.BY_NAME["cumsum"].may_stop and registry.BY_NAME["take"].may_stop
+
+
+UNITS_CHILD = """
+import numpy as np
+import tape as tp
+from tape import _warm as W, compiled as C
+
+C.INLINE_KINDS = 0  # every fused loop in a unit module of its own
+
+def f(x, w):
+    h = tp.sin(x) * x + 1.0
+    return (tp.tanh(h @ w) ** 2).sum()
+
+x, w = np.linspace(0.1, 0.9, 12).reshape(3, 4), np.linspace(-1, 1, 8).reshape(4, 2)
+t = tp.record(f, x, w, compile=False)
+want = t.gradient(x, w)
+# a helper compiles the tape's fused loops into Numba's cache; this process loads them
+_, _, _, units, cells = C.generate(t)
+rev = {name: r for _, name, r in cells}
+mods = {name: C.unit_module(text) for name, text in units.items()}
+assert W.submit([W.unit_job(m.__file__, rev[n], t.dtype) for n, m in mods.items()])
+W.drain()
+t.compile()
+got = t.gradient(x, w)
+assert all(np.allclose(a, b, rtol=1e-12, atol=0) for a, b in zip(got, want))
+print(len(mods), sum(sum(m.unit.stats.cache_hits.values()) for m in mods.values()),
+      sum(sum(m.unit.stats.cache_misses.values()) for m in mods.values()))
+"""
+
+
+def test_a_helper_process_compiles_a_tapes_fused_loops_into_the_cache(tmp_path):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               TAPE_CACHE_DIR=str(tmp_path / "tape"), TAPE_COMPILE_WORKERS="1")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", UNITS_CHILD], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    n, hits, misses = (int(v) for v in r.stdout.split())
+    assert n >= 2 and hits == n and misses == 0, (n, hits, misses)

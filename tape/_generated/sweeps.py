@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a0b83c5c43d9f8ead0f43ea1bb7947cafb85e1f162422b4b25b66307eddc4cbd"
+FINGERPRINT = "4a4a60eb6a5354f8a33a94e0c61641ece3d9a91eb7d3ac6b0dc782b95a00c685"
 
 import numpy as np
 from numba import njit, prange

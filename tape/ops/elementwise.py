@@ -268,16 +268,17 @@ def _ref_zero(*xs):
 
 # Keyword facts of a line (see tape.registry.Op): ``operators`` / ``reflected``, the Tensor
 # operators that record the op; ``method``, whether ``tape.<name>`` is a Tensor method too;
+# ``cheap`` and ``vectorises``, what the compiled tier's fused loops do with it;
 # ``dtype``, the result dtype rule; ``kinks`` and ``masks``, how the tests sample inputs.
 KINK_AT_ZERO = ((1,),)  # the derivative jumps where x0 == 0
 KINK_AT_TIES = ((1, -1),)  # ... where x0 == x1
 
 # fmt: off
 # name        forward                         reverse (x0, y, gy) -> contribution      reference
-unary("neg",     lambda x0: -x0,              lambda x0, y, gy: -gy,                   np.negative, operators=("__neg__",), exact_ref=True)
-unary("abs",     lambda x0: np.abs(x0),       lambda x0, y, gy: gy * np.sign(x0),      np.abs, operators=("__abs__",), kinks=KINK_AT_ZERO, exact_ref=True)
-unary("square",  lambda x0: x0 * x0,          lambda x0, y, gy: 2.0 * x0 * gy,         np.square, h=lambda x0, y: 2.0, exact_ref=True)
-unary("sqrt",    lambda x0: np.sqrt(x0),      lambda x0, y, gy: 0.5 * gy / y,          np.sqrt, (0.1, 3.0), h=lambda x0, y: -0.25 / (x0 * y), exact_ref=True)
+unary("neg",     lambda x0: -x0,              lambda x0, y, gy: -gy,                   np.negative, operators=("__neg__",), exact_ref=True, cheap=True)
+unary("abs",     lambda x0: np.abs(x0),       lambda x0, y, gy: gy * np.sign(x0),      np.abs, operators=("__abs__",), kinks=KINK_AT_ZERO, exact_ref=True, cheap=True)
+unary("square",  lambda x0: x0 * x0,          lambda x0, y, gy: 2.0 * x0 * gy,         np.square, h=lambda x0, y: 2.0, exact_ref=True, cheap=True)
+unary("sqrt",    lambda x0: np.sqrt(x0),      lambda x0, y, gy: 0.5 * gy / y,          np.sqrt, (0.1, 3.0), h=lambda x0, y: -0.25 / (x0 * y), exact_ref=True, vectorises=True)
 unary("exp",     lambda x0: vm.exp(x0),       lambda x0, y, gy: gy * y,                np.exp, h=lambda x0, y: y)
 unary("log",     lambda x0: vm.log(x0),       lambda x0, y, gy: gy / x0,               np.log, (0.1, 3.0), h=lambda x0, y: -1.0 / (x0 * x0))
 unary("log1p",   lambda x0: np.log1p(x0),     lambda x0, y, gy: gy / (1.0 + x0),       np.log1p, (-0.5, 3.0), h=lambda x0, y: -1.0 / ((1.0 + x0) * (1.0 + x0)))
@@ -291,7 +292,7 @@ unary("cosh",    lambda x0: np.cosh(x0),      lambda x0, y, gy: gy * np.sinh(x0)
 unary("arctan",  lambda x0: np.arctan(x0),    lambda x0, y, gy: gy / (1.0 + x0 * x0),  np.arctan, h=lambda x0, y: -2.0 * x0 / ((1.0 + x0 * x0) * (1.0 + x0 * x0)))
 unary("sigmoid", _sigmoid,                    lambda x0, y, gy: gy * y * (1.0 - y),    _ref_sigmoid, (-4.0, 4.0), h=lambda x0, y: y * (1.0 - y) * (1.0 - 2.0 * y))
 unary("relu",    lambda x0: np.maximum(x0, 0.0),
-                                              lambda x0, y, gy: gy if x0 > 0.0 else 0.0, _ref_relu, kinks=KINK_AT_ZERO)
+                                              lambda x0, y, gy: gy if x0 > 0.0 else 0.0, _ref_relu, kinks=KINK_AT_ZERO, cheap=True)
 unary("softplus", _softplus,                  lambda x0, y, gy: gy * sigmoid_scalar(x0), _ref_softplus, (-4.0, 4.0),
       h=lambda x0, y: sigmoid_scalar(x0) * (1.0 - sigmoid_scalar(x0)))
 unary("erf",     lambda x0: math.erf(x0),     lambda x0, y, gy: gy * TWO_OVER_SQRT_PI * np.exp(-x0 * x0), _ref_erf,
@@ -313,7 +314,7 @@ unary("log10",   lambda x0: np.log10(x0),     lambda x0, y, gy: gy / (x0 * LN10)
 unary("exp2",    lambda x0: np.exp2(x0),      lambda x0, y, gy: gy * y * LN2,          np.exp2, h=lambda x0, y: y * LN2 * LN2)
 unary("cbrt",    lambda x0: np.cbrt(x0),      lambda x0, y, gy: gy / (3.0 * y * y),    np.cbrt, (0.2, 3.0), h=lambda x0, y: -2.0 / (9.0 * y ** 5))
 unary("reciprocal", lambda x0: 1.0 / x0,      lambda x0, y, gy: -gy * y * y,           np.reciprocal, (0.5, 2.0), h=lambda x0, y: 2.0 * y * y * y,
-      exact_ref=True)
+      exact_ref=True, vectorises=True)
 unary("lgamma",  lambda x0: math.lgamma(x0),  lambda x0, y, gy: gy * digamma_scalar(x0), _ref_lgamma, (0.3, 5.0),
       h=lambda x0, y: trigamma_scalar(x0))
 unary("digamma", _digamma,                    lambda x0, y, gy: gy * trigamma_scalar(x0), _ref_digamma, (0.3, 5.0),
@@ -322,25 +323,25 @@ unary("erfinv",  _erfinv,                     lambda x0, y, gy: gy / (TWO_OVER_S
       h=lambda x0, y: 2.0 * y / ((TWO_OVER_SQRT_PI * np.exp(-y * y)) * (TWO_OVER_SQRT_PI * np.exp(-y * y))), tol=(1e-10, 1e-12))
 # Piecewise constant: a zero gradient (not none: the result still requires grad, as in NumPy
 # and PyTorch); sampled away from their jumps.
-unary("sign",    lambda x0: np.sign(x0),      lambda x0, y, gy: 0.0,                   np.sign, kinks=KINK_AT_ZERO)
+unary("sign",    lambda x0: np.sign(x0),      lambda x0, y, gy: 0.0,                   np.sign, kinks=KINK_AT_ZERO, vectorises=True)
 unary("floor",   lambda x0: np.floor(x0),     lambda x0, y, gy: 0.0,                   np.floor, (0.1, 0.9))
 unary("ceil",    lambda x0: np.ceil(x0),      lambda x0, y, gy: 0.0,                   np.ceil, (0.1, 0.9))
 unary("round",   lambda x0: np.rint(x0),      lambda x0, y, gy: 0.0,                   np.round, (0.1, 0.4))
 unary("trunc",   lambda x0: np.trunc(x0),     lambda x0, y, gy: 0.0,                   np.trunc, (0.1, 0.9))
 # The value, recomputed at every replay, with no gradient (``detach`` inside a recording).
-unary("stop_gradient", lambda x0: x0,         None,                                    _ref_identity)
+unary("stop_gradient", lambda x0: x0,         None,                                    _ref_identity, cheap=True)
 
 # name       forward                        reverse input 0 (x0, x1, y, gy)       reverse input 1                      reference
 binary("add",     lambda x0, x1: x0 + x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: gy,            np.add,
-       operators=("__add__",), reflected=("__radd__",), exact_ref=True)
+       operators=("__add__",), reflected=("__radd__",), exact_ref=True, cheap=True)
 binary("sub",     lambda x0, x1: x0 - x1,   lambda x0, x1, y, gy: gy,             lambda x0, x1, y, gy: -gy,           np.subtract,
-       operators=("__sub__",), reflected=("__rsub__",), exact_ref=True)
+       operators=("__sub__",), reflected=("__rsub__",), exact_ref=True, cheap=True)
 binary("mul",     lambda x0, x1: x0 * x1,   lambda x0, x1, y, gy: gy * x1,        lambda x0, x1, y, gy: gy * x0,       np.multiply,
-       operators=("__mul__",), reflected=("__rmul__",), h=(None, lambda x0, x1, y: 1.0, None), exact_ref=True)
+       operators=("__mul__",), reflected=("__rmul__",), h=(None, lambda x0, x1, y: 1.0, None), exact_ref=True, cheap=True)
 # true division: integers divide to float64
 binary("div",     lambda x0, x1: x0 / x1,   lambda x0, x1, y, gy: gy / x1,        lambda x0, x1, y, gy: -gy * y / x1,  np.divide, (0.5, 2.0),
        operators=("__truediv__",), reflected=("__rtruediv__",), dtype="float", exact_ref=True,
-       h=(None, lambda x0, x1, y: -1.0 / (x1 * x1), lambda x0, x1, y: 2.0 * y / (x1 * x1)))
+       h=(None, lambda x0, x1, y: -1.0 / (x1 * x1), lambda x0, x1, y: 2.0 * y / (x1 * x1)), cheap=True)
 binary("pow",     _pow,
        lambda x0, x1, y, gy: 0.0 if x1 == 0.0 else gy * x1 * x0 ** (x1 - 1.0),
        lambda x0, x1, y, gy: 0.0 if x0 == 0.0 else gy * y * np.log(x0),                                     np.power, (0.5, 2.0),
@@ -351,11 +352,11 @@ binary("pow",     _pow,
 binary("maximum", lambda x0, x1: np.maximum(x0, x1),
        lambda x0, x1, y, gy: gy if x0 > x1 else (0.5 * gy if x0 == x1 else 0.0),
        lambda x0, x1, y, gy: gy if x1 > x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.maximum,
-       method=True, kinks=KINK_AT_TIES, exact_ref=True)
+       method=True, kinks=KINK_AT_TIES, exact_ref=True, cheap=True)
 binary("minimum", lambda x0, x1: np.minimum(x0, x1),
        lambda x0, x1, y, gy: gy if x0 < x1 else (0.5 * gy if x0 == x1 else 0.0),
        lambda x0, x1, y, gy: gy if x1 < x0 else (0.5 * gy if x0 == x1 else 0.0),                            np.minimum,
-       method=True, kinks=KINK_AT_TIES, exact_ref=True)
+       method=True, kinks=KINK_AT_TIES, exact_ref=True, cheap=True)
 binary("arctan2", lambda x0, x1: np.arctan2(x0, x1),
        lambda x0, x1, y, gy: gy * x1 / (x0 * x0 + x1 * x1),
        lambda x0, x1, y, gy: -gy * x0 / (x0 * x0 + x1 * x1),                                               np.arctan2, (0.5, 2.0),
@@ -397,12 +398,12 @@ binary("floor_divide", _floordiv,
        lambda x0, x1, y, gy: 0.0,                                                                           np.floor_divide,
        domains=((2.1, 2.8), (1.0, 1.04)), operators=("__floordiv__",), reflected=("__rfloordiv__",))
 # Comparisons give 1.0 / 0.0 (typed bool by their dtype rule) and carry no gradient.
-binary("less",          lambda x0, x1: 1.0 if x0 < x1 else 0.0,  None, None, _cmp_ref(np.less),          operators=("__lt__",), dtype="bool", exact_ref=True)
-binary("less_equal",    lambda x0, x1: 1.0 if x0 <= x1 else 0.0, None, None, _cmp_ref(np.less_equal),    operators=("__le__",), dtype="bool", exact_ref=True)
-binary("greater",       lambda x0, x1: 1.0 if x0 > x1 else 0.0,  None, None, _cmp_ref(np.greater),       operators=("__gt__",), dtype="bool", exact_ref=True)
-binary("greater_equal", lambda x0, x1: 1.0 if x0 >= x1 else 0.0, None, None, _cmp_ref(np.greater_equal), operators=("__ge__",), dtype="bool", exact_ref=True)
-binary("equal",         lambda x0, x1: 1.0 if x0 == x1 else 0.0, None, None, _cmp_ref(np.equal),         operators=("__eq__",), dtype="bool", exact_ref=True)
-binary("not_equal",     lambda x0, x1: 1.0 if x0 != x1 else 0.0, None, None, _cmp_ref(np.not_equal),     operators=("__ne__",), dtype="bool", exact_ref=True)
+binary("less",          lambda x0, x1: 1.0 if x0 < x1 else 0.0,  None, None, _cmp_ref(np.less),          operators=("__lt__",), dtype="bool", exact_ref=True, cheap=True)
+binary("less_equal",    lambda x0, x1: 1.0 if x0 <= x1 else 0.0, None, None, _cmp_ref(np.less_equal),    operators=("__le__",), dtype="bool", exact_ref=True, cheap=True)
+binary("greater",       lambda x0, x1: 1.0 if x0 > x1 else 0.0,  None, None, _cmp_ref(np.greater),       operators=("__gt__",), dtype="bool", exact_ref=True, cheap=True)
+binary("greater_equal", lambda x0, x1: 1.0 if x0 >= x1 else 0.0, None, None, _cmp_ref(np.greater_equal), operators=("__ge__",), dtype="bool", exact_ref=True, cheap=True)
+binary("equal",         lambda x0, x1: 1.0 if x0 == x1 else 0.0, None, None, _cmp_ref(np.equal),         operators=("__eq__",), dtype="bool", exact_ref=True, cheap=True)
+binary("not_equal",     lambda x0, x1: 1.0 if x0 != x1 else 0.0, None, None, _cmp_ref(np.not_equal),     operators=("__ne__",), dtype="bool", exact_ref=True, cheap=True)
 
 # where(cond, a, b): the condition is data, not differentiable; the result has the branches'
 # dtype.
@@ -410,7 +411,7 @@ ternary("where", lambda x0, x1, x2: x1 if x0 != 0.0 else x2,
         None,
         lambda x0, x1, x2, y, gy: gy if x0 != 0.0 else 0.0,
         lambda x0, x1, x2, y, gy: 0.0 if x0 != 0.0 else gy,
-        _ref_where, dtype=("like", (1, 2)), masks=(0,), exact_ref=True)
+        _ref_where, dtype=("like", (1, 2)), masks=(0,), exact_ref=True, cheap=True)
 # clip(x, lo, hi) = minimum(maximum(x, lo), hi); each element's adjoint goes to the one input
 # whose value was selected (x on the closed interval [lo, hi]). The result has x's dtype.
 ternary("clip", lambda x0, x1, x2: np.minimum(np.maximum(x0, x1), x2),
@@ -418,7 +419,7 @@ ternary("clip", lambda x0, x1, x2: np.minimum(np.maximum(x0, x1), x2),
         lambda x0, x1, x2, y, gy: gy if (x0 < x1 and x1 <= x2) else 0.0,
         lambda x0, x1, x2, y, gy: gy if np.maximum(x0, x1) > x2 else 0.0,
         np.clip, domains=((-2.0, 2.0), (-1.0, -0.5), (0.5, 1.0)),
-        dtype=("like", (0,)), method=True, kinks=((1, -1, 0), (1, 0, -1)), exact_ref=True)
+        dtype=("like", (0,)), method=True, kinks=((1, -1, 0), (1, 0, -1)), exact_ref=True, cheap=True)
 # fmt: on
 
 # The records other modules name (they import these, never spell the op names).

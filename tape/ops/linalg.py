@@ -213,4 +213,5 @@ def check(t, i, e):
 MATMUL = registry.kernel(
     "matmul", matmul_fwd, matmul_rev, module=__name__, n_inputs=2, differentiable=(True, True),
     check=check, gpu="matmul", method=True, jvp=matmul_jvp, hvp=matmul_hvp, sparsity=sparsity, operators=("__matmul__",), reflected=("__rmatmul__",),
+    may_stop=False,
 )  # fmt: skip

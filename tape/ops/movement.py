@@ -213,6 +213,7 @@ COPY = registry.kernel(
     "copy", copy_fwd, copy_rev, module=__name__, n_inputs=1, differentiable=(True,),
     check=check_copy, gpu="copy", jvp=registry.LINEAR, hvp=registry.LINEAR,
     sparsity=copy_sparsity,
+    may_stop=False,
 )  # fmt: skip
 TAKE = registry.kernel(
     "take", take_fwd, take_rev, module=__name__, n_inputs=2, differentiable=(True, False),

@@ -355,7 +355,7 @@ LINEAR = registry.LINEAR
 SUM, MAX, MIN, PROD = (
     registry.kernel(
         name, f, r, module=__name__, n_inputs=1, differentiable=(True,), check=check, gpu=name,
-        method=True, jvp=jvp, hvp=hvp, sparsity=_sparsity(name == "prod"),
+        method=True, jvp=jvp, hvp=hvp, sparsity=_sparsity(name == "prod"), may_stop=False,
     )
     for name, f, r, jvp, hvp in (
         ("sum", sum_fwd, sum_rev, LINEAR, LINEAR),

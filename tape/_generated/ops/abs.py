@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "736d207c68803d6ef6e130ff98b8c47a1a591ace729df00f84480948d083d3ea"
+FINGERPRINT = "899c5372723d7fff3bdcd7ffa82a9e56974b3027090bc92c8e6e8f49a114cce9"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "fd545af6eca5f1a254ece99b73f93bbe18ed4cf02edfcfc4935094d9889c2b8f"
+FINGERPRINT = "7923541e08ec2f38d1bdad5278008410c6ad90aa5a64e923f2ea5a3184461ff8"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "34695f1b7bb46b01f5b8564cb47386a466924dda0cda4b78590f5017c58486cd"
+FINGERPRINT = "9fd8a3c7784a0436fb9be9e2e610d3515e4b8bca86b787a5aa87c28497923c89"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b394056f94444d9e8ce8de5a5c47e224b42e5bb34c4da937711e69f825b848ce"
+FINGERPRINT = "237fc581e3ee20809af6648eddc70d23963e57ab7318166c37a532f774a01f18"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "363a584d95b04ec27cf10de001da6c7e595726b8b5491e778b322653b2031bb0"
+FINGERPRINT = "3b3fccddce419dde3ccdb47920870eb12000aa626e54f72e6328bd46f0544494"
 
 import numpy as np
 from numba import njit

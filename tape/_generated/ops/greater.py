@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1187c2e579aa897aff413f4337ba2779b7365bf77709f8869f9017c989f3f200"
+FINGERPRINT = "fc15b85ff7a62a6b3f17291f068cfeeb5af6dbda5e5226890ad441cfbf1a09ca"
 
 import numpy as np
 from numba import njit

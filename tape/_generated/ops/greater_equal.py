@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "b4aaab28ff6f8f9af6ea421fd50c90ace95060e04128d537c3db3d5cb67a412f"
+FINGERPRINT = "16fd1274dbf8f23fb8f72fe01970cd6700271ad0b900a55cbdd99f28cf675050"
 
 import numpy as np
 from numba import njit

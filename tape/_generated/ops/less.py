@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c10d140c5c35396e33a03b3393ec55fad339a5147d2428cf382353599609f9e8"
+FINGERPRINT = "ce876ed0751cf822a93b5f868a7573c10b3c681d28652c9ffb9000ca2373825c"
 
 import numpy as np
 from numba import njit

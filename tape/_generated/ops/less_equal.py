@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d416938e2223932f080a6273023919f8fdd0d0fa67e4bd9927e025cd88c56262"
+FINGERPRINT = "c7ba7c55bc8b0de9b725bfc3e09ba5ee3038d01a887ff49480aed2ba5cafb71f"
 
 import numpy as np
 from numba import njit

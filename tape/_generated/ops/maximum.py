@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "256f7473e6aa55e68425e9be60136a338bd3fd9cba9ba3008f3a0e5ebfb602e0"
+FINGERPRINT = "9d0b3e91f2ecf75369ce3e07a9fe69f79c2f1a4e9c7aa305325d98c2fd5c4d2e"
 
 import numpy as np
 from numba import njit

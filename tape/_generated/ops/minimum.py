@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "340fb130f4a021c28cf46b97d72ee0c31b1e946d29cadebd43153708d0077802"
+FINGERPRINT = "f8fe73605778094c1b745c3d1ccaf9dfea53e4851c87812efaa84121ab52e5d2"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "57555ce5a0394be47fc939fc32ce518f98dab792c3174744002777893d3f5838"
+FINGERPRINT = "598af392f07769fef3c12d0d950ee2e663696e492bdaba809573df036efec1db"
 
 import numpy as np
 from numba import njit

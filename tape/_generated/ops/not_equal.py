@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "74410a7ecf343f5f1370d8a010160533f45917574be75f9f969621e149ec7307"
+FINGERPRINT = "1f0d9d8b3651ad50b50a54e7f5a3731cec22376bbd665b2141873823dd97ca01"
 
 import numpy as np
 from numba import njit

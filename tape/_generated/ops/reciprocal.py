@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4f8de45c549125a41d9c204e7fdecca7a2ce810371843a6886ddfd416407df10"
+FINGERPRINT = "bce966e2126579f4ef47724c84923886795bc79c68ba35bc0367702daf6946fc"
 
 import numpy as np
 from numba import njit

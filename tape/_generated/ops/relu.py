@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "60be1537418c53892c642f3a031b14fd4901eeded78703d5d7d4389043bce02b"
+FINGERPRINT = "de41423a8bc6a82d0b3e24fb57f0f5be9b8a37a1736acddfe42b2ef35558feaf"
 
 import numpy as np
 from numba import njit

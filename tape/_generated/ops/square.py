@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f73118c4f974fef9cb8ea8d7776bd4e125cc30294b4fbe34922f1ee4d56b23fe"
+FINGERPRINT = "53b6e040b06ea80f0ba620dc4cc425b60925640a4f773a24062519687dd7d071"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "aa68043c472696f5526f84ee00719b47174a52e0370bb4f3610903c4e7942b3c"
+FINGERPRINT = "84204ee890eb3aac92b2b178086d82f812ce76380bf5d326b2fc87784a42b000"
 
 import numpy as np
 from numba import njit

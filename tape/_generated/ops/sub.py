@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "841debe138f828387403af583c2d7a6926b2058de8eae58552192838f3851d45"
+FINGERPRINT = "66220b279d7692c5cff11a3dcf4534bd5b2299e594569b624f336f710e73bae5"
 
 import numpy as np
 from numba import njit

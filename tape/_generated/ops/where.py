@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2b6ed657b5588af4f696e1a27d60431f2867f6cdf77a209bd4d2defbb50b516e"
+FINGERPRINT = "8990607ae0ea58be11a0be3f4ef342bf19c2ab763d0d74b41c55ba379e8b0e24"
 
 import numpy as np
 from numba import njit

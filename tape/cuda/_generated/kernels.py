@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "30076e498b8764b2f2c0b2b7366a00da966890ddbb68e296039139eb19af45e0"
+FINGERPRINT = "acddb481e1987752737bfe806301d3c36b24b76177e71cbc2f95aa0519eeda44"
 
 from numba import cuda, float64
 
