@@ -1,11 +1,23 @@
 """The compiled tier: Numba code specialised to one tape's structure.
 
-:meth:`tape.Tape.compile` (or ``tape.record(..., compile=True)``) generates a Python module for
-one tape and switches the tape's replays to it. The module has the interpreter's entry points
-with the interpreter's signatures (``forward_sweep``, ``reverse_pass`` and the shared drivers
-of :mod:`tape._drivers`: ``backward``, ``forward_backward``, ``gradient_batch_kernel``,
-``ka_forward`` ...), so every replay path (threads, workspaces, guards, batched replay, ``@njit``
-embedding) runs either tier without a second implementation.
+:meth:`tape.Tape.compile` (or ``tape.record(..., compile=True)``) cuts a tape into units, writes
+each fused loop as a module of its own, and switches the tape's replays to sweeps that run
+those units. The sweeps have the interpreter's entry points with the interpreter's signatures
+(``forward_sweep``, ``reverse_pass`` and the shared drivers of :mod:`tape._drivers`:
+``backward``, ``forward_backward``, ``gradient_batch_kernel``, ``ka_forward`` ...), so every
+replay path (threads, workspaces, guards, batched replay, ``@njit`` embedding) runs either
+tier without a second implementation.
+
+**The shared runtime.** The sweeps know no tape: they are one module per process
+(``tape_runtime``, :func:`runtime_source`, cached by Numba like any other) that reads the
+tape's tables from the integer pool it is given (a header at ``ipool[ipool[-3]]``, fields
+``H_*``; the pool ends with :data:`MAGIC`, so the interpreter's pool is refused) and calls
+each unit through a table of addresses: a fused loop through the unit table
+(:func:`tape._dispatch.register_unit`), an entry it does not fuse through the interpreter's
+op table. A new tape compiles only the fused loops that no tape compiled before, and adds no
+code of its own to the process. The exception is a tape with a custom op's loop (which calls
+the user's functions): it gets a module of its own, the same sweeps written for it, with a
+small tape's units inlined into them (``INLINE_KINDS``).
 
 What the generated code does differently from the interpreter:
 
@@ -14,18 +26,13 @@ What the generated code does differently from the interpreter:
   (lengths, rows, a row's length, a block's length) from a table row. Units that differ
   only in what comes from the row (the steps of a time loop recorded unrolled, the same loop
   at several sizes) share their code, so a 46,000-entry LSTM compiles a few dozen kinds of
-  unit. Each sweep is one loop over its
-  table, with one branch per kind of unit: one dispatch per unit.
+  unit. Each sweep is one loop over its table: one call through an address per unit.
 - **Units shared across tapes.** Each fused loop's function is a module of its own (a "unit
-  module", ``tape_unit_<hash>`` beside the tape's), named by a hash of its text, which names
-  nothing of the tape; every tape with the same loop calls the same compiled function, in
-  this process (compiled once) and in the next (from Numba's cache). The sweeps call these
-  loops through a table of addresses, as the interpreter calls op kernels
-  (:func:`tape._dispatch.register_unit`: the pool names a loop by its id, range-checked), so
-  a tape's own code does not compile them in again. Recording the same model at another
-  size, or a second model with the same loops, compiles only the tape's sweeps and the loops
-  that are new. (Tapes small enough to be inlined, see ``INLINE_KINDS``, and custom ops'
-  loops keep their code in the tape's module.)
+  module", ``tape_unit_<hash>``), named by a hash of its text, which names nothing of the
+  tape; every tape with the same loop calls the same compiled function, in this process
+  (compiled once) and in the next (from Numba's cache). Recording the same model at another
+  size, or a second model with the same loops, compiles nothing but the loops that are new.
+  Loops missing from Numba's cache compile partly in helper processes (:mod:`tape._warm`).
 - **Fusion.** Elementwise entries over the same number of elements (every input either that
   long or a single value) become one loop, forward and reverse. Over the rows of a two-axis
   output, an input may also be one row that every row reads (a bias added to each row of a
@@ -60,18 +67,17 @@ What the generated code does differently from the interpreter:
   are inlined in Numba IR (so that long loops vectorise them); loops shorter than
   ``_BLOCK_MIN`` and the redos call them instead (:func:`outline_rule`), which cuts the
   compile of long tapes of short loops (the LSTM's) by a sixth.
-- **One call from Python.** ``gradient_args`` loads the arguments, zeroes, and runs forward
-  and backward; :meth:`tape.Tape.gradient` and ``value_and_grad`` call it directly (one
-  dispatch, no argument copies in Python) when the arguments are arrays of the recorded
-  shapes and dtypes. It takes three arrays and the arguments: Numba's dispatch costs about
-  0.1 us per array, so the tape's integer arrays are views of one (``entries``, ``bufs``
-  and the pool, made so by :meth:`tape.Tape.compile`) and a workspace's value and adjoint
-  arenas are the two halves of one. A final sum that nothing else reads (a loss), taken in
-  blocks with nothing stored, is summed again by its reverse loop, which recomputes the
-  values anyway, so ``gradient_args`` skips that forward loop; an element loop's redo after
-  a NaN is a function of its own (``_redo``), which keeps the short loop small.
-- **Small tapes inlined.** A tape with at most ``INLINE_KINDS`` kinds of unit has its units
-  and sweeps inlined into their callers, so a replay is one function.
+- **One call from Python.** ``gradient_args`` (``gradient_args_<n>`` for ``n`` arguments)
+  loads the arguments, zeroes, and runs forward and backward; :meth:`tape.Tape.gradient` and
+  ``value_and_grad`` call it directly (one dispatch, no argument copies in Python) when the
+  arguments are arrays of the recorded shapes and dtypes. It takes two arrays and the
+  arguments: Numba's dispatch costs about 0.1 us per array, so the tape's integer arrays are
+  views of one (``entries``, ``bufs`` and the pool, made so by :meth:`tape.Tape.compile`) and
+  a workspace's value and adjoint arenas are the two halves of one. A final sum that nothing
+  else reads (a loss), taken in blocks with nothing stored, is summed again by its reverse
+  loop, which recomputes the values anyway, so ``gradient_args`` skips that forward loop; an
+  element loop's redo after a NaN is a function of its own (``_redo``), which keeps the short
+  loop small.
 - **Dead and constant entries removed.** Entries that no output or guard depends on, and
   entries that depend on no argument (their values were computed at record time and are in
   every workspace), are not replayed. ``x ** k`` with a recorded constant ``k`` of 2, 3 or 4
@@ -99,13 +105,13 @@ in another order.
 After a compiled forward, the value arena holds the arguments, the outputs and the values
 later entries read; other intermediates are not written (``ka.data`` in ``@njit`` code).
 
-The source (the tape's module and its unit modules) is written to a cache directory
-(``$TAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tape`` or ``~/.cache/tape``), each module named
-by a hash of its text, and compiled with Numba's ``cache=True``: a second process with the
-same tape structure loads the machine code instead of compiling it. The text names the
+The sources (unit modules, the runtime, a custom-op tape's own module) are written to a cache
+directory (``$TAPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tape`` or ``~/.cache/tape``), each
+module named by a hash of its text, and compiled with Numba's ``cache=True``: a second process
+with the same loops loads the machine code instead of compiling it. The text names the
 fingerprint of every op whose scalar rules it compiles in, so an edited rule makes new
-modules, never a stale cache hit. ``t.compiled_source`` is the text, the unit modules
-appended.
+modules, never a stale cache hit. ``t.compiled_source`` lists the tape's units (or its own
+module) with the unit modules' text appended.
 """
 
 from __future__ import annotations
@@ -120,6 +126,7 @@ import tempfile
 import threading
 import types
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -188,7 +195,8 @@ _SHORT_SUM = 16
 ``_sum_reassoc`` costs more than the adds."""
 
 INLINE_KINDS = 4
-"""Tapes with at most this many kinds of unit have their units and sweeps inlined
+"""A tape with a module of its own (a custom op's loop) and at most this many kinds of unit
+has its units and sweeps inlined
 (``inline='always'``) into the functions that call them: for a small tape the calls, not the
 loops, are what a replay costs. Larger tapes keep one function per unit kind (LLVM optimises
 each loop on its own, and the compile stays short)."""
@@ -233,6 +241,222 @@ STALE_POOL = (
     "integer pool lacks the compiled tables); take them again with t.kernel_args() or "
     "t.workspace(), or run them with tape.kernels (the interpreter)"
 )
+
+
+# ---------------------------------------------------------------- the shared runtime
+
+MAGIC = 0x7A9EC0DE5EED2026
+"""The last int of a compiled tape's pool (see :data:`_RUNTIME`): a pool without it (the
+interpreter's, taken before the tape was compiled) is refused."""
+
+# the header of a compiled tape's tables in its pool (at ``pool[pool[-3]]``): the positions
+# of the fields in it
+(H_FWD, H_FWD_ROWS, H_FWD_W, H_REV, H_REV_ROWS, H_REV_W, H_ZERO, H_ZERO_ROWS, H_LEAVES,
+ H_LEAVES_ROWS, H_RUN, H_OUTS, H_N_OUTS, H_INS, H_N_INS, H_N_DATA, H_NE, H_WE, H_NB, H_WB,
+ H_LEN) = range(21)  # fmt: skip
+
+_RUNTIME = '''"""The compiled tier's runtime: GENERATED by tape.compiled. Do not edit.
+
+The sweeps of every compiled tape whose units are fused loops of unit modules or entries
+that the interpreter's kernels run. They read the tape's tables from its integer pool (a
+header at ``ipool[ipool[-3]]``, see ``tape.compiled.H_*``) and call each unit through a table
+of addresses, so a new tape compiles only the fused loops that are new.
+"""
+
+SWEEPS = "@SWEEPS@"  # the interpreter whose run_fwd / run_rev it calls
+
+import numpy as np
+from numba import literal_unroll, njit, prange
+from numba.extending import overload
+
+from tape._config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT
+from tape._dispatch import call_unit_fwd as _call_unit_fwd
+from tape._dispatch import call_unit_rev as _call_unit_rev
+from tape._dispatch import unit_address as _unit_address
+from tape._generated import sweeps as _S
+
+MAGIC = @MAGIC@
+STALE_POOL = @STALE@
+
+
+def _load(data, o, x):
+    """Copy argument ``x`` (any shape and layout) into ``data[o : o + x.size]``, C order."""
+
+
+@overload(_load)
+def _load_impl(data, o, x):
+    if x.ndim == 1:  # indexed in place: no view to make, and it vectorises
+
+        def one(data, o, x):
+            d = data[o : o + x.shape[0]]  # a view first: data[o + j] would not vectorise
+            for j in range(x.shape[0]):
+                d[j] = x[j]
+
+        return one
+
+    def flat(data, o, x):
+        f = x.ravel()  # a view of a C-ordered array, else a copy
+        d = data[o : o + f.shape[0]]
+        for j in range(f.shape[0]):
+            d[j] = f[j]
+
+    return flat
+
+
+@njit(**UNIT_JIT)
+def _header(ipool):
+    """Where the tables' header starts; refuses a pool without them."""
+    n = ipool.shape[0]
+    if n < 3 or ipool[n - 1] != MAGIC or ipool[n - 2] != n:
+        raise ValueError(STALE_POOL)
+    return ipool[n - 3]
+
+
+@njit(**UNIT_JIT)
+def _forward_units(entries, bufs, ipool, data, h, n_units):
+    """The first ``n_units`` forward units, in order. Returns the status."""
+    off = ipool[h + @H_FWD@]
+    w = ipool[h + @H_FWD_W@]
+    for u in range(n_units):
+        k = ipool[off + u * w]
+        P = ipool[off + u * w + 1 : off + u * w + w]
+        if k < 0:  # a fused loop of a unit module, through the unit table
+            _call_unit_fwd(_unit_address(-k, data), (data, P))
+        else:  # entry P[0], by the interpreter's kernel for its op
+            st = _S.run_fwd(entries[P[0], @E_OP@], P[0], entries, bufs, ipool, data)
+            if st >= 0:
+                return st
+    return -1
+
+
+@njit(**UNIT_JIT)
+def _reverse_units(entries, bufs, ipool, data, grad, h, zl):
+    """The reverse units, last first (adjoints zeroed and seeded; the leaves' too if ``zl``:
+    the units assign the leaves' adjoints they write first)."""
+    off = ipool[h + @H_REV@]
+    w = ipool[h + @H_REV_W@]
+    for u in range(ipool[h + @H_REV_ROWS@]):
+        k = ipool[off + u * w]
+        P = ipool[off + u * w + 1 : off + u * w + w]
+        if k < 0:
+            _call_unit_rev(_unit_address(-k, data), (data, grad, P, zl))
+        else:
+            _S.run_rev(entries[P[0], @E_OP@], P[0], entries, bufs, ipool, data, grad)
+
+
+@njit(**UNIT_JIT)
+def _zero_adjoints(ipool, grad, h, zero_leaves):
+    """Zero the adjoints that are accumulated (the leaves' too if ``zero_leaves``)."""
+    z = ipool[h + @H_ZERO@]
+    for r in range(ipool[h + @H_ZERO_ROWS@]):
+        for j in range(ipool[z + 2 * r], ipool[z + 2 * r + 1]):
+            grad[j] = 0.0
+    if zero_leaves:
+        z = ipool[h + @H_LEAVES@]
+        for r in range(ipool[h + @H_LEAVES_ROWS@]):
+            for j in range(ipool[z + 2 * r], ipool[z + 2 * r + 1]):
+                grad[j] = 0.0
+
+
+@njit(**COMPILED_JIT)
+def forward_sweep(entries, bufs, ipool, data, start, stop):
+    """The whole tape (a part of it, as when resuming after a guard, runs on the
+    interpreter). Writes ``data``; returns the status (``-1``, or the entry that stopped
+    the sweep)."""
+    h = _header(ipool)
+    return _forward_units(entries, bufs, ipool, data, h, ipool[h + @H_FWD_ROWS@])
+
+
+@njit(**COMPILED_JIT)
+def reach(entries, bufs, n_entries, roots):
+    """Unused masks: the reverse pass below knows what the outputs depend on."""
+    return np.zeros(0, np.bool_), np.zeros(0, np.bool_)
+
+
+@njit(**COMPILED_JIT)
+def reverse_pass(
+    entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves
+):
+    """Zero the adjoints that are accumulated (the leaves' too if ``zero_leaves``), add
+    ``seeds`` at the outputs and sweep back. Writes ``grad``."""
+    h = _header(ipool)
+    _zero_adjoints(ipool, grad, h, zero_leaves)
+    o = ipool[h + @H_OUTS@]
+    s = 0
+    for r in range(ipool[h + @H_N_OUTS@]):
+        a = ipool[o + 2 * r]
+        m = ipool[o + 2 * r + 1]
+        for j in range(m):
+            grad[a + j] += seeds[s + j]
+        s += m
+    _reverse_units(entries, bufs, ipool, data, grad, h, zero_leaves)
+
+
+@njit(**COMPILED_JIT)
+def gradient_args(ints, arena, *xs):
+    """Load the arguments (of the recorded shapes, any layout), zero the leaf adjoints,
+    replay forward and backward. ``ints``: the tape's entry and buffer tables and its pool,
+    end to end; ``arena``: the value arena, then the adjoint arena. Returns the forward
+    status (``-1``: done; otherwise the gradients are untouched). ``gradient_args_<n>``
+    does the same for ``n`` arguments, without the cost of a call with ``*xs``."""
+    return _gradient(ints, arena, xs)
+
+
+@SIZED@
+
+
+@njit(**UNIT_JIT)
+def _gradient(ints, arena, xs):
+    n = ints.shape[0]
+    if n < 3 or ints[n - 1] != MAGIC or ints[n - 2] > n:
+        raise ValueError(STALE_POOL)
+    ipool = ints[n - ints[n - 2] :]
+    h = ipool[ipool.shape[0] - 3]
+    nd = ipool[h + @H_N_DATA@]
+    if arena.shape[0] != 2 * nd:
+        raise ValueError(STALE_POOL)
+    ne = ipool[h + @H_NE@] * ipool[h + @H_WE@]
+    nb = ipool[h + @H_NB@] * ipool[h + @H_WB@]
+    entries = _S.table2d(ints[0:ne], ipool[h + @H_NE@], ipool[h + @H_WE@])
+    bufs = _S.table2d(ints[ne : ne + nb], ipool[h + @H_NB@], ipool[h + @H_WB@])
+    data = arena[0:nd]
+    grad = arena[nd:]
+    at = ipool[h + @H_INS@]
+    k = 0
+    for x in literal_unroll(xs):
+        _load(data, ipool[at + k], x)
+        k += 1
+    st = _forward_units(entries, bufs, ipool, data, h, ipool[h + @H_RUN@])
+    if st >= 0:
+        return st
+    _zero_adjoints(ipool, grad, h, True)
+    grad[ipool[ipool[h + @H_OUTS@]]] += 1.0
+    _reverse_units(entries, bufs, ipool, data, grad, h, True)
+    return -1
+
+'''
+
+
+_SIZED_ARGS = 6
+"""The runtime has ``gradient_args_1`` .. ``gradient_args_6``: a call with ``*xs`` costs about
+0.14 us more."""
+
+
+def runtime_source() -> str:
+    """The text of the shared runtime (:data:`_RUNTIME` and the shared drivers)."""
+    fields = {k: str(v) for k, v in globals().items() if k.startswith("H_")}
+    fields.update(SWEEPS=_S.FINGERPRINT, MAGIC=str(MAGIC), STALE=repr(STALE_POOL),
+                  E_OP=str(E_OP))  # fmt: skip
+    sized = []
+    for n in range(1, _SIZED_ARGS + 1):
+        xs = ", ".join(f"x{k}" for k in range(n))
+        sized += ["@njit(**COMPILED_JIT)", f"def gradient_args_{n}(ints, arena, {xs}):",
+                  f"    return _gradient(ints, arena, ({xs},))", "", ""]  # fmt: skip
+    fields["SIZED"] = "\n".join(sized).strip()
+    text = _RUNTIME
+    for k, v in fields.items():
+        text = text.replace(f"@{k}@", v)
+    return text + "\n" + drivers_text(shared_only=True)
 
 
 _CALLBACK_OP = registry.Op(name="callback", kind="kernel", fwd=None, rev=(None,))
@@ -1660,9 +1884,6 @@ def generate(t):
             f"compiles at most {MAX_UNIT_KINDS} (tape.compiled.MAX_UNIT_KINDS): Numba's compile "
             "time grows with them. It stays on the interpreter."
         )
-    inlined = len(gen.blocks) <= INLINE_KINDS
-    if inlined:
-        gen.jit = "@njit(inline='always', **UNIT_JIT)"
     B = plan.B
     # adjoint memory the reverse units read or add to: zeroed first, unless assigned first
     in_regs = {
@@ -1678,6 +1899,18 @@ def generate(t):
         o for o in range(len(B)) if plan.rneed[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] == LEAF
         and o not in gen.leaves_assigned
     ]  # fmt: skip
+    shareable = gen.shared()
+    if all(inline or name in shareable for name, (_, _, inline) in gen.blocks.items()):
+        # fused loops of unit modules and interpreter entries only: the shared runtime
+        pool, cells, calls = _generic_tables(t, plan, gen, frows, rrows, tail, zero, leaves,
+                                             shareable)  # fmt: skip
+        units = {name: gen.unit_source(name) for name in shareable}
+        listing = _listing(t, plan, gen, frows, rrows, tail, units,
+                           _ranges(B, zero), _ranges(B, leaves))  # fmt: skip
+        return Generated(listing, pool, {}, units, cells, calls)
+    inlined = len(gen.blocks) <= INLINE_KINDS
+    if inlined:
+        gen.jit = "@njit(inline='always', **UNIT_JIT)"
     fnames = list(dict.fromkeys(n for n, _ in frows))
     rnames = list(dict.fromkeys(n for n, _ in rrows))
     shared = [] if inlined else gen.shared()
@@ -1824,7 +2057,139 @@ def generate(t):
     extra = {}
     for k, fn in _custom_globals(gen):
         extra[f"{k}_fwd"], extra[f"{k}_vjp"] = fn.fwd, fn.vjp
-    return "\n".join(src), pool, extra, units, cells
+    return Generated("\n".join(src), pool, extra, units, cells, None)
+
+
+class Generated(NamedTuple):
+    """What :func:`generate` makes of a tape."""
+
+    source: str
+    """The tape's own module, or (``table_calls`` not ``None``) the listing of a tape that
+    the shared runtime replays."""
+    pool: np.ndarray
+    """The integer pool its sweeps take: the tape's, with its tables appended."""
+    extra: dict
+    """Globals to set on the tape's module (custom ops' functions)."""
+    units: dict
+    """The sources of its unit modules (name in the listing -> text; :func:`unit_module`)."""
+    cells: list
+    """The pool cells that name unit loops: ``(index, name, reverse)``."""
+    table_calls: tuple | None
+    """For the shared runtime: ``(sweep kind, op code)`` of the interpreter kernels that the
+    units call (a module of the tape's own says so itself, ``TABLE_CALLS``)."""
+
+
+def _listing(t, plan, gen, frows, rrows, tail, units, zero, leaves):
+    """``t.compiled_source`` of a tape that the shared runtime replays: what the units are,
+    in the order the sweeps run them (the unit modules' text follows)."""
+    n_fused = sum(isinstance(u, _Group) for u in plan.units)
+
+    def rows(rs):
+        return [f"#   {name}: {gen.blocks[name][0]}" if name in units else
+                "#   " + gen.blocks[name][0].replace("Entry P[0]", f"entry {ps[0]}")
+                for name, ps in rs]  # fmt: skip
+
+    return "\n".join([
+        '"""Compiled tier of one tape: GENERATED by tape.compiled. Do not edit.',
+        "",
+        f"{t.n_entries} entries, {len(plan.live)} replayed (the others are dead or constant, or "
+        "merged), in",
+        f"{len(plan.units)} units ({n_fused} fused loops) of "
+        f"{len(set(n for n, _ in frows))} forward and {len(set(n for n, _ in rrows))} reverse "
+        "kinds.",
+        f"Common subexpressions: {plan.n_merged} merged into an identical earlier entry, "
+        f"{plan.n_kept} kept",
+        "(an output, or read by code that cannot be redirected).",
+        "Replayed by the shared runtime (tape_runtime: tape.compiled.runtime_source()), from",
+        'the tables appended to the integer pool (``t.kernel_args().ipool``)."""',
+        "",
+        "# forward units, in order:",
+        *rows(frows),
+        f"# the one-call gradient runs the first {len(frows) - tail} of the {len(frows)} forward "
+        "units",
+        "# reverse units, in order:",
+        *rows(rrows),
+        f"# adjoints zeroed before a reverse sweep: {_spans(zero)}",
+        f"# leaves' adjoints zeroed first in a gradient: {_spans(leaves)}",
+        "",
+        "# the rules the fused loops call:",
+        *_rule_names(plan.ops[i] for i in plan.live),
+    ])
+
+
+def _spans(ranges):
+    return ", ".join(f"[{a}, {z})" for a, z in ranges.tolist()) or "none"
+
+
+def _generic_tables(t, plan, gen, frows, rrows, tail, zero, leaves, shared):
+    """The pool of a tape that the shared runtime (:data:`_RUNTIME`) replays: the tape's own
+    ints, then its tables (forward and reverse units: ``[kind, P...]`` rows, a unit module's
+    loop numbered ``-1 - k`` until :func:`compile_tape` puts its id there, an interpreter
+    entry ``0`` with ``P[0]`` its index; adjoint ranges to zero; outputs; inputs), the header
+    and the trailer ``[header, pool length, MAGIC]``. Also returns the pool cells that name
+    unit loops (as :func:`generate`) and the interpreter kernels the units call."""
+    B = plan.B
+
+    def table(rows):
+        a = np.zeros((len(rows), 1 + max((len(ps) for _, ps in rows), default=1)), np.int64)
+        for r, (name, ps) in enumerate(rows):
+            a[r, 0] = -1 - shared.index(name) if name in shared else 0
+            a[r, 1 : 1 + len(ps)] = ps
+        return a
+
+    fwd, rev = table(frows), table(rrows)
+    outs = np.array([(B[b, B_OFF], B[b, B_SIZE]) for b in t.outputs], np.int64).reshape(-1, 2)
+    ins = np.array([B[b, B_OFF] for b in t.inputs], np.int64)
+    parts, at = [t.ipool[: t.n_ipool]], {}
+    pos = t.n_ipool
+    for k, a in dict(fwd=fwd, rev=rev, zero=_ranges(B, zero), leaves=_ranges(B, leaves),
+                     outs=outs, ins=ins).items():  # fmt: skip
+        at[k] = pos
+        parts.append(a.ravel())
+        pos += a.size
+    head = np.zeros(H_LEN, np.int64)
+    head[[H_FWD, H_FWD_ROWS, H_FWD_W]] = at["fwd"], fwd.shape[0], fwd.shape[1]
+    head[[H_REV, H_REV_ROWS, H_REV_W]] = at["rev"], rev.shape[0], rev.shape[1]
+    head[[H_ZERO, H_ZERO_ROWS]] = at["zero"], parts[3].size // 2
+    head[[H_LEAVES, H_LEAVES_ROWS]] = at["leaves"], parts[4].size // 2
+    head[[H_RUN, H_OUTS, H_N_OUTS, H_INS, H_N_INS]] = (
+        len(frows) - tail, at["outs"], len(t.outputs), at["ins"], len(t.inputs))  # fmt: skip
+    head[[H_N_DATA, H_NE, H_WE, H_NB, H_WB]] = (
+        t.n_data, t.n_entries, t.entries.shape[1], t.n_bufs, t.bufs.shape[1])  # fmt: skip
+    parts.append(head)
+    parts.append(np.array([pos, pos + H_LEN + 3, MAGIC], np.int64))
+    pool = np.concatenate(parts)
+    cells = [(at[k] + r * a.shape[1], shared[-1 - int(a[r, 0])], k == "rev")
+             for k, a in (("fwd", fwd), ("rev", rev))
+             for r in range(a.shape[0]) if a[r, 0] < 0]  # fmt: skip
+    E = plan.E
+    calls = sorted({(kind, int(E[int(a[r, 1]), E_OP]))
+                    for kind, a in ((0, fwd), (1, rev))
+                    for r in range(a.shape[0]) if a[r, 0] == 0})  # fmt: skip
+    return pool, cells, tuple(calls)
+
+
+class CompiledSweeps:
+    """What a compiled tape replays through (``Tape._run_with``): the entry points of its
+    module (the shared runtime, or a module of the tape's own: see :func:`compile_tape`),
+    with the tape's ``TABLE_CALLS`` (the interpreter kernels its units call) and ``SOURCE``
+    (``t.compiled_source``)."""
+
+    ENTRY_POINTS = (
+        "forward_sweep", "reach", "reverse_pass", "backward", "forward_backward",
+        "gradient_batch_kernel", "gradient_args", "ka_forward", "ka_backward", "ka_gradient",
+    )  # fmt: skip
+
+    def __init__(self, module, table_calls, source, n_args=0):
+        self.module = module
+        self.__name__ = module.__name__
+        for name in self.ENTRY_POINTS:
+            if hasattr(module, name):
+                setattr(self, name, getattr(module, name))
+        if hasattr(module, f"gradient_args_{n_args}"):  # the runtime's, for n arguments
+            self.gradient_args = getattr(module, f"gradient_args_{n_args}")
+        self.TABLE_CALLS = tuple(table_calls)
+        self.SOURCE = source
 
 
 def _custom_globals(gen):
@@ -1910,12 +2275,14 @@ def _write(name, source) -> Path:
 
 
 def compile_tape(t):
-    """``(module, pool)``: the compiled module for tape ``t`` (generated, written and loaded;
-    Numba compiles it on first call) and the integer pool its sweeps take in place of
-    ``t.ipool``."""
-    source, pool, extra, units, cells = generate(t)
-    mods = {name: unit_module(text) for name, text in units.items()}
-    rev_of = {name: rev for _, name, rev in cells}
+    """``(sweeps, pool)``: what tape ``t`` replays through (a :class:`CompiledSweeps`: the
+    shared runtime, or, for a tape whose units call custom ops' functions, a module of its
+    own, generated, written and loaded; Numba compiles them on first call) and the integer
+    pool its sweeps take in place of ``t.ipool``."""
+    g = generate(t)
+    pool = g.pool
+    mods = {name: unit_module(text) for name, text in g.units.items()}
+    rev_of = {name: rev for _, name, rev in g.cells}
     ids = {}
 
     def build(name):  # the loop's id in this process's unit table; whether Numba compiled it
@@ -1928,14 +2295,20 @@ def compile_tape(t):
     _warm.compile_all(
         list(mods), lambda name: _warm.unit_job(mods[name].__file__, rev_of[name], t.dtype), build
     )
-    for at, name, _ in cells:
+    for at, name, _ in g.cells:
         pool[at] = -ids[name]
-    mod = load_module(source, "tape_compiled", extra)
-    if units:  # t.compiled_source: the whole listing
-        mod.SOURCE = "\n\n\n".join(
-            [source] + [f"# ---- {n} = {_module_name(x, 'tape_unit')}.unit\n\n{x}"
-                        for n, x in units.items()])  # fmt: skip
-    return mod, pool
+    listing = "\n\n\n".join(
+        [g.source] + [f"# ---- {n} = {_module_name(x, 'tape_unit')}.unit\n\n{x}"
+                      for n, x in g.units.items()])  # fmt: skip
+    if g.table_calls is not None:
+        return CompiledSweeps(runtime(), g.table_calls, listing, len(t.inputs)), pool
+    mod = load_module(g.source, "tape_compiled", g.extra)
+    return CompiledSweeps(mod, mod.TABLE_CALLS, listing), pool
+
+
+def runtime() -> types.ModuleType:
+    """The shared runtime (:func:`runtime_source`), loaded once per process."""
+    return load_module(runtime_source(), "tape_runtime")
 
 
 def kernels_of(mod) -> types.ModuleType:

@@ -308,7 +308,8 @@ x, w = np.linspace(0.1, 0.9, 12).reshape(3, 4), np.linspace(-1, 1, 8).reshape(4,
 t = tp.record(f, x, w, compile=False)
 want = t.gradient(x, w)
 # a helper compiles the tape's fused loops into Numba's cache; this process loads them
-_, _, _, units, cells = C.generate(t)
+g = C.generate(t)
+units, cells = g.units, g.cells
 rev = {name: r for _, name, r in cells}
 mods = {name: C.unit_module(text) for name, text in units.items()}
 assert W.submit([W.unit_job(m.__file__, rev[n], t.dtype) for n, m in mods.items()])

@@ -18,6 +18,7 @@ runs that formula in its natural style:
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 
@@ -51,7 +52,8 @@ def tape_replay(f, params, consts, compile=False):
         raise Skip(str(e).split(":")[0]) from None
     note = f"{len(t)} entries"
     if compile:
-        note += f", {t.compiled_source.count('# fused entries') // 2} fused loops"
+        fused = re.search(r"\((\d+) fused loops\)", t.compiled_source)
+        note += f", {fused.group(1) if fused else '?'} fused loops"
     impl = Impl(grad=lambda: t.gradient(*params), value=lambda: t.forward(*params), note=note)
     impl.tape, impl.args = t, params  # for tape.bench.profile
     return impl
