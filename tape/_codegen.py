@@ -6,7 +6,7 @@ Numba's on-disk cache is keyed on the source file of the cached function alone: 
 function would keep serving old code after a rule in another module changed. So every module
 here is generated, committed and carries a fingerprint of the sources it compiles in
 (:mod:`tape._fingerprint`): an op's module covers that op's rules (an elementwise op's rule
-functions and what they call, a kernel op's module), so editing one rule rewrites, and
+functions and what they call, a structural op's module), so editing one rule rewrites, and
 recompiles, that op alone. The sweeps call the op kernels through the address tables of
 :mod:`tape._dispatch`, never by name, so they compile once per dtype whatever the instruction
 set holds, and no op change touches them. ``--check`` (and a test) fails while any generated
@@ -233,7 +233,7 @@ def generate() -> dict:
 def generate_op(op) -> str:
     """The text of op ``op``'s module."""
     imports, rules, entry_fns = [], [], []
-    if op.kind == "kernel":
+    if op.kind == "structural":
         names = [op.fwd_name] + [n for n in op.rev_names if n]
         entry_fns.append(
             f"@njit(**SWEEP_JIT)\ndef _fwd_{op.name}(i, entries, bufs, ipool, data):\n"
@@ -286,7 +286,7 @@ def generate_op(op) -> str:
 
 
 def _kernel_derivatives(op, entry_fns):
-    """A kernel op's tangent and forward-over-reverse entries (registry.LINEAR: its own
+    """A structural op's tangent and forward-over-reverse entries (registry.LINEAR: its own
     kernels run on tangents). Returns the names to import from the op's module."""
     from tape.registry import LINEAR
 

@@ -47,7 +47,7 @@ def op_fingerprint(op) -> str:
     _hash_files(h, INFRA)
     seen = set()
     rules = [op.fwd, *op.rev, *op.hess]
-    if op.kind == "kernel":
+    if op.kind == "structural":
         rules += [op.jvp, op.hvp]
     for r in rules:
         _closure(r, h, seen)

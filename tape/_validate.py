@@ -454,7 +454,7 @@ def _check_entries(t):
                 )
     # Elementwise checks see only the op, its block and the buffer sizes: run them once per
     # distinct combination. Kernel checks may look at more (take reads its index values).
-    kernel = np.array([op.kind == "kernel" for op in ops])[code]
+    kernel = np.array([op.kind == "structural" for op in ops])[code]
     todo = np.flatnonzero(kernel).tolist()
     ew = np.flatnonzero(~kernel)
     if ew.size:

@@ -173,7 +173,7 @@ AUTO_AFTER = 100
 # What a fused loop does with an op comes from its record (:class:`tape.registry.Op`):
 # ``cheap`` ops' values are recomputed by the reverse loop rather than stored by the forward
 # one (a load costs more than the arithmetic); a reverse loop runs in blocks (``_block_loop``)
-# only if all its ops ``vectorise``; an open fused group moves past a kernel op's entry
+# only if all its ops ``vectorise``; an open fused group moves past a structural op's entry
 # unless it ``may_stop`` the sweep.
 
 _BLOCK = 1024
@@ -459,7 +459,7 @@ def runtime_source() -> str:
     return text + "\n" + drivers_text(shared_only=True)
 
 
-_CALLBACK_OP = registry.Op(name="callback", kind="kernel", fwd=None, rev=(None,))
+_CALLBACK_OP = registry.Op(name="callback", kind="structural", fwd=None, rev=(None,))
 """Stands in for the op of a callback entry (a :func:`tape.custom_op` application: its unit
 calls the user's functions, see :meth:`_Gen.custom_forward`)."""
 
@@ -888,7 +888,7 @@ class _Plan:
                 g.rows, g.fold_rows, g.fold = by[0], by[1], i
                 producer[int(owner[o])] = g
             else:
-                stop = op.kind == "kernel" and op.may_stop
+                stop = op.kind == "structural" and op.may_stop
                 place(np.inf if stop else last)
                 units.append(_Call(i))
                 stops += stop
@@ -1036,7 +1036,7 @@ def _rule_names(ops):
     in Numba IR, also ``_o`` + its alias: the rule as a function of its own (see
     :func:`outline_rule`)."""
     lines = []
-    for op in sorted({op for op in ops if op.kind != "kernel"}, key=lambda op: op.code):
+    for op in sorted({op for op in ops if op.kind != "structural"}, key=lambda op: op.code):
         # the op's fingerprint makes the text (so the module's name and Numba's cache of
         # it) change with the rules compiled in
         fp = importlib.import_module(f"tape._generated.ops.{op.name}").FINGERPRINT
@@ -1051,7 +1051,7 @@ def _rule_names(ops):
 _INLINED = frozenset(
     alias
     for op in registry.OPS
-    if op.kind != "kernel"
+    if op.kind != "structural"
     for alias, _, rule in _rule_aliases(op)
     if getattr(rule, "targetoptions", {}).get("inline") == "always"
 )
@@ -1155,7 +1155,7 @@ class _Gen:
         _, lines, _ = self.blocks[name]
         doc = self.unsized[name]
         text = "\n".join(lines)
-        ops = [op for op in registry.OPS if op.kind != "kernel" and any(
+        ops = [op for op in registry.OPS if op.kind != "structural" and any(
             re.search(rf"\b(?:_o)?{alias}\(", text) for alias, _, _ in _rule_aliases(op))]
         body = self.functions([name], sized=False)
         head = f"def {name}({_unit_args(name)}):"
@@ -1306,7 +1306,7 @@ class _Gen:
         op = self.p.ops[i]
         c = _Code(self.p.B)
         c.p(i)
-        doc = f"Entry P[0]: {op.name}{', broadcasting' if op.kind != 'kernel' else ''}."
+        doc = f"Entry P[0]: {op.name}{', broadcasting' if op.kind != 'structural' else ''}."
         call = f"st = _S.run_fwd({op.code}, P[0], entries, bufs, ipool, data)  # {op.name}"
         return self.add("_fwd", c, doc, [call], inline=True), c.params
 

@@ -61,7 +61,7 @@ def _make_elementwise(op):
 
 # (clip's function, below, replaces the generated one: its bounds are optional)
 for _op in registry.OPS:
-    if _op.kind != "kernel":
+    if _op.kind != "structural":
         _export(_make_elementwise(_op))
 
 exp, log, where = globals()["exp"], globals()["log"], globals()["where"]
@@ -492,8 +492,8 @@ def _install():
 
 def _operator(op, fn, reflected):
     """The operator method recording ``op``: elementwise ops record directly (operators are
-    the hot path of eager code), kernel ops call their front end ``fn``."""
-    if op.kind == "kernel":
+    the hot path of eager code), structural ops call their front end ``fn``."""
+    if op.kind == "structural":
         return (lambda a, b: fn(b, a)) if reflected else fn
     if op.arity == 1:
         return lambda a: elementwise(op, a)

@@ -20,12 +20,12 @@ Kinds of op:
     sweep needs. The tangent (forward-mode) rule is not written separately: a scalar partial
     is its own transpose, so ``tangent = sum_k rev_k(x, y, t_k)`` (:mod:`tape._loops`).
     Ternary ops are piecewise linear (``where``, ``clip``): they take no ``hess``.
-``kernel``
+``structural``
     Structural ops (reductions, movement, linear algebra, gather). ``fwd`` is a compiled
     ``fwd(i, entries, bufs, ipool, data) -> status`` and ``rev[0]`` a compiled
     ``rev(i, entries, bufs, ipool, data, grad)``; both read the entry's attribute block in the
     integer pool. ``status`` is ``-1`` on success, or ``i`` when the entry found bad data (an
-    out-of-range gather index) and the sweep must stop. A differentiable kernel op also has
+    out-of-range gather index) and the sweep must stop. A differentiable structural op also has
     ``jvp(i, entries, bufs, ipool, data, T)`` (writes the output's tangents into the tangent
     arenas ``T``, one row per direction), ``hvp(i, entries, bufs, ipool, data, grad, T, GT)``
     (adds the tangent of its reverse rule into the tangent adjoints ``GT``), either of which
@@ -38,7 +38,7 @@ unless entry ``i`` of tape ``t`` (its attribute block, its buffers' sizes) keeps
 kernels inside their buffers. :func:`tape._validate.check_tape` runs it on tapes that come from
 files or pickles, after checking every buffer index, so the check may index ``t.bufs`` with the
 entry's buffers. Elementwise kinds share the checks in :mod:`tape._validate` (which see only
-the block and the sizes); a kernel op must bring its own, written from its kernels' code.
+the block and the sizes); a structural op must bring its own, written from its kernels' code.
 
 This module imports no Numba.
 """
@@ -51,7 +51,7 @@ from typing import Callable
 ELEMENTWISE_ARITY = {"unary": 1, "binary": 2, "ternary": 3}
 
 LINEAR = "linear"
-"""A kernel op's ``jvp`` / ``hvp`` that is its own kernel run on tangents: ``jvp`` = the
+"""A structural op's ``jvp`` / ``hvp`` that is its own kernel run on tangents: ``jvp`` = the
 forward kernel run on the tangent arena (the op is linear and reads no values but its
 differentiable inputs); ``hvp`` = the reverse kernel run with the tangent adjoints as its
 adjoints (the reverse rule is linear in the output adjoint and has no second partials)."""
@@ -71,12 +71,12 @@ class Op:
     name : str
         NumPy-style name (``exp``, ``maximum``, ``sum``).
     kind : str
-        ``unary``, ``binary``, ``ternary`` or ``kernel``.
+        ``unary``, ``binary``, ``ternary`` or ``structural``.
     fwd : callable
-        Forward rule (scalar for elementwise kinds, entry kernel for ``kernel``).
+        Forward rule (scalar for elementwise kinds, entry kernel for ``structural``).
     rev : tuple
         Reverse rules, one per input for elementwise kinds (``None`` where not differentiable);
-        one entry kernel for ``kernel``.
+        one entry kernel for ``structural``.
     n_inputs : int
         Inputs one entry reads (the arity for elementwise kinds).
     differentiable : tuple of bool
@@ -108,7 +108,7 @@ class Op:
         its data: ``IndexError`` (a gather index) unless the record says otherwise
         (``numpy.linalg.LinAlgError`` for a singular matrix).
     gpu : str or None
-        Kernel ops: the key of the op's GPU kernel in
+        Structural ops: the key of the op's GPU kernel in
         :data:`tape.cuda._kernels.GPU_KERNELS`, resolved only by the CUDA code (this module
         never imports it).
     check : callable or None
@@ -136,10 +136,10 @@ class Op:
         Elementwise ops: second partials ``h(x0[, x1], y)``, upper triangle row by row
         (``(h00,)`` unary, ``(h00, h01, h11)`` binary), ``None`` where identically zero.
     jvp, hvp : callable, LINEAR or None
-        Kernel ops: the tangent kernel and the tangent of the reverse kernel (see the module
+        Structural ops: the tangent kernel and the tangent of the reverse kernel (see the module
         docstring); ``None`` only for ops without differentiable inputs.
     sparsity : callable or None
-        Kernel ops: ``sparsity(t, i, data) -> (deps, pairs)`` for entry ``i`` of tape ``t`` with values
+        Structural ops: ``sparsity(t, i, data) -> (deps, pairs)`` for entry ``i`` of tape ``t`` with values
         ``data`` (a value arena).
         ``deps``: ``[(k, out_elems, in_elems)]``, output element ``out_elems[j]`` depends on
         element ``in_elems[j]`` of input ``k``; or ``(k, (F1, F2, ...))``, the dependency
@@ -155,7 +155,7 @@ class Op:
         Elementwise ops whose rules are arithmetic that LLVM vectorises: a fused reverse loop
         of such ops runs in blocks (:mod:`tape.compiled`).
     may_stop : bool
-        Kernel ops: an entry's forward kernel may reject its data and stop the sweep (a guard,
+        Structural ops: an entry's forward kernel may reject its data and stop the sweep (a guard,
         a gather index, a singular matrix). ``False`` lets the compiled tier move a fused loop
         past the entry. Elementwise ops never stop.
     module : str
@@ -266,7 +266,7 @@ def elementwise(kind, name, fwd, *rev, module="", names=None, check=None, hess=N
     )
 
 
-def kernel(name, fwd, rev, *, module, n_inputs, differentiable, check=None, gpu=None, jvp=None,
+def structural(name, fwd, rev, *, module, n_inputs, differentiable, check=None, gpu=None, jvp=None,
            hvp=None, sparsity=None, **facts):  # fmt: skip
     """Register a structural op from its compiled entry kernels (``rev`` may be ``None``),
     ``check``, the validation of its entries (see the module docstring; a tape using a kernel
@@ -278,7 +278,7 @@ def kernel(name, fwd, rev, *, module, n_inputs, differentiable, check=None, gpu=
     return _register(
         Op(
             name=name,
-            kind="kernel",
+            kind="structural",
             fwd=fwd,
             rev=(rev,),
             n_inputs=n_inputs,
@@ -310,8 +310,8 @@ def missing_facts(op: Op) -> list[str]:
     it on every registered op."""
     out = []
     n = op.n_inputs
-    if op.kind not in ELEMENTWISE_ARITY and op.kind != "kernel":
-        out.append(f"kind {op.kind!r} is not unary, binary, ternary or kernel")
+    if op.kind not in ELEMENTWISE_ARITY and op.kind != "structural":
+        out.append(f"kind {op.kind!r} is not unary, binary, ternary or structural")
     if not callable(op.fwd):
         out.append("no forward rule")
     if len(op.differentiable) != n:
@@ -336,9 +336,9 @@ def missing_facts(op: Op) -> list[str]:
         out.append("describe_failure is not callable")
     if not (isinstance(op.error, type) and issubclass(op.error, Exception)):
         out.append(f"error {op.error!r} is not an exception class")
-    if op.kind == "kernel":
+    if op.kind == "structural":
         if len(op.rev) != 1:
-            out.append("a kernel op has one reverse kernel (or None)")
+            out.append("a structural op has one reverse kernel (or None)")
         if any(op.differentiable) and op.rev[0] is None:
             out.append("differentiable inputs but no reverse kernel")
         if not (isinstance(op.gpu, str) and op.gpu):

@@ -4,9 +4,9 @@ colourings, and compressed evaluation.
 **Patterns.** Every element of every buffer gets the set of argument elements it depends on,
 as the rows of a sparse boolean matrix, propagated entry by entry in recording order. Each
 op's record says which input elements an output element depends on (elementwise ops: from
-the broadcast shapes; kernel ops: ``Op.sparsity``). The Hessian's pattern collects, for each
+the broadcast shapes; structural ops: ``Op.sparsity``). The Hessian's pattern collects, for each
 op with a nonzero second partial between two of its inputs (``Op.hess`` for elementwise ops,
-``Op.sparsity``'s pairs for kernel ops), the outer product of those inputs' sets. Patterns
+``Op.sparsity``'s pairs for structural ops), the outer product of those inputs' sets. Patterns
 are structural: a superset of the nonzeros at any argument values, except through gather
 indices, whose values they follow.
 
@@ -130,7 +130,7 @@ def _pattern_pass(plan, data, hessian):
         op = registry.OPS[int(tp.entries[i, E_OP])]
         if not any(op.differentiable):
             continue
-        if op.kind == "kernel":
+        if op.kind == "structural":
             deps, pairs = op.sparsity(tp, i, data)
         else:
             deps = _elementwise_deps(tp, i, op)

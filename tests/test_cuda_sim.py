@@ -230,7 +230,7 @@ else:
 
     THREADS = 8  # every simulated thread is a Python thread: keep blocks small
 
-    ELEMENTWISE = [op for op in OPS if op.kind != "kernel"]
+    ELEMENTWISE = [op for op in OPS if op.kind != "structural"]
     SHAPES = {
         "unary": [((5,),), ((),)],
         "binary": [((5,), (5,)), ((), (4,)), ((4,), ()), ((3, 1), (1, 4)), ((2, 3), (3,))],
@@ -984,7 +984,7 @@ else:
         for op in OPS:
             fwd, rev, _, _, checks = gpu_spec(op)
             assert fwd >= 1 and rev >= (1 if any(op.differentiable) else 0), op.name
-            if op.kind == "kernel":
+            if op.kind == "structural":
                 assert op.gpu in GPU_KERNELS, op.name
                 if checks:  # it may reject data: a failed status must say why
                     assert op.describe_failure is not None, op.name

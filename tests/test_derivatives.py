@@ -5,7 +5,7 @@
 Every op's tangent rule is checked against finite differences of its forward rule and against
 its reverse rule (``<J v, u> == <v, J^T u>``), and its second-order rule (the tangent of its
 reverse rule) against finite differences of the gradient, over the shapes of
-``tests/test_ops.py``; kernel ops over its ``KERNEL_CASES``.
+``tests/test_ops.py``; structural ops over its ``KERNEL_CASES``.
 """
 
 import numpy as np
@@ -39,7 +39,7 @@ def fd_hvp(t, xs, vs, eps=1e-6):
 def test_every_differentiable_kernel_op_has_derivative_facts():
     for op in OPS:
         assert missing_facts(op) == [], (op.name, missing_facts(op))
-        if op.kind == "kernel" and any(op.differentiable):
+        if op.kind == "structural" and any(op.differentiable):
             assert op.jvp is not None and op.hvp is not None and op.sparsity is not None
 
 

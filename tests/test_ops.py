@@ -1,6 +1,6 @@
 """Registry-driven op tests: every registered op, forward against its NumPy reference and
 reverse against central finite differences (float64), over 0-d, 1-d, 2-d and broadcasting
-shapes. A new elementwise op is picked up automatically; a new kernel op must add cases to
+shapes. A new elementwise op is picked up automatically; a new structural op must add cases to
 KERNEL_CASES (a test fails until it does)."""
 
 import cases_factor  # tests/ is on sys.path (pytest's rootdir-less import mode)
@@ -29,7 +29,7 @@ BINARY_SHAPES = [
 ]
 TERNARY_SHAPES = [((4,), (4,), (4,)), ((3, 1), (1, 4), ()), ((3, 4), (4,), (3, 1))]
 
-ELEMENTWISE = [op for op in OPS if op.kind != "kernel"]
+ELEMENTWISE = [op for op in OPS if op.kind != "structural"]
 DIFFERENTIABLE = [op for op in ELEMENTWISE if any(op.differentiable)]
 
 
@@ -117,7 +117,7 @@ def test_unary_size_zero():
     assert x.grad.shape == (0, 3)
 
 
-# ---------------------------------------------------------------- kernel ops
+# ---------------------------------------------------------------- structural ops
 
 
 def _r(*shape, seed=0, lo=-2.0, hi=2.0):
@@ -267,12 +267,12 @@ for _cases in (cases_scan.CASES, cases_factor.CASES, cases_scatter.CASES, cases_
     for _name, _list in _cases.items():
         KERNEL_CASES.setdefault(_name, []).extend(_list)
 
-KERNELS = [op for op in OPS if op.kind == "kernel"]
+KERNELS = [op for op in OPS if op.kind == "structural"]
 
 
 def test_every_kernel_op_has_cases():
     missing = [op.name for op in KERNELS if op.name not in KERNEL_CASES]
-    assert not missing, f"add test cases for kernel ops {missing} to KERNEL_CASES"
+    assert not missing, f"add test cases for structural ops {missing} to KERNEL_CASES"
 
 
 CASES = [(name, k, case) for name, cases in KERNEL_CASES.items() for k, case in enumerate(cases)]

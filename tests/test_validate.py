@@ -190,9 +190,9 @@ def test_every_op_family_is_covered_by_the_round_trip():
     seen = set()
     for fn, args in FAMILIES.values():
         t = tp.record(fn, *args)
-        seen |= {registry.OPS[c].kind if registry.OPS[c].kind != "kernel" else registry.OPS[c].name
+        seen |= {registry.OPS[c].kind if registry.OPS[c].kind != "structural" else registry.OPS[c].name
                  for c in t.entries[: t.n_entries, E_OP]}  # fmt: skip
-    kernels = {op.name for op in registry.OPS if op.kind == "kernel"}
+    kernels = {op.name for op in registry.OPS if op.kind == "structural"}
     assert {"unary", "binary", "ternary"} | kernels <= seen
 
 
@@ -208,8 +208,8 @@ def test_unknown_meta_keys_are_ignored():
 def test_every_op_has_a_check():
     for op in registry.OPS:
         assert callable(op.check), f"op {op.name!r} has no check (see tape.registry.Op.check)"
-    missing = [op.name for op in registry.OPS if op.kind == "kernel" and op.check is None]
-    assert not missing, f"kernel ops without a validation check: {missing}"
+    missing = [op.name for op in registry.OPS if op.kind == "structural" and op.check is None]
+    assert not missing, f"structural ops without a validation check: {missing}"
 
 
 def test_an_op_without_a_check_cannot_be_loaded(monkeypatch):

@@ -8,7 +8,7 @@ kernels in ``tape/cuda/``). A change to any of them makes the file stale: ``--ch
 test) fails until it is regenerated, and the new text makes Numba recompile.
 
 Elementwise ops need nothing GPU-specific: their rules are translated to device functions
-(:mod:`tape.cuda._rules`). Kernel ops take their GPU phase functions from
+(:mod:`tape.cuda._rules`). Structural ops take their GPU phase functions from
 :data:`tape.cuda._kernels.GPU_KERNELS`, under the key their record names (``Op.gpu``);
 generation fails for an op without one.
 
@@ -276,13 +276,13 @@ def generate(codes=None) -> str:
     for op in ops:
         tag = f"  # {op.name}"
         kw = "if" if not fwd else "elif"
-        if op.kind == "kernel":
+        if op.kind == "structural":
             # checked here so that generation fails for an op without a GPU path
             from tape.cuda._kernels import GPU_KERNELS
 
             if op.gpu is None:
                 raise NotImplementedError(
-                    f"op {op.name!r} has no GPU kernel: its record names none (registry.kernel("
+                    f"op {op.name!r} has no GPU kernel: its record names none (registry.structural("
                     "..., gpu=key)); add a GpuKernel under that key to tape/cuda/_kernels.py"
                 )
             if op.gpu not in GPU_KERNELS:

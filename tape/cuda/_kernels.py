@@ -2,10 +2,10 @@
 strided copy, gather, matrix product, guard.
 
 Each op is one :class:`GpuKernel` record in :data:`GPU_KERNELS`, under the key its registry
-record names (``registry.kernel(..., gpu=key)``, :attr:`tape.registry.Op.gpu`): its forward
+record names (``registry.structural(..., gpu=key)``, :attr:`tape.registry.Op.gpu`): its forward
 and reverse phase functions (signature in :mod:`tape.cuda._loops`), how many phases each
 runs, which input each reverse phase writes, and the scratch it needs. The code generator
-fails on a registry op without one, and the tests run every op, so a new kernel op cannot
+fails on a registry op without one, and the tests run every op, so a new structural op cannot
 ship without its GPU path.
 
 Reductions are owned by blocks: the elements reducing into one output are split over

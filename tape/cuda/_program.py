@@ -103,7 +103,7 @@ def gpu_spec(op):
     skipped when that input has no adjoint) or ``-1`` (always run); ``work(n_out, parts,
     block)`` the scratch an entry needs; ``checks`` the forward phases that may reject the entry's data.
     """
-    if op.kind != "kernel":
+    if op.kind != "structural":
         n = op.arity
         rev = tuple(k if op.differentiable[k] else None for k in range(n))
         return 1, n, rev, None, ()

@@ -496,18 +496,18 @@ def _describe(name, what):
     return describe
 
 
-SOLVE = registry.kernel(
+SOLVE = registry.structural(
     "solve", solve_fwd, solve_rev, module=__name__, n_inputs=2, differentiable=(True, True),
     check=check_solve, gpu="solve", jvp=solve_jvp, hvp=solve_hvp, sparsity=solve_sparsity,
     error=np.linalg.LinAlgError, describe_failure=_describe("solve", "the matrix is singular (a zero pivot): the system has no unique solution"),
 )  # fmt: skip
-CHOLESKY = registry.kernel(
+CHOLESKY = registry.structural(
     "cholesky", cholesky_fwd, cholesky_rev, module=__name__, n_inputs=1, differentiable=(True,),
     check=_check_square(lambda n: n * n), gpu="cholesky", jvp=cholesky_jvp, hvp=cholesky_hvp,
     sparsity=_square_sparsity(lambda n: n * n),
     error=np.linalg.LinAlgError, describe_failure=_describe("cholesky", "the matrix is not positive definite (Cholesky failed)"),
 )  # fmt: skip
-SLOGDET = registry.kernel(
+SLOGDET = registry.structural(
     "slogdet", slogdet_fwd, slogdet_rev, module=__name__, n_inputs=1, differentiable=(True,),
     check=_check_square(lambda n: 2), gpu="slogdet", jvp=slogdet_jvp, hvp=slogdet_hvp,
     sparsity=_square_sparsity(lambda n: 2), error=np.linalg.LinAlgError, describe_failure=_describe(

@@ -87,7 +87,7 @@ def _short(a):
     return np.array2string(a.ravel(), threshold=6, precision=6)
 
 
-GUARD = registry.kernel(
+GUARD = registry.structural(
     "guard", guard_fwd, None, module=__name__, n_inputs=2, differentiable=(False, False),
     check=check, gpu="guard", guard=True, describe_failure=describe_failure,
 )  # fmt: skip

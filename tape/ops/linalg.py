@@ -210,7 +210,7 @@ def check(t, i, e):
         V.inside(t, i, "input 1", b, (0, (nb - 1) * sb + k * n - 1))
 
 
-MATMUL = registry.kernel(
+MATMUL = registry.structural(
     "matmul", matmul_fwd, matmul_rev, module=__name__, n_inputs=2, differentiable=(True, True),
     check=check, gpu="matmul", method=True, jvp=matmul_jvp, hvp=matmul_hvp, sparsity=sparsity, operators=("__matmul__",), reflected=("__rmatmul__",),
     may_stop=False,

@@ -209,13 +209,13 @@ def take_failure(t, i, read, at):
     )
 
 
-COPY = registry.kernel(
+COPY = registry.structural(
     "copy", copy_fwd, copy_rev, module=__name__, n_inputs=1, differentiable=(True,),
     check=check_copy, gpu="copy", jvp=registry.LINEAR, hvp=registry.LINEAR,
     sparsity=copy_sparsity,
     may_stop=False,
 )  # fmt: skip
-TAKE = registry.kernel(
+TAKE = registry.structural(
     "take", take_fwd, take_rev, module=__name__, n_inputs=2, differentiable=(True, False),
     check=check_take, gpu="take", method=True, describe_failure=take_failure, jvp=take_jvp,
     hvp=registry.LINEAR, sparsity=take_sparsity,

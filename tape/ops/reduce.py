@@ -353,7 +353,7 @@ def check(t, i, e):
 # the reverse kernel on tangents for the second order); prod has both kernels.
 LINEAR = registry.LINEAR
 SUM, MAX, MIN, PROD = (
-    registry.kernel(
+    registry.structural(
         name, f, r, module=__name__, n_inputs=1, differentiable=(True,), check=check, gpu=name,
         method=True, jvp=jvp, hvp=hvp, sparsity=_sparsity(name == "prod"), may_stop=False,
     )

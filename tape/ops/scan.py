@@ -432,28 +432,28 @@ def check_arg_extreme(t, i, e):
 
 
 LINEAR = registry.LINEAR
-CUMSUM = registry.kernel(
+CUMSUM = registry.structural(
     "cumsum", cumsum_fwd, cumsum_rev, module=__name__, n_inputs=1, differentiable=(True,),
     check=check_scan, gpu="cumsum", jvp=LINEAR, hvp=LINEAR, sparsity=_scan_sparsity(False),
     may_stop=False,
 )  # fmt: skip
-CUMPROD = registry.kernel(
+CUMPROD = registry.structural(
     "cumprod", cumprod_fwd, cumprod_rev, module=__name__, n_inputs=1, differentiable=(True,),
     check=check_scan, gpu="cumprod", jvp=cumprod_jvp, hvp=cumprod_hvp,
     sparsity=_scan_sparsity(True),
     may_stop=False,
 )  # fmt: skip
-ARGSORT = registry.kernel(
+ARGSORT = registry.structural(
     "argsort", argsort_fwd, None, module=__name__, n_inputs=1, differentiable=(False,),
     check=check_argsort, gpu="argsort",
     may_stop=False,
 )  # fmt: skip
-ARGMAX = registry.kernel(
+ARGMAX = registry.structural(
     "argmax", argmax_fwd, None, module=__name__, n_inputs=1, differentiable=(False,),
     check=check_arg_extreme, gpu="argmax",
     may_stop=False,
 )  # fmt: skip
-ARGMIN = registry.kernel(
+ARGMIN = registry.structural(
     "argmin", argmin_fwd, None, module=__name__, n_inputs=1, differentiable=(False,),
     check=check_arg_extreme, gpu="argmin",
     may_stop=False,

@@ -99,7 +99,7 @@ def check_scatter_add(t, i, e):
     check_take(t, i, e)
 
 
-SCATTER_ADD = registry.kernel(
+SCATTER_ADD = registry.structural(
     "scatter_add", scatter_add_fwd, scatter_add_rev, module=__name__, n_inputs=2,
     differentiable=(True, False), check=check_scatter_add, gpu="scatter_add",
     describe_failure=take_failure, jvp=scatter_add_jvp, hvp=registry.LINEAR,

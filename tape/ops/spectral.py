@@ -498,14 +498,14 @@ def _describe(name, what):
     return describe
 
 
-EIGH = registry.kernel(
+EIGH = registry.structural(
     "eigh", eigh_fwd, eigh_rev, module=__name__, n_inputs=1, differentiable=(True,),
     check=check_eigh, gpu="eigh", jvp=eigh_jvp, hvp=eigh_hvp, sparsity=eigh_sparsity,
     error=np.linalg.LinAlgError, describe_failure=_describe(
         "eigh", "the matrix is not finite (or the eigensolver did not converge)"
     ),
 )  # fmt: skip
-QR = registry.kernel(
+QR = registry.structural(
     "qr", qr_fwd, qr_rev, module=__name__, n_inputs=1, differentiable=(True,),
     check=check_qr, gpu="qr", jvp=qr_jvp, hvp=qr_hvp, sparsity=qr_sparsity,
     error=np.linalg.LinAlgError, describe_failure=_describe(

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "acddb481e1987752737bfe806301d3c36b24b76177e71cbc2f95aa0519eeda44"
+FINGERPRINT = "126cc26ef6d89cfe262c4416987efe4e1126be6c4cdeaade544ebf7d7659982c"
 
 from numba import cuda, float64
 
