@@ -158,10 +158,10 @@ def _locked(job, fn, item, wait):
 def compile_all(items, job_of, build, after=None, meanwhile=None):
     """``build(item)`` (compile or load from Numba's cache; returns whether Numba compiled)
     for each of ``items``, each under its job's lock (``job_of(item)``). Once one item
-    compiled and two or more remain (or a helper runs), the rest go to the helpers and this
-    process takes the list from its end. Items a helper was given before come last (they may
+    compiled and two or more remain (or one, if a helper runs or there is ``meanwhile``
+    work), the rest go to the helpers and this process takes the list from its end. Items a helper was given before come last (they may
     be in the cache by then), and items another process holds are waited for at the end;
-    ``meanwhile()`` runs before that, when there is anything to wait for. ``after(item)``
+    ``meanwhile()`` runs as soon as items go to helpers, or before that wait. ``after(item)``
     runs after each item that compiled."""
     mine = deque(x for x in items if job_of(x) not in _sent)
     theirs = [x for x in items if job_of(x) in _sent]
@@ -174,8 +174,11 @@ def compile_all(items, job_of, build, after=None, meanwhile=None):
             continue
         if not compiled:
             continue
-        if not handed and (len(mine) >= 2 or (mine and active())):
+        if not handed and mine and (len(mine) >= 2 or meanwhile is not None or active()):
             handed = submit([job_of(y) for y in mine])
+            if handed and meanwhile is not None:  # other work first, while helpers start
+                meanwhile()
+                meanwhile = None
         if after is not None:
             after(x)
     if meanwhile is not None and (theirs or busy):

@@ -134,7 +134,7 @@ from numba import njit
 from tape import _warm, registry
 from tape._codegen import drivers_text
 from tape._config import KERNEL_JIT, UNIT_JIT
-from tape._dispatch import register_unit
+from tape._dispatch import precompile, register_unit
 from tape._generated import sweeps as _S
 from tape._layout import (
     ACTIVE,
@@ -2291,17 +2291,27 @@ def compile_tape(t):
         ids[name] = register_unit(fn, rev_of[name], t.dtype)
         return sum(fn.stats.cache_misses.values()) > misses
 
-    # loops missing from Numba's cache compile partly in helper processes (tape._warm)
+    rt = runtime() if g.table_calls is not None else None
+
+    def meanwhile():  # the runtime's one-call gradient for this tape's arguments
+        if len(t.outputs) == 1 and int(t.bufs[t.outputs[0], B_SIZE]) == 1:
+            fn = getattr(rt, f"gradient_args_{len(t.inputs)}", None) or rt.gradient_args
+            args = [np.empty(t.shapes[b], d) for b, d in zip(t.inputs, t.input_dtypes)]
+            precompile(fn, [np.empty(0, np.int64), np.empty(0, t.dtype), *args])
+
+    # loops missing from Numba's cache compile partly in helper processes (tape._warm); this
+    # process compiles the runtime's gradient meanwhile
     _warm.compile_all(
-        list(mods), lambda name: _warm.unit_job(mods[name].__file__, rev_of[name], t.dtype), build
-    )
+        list(mods), lambda name: _warm.unit_job(mods[name].__file__, rev_of[name], t.dtype),
+        build, meanwhile=None if rt is None else meanwhile,
+    )  # fmt: skip
     for at, name, _ in g.cells:
         pool[at] = -ids[name]
     listing = "\n\n\n".join(
         [g.source] + [f"# ---- {n} = {_module_name(x, 'tape_unit')}.unit\n\n{x}"
                       for n, x in g.units.items()])  # fmt: skip
-    if g.table_calls is not None:
-        return CompiledSweeps(runtime(), g.table_calls, listing, len(t.inputs)), pool
+    if rt is not None:
+        return CompiledSweeps(rt, g.table_calls, listing, len(t.inputs)), pool
     mod = load_module(g.source, "tape_compiled", g.extra)
     return CompiledSweeps(mod, mod.TABLE_CALLS, listing), pool
 
