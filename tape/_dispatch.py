@@ -340,7 +340,7 @@ class PerOp:
         return len(OPS)
 
 
-def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True):
+def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also=()):
     """Compile (or load from Numba's cache) the kernels of the ops ``codes`` for arenas of
     ``dtype`` and every sweep kind in ``kinds``, and put their addresses in the table. Cheap
     when they are already there. Call it before a sweep runs an entry of these ops (the
@@ -351,7 +351,8 @@ def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True):
     process works from the other end; a kernel that another process is compiling is loaded
     from the cache when that one is done (``meanwhile()``, if given, runs before that wait:
     other work to compile). ``speculate``: a forward kernel that compiled hands the op's
-    reverse kernel to a helper (:data:`tape._warm.SPECULATE`)."""
+    reverse kernel to a helper (:data:`tape._warm.SPECULATE`); ``also``: other jobs a helper
+    takes then (the compiled tier's runtime, for a recording that will compile)."""
     dt = np.dtype(dtype)
     tab = TABLES.get(dt)
     if tab is None:
@@ -375,6 +376,8 @@ def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True):
             for k2 in _warm.SPECULATE.get(k, ()) if speculate else ():
                 if tab[k2, c] == 0 and function(KIND_NAMES[k2], c) is not None:
                     _warm.submit([_warm.op_job(k2, c, dt)])
+            if also:
+                _warm.submit(also)
 
         _warm.compile_all(
             pending, lambda x: _warm.op_job(x[0], x[1], dt),
@@ -416,7 +419,7 @@ def serve_helper():
         rev, path = rest.split(" ", 1)
         compile_unit(path, rev == "1", dtype)
 
-    _warm.serve({"op": op, "unit": unit})
+    _warm.serve({**_warm.HANDLERS, "op": op, "unit": unit})
 
 
 def _address(fn, sig, who):

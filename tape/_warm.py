@@ -14,8 +14,9 @@ process loads them from there:
   the op's reverse kernel goes to a helper at once, before any ``backward()`` asks for it, so
   that it is ready, or under way, when the reverse sweep needs it (:data:`SPECULATE`).
 
-A job is one line of text: ``op DTYPE KIND:CODE`` (an op kernel, :func:`op_job`) or
-``unit DTYPE REV PATH`` (the fused loop of a unit module file, :func:`unit_job`). A file lock
+A job is one line of text: ``op DTYPE KIND:CODE`` (an op kernel, :func:`op_job`),
+``unit DTYPE REV PATH`` (the fused loop of a unit module file, :func:`unit_job`), or a kind
+another module registers (:func:`register`: the compiled tier's ``runtime DTYPE ARGS``). A file lock
 per job (``fcntl.flock`` on one file per op kernel, all dtypes, or per unit module, in a
 directory of the system's temporary directory) keeps two processes from compiling the same
 function at once: Numba's cache keeps one index per function, and two processes that write
@@ -86,10 +87,27 @@ def unit_job(path, rev, dtype) -> str:
 
 
 def _lock_name(job) -> str:
-    what, _, rest = job.split(" ", 2)
+    what, dtype, rest = job.split(" ", 2)
     if what == "op":  # every dtype of one kernel: one function, one cache index
         return "op-" + rest.replace(":", "-")
-    return "unit-" + Path(rest.split(" ", 1)[1]).stem
+    if what == "unit":
+        return "unit-" + Path(rest.split(" ", 1)[1]).stem
+    return what  # one function per kind of job (the runtime's gradient): every signature
+
+
+HANDLERS: dict = {}
+"""Builders of other kinds of job, ``what -> build(dtype, rest)``, registered by the modules
+that make them (:func:`register`); a helper process finds them once ``tape`` is imported."""
+
+
+def register(what, build):
+    """Let helpers build jobs ``what DTYPE REST`` with ``build(dtype, rest)``."""
+    HANDLERS[what] = build
+
+
+def locked(job, fn):
+    """``fn()`` under ``job``'s lock, waiting for another process that holds it."""
+    return _locked(job, lambda _: fn(), None, wait=True)
 
 
 def _lock_dir() -> Path:

@@ -2295,9 +2295,8 @@ def compile_tape(t):
 
     def meanwhile():  # the runtime's one-call gradient for this tape's arguments
         if len(t.outputs) == 1 and int(t.bufs[t.outputs[0], B_SIZE]) == 1:
-            fn = getattr(rt, f"gradient_args_{len(t.inputs)}", None) or rt.gradient_args
-            args = [np.empty(t.shapes[b], d) for b, d in zip(t.inputs, t.input_dtypes)]
-            precompile(fn, [np.empty(0, np.int64), np.empty(0, t.dtype), *args])
+            job = runtime_job(t)  # a helper may be at it (see tape.record): wait for it then
+            _warm.locked(job, lambda: _build_runtime(*job.split(" ", 2)[1:]))
 
     # loops missing from Numba's cache compile partly in helper processes (tape._warm); this
     # process compiles the runtime's gradient meanwhile
@@ -2319,6 +2318,28 @@ def compile_tape(t):
 def runtime() -> types.ModuleType:
     """The shared runtime (:func:`runtime_source`), loaded once per process."""
     return load_module(runtime_source(), "tape_runtime")
+
+
+def runtime_job(t) -> str:
+    """The :mod:`tape._warm` job that compiles the runtime's one-call gradient for the
+    arguments of tape ``t`` (their dtypes and dimensions; C-ordered arrays)."""
+    args = ",".join(
+        f"{np.dtype(d).name}:{len(t.shapes[b])}" for b, d in zip(t.inputs, t.input_dtypes)
+    )
+    return f"runtime {np.dtype(t.dtype).name} {args or '-'}"
+
+
+def _build_runtime(dtype, args):
+    """Compile (or load) the runtime's ``gradient_args_<n>`` for arguments ``args``
+    (``dtype:ndim`` comma-separated, ``-`` for none) and arenas of ``dtype``."""
+    rt = runtime()
+    specs = [a.split(":") for a in args.split(",")] if args != "-" else []
+    xs = [np.empty((1,) * int(nd), np.dtype(d)) for d, nd in specs]
+    fn = getattr(rt, f"gradient_args_{len(xs)}", None) or rt.gradient_args
+    precompile(fn, [np.empty(0, np.int64), np.empty(0, np.dtype(dtype)), *xs])
+
+
+_warm.register("runtime", _build_runtime)
 
 
 def kernels_of(mod) -> types.ModuleType:

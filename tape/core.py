@@ -179,6 +179,7 @@ class Tape:
     n_entries = n_bufs = n_ipool = n_data = 0
     _freed = None  # eager: bool per buffer, True once a backward without retain_graph used it
     speculate = True  # an op's first use here starts the compile of its reverse kernel
+    cold_jobs = ()  # ... and of these (tape._warm jobs: a recording that will compile)
     callbacks = None  # {call id: tape.autograd.Call}: autograd.Function calls
     recording = False
     _lift = None  # a tape.checkpoint sub-tape being recorded: what becomes an input
@@ -362,7 +363,8 @@ class Tape:
                 p = self.intern(attr)
         n = len(ins)
         if not _dispatch.FWD_READY[self.dtype][code]:  # the op's first use in this process
-            _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate)
+            _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
+                              also=self.cold_jobs)  # fmt: skip
         status = S.emit(
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,

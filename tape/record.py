@@ -108,6 +108,10 @@ def record(
         t.input_names.append(names[k] if k < len(names) and not names[k].startswith("*") else f"arg{k}")
         t.input_dtypes.append(v.dtype)
     t.wrt = wrt
+    if compile is True:  # a cold kernel starts the compile of the runtime for these arguments
+        from tape.compiled import runtime_job
+
+        t.cold_jobs = (runtime_job(t),)
     if _lift is not None:  # a tape.checkpoint sub-tape: tensors read from outside are inputs
         _lift.begin(t)
     outer = _state.recordings

@@ -329,3 +329,33 @@ def test_a_helper_process_compiles_a_tapes_fused_loops_into_the_cache(tmp_path):
     assert r.returncode == 0, r.stderr
     n, hits, misses = (int(v) for v in r.stdout.split())
     assert n >= 2 and hits == n and misses == 0, (n, hits, misses)
+
+
+RUNTIME_CHILD = """
+import numpy as np
+import tape as tp
+from tape import _warm as W, compiled as C
+
+def f(x, w):
+    return (tp.sin(x) * w).sum()
+
+x, w = np.linspace(0.1, 0.9, 6), np.linspace(1.0, 2.0, 6).reshape(2, 3)
+t = tp.record(lambda x, w: f(x, w.reshape(6)), x, w, compile=False)
+job = C.runtime_job(t)
+assert job == "runtime float64 float64:1,float64:2", job
+assert W.submit([job])  # a helper compiles the runtime's gradient for (1-d, 2-d) arguments
+W.drain()
+t.compile()
+g = C.runtime().gradient_args_2
+print(sum(g.stats.cache_hits.values()), sum(g.stats.cache_misses.values()))
+"""
+
+
+def test_a_helper_process_compiles_the_runtimes_gradient_for_a_recordings_arguments(tmp_path):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
+               TAPE_CACHE_DIR=str(tmp_path / "tape"), TAPE_COMPILE_WORKERS="1")  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", RUNTIME_CHILD], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1", "0"]  # loaded from the helper's work, not compiled here

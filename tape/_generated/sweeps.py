@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4a4a60eb6a5354f8a33a94e0c61641ece3d9a91eb7d3ac6b0dc782b95a00c685"
+FINGERPRINT = "6e255cae2a33b8c720d0af2efd9784cc37cf340905419dc623529ec88d40c595"
 
 import numpy as np
 from numba import njit, prange
