@@ -120,7 +120,7 @@ class JobLock:
     """The lock of ``job``, shared by every process of this user on this machine.
     ``try_acquire()`` does not wait; ``acquire()`` does; ``release()`` frees it (the end of
     the process frees it too). Where locks cannot be taken (no ``fcntl``, no writable
-    temporary directory) every call succeeds at once."""
+    temporary directory, a file system without locks) every call succeeds at once."""
 
     def __init__(self, job):
         self.name = _lock_name(job) + ".lock"
@@ -140,9 +140,12 @@ class JobLock:
             return True
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:  # another process holds it
             os.close(fd)
             return False
+        except OSError:  # a file system without locks: go on unlocked
+            os.close(fd)
+            return True
         self._fd = fd
         return True
 
@@ -150,7 +153,11 @@ class JobLock:
         fd = self._open()
         if fd is None:
             return
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks: go on unlocked
+            os.close(fd)
+            return
         self._fd = fd
 
     def release(self):
