@@ -9,9 +9,10 @@ arguments instead.
 SWEEP_JIT = dict(cache=True, nogil=True, error_model="numpy")
 """Options of the cached sweeps and drivers (``tape/_generated/sweeps.py``)."""
 
-KERNEL_JIT = dict(nogil=True, error_model="numpy")
-"""Options of the op kernels and scalar rules. They are compiled into the sweeps; their own
-cache would be stale the moment a rule changes, so they are not cached on their own."""
+UNCACHED_JIT = dict(nogil=True, error_model="numpy")
+"""Options of the functions that are compiled into their callers and not cached on their own:
+the scalar rules, the shared loops and helpers the op kernels call (the callers' cache holds
+them; a cache of their own would be stale the moment a rule changed)."""
 
 COMPILED_JIT = dict(cache=True, nogil=True, error_model="numpy")
 """Options of a compiled tape's module (:mod:`tape.compiled`): those of the sweeps. No

@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from tape import _masked
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 from tape._layout import (
     B_KIND,
     B_NDIM,
@@ -31,15 +31,15 @@ from tape._layout import (
     SAME,
 )
 
-_jit = njit(**KERNEL_JIT)
+_jit = njit(**UNCACHED_JIT)
 # Loops that take a rule as an argument are inlined into the sweep at Numba-IR level: a
 # function passed as a run-time argument to a separately compiled loop would make the sweep
 # uncacheable (Numba embeds the dispatcher's address).
-_loop = njit(inline="always", **KERNEL_JIT)
+_loop = njit(inline="always", **UNCACHED_JIT)
 masked = _jit(_masked.masked)
 
 
-@njit(fastmath={"reassoc"}, **KERNEL_JIT)
+@njit(fastmath={"reassoc"}, **UNCACHED_JIT)
 def total(x):
     """The sum of the 1-D array ``x``, vectorised: LLVM may add in any order (several partial
     sums at once), not one element after the other, which is a chain of dependent adds."""

@@ -23,10 +23,10 @@ import textwrap
 
 from tape import _loops
 
-JIT = "@njit(**KERNEL_JIT)"
+JIT = "@njit(**UNCACHED_JIT)"
 """The decorator of a specialised copy: not cached by itself (the op's entry functions that
 call it are, with it compiled in)."""
-JIT_INLINE = '@njit(inline="always", **KERNEL_JIT)'
+JIT_INLINE = '@njit(inline="always", **UNCACHED_JIT)'
 """The decorator of a copy without loops (one element's rule, masked): inlined where it is
 called, at Numba's IR level, which costs little for a function this small and spares a
 compiled function of its own."""

@@ -34,7 +34,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 
 
 @intrinsic
@@ -147,7 +147,7 @@ L = tuple(float(Fraction(2, 2 * i + 1)) for i in range(13))
 TN, TD = (tuple(float(c) for c in p) for p in _tanh_rational(7))
 TANH_SMALL = 0.55
 
-_jit = njit(inline="always", **KERNEL_JIT)
+_jit = njit(inline="always", **UNCACHED_JIT)
 """Inlined where called (Numba IR): so a rule that calls them stays small enough for LLVM to
 inline into the sweep's loop, which it then vectorises."""
 

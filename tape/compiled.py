@@ -133,7 +133,7 @@ from numba import njit
 
 from tape import _warm, registry
 from tape._codegen import drivers_text
-from tape._config import KERNEL_JIT, UNIT_JIT
+from tape._config import UNCACHED_JIT, UNIT_JIT
 from tape._dispatch import precompile, register_unit
 from tape._generated import sweeps as _S
 from tape._layout import (
@@ -1070,7 +1070,7 @@ def outline_rule(rule):
     59 and 64 s with them called (two alternating runs), its gradient as fast either way."""
     d = _OUTLINED.get(rule)
     if d is None:
-        d = _OUTLINED[rule] = njit(**KERNEL_JIT)(rule.py_func)
+        d = _OUTLINED[rule] = njit(**UNCACHED_JIT)(rule.py_func)
     return d
 
 

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6e255cae2a33b8c720d0af2efd9784cc37cf340905419dc623529ec88d40c595"
+FINGERPRINT = "2e02501e469b3d2031fe4ace8637e126f77dc2cd6e1e9e32fcb29263f1583695"
 
 import numpy as np
 from numba import njit, prange

@@ -22,10 +22,10 @@ from numba import njit
 
 from tape import _vmath as vm
 from tape import registry
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 
-_jit = njit(**KERNEL_JIT)
-_jit_inline = njit(inline="always", **KERNEL_JIT)
+_jit = njit(**UNCACHED_JIT)
+_jit_inline = njit(inline="always", **UNCACHED_JIT)
 
 
 def _rule_jit(f):

@@ -23,7 +23,7 @@ from numba import njit
 
 from tape import _validate as V
 from tape import registry
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 from tape._layout import E_ATTR, E_IN0, E_IN1
 from tape._loops import view
 
@@ -31,7 +31,7 @@ EQUAL, TRUTH, INT = 0, 1, 2
 MODES = {EQUAL: "value", TRUTH: "truth value", INT: "integer value"}
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def guard_fwd(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     ref = view(bufs, data, entries[i, E_IN1])

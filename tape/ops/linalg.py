@@ -12,11 +12,11 @@ from numba import njit
 from tape import _validate as V
 from tape import registry
 from tape._blas import gemm_acc
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 from tape._layout import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape._loops import active, view
 
-_jit = njit(**KERNEL_JIT)
+_jit = njit(**UNCACHED_JIT)
 
 
 @_jit

@@ -13,11 +13,11 @@ from numba import njit
 
 from tape import _validate as V
 from tape import registry
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 from tape._layout import E_ATTR, E_IN0, E_OUT
 from tape._loops import active, strided_offsets, total, view
 
-_jit = njit(**KERNEL_JIT)
+_jit = njit(**UNCACHED_JIT)
 
 
 @_jit
@@ -117,7 +117,7 @@ def _extreme_fwd(is_max, i, entries, bufs, ipool, data):
     return -1
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _pick(is_max, cur, v):
     """The extremum so far after element ``v``: NaN from the first NaN on."""
     better = v > cur if is_max else v < cur

@@ -27,11 +27,11 @@ from numba import njit
 
 from tape import _validate as V
 from tape import registry
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 from tape._layout import E_ATTR, E_IN0, E_OUT
 from tape._loops import active, view
 
-_jit = njit(**KERNEL_JIT)
+_jit = njit(**UNCACHED_JIT)
 
 
 @_jit

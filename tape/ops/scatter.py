@@ -12,12 +12,12 @@ import numpy as np
 from numba import njit
 
 from tape import registry
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 from tape._layout import E_ATTR, E_IN0, E_IN1, E_OUT
 from tape._loops import active, view
 from tape.ops.movement import check_take, take_failure
 
-_jit = njit(**KERNEL_JIT)
+_jit = njit(**UNCACHED_JIT)
 
 
 @_jit

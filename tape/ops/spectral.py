@@ -46,12 +46,12 @@ from numba import njit
 
 from tape import _validate as V
 from tape import registry
-from tape._config import KERNEL_JIT
+from tape._config import UNCACHED_JIT
 from tape._layout import B_SIZE, E_ATTR, E_IN0, E_OUT
 from tape._loops import active, view
 from tape.ops.factor import _dot, _from_lower, _mat, _phi, _tri_solve
 
-_jit = njit(**KERNEL_JIT)
+_jit = njit(**UNCACHED_JIT)
 
 EPS64, EPS32 = 2.0**-52, 2.0**-23
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "899c5372723d7fff3bdcd7ffa82a9e56974b3027090bc92c8e6e8f49a114cce9"
+FINGERPRINT = "e5db3bd2b0f4e4796d5ae556466e21ebe0bb1fb21b6b8e3d6a76e633f23f1c0e"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "e3c367cf8dbc802346d308b501c4312715286f00f5042ad9c214c23870e3f090"
+FINGERPRINT = "856bcc233e0811d60bab8bb0c0d92f446db838758c79f30056db596739b0ee4a"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

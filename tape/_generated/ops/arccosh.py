@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c0af0a1b06b2120c0970b3187b8c124c00d43cac8b7da77855dc8d6c63f1db65"
+FINGERPRINT = "3a8912e19adc935645ab8f655251044da5a2b578bbfdae889cdfd10edbc3c3d7"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

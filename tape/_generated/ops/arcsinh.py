@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4fa74824b3e3fe2e39292bfb9a33da143e64ae8c4981556b06a8e2edff5f8a49"
+FINGERPRINT = "a90f3d96d7a538e90160f68d0717c9ef6cf91cf5acf270d3b39d42738eddff0e"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6477e6b9de2b00593adc079fbf84f23db33e54d3c2dbdf01b1277dc6c94a675d"
+FINGERPRINT = "0510b126a95ab8e655c0ece133ceee35d4bec6557a787ad4d1dbc25215558def"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.registry import BY_NAME
 
@@ -25,13 +25,13 @@ arctan2_h1 = BY_NAME["arctan2"].hess[1]
 arctan2_h2 = BY_NAME["arctan2"].hess[2]
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(arctan2_rev0(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _bcast_rev_row_0(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
     sk = s0 if first else s1
     bk = b0 if first else b1
@@ -73,13 +73,13 @@ def _bcast_rev_row_0(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
             g[bk + j * sk] += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(arctan2_rev1(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
     sk = s0 if first else s1
     bk = b0 if first else b1
@@ -121,7 +121,7 @@ def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
             g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
@@ -152,7 +152,7 @@ def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
                 ty[e + j] = acc
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _tan2_5(u, w, y, t0, t1):
     acc = masked(arctan2_rev0(u, w, y, t0), t0) if True else 0.0
     if True:
@@ -160,7 +160,7 @@ def _tan2_5(u, w, y, t0, t1):
     return acc
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
@@ -217,7 +217,7 @@ def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
                     g1[k1] += v
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _hrev_one_7(u, w, y, g, dg, ta, tb):
     v = masked(arctan2_rev0(u, w, y, dg), dg)
     if g != 0.0:
@@ -230,7 +230,7 @@ def _hrev_one_7(u, w, y, g, dg, ta, tb):
     return v
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _hrev_one_8(u, w, y, g, dg, ta, tb):
     v = masked(arctan2_rev1(u, w, y, dg), dg)
     if g != 0.0:

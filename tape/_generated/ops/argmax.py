@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "79b3e194cd2d942592d262f45093ce8d6b749f1b6dd4fe43bb58a34fc1ea1fe4"
+FINGERPRINT = "cc3dc775a948a8f44ab6c23554177a576748ba87be2ae4f4619d2ab126f8ae76"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmax_fwd
 
 

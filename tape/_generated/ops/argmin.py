@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "dcb3bd43c89ebe1b6d033e5ef93784a69ebe341dbcbaf1f10bef0ec9de6b274d"
+FINGERPRINT = "ceeba1bb65b0dd728b8916d7087cea7fecfe536ff835cef55bd1daaa8feea1be"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmin_fwd
 
 

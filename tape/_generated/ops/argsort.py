@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "02d0724cb83ef1fc010c6b77deb7122a0a125ce8beddbce21a29355c678f7024"
+FINGERPRINT = "05c58f1ade0f12809581efe3890d5f1bb93fabc2885259ef1c647f6b55215536"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argsort_fwd
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "971658eeb03da6bf701a24cc7a1c4ba93bbfd8baa0d7dc8de445d48c9b457f4d"
+FINGERPRINT = "4c55279b014488a994368e2277dd00132622ff1fb83b4e5c86a169995d6b716b"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import cholesky_fwd, cholesky_rev, cholesky_jvp, cholesky_hvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "9fd8a3c7784a0436fb9be9e2e610d3515e4b8bca86b787a5aa87c28497923c89"
+FINGERPRINT = "8f0e5271545d6904827f9feb440ef75313719c3743b0bc8cfceb297705f840dd"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.registry import BY_NAME
 
@@ -23,7 +23,7 @@ clip_rev1 = BY_NAME["clip"].rev[1]
 clip_rev2 = BY_NAME["clip"].rev[2]
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -40,7 +40,7 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -57,7 +57,7 @@ def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -74,7 +74,7 @@ def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "e3b9ff7a6a977a19b69f2c19df1b2262a7695e4da02c6d866bbf19d9ba35d5c2"
+FINGERPRINT = "b6a7273469c4632ef79eae72f93a640deeb1c342947967518f53d9944c63169f"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import copy_fwd, copy_rev
 
 

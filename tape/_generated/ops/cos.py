@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "87e6cbfa7787624b8eb5711c90e7914d011da2a2e9e5ef31d5002d398ec66ae1"
+FINGERPRINT = "ea343430c0bd70df198d5c0622cb46e587b5efb1e7d77a24cabcbb8b2cf8ea7d"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

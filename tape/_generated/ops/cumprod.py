@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f9d48d376c188d36bfb06cd3dd97f401212059e65179ab8f90bb1510d226c6f0"
+FINGERPRINT = "c28bac0861e4595e6607b7825dd18224de92a5b7209b928a76c97e9e9c15d4ca"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumprod_fwd, cumprod_rev, cumprod_jvp, cumprod_hvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "868a9cab4b4c83720529fbc803f564e7fdab8a11687e7c491760b7f2786b7a61"
+FINGERPRINT = "db5db4c70f7e97f3e76c6b1013e5ee95c58cc28482bc5fcf566dfb8f6844936e"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumsum_fwd, cumsum_rev
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "965e86feb3ac8a7eea9752d470a2978d6fd8a7cc09299f6f0de4985e2c0d0f40"
+FINGERPRINT = "4e7fbe12c747760fc1882c54e8f754d9826d9ad80864ed5837f5dc892cf5b28a"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import eigh_fwd, eigh_rev, eigh_jvp, eigh_hvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "3b3fccddce419dde3ccdb47920870eb12000aa626e54f72e6328bd46f0544494"
+FINGERPRINT = "aa5c1b60b4880e06a31077d53cfb759492f83325c069680e5b4a09f90dca332d"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "708f83916fa6f2da5db4ac73aa95e9897418cbdc0e0ca1ac04bd17d4db9c7ea9"
+FINGERPRINT = "e00f9651f21e87b27952d6286073a18f894a5dd42176b4f568d278906513be23"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "73c9bece6b45ccf92ce29495b4117f7db3320ddcf0151c031c2e81662802a699"
+FINGERPRINT = "09ebb025a56f9e8ae0ef697f7b5e866df0bb8dfa4961d43bc061b36835ae456a"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8caabc7e62c465a513c4e637219f0c7ede5eeeaf118707c789ce4bb54c848ac6"
+FINGERPRINT = "4cef50a186792f9c033a19ae2ffa9d0e13711e70eea39d0288f6ff88a4786a0f"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

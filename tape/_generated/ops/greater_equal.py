@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "16fd1274dbf8f23fb8f72fe01970cd6700271ad0b900a55cbdd99f28cf675050"
+FINGERPRINT = "2703ff671e7586eaf324602c08ac2d814e4c2b9f7cc24e196c176b51430398b4"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.registry import BY_NAME
 

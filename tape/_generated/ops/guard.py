@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "fc37d08c0d83116535c353e982e8ce40062eca8dfb9c9344046d0d0bd0537bdc"
+FINGERPRINT = "efe7d86aecc7dde7e3c84b7b6060502450887e14318eeca6890966c0a00c9ca9"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.guard import guard_fwd
 
 

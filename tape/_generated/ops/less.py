@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "ce876ed0751cf822a93b5f868a7573c10b3c681d28652c9ffb9000ca2373825c"
+FINGERPRINT = "8e6e694e61567db60068a83c1048da4fa9ddda6830a6d43ad2232f6d06bb6796"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "c7ba7c55bc8b0de9b725bfc3e09ba5ee3038d01a887ff49480aed2ba5cafb71f"
+FINGERPRINT = "fdb653ba61ba468260c3ac4c1f45b43e4ca072ff6f3434e826c410cfa08c6f77"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "64b93fa88f8ca6d5d8fae633a353618ba6f228d59004b4ddc794e0726550cba6"
+FINGERPRINT = "3e96bda4e3c95b46a0029b6a0863446a02e6985aa27db2ed82a2d6e42a383f0e"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

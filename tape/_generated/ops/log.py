@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1fa3a0e1c09230a7464bae4bdcb762ab147a5054437ee429c9f610cd12033dd0"
+FINGERPRINT = "4bba7e469904c466a3d9a3b92b15f3b90a4cc1b5b7d759772c1634d10d082b09"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

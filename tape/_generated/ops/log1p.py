@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a77fc8ac50a7bc7310756c43f6396c39d34f6f7c484a94255b53f20efb8aa0d4"
+FINGERPRINT = "10e18c3d4c14f9a1c824892632c90b65dd4666c6b3598d020055a0e759f22fd4"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "f4ab4b045fbdb3d27b46cd7fca122b2d49c4748fbd98ceaaaa6913cdb7140914"
+FINGERPRINT = "642a7cc356b15afc134a9636bbf5d8e066ff8c0760718d7d371495208bf63ce6"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

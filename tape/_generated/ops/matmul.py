@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "50fe9f8cfb7080dc99873e73b658cb82947c374c90108b13af2b0c0b2a7efc67"
+FINGERPRINT = "865dc06143745ecdc8dc987919c052925d85682ab8a3b4ef39bce3e617dc2bda"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.linalg import matmul_fwd, matmul_rev, matmul_jvp, matmul_hvp
 
 

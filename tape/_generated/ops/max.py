@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "6d485c2202287265be1757d960ac450c98d4a98d15abd77fc1abe525464802ed"
+FINGERPRINT = "f34d142c8b74f9661b90731c126d069849aaed6bf17e4231e50d7764a2cd48e2"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import max_fwd, max_rev, extreme_jvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "92b5a7d863e78203dcc546013e332f8a14991535c38d25619d85cae4e2eab951"
+FINGERPRINT = "a4c1928f1cd485431aa6b72edf0acf1d619888e8cfe0f7876321804839fa4a80"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import min_fwd, min_rev, extreme_jvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "1f0d9d8b3651ad50b50a54e7f5a3731cec22376bbd665b2141873823dd97ca01"
+FINGERPRINT = "fad134c26d2070eb903ef70e4a90c0cca7eb82891b408c88fa5b311dc8abfc33"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "724a678c78970fcb47d601afebef6c2bbeab66bb6ad3db4f91de12305102e7ad"
+FINGERPRINT = "0f2d1e8e99a98903fb9c187841191f08b7d47243b6553141f274216eb2f3c52f"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import prod_fwd, prod_rev, prod_jvp, prod_hvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "dc42f6a130b8e5eb2ab22bb1113a30c8d8c2af5feeb2e9d1aa5d2633acf17d70"
+FINGERPRINT = "9ef45d2a81249ef878505fe746f94540041e086dd45437f040007b37f9a7bfa7"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import qr_fwd, qr_rev, qr_jvp, qr_hvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "de41423a8bc6a82d0b3e24fb57f0f5be9b8a37a1736acddfe42b2ef35558feaf"
+FINGERPRINT = "336e3836de7c710ff64b748e027ad0b19536e697da06a54b56f9ee8715583ad8"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

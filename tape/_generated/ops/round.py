@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a3ecbd2e91258e27c85911a0fb56b4b2e2b48e53d8a554f44db8ab5c019da0bb"
+FINGERPRINT = "48504f5c8c49f2f23d7188cac0203bc8f51bb1f640bb5dfa80ff3ce51785fbfa"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

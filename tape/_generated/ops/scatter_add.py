@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "0b3768b38924355a3a21459ef27ab2cc5440324486c0aa90a35f6ab65f9f0150"
+FINGERPRINT = "bf3303c59731bdf2a0ae52ea31048e2f573c2540db2672cbeb2ef74518b54b51"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scatter import scatter_add_fwd, scatter_add_rev, scatter_add_jvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "482d153d64c03648b0a77b728920b7ec49c7c2d3e000f2a61c8ac3c794a05bd7"
+FINGERPRINT = "4b7723618304ee6f15f6bfe2a15201a16ce46f52f57b0f77b29edf1ab4d57c33"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

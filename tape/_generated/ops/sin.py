@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "0c70ea8d49d5d0b18a5bcabb17f34c65f51eed179123d5de16e423ca04f3d007"
+FINGERPRINT = "8c8908aa46c8ab9618a179db80bef4e3bacab47c5b84a02b3d8b305f34ab92bf"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "54bbc569af26812b2470de9adcf01f4b7bdf43b577871206cc65be9d22c7f494"
+FINGERPRINT = "da90ee3141e11b4d890fda9447747033885d6468620783624fbafac9057bdc19"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import slogdet_fwd, slogdet_rev, slogdet_jvp, slogdet_hvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "5a7a3dd59af6a52064472e7f7fa202299f3ecad94e8cd12623b7fc80321df3a2"
+FINGERPRINT = "dc75b5732e3bf3075e5c1f0d7a3c4561cabad25e8260074822d1ec0ab322f85c"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import solve_fwd, solve_rev, solve_jvp, solve_hvp
 
 

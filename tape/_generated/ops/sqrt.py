@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "25099089e6dc6a37968270c3f85d05ef0d99595ed360a9a184ca229c2b4e5e84"
+FINGERPRINT = "a31a99423427021f1bc355cab89adfb9cb5321db614b6fd3c57a6a8b04a94c6a"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "84204ee890eb3aac92b2b178086d82f812ce76380bf5d326b2fc87784a42b000"
+FINGERPRINT = "8ad951d6103d402acfa516bb9f4b7c6b57d63ffc0ebf1355c041a9768a4a36a0"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "66220b279d7692c5cff11a3dcf4534bd5b2299e594569b624f336f710e73bae5"
+FINGERPRINT = "a78dab6b719aa2f8bbd063da5fbf3550cc032064dfaf3a1c382fea33f2a85705"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.registry import BY_NAME
 
@@ -22,13 +22,13 @@ sub_rev0 = BY_NAME["sub"].rev[0]
 sub_rev1 = BY_NAME["sub"].rev[1]
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(sub_rev0(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _bcast_rev_row_0(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
     sk = s0 if first else s1
     bk = b0 if first else b1
@@ -70,13 +70,13 @@ def _bcast_rev_row_0(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
             g[bk + j * sk] += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(sub_rev1(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
     sk = s0 if first else s1
     bk = b0 if first else b1
@@ -118,7 +118,7 @@ def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
             g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
@@ -149,7 +149,7 @@ def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
                 ty[e + j] = acc
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _tan2_5(u, w, y, t0, t1):
     acc = masked(sub_rev0(u, w, y, t0), t0) if True else 0.0
     if True:
@@ -157,7 +157,7 @@ def _tan2_5(u, w, y, t0, t1):
     return acc
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
@@ -214,7 +214,7 @@ def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
                     g1[k1] += v
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _hrev_one_7(u, w, y, g, dg, ta, tb):
     v = masked(sub_rev0(u, w, y, dg), dg)
     if g != 0.0:
@@ -227,7 +227,7 @@ def _hrev_one_7(u, w, y, g, dg, ta, tb):
     return v
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _hrev_one_8(u, w, y, g, dg, ta, tb):
     v = masked(sub_rev1(u, w, y, dg), dg)
     if g != 0.0:

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "4c11ba7693e6a1c4a8db37fea48c5fc997c96ef608e671c4c5566cbf965f4990"
+FINGERPRINT = "5cba7de7c654fd3be40b4662493b76744a136110e47d995d0027dc4acd3904b1"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import sum_fwd, sum_rev
 
 

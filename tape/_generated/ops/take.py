@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "a166bba9ce9b1235f34db83bf17e6672011dc1db6027f4f793ec0744ddaff6f7"
+FINGERPRINT = "31b964d8501d30c268ee03847308403f9a51a703d0374ff97a5f37dd2cba3813"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import take_fwd, take_rev, take_jvp
 
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "d314b16ab6b6e1d7b6cce6d58f432a76d3646e36b68cbbee7c91ef73b06a0cc7"
+FINGERPRINT = "da6aaf5e6087d11264d77ff2e3dae872ed3dcb582a6bd7db3fb52f576bcfa640"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_IN0, E_OUT, active, masked, view
 from tape.registry import BY_NAME
 

@@ -7,13 +7,13 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "8990607ae0ea58be11a0be3f4ef342bf19c2ab763d0d74b41c55ba379e8b0e24"
+FINGERPRINT = "473f0e9391e4fad30963dce824ffbc2f79d27c9fb6febeac927f40b33de39b65"
 
 import numpy as np
 from numba import njit
 
 from tape import _loops as L
-from tape._config import KERNEL_JIT, SWEEP_JIT
+from tape._config import UNCACHED_JIT, SWEEP_JIT
 from tape._loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.registry import BY_NAME
 
@@ -22,7 +22,7 @@ where_rev1 = BY_NAME["where"].rev[1]
 where_rev2 = BY_NAME["where"].rev[2]
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -39,7 +39,7 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -56,7 +56,7 @@ def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(**KERNEL_JIT)
+@njit(**UNCACHED_JIT)
 def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -73,7 +73,7 @@ def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(inline="always", **KERNEL_JIT)
+@njit(inline="always", **UNCACHED_JIT)
 def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.cuda._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/cuda/_codegen.py --check compares it)
-FINGERPRINT = "126cc26ef6d89cfe262c4416987efe4e1126be6c4cdeaade544ebf7d7659982c"
+FINGERPRINT = "09a4f81d4a230088cc26c05bfb470e9334cb068a3b0c60b41d39cc650916756c"
 
 from numba import cuda, float64
 
