@@ -32,7 +32,6 @@ loop by ``-id`` (:func:`unit_address` range-checks it and refuses an empty slot)
 from __future__ import annotations
 
 import importlib
-import sys
 import threading
 import warnings
 
@@ -394,20 +393,6 @@ def compile_kernel(kind, code, dtype):
         fn.compile(SIGNATURES[(kind, dt)].args)
 
 
-def compile_unit(path, rev, dtype):
-    """Compile the fused loop ``unit`` of the unit module file ``path`` (reverse if ``rev``)
-    for ``dtype`` into Numba's cache, or find it there (a helper process's work)."""
-    import importlib.util
-    from pathlib import Path
-
-    name = Path(path).stem
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    mod.unit.compile(unit_signature_types(rev, np.dtype(dtype)))
-
-
 def serve_helper():
     """A helper process of :mod:`tape._warm`: build the jobs named on standard input."""
 
@@ -415,11 +400,7 @@ def serve_helper():
         kind, code = (int(v) for v in rest.split(":"))
         compile_kernel(kind, code, dtype)
 
-    def unit(dtype, rest):
-        rev, path = rest.split(" ", 1)
-        compile_unit(path, rev == "1", dtype)
-
-    _warm.serve({**_warm.HANDLERS, "op": op, "unit": unit})
+    _warm.serve({**_warm.HANDLERS, "op": op})
 
 
 def _address(fn, sig, who):

@@ -14,12 +14,13 @@ process loads them from there:
   the op's reverse kernel goes to a helper at once, before any ``backward()`` asks for it, so
   that it is ready, or under way, when the reverse sweep needs it (:data:`SPECULATE`).
 
-A job is one line of text: ``op DTYPE KIND:CODE`` (an op kernel, :func:`op_job`),
-``unit DTYPE REV PATH`` (the fused loop of a unit module file, :func:`unit_job`), or a kind
-another module registers (:func:`register`: the compiled tier's ``runtime DTYPE ARGS``). A file lock
-per job (``fcntl.flock`` on one file per op kernel, all dtypes, or per unit module, in a
+A job is one line of text: ``op DTYPE KIND:CODE`` (an op kernel, :func:`op_job`), or a kind
+that another layer registers (:func:`register`): the compiled tier's ``unit DTYPE REV PATH``
+(the fused loop of a unit module file, :func:`unit_job`) and ``runtime DTYPE ARGS``. A file
+lock per job (``fcntl.flock`` on one file per op kernel, all dtypes, or per unit module, in a
 directory of the system's temporary directory) keeps two processes from compiling the same
-function at once: Numba's cache keeps one index per function, and two processes that write
+function at once (per Numba cache: the locks of processes with another ``NUMBA_CACHE_DIR``
+are apart): Numba's cache keeps one index per function, and two processes that write
 two signatures of one function (its float64 and float32 kernels) at the same moment could
 pair an index entry with the other's data. A process that finds a job locked goes on with the
 rest of its list and comes back to it, by then a load from the cache; a helper skips it.
@@ -33,6 +34,7 @@ how many a process may start (``0``: none; default one fewer than the CPUs, at m
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import select
 import subprocess
@@ -111,7 +113,11 @@ def locked(job, fn):
 
 
 def _lock_dir() -> Path:
-    d = Path(tempfile.gettempdir()) / f"tape-{os.getuid() if hasattr(os, 'getuid') else 0}-locks"
+    """The locks of the processes that share this process's Numba cache (one directory per
+    ``NUMBA_CACHE_DIR``): processes with caches of their own never wait for each other."""
+    cache = hashlib.sha256(os.environ.get("NUMBA_CACHE_DIR", "").encode()).hexdigest()[:16]
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    d = Path(tempfile.gettempdir()) / f"tape-{uid}-locks" / cache
     d.mkdir(parents=True, exist_ok=True)
     return d
 

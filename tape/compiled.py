@@ -134,7 +134,7 @@ from numba import njit
 from tape import _warm, registry
 from tape._codegen import drivers_text
 from tape._config import UNCACHED_JIT, UNIT_JIT
-from tape._dispatch import precompile, register_unit
+from tape._dispatch import precompile, register_unit, unit_signature_types
 from tape._generated import sweeps as _S
 from tape._layout import (
     ACTIVE,
@@ -2339,7 +2339,16 @@ def _build_runtime(dtype, args):
     precompile(fn, [np.empty(0, np.int64), np.empty(0, np.dtype(dtype)), *xs])
 
 
+def _build_unit(dtype, rest):
+    """Compile (or load) the fused loop of the unit module file in ``rest`` (``REV PATH``)
+    for arenas of ``dtype``: a helper's ``unit`` job."""
+    rev, path = rest.split(" ", 1)
+    fn = unit_module(Path(path).read_text()).unit
+    fn.compile(unit_signature_types(rev == "1", np.dtype(dtype)))
+
+
 _warm.register("runtime", _build_runtime)
+_warm.register("unit", _build_unit)
 
 
 def kernels_of(mod) -> types.ModuleType:

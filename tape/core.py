@@ -630,14 +630,15 @@ class Tape:
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
         elif grad:
             sw, pool = self._run_with
-            call = (
+            if sw is not self._compiled_ready and not self._interp_ready:
+                # the driver compiles while helper processes compile op kernels
+                self._kernels_ready(sw, lambda: _dispatch.precompile(sw.forward_backward, (
+                    self.entries, self.bufs, pool, ws.data, ws.grad,
+                    self.n_entries, self.n_bufs, r["roots"], r["seed"], True)))  # fmt: skip
+            status = sw.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
-            if sw is not self._compiled_ready and not self._interp_ready:
-                # the driver compiles while helper processes compile op kernels
-                self._kernels_ready(sw, lambda: _dispatch.precompile(sw.forward_backward, call))
-            status = sw.forward_backward(*call)
         else:
             interp_sw = self._segments if self.callbacks else S
             sw, pool = (interp_sw, self.ipool) if interp else self._run_with

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/_codegen.py --check compares it)
-FINGERPRINT = "2e02501e469b3d2031fe4ace8637e126f77dc2cd6e1e9e32fcb29263f1583695"
+FINGERPRINT = "68e7cae65b7e8836d8d287292628a13b8cb7dfbe8cedb4dd658ef3ec2b4be537"
 
 import numpy as np
 from numba import njit, prange
