@@ -146,7 +146,10 @@ def compiled_tier(cache):
         env = _env(cache)
         warm = subprocess.run(
             [sys.executable, "-c", TIER] + [n for n in names if n != "memory"],
-            env=env, capture_output=True, text=True, cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
         )  # fmt: skip  (fills Numba's cache with the interpreter's kernels)
         env["TAPE_CACHE_DIR"] = os.path.join(cache, "tape-" + names[0])  # its own, empty
         got = subprocess.run(

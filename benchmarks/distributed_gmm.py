@@ -167,7 +167,7 @@ def main(argv=None):
     import dask.array as da
     import distributed
 
-    from tape import distributed as D
+    from tape.frontend import distributed as D
 
     d, K, n, chunk = args.d, args.K, args.points, min(args.chunk, args.points)
     dt = np.dtype(args.dtype)

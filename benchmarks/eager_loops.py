@@ -47,7 +47,9 @@ def main(argv=None):
             s, loss = time_loop(RECORDED[name], libs["tape"], a.repeats)
             rows[name]["tape recorded"] = {"seconds": s, "loss": loss}
             ratio = f"{s / res['torch'][0]:10.2f}x" if "torch" in res else ""
-            print(f"{'  recorded':<12} {s:8.3f} s (loss {loss:.5g}) (tape.record, compiled)   {ratio}")
+            print(
+                f"{'  recorded':<12} {s:8.3f} s (loss {loss:.5g}) (tape.record, compiled)   {ratio}"
+            )
     if a.json:
         with open(a.json, "w") as f:
             date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -87,9 +87,9 @@ def device_info():
 
 def _elementwise_cases(rng):
     import tape as tp
-    from tape import _tensor as T
-    from tape.registry import OPS
-    from tape.testing import sample_inputs
+    from tape.frontend import tensor as T
+    from tape.frontend.testing import sample_inputs
+    from tape.ops.registry import OPS
 
     shapes = {
         "unary": [((37,),), ((),)],
@@ -162,8 +162,8 @@ def _kernel_cases(rng):
 
 def parity(quick):
     import tape as tp  # noqa: F401
-    from tape.batch import gradient_batch as cpu_batch
-    from tape.cuda import CudaTape, gradient_batch
+    from tape.gpu import CudaTape, gradient_batch
+    from tape.transforms.batch import gradient_batch as cpu_batch
 
     rng = np.random.default_rng(0)
     failures = 0
@@ -263,7 +263,7 @@ def custom(quick):
     functions) and with the same function from registry ops, single and batched; then the
     gradient replay time of a large tape against the registry-op version."""
     import tape as tp
-    from tape.cuda import CudaTape, gradient_batch
+    from tape.gpu import CudaTape, gradient_batch
 
     op = _softclip_op()
     rng = np.random.default_rng(3)
@@ -329,8 +329,8 @@ def bandwidth(quick, peak):
     from numba import cuda
 
     import tape as tp
-    from tape.cuda import CudaTape
-    from tape.cuda._program import FWD, REV
+    from tape.gpu import CudaTape
+    from tape.gpu._program import FWD, REV
 
     n = 64 if TINY else (1 << 24) if quick else (1 << 26)
     rng = np.random.default_rng(1)
@@ -371,7 +371,7 @@ def bandwidth(quick, peak):
 
 def batched(quick):
     import tape as tp
-    from tape.cuda import CudaBatch
+    from tape.gpu import CudaBatch
 
     def rosen(x):
         return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
@@ -445,7 +445,7 @@ def batched(quick):
 
 def latency(quick):
     import tape as tp
-    from tape.cuda import CudaTape
+    from tape.gpu import CudaTape
 
     rng = np.random.default_rng(3)
     x0 = rng.standard_normal(16)
@@ -489,7 +489,7 @@ def main(argv=None):
     global TINY
     TINY = args.tiny
 
-    from tape.cuda import available
+    from tape.gpu import available
 
     if not available():
         print("no CUDA GPU available: this check needs a real NVIDIA GPU (the simulator tests "
@@ -519,7 +519,7 @@ def main(argv=None):
     _hr("compile (first use; cached afterwards)")
     try:
         import tape as tp
-        from tape.cuda import CudaTape, gradient_batch
+        from tape.gpu import CudaTape, gradient_batch
 
         t = tp.record(lambda x: (tp.exp(x) * x).sum(), np.ones(4))
         ct = CudaTape(t)

@@ -38,8 +38,8 @@ print(f'CPU batched sweep: compiled (or loaded) in {time.perf_counter() - t0:.1f
 for k in sweep batch step; do
     python3 -c "
 import time
-from tape.cuda._generated import kernels as K
-from tape.cuda._ptx import signatures
+from tape.gpu._generated import kernels as K
+from tape.gpu._ptx import signatures
 t0 = time.perf_counter()
 kern = getattr(K, '$k').compile(signatures('float64')['$k'])
 print(f'$k: compiled (or loaded) in {time.perf_counter() - t0:.1f} s, '

@@ -16,14 +16,32 @@ Record once, replay many::
 See README.md for the full tour.
 """
 
+from tape import _aliases
+
+_aliases.install()  # tape.nn, tape.cuda, tape.core, ...: the public names of layer modules
+
+# isort: split
 from tape import ops as _ops  # noqa: F401  (fills the registry before anything compiles)
 
 # isort: split
-from tape import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
-from tape import compiled, kernels
-from tape import core as _core
-from tape._anomaly import AnomalyError, detect_anomaly
-from tape._front.creation import (
+from tape.compiler import compiled
+from tape.compiler.compiled import CompileError
+from tape.frontend.checkpoint import checkpoint
+from tape.frontend.custom import CustomOp, custom_op
+from tape.frontend.function_transforms import (
+    grad,
+    hessian,
+    hvp,
+    jacfwd,
+    jacobian,
+    jacrev,
+    jvp,
+    value_and_grad,
+    vjp,
+)
+from tape.frontend.functional import *  # noqa: F401,F403
+from tape.frontend.functional import __all__ as _functional_all
+from tape.frontend.ops.creation import (
     Generator,
     accelerator,
     default_generator,
@@ -37,10 +55,8 @@ from tape._front.creation import (
     randn_like,
     seed,
 )
-from tape._generated import sweeps
-from tape._generated import sweeps as _sweeps
-from tape._replay import GuardError, ReplayError
-from tape._tensor import (
+from tape.frontend.record import record
+from tape.frontend.tensor import (
     GradFn,
     Tensor,
     arange,
@@ -72,18 +88,18 @@ from tape._tensor import (
     zeros,
     zeros_like,
 )
-from tape.checkpoint import checkpoint
-from tape.compiled import CompileError
-from tape.core import GuardWarning, KernelArgs, Tape, load
-from tape.custom import CustomOp, custom_op
-from tape.functional import *  # noqa: F401,F403
-from tape.functional import __all__ as _functional_all
-from tape.record import record
-from tape.testing import GradcheckError, gradcheck
-from tape.transforms import grad, hessian, hvp, jacfwd, jacobian, jacrev, jvp, value_and_grad, vjp
+from tape.frontend.testing import GradcheckError, gradcheck
+from tape.interpreter.generated import sweeps
+from tape.interpreter.generated import sweeps as _sweeps
+from tape.program import core as _core
+from tape.program import kernels
+from tape.program.anomaly import AnomalyError, detect_anomaly
+from tape.program.core import GuardWarning, KernelArgs, Tape, load
+from tape.program.replay import GuardError, ReplayError
+from tape.transforms import batch as _batch  # noqa: F401  (registers Tape.gradient_batch)
 
 # isort: split
-from tape import linalg  # after tape.functional, which it builds on
+from tape.frontend import linalg  # after tape.functional, which it builds on
 
 __version__ = "0.1.0"
 
@@ -109,7 +125,7 @@ __all__ = [
 
 def _to_cuda(t, device, **kwargs):
     # tape.cuda (and numba.cuda) load only when a tape is first moved to a GPU
-    from tape.cuda import to_device
+    from tape.gpu import to_device
 
     return to_device(t, device, **kwargs)
 
@@ -119,7 +135,7 @@ _core.register_extension("to_cuda", _to_cuda)
 
 def _derivatives():
     # tape.derivatives (and SciPy's sparse module) load when a tape first needs them
-    from tape import derivatives
+    from tape.transforms import derivatives
 
     return derivatives
 
@@ -128,7 +144,15 @@ _core.register_extension("derivatives", _derivatives)
 
 
 _LAZY = ("autograd", "optimize", "sparse", "derivatives", "optim", "nn")
-_UNSUPPORTED_DTYPES = ("half", "float16", "bfloat16", "complex64", "complex128", "cfloat", "cdouble")
+_UNSUPPORTED_DTYPES = (
+    "half",
+    "float16",
+    "bfloat16",
+    "complex64",
+    "complex128",
+    "cfloat",
+    "cdouble",
+)
 
 
 def __getattr__(name):
@@ -148,7 +172,7 @@ def __getattr__(name):
 def _check_fresh():
     import warnings
 
-    from tape._fingerprint import sweeps_fingerprint
+    from tape.layout.fingerprint import sweeps_fingerprint
 
     try:
         fresh = _sweeps.FINGERPRINT == sweeps_fingerprint()
@@ -156,12 +180,13 @@ def _check_fresh():
         return
     if not fresh:
         warnings.warn(
-            "tape's generated sweeps are stale (a driver changed): run `python -m tape._codegen`",
+            "tape's generated sweeps are stale (a driver changed): run `python -m tape.interpreter.codegen`",
             stacklevel=2,
         )
 
 
 _check_fresh()
+_aliases.install()  # the public names of the modules imported above
 
 
 def warmup(dtypes=("float64",)):

@@ -120,14 +120,18 @@ def demo():
     eps = 1e-6
     fd = (t.gradient(x + eps * v) - t.gradient(x - eps * v)) / (2 * eps)
     print(f"|H v - finite differences of the gradient| = {np.abs(t.hvp(x, v=v) - fd).max():.1e}")
-    print(f"one Hessian (sparse): {_best(lambda: t.hessian(x, sparse=True), 200) * 1e6:.0f} us, "
-          f"one H v: {_best(lambda: t.hvp(x, v=v), 2000) * 1e6:.1f} us, "
-          f"one gradient: {_best(lambda: t.gradient(x), 2000) * 1e6:.1f} us")
+    print(
+        f"one Hessian (sparse): {_best(lambda: t.hessian(x, sparse=True), 200) * 1e6:.0f} us, "
+        f"one H v: {_best(lambda: t.hvp(x, v=v), 2000) * 1e6:.1f} us, "
+        f"one gradient: {_best(lambda: t.gradient(x), 2000) * 1e6:.1f} us"
+    )
     t0 = time.perf_counter()
     res = tp.optimize.minimize(rosen, np.zeros(100), method="trust-ncg", options={"gtol": 1e-10})
-    print(f"tp.optimize.minimize(rosen, zeros(100), method='trust-ncg'): {res.nit} iterations, "
-          f"{res.nhev} H v products, max |x - 1| = {np.abs(res.x - 1).max():.1e}, "
-          f"{time.perf_counter() - t0:.2f} s")
+    print(
+        f"tp.optimize.minimize(rosen, zeros(100), method='trust-ncg'): {res.nit} iterations, "
+        f"{res.nhev} H v products, max |x - 1| = {np.abs(res.x - 1).max():.1e}, "
+        f"{time.perf_counter() - t0:.2f} s"
+    )
 
     print("\n(print(t) shows the Wengert list:)")
     print(tp.record(rosen, np.ones(4)))

@@ -6,7 +6,7 @@ free matrix inside the function, so finite differences perturb them symmetricall
 import numpy as np
 
 import tape as tp
-import tape.linalg as la
+import tape.frontend.linalg as la
 
 
 def _r(*shape, seed=0):

@@ -7,7 +7,7 @@ eigenvector components, so that no sign flips within a finite-difference step.""
 
 import numpy as np
 
-import tape.linalg as la
+import tape.frontend.linalg as la
 
 
 def _r(*shape, seed=0):

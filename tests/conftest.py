@@ -5,7 +5,7 @@ import _compile_time
 import numpy as np
 import pytest
 
-# no compile helper processes (tape._dispatch.prepare): the second core runs the background
+# no compile helper processes (tape.interpreter.dispatch.prepare): the second core runs the background
 # simulator suites; tests that check the helpers set this themselves
 os.environ.setdefault("TAPE_COMPILE_WORKERS", "0")
 _compile_time.install()

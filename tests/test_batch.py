@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tape as tp
-from tape.batch import gradient_batch
+from tape.transforms.batch import gradient_batch
 
 
 def rosen(x):
@@ -86,5 +86,3 @@ def test_empty_batch_and_tape_untouched(rng):
     assert v.shape == (0,) and g.shape == (0, 4)
     gradient_batch(t, rng.standard_normal((5, 4)))
     np.testing.assert_allclose(t.grads[0], g_before)  # the tape's own arenas are not used
-
-

@@ -234,7 +234,10 @@ def test_report_quotes_the_eager_and_cold_start_runs(tmp_path):
         compiled_tier=dict(gmm_compile_s=4.0, lstm_compile_s=12.0, memory_per_compiled_tape_mib=2.0),
     )))  # fmt: skip
     loops = {
-        "polynomial": {"tape": {"seconds": 0.9, "loss": 1.0}, "torch": {"seconds": 1.0, "loss": 1.0}},
+        "polynomial": {
+            "tape": {"seconds": 0.9, "loss": 1.0},
+            "torch": {"seconds": 1.0, "loss": 1.0},
+        },
         "mlp_adam": {"tape": {"seconds": 2.0, "loss": 1.0}, "torch": {"seconds": 1.0, "loss": 1.0}},
         "scalar_chain": {
             "tape": {"seconds": 1.0, "loss": 1.0, "us_per_op": 6.0},
@@ -244,7 +247,9 @@ def test_report_quotes_the_eager_and_cold_start_runs(tmp_path):
     (tmp_path / "eager_loops.json").write_text(
         json.dumps(dict(cpu="cpu X", date="2026-12-01T00:00:00+00:00", loops=loops))
     )
-    got = {label.split(":")[0].split(" <=")[0]: met for label, _, met in side_targets(str(tmp_path))}
+    got = {
+        label.split(":")[0].split(" <=")[0]: met for label, _, met in side_targets(str(tmp_path))
+    }
     assert got == {
         "first gradient of record(rosen) with default settings from empty caches": True,  # 4 s
         "first gradient with compile=True from empty caches": False,  # 25 s > 5 s
@@ -289,8 +294,18 @@ def test_merged_runs_keep_each_problem_from_one_run_and_say_so():
     # merging into a merge: each case keeps the run it came from (also as files without
     # "cases" said it, in their "problems" lines)
     newer = doc("2026-12-03", "X", ["lstm"])
-    for prev in (out, {**out, "meta": {**out["meta"], "merged": [
-            {k: v for k, v in m.items() if k != "cases"} for m in out["meta"]["merged"]]}}):
+    for prev in (
+        out,
+        {
+            **out,
+            "meta": {
+                **out["meta"],
+                "merged": [
+                    {k: v for k, v in m.items() if k != "cases"} for m in out["meta"]["merged"]
+                ],
+            },
+        },
+    ):
         out2 = merge.merge(newer, prev, "n2")
         runs = [(m["date"], m["problems"], m["note"]) for m in out2["meta"]["merged"]]
         assert runs == [("2026-12-01", ["gmm (10k)", "hvp", "ba"], "older code"),

@@ -16,21 +16,30 @@ from numba import njit
 from numba.core.errors import TypingError
 
 import tape as tp
-from tape import _codegen, _dispatch, _fingerprint, registry
-from tape._generated import sweeps
+from tape.interpreter import codegen as _codegen
+from tape.interpreter import dispatch as _dispatch
+from tape.interpreter.generated import sweeps
+from tape.layout import fingerprint as _fingerprint
+from tape.ops import registry
 
 OPS_DIR = _fingerprint.PKG / "ops"
 
 
 def test_generated_modules_are_fresh():
-    assert sweeps.FINGERPRINT == _fingerprint.sweeps_fingerprint(), "run `python -m tape._codegen`"
+    assert sweeps.FINGERPRINT == _fingerprint.sweeps_fingerprint(), (
+        "run `python -m tape.interpreter.codegen`"
+    )
     for path, text in _codegen.generate().items():
-        assert path.read_text() == text, f"{path.name} is stale: run `python -m tape._codegen`"
+        assert path.read_text() == text, (
+            f"{path.name} is stale: run `python -m tape.interpreter.codegen`"
+        )
 
 
 def test_check_command_exit_status():
     r = subprocess.run(
-        [sys.executable, "-m", "tape._codegen", "--check"], capture_output=True, text=True
+        [sys.executable, "-m", "tape.interpreter.codegen", "--check"],
+        capture_output=True,
+        text=True,
     )
     assert r.returncode == 0, r.stderr
 
@@ -167,10 +176,15 @@ def test_a_record_missing_a_fact_fails(change, says):
 # The layers read registry -> ops -> generated sweeps -> core -> front end; tape/ops may import
 # only what lies below it.
 OPS_MAY_IMPORT = {
-    "tape.registry", "tape._layout", "tape._config", "tape._loops", "tape._validate", "tape._vmath",
-    "tape._blas",
+    "tape.registry",
+    "tape.layout.columns",
+    "tape.layout.config",
+    "tape.ops.loops",
+    "tape.ops.validate",
+    "tape.ops.vmath",
+    "tape.ops.blas",
 }
-NEVER = {"tape", "tape._tensor", "tape.functional", "tape.core"}
+NEVER = {"tape", "tape.frontend.tensor", "tape.functional", "tape.core"}
 
 
 def _imports(path):
@@ -201,7 +215,7 @@ def test_ops_import_nothing_above_them(path):
 
 HELPERS_CHILD = """
 import numpy as np
-from tape import _dispatch as D, _warm as W
+from tape.interpreter import dispatch as D, warm as W
 from tape.registry import BY_NAME
 
 def stats(names, kind):
@@ -253,8 +267,8 @@ def _waits_on_a_flock(pid):
 def test_a_kernel_locked_by_another_process_is_waited_for_and_then_loaded(tmp_path, monkeypatch):
     # another process compiling cos's forward kernel holds its lock: a process that needs the
     # kernel waits for it, then compiles it or loads it from the cache
-    from tape import _warm
-    from tape.registry import BY_NAME
+    from tape.interpreter import warm as _warm
+    from tape.ops.registry import BY_NAME
 
     code = BY_NAME["cos"].code
     marker = tmp_path / "released"  # written just before the lock is released
@@ -264,7 +278,7 @@ def test_a_kernel_locked_by_another_process_is_waited_for_and_then_loaded(tmp_pa
     monkeypatch.undo()
     try:
         child = subprocess.Popen(
-            [sys.executable, "-c", "import os, numpy as np; from tape import _dispatch as D; "
+            [sys.executable, "-c", "import os, numpy as np; from tape.interpreter import dispatch as D; "
              f"D.prepare([{code}], np.float64, (D.FWD,)); print(D.prepared(D.FWD, {code}, "
              f"np.float64), os.path.exists({str(marker)!r}))"],
             env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path)), stdout=subprocess.PIPE,
@@ -301,7 +315,7 @@ def test_op_records_say_what_the_compiled_tier_asks():
 UNITS_CHILD = """
 import numpy as np
 import tape as tp
-from tape import _warm as W, compiled as C
+from tape.interpreter import warm as W; from tape.compiler import compiled as C
 
 C.INLINE_KINDS = 0  # every fused loop in a unit module of its own
 
@@ -339,7 +353,7 @@ def test_a_helper_process_compiles_a_tapes_fused_loops_into_the_cache(tmp_path):
 RUNTIME_CHILD = """
 import numpy as np
 import tape as tp
-from tape import _warm as W, compiled as C
+from tape.interpreter import warm as W; from tape.compiler import compiled as C
 
 def f(x, w):
     return (tp.sin(x) * w).sum()

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from numba import njit
 
 import tape as tp
-from tape import compiled
-from tape.registry import OPS
-from tape.testing import sample_inputs as sample
+from tape.compiler import compiled
+from tape.frontend.testing import sample_inputs as sample
+from tape.ops.registry import OPS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_ops import KERNEL_CASES, shapes_for  # noqa: E402
@@ -267,7 +267,11 @@ def test_broadcast_rows_fuse_with_their_elementwise_neighbours():
     # q's adjoint along each row. Sizes: rows of 100 (blocks) and of 7 (element loops).
     for K, d, n in ((3, 4, 100), (5, 2, 7)):
         rng = np.random.default_rng(n)
-        q, xc, y = rng.normal(size=(K, d, 1)), rng.normal(size=(K, d, n)), rng.normal(size=(K, d, n))
+        q, xc, y = (
+            rng.normal(size=(K, d, 1)),
+            rng.normal(size=(K, d, n)),
+            rng.normal(size=(K, d, n)),
+        )
 
         def f(q, xc, y):
             return tp.sum(tp.sum((tp.exp(q) * xc + y) ** 2, 1) * 0.5)
@@ -351,7 +355,9 @@ def test_a_column_sum_folds_into_a_flat_loop_over_rows():
         x, w = rng.normal(size=(D, m)), rng.normal(size=m)
         ti, tc = both(lambda x: tp.sum(tp.sum(tp.tanh(x) * x, 0) * w), x)
         src = tc.compiled_source
-        assert (f"over {D} rows of {m} elements; then their sum over blocks of {D} rows" in src) == folded
+        assert (
+            f"over {D} rows of {m} elements; then their sum over blocks of {D} rows" in src
+        ) == folded
         agree(ti, tc, x)
         th = np.tanh(x)
         close(tc.gradient(x), w * ((1.0 - th * th) * x + th))
@@ -1069,7 +1075,7 @@ def test_fused_loops_are_shared_across_tapes_and_lengths():
         gx[:-1] -= s * e
         return gx
 
-    from tape import _dispatch
+    from tape.interpreter import dispatch as _dispatch
 
     mods, registered = [], []
     for n in (10, 14):  # both short (element loops), both summed in the loop (< _SHORT_SUM)
@@ -1121,7 +1127,7 @@ def test_tapes_share_one_runtime_and_add_no_module_of_their_own():
 def test_a_unit_table_that_names_no_compiled_loop_raises():
     """The pool names a unit module's loop by its id in this process's unit table; an id out
     of range, or one no loop was compiled under, raises instead of calling an address."""
-    from tape import _dispatch
+    from tape.interpreter import dispatch as _dispatch
 
     def f(x, w):
         a = tp.sum(tp.sin(x) * w)

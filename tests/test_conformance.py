@@ -275,7 +275,7 @@ def run_cuda(case):
 
 
 def run_cuda_batch(case):
-    from tape.cuda import gradient_batch
+    from tape.gpu import gradient_batch
 
     t = _record(case)
     return _batched(lambda *a: gradient_batch(t, *a, threads=4), case)
@@ -318,8 +318,7 @@ if not IN_SIM and HAS_NUMBA_CUDA:
         {"NUMBA_ENABLE_CUDASIM": "1"},
         timeout=1800,
         wanted=lambda item: (
-            item.originalname == "test_conformance"
-            and item.callspec.params.get("backend") in SIM
+            item.originalname == "test_conformance" and item.callspec.params.get("backend") in SIM
         ),
     )
 
@@ -349,9 +348,15 @@ def _gpu():
         pytest.skip("no usable CUDA GPU")
 
 
-BACKENDS = ["eager", "replay", "batch", "compiled", "compiled_batch", "cuda_sim", "cuda_sim_batch"] + [
-    pytest.param(b, marks=pytest.mark.gpu) for b in ("gpu", "gpu_batch")
-]
+BACKENDS = [
+    "eager",
+    "replay",
+    "batch",
+    "compiled",
+    "compiled_batch",
+    "cuda_sim",
+    "cuda_sim_batch",
+] + [pytest.param(b, marks=pytest.mark.gpu) for b in ("gpu", "gpu_batch")]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

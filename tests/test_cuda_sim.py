@@ -66,7 +66,7 @@ if not IN_SIM:
         "    nvvm.NVVM()\n"
         "except Exception as e:\n"
         "    print('SKIP', type(e).__name__, e); sys.exit(0)\n"
-        "from tape.cuda._ptx import assemble, compile_all, ptxas\n"
+        "from tape.gpu._ptx import assemble, compile_all, ptxas\n"
         "for (k, dt), (ptx, s) in compile_all(dtypes=('float64',)).items():\n"
         "    assert '.entry' in ptx, k\n"
         "    print(k, dt, len(ptx), round(s, 1))\n"
@@ -77,8 +77,8 @@ if not IN_SIM:
         # returning its cotangent alone (the as_tuple overload)
         "import math, numpy as np, tape as tp\n"
         "from numba import cuda, types as nbt\n"
-        "from tape.cuda import _custom\n"
-        "from tape.cuda._ptx import _target_cc\n"
+        "from tape.gpu import _custom\n"
+        "from tape.gpu._ptx import _target_cc\n"
         "dev = cuda.jit(device=True)(lambda x, c: c * math.tanh(x / c))\n"
         "op2 = tp.custom_op('c2', np.add, np.add, cuda_fwd=dev,\n"
         "                   cuda_vjp=lambda gy, y, x, c: (gy * c, gy * x))\n"
@@ -102,7 +102,7 @@ if not IN_SIM:
         "    assert \"'few': cuda_vjp returned 1 cotangent(s) for 2\" in str(e), e\n"
         "print('custom op wrappers compiled')\n"
         # one tape's op set: the device compiles its rules only
-        "from tape.cuda._replay import kernels_for\n"
+        "from tape.gpu._replay import kernels_for\n"
         "t = tp.record(lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum(),\n"
         "              np.ones(8))\n"
         "full = compile_all(dtypes=('float64',), kernels=('sweep',))[('sweep', 'float64')]\n"
@@ -136,7 +136,7 @@ if not IN_SIM:
             "from tape.batch import gradient_batch\n"
             "t = tp.record(lambda x: (x * x).sum(), np.ones(3))\n"
             "t.gradient(np.ones(3)); gradient_batch(t, np.ones((2, 3)))\n"
-            "assert not any(m == 'numba.cuda' or m.startswith('numba.cuda.') or m.startswith('tape.cuda')"
+            "assert not any(m == 'numba.cuda' or m.startswith('numba.cuda.') or m.startswith('tape.gpu')"
             " for m in sys.modules), sorted(m for m in sys.modules if 'cuda' in m)\n"
         )
         r = _run(["-c", code], {}, timeout=600)
@@ -147,7 +147,7 @@ if not IN_SIM:
     def test_no_gpu_error_says_how_to_use_the_simulator():
         code = (
             "import numpy as np, tape as tp\n"
-            "from tape.cuda import CudaTape\n"
+            "from tape.gpu import CudaTape\n"
             "t = tp.record(lambda x: (x * x).sum(), np.ones(3))\n"
             "try:\n"
             "    CudaTape(t)\n"
@@ -171,8 +171,8 @@ if not IN_SIM:
     def test_gpu_rosenbrock_gradient_and_batch():
         _gpu()
         import tape as tp
-        from tape.batch import gradient_batch as cpu_batch
-        from tape.cuda import CudaTape, gradient_batch
+        from tape.gpu import CudaTape, gradient_batch
+        from tape.transforms.batch import gradient_batch as cpu_batch
 
         def rosen(x):
             return (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
@@ -193,7 +193,7 @@ if not IN_SIM:
     def test_gpu_large_entries_multi_block():
         _gpu()
         import tape as tp
-        from tape.cuda import CudaTape
+        from tape.gpu import CudaTape
 
         rng = np.random.default_rng(1)
         x = rng.standard_normal(200_000)
@@ -223,10 +223,10 @@ if not IN_SIM:
 else:
     # ------------------------------------------------------------ under the simulator
     import tape as tp
-    from tape import _tensor as T
-    from tape.cuda import CudaTape, gradient_batch
-    from tape.registry import OPS
-    from tape.testing import sample_inputs as sample
+    from tape.frontend import tensor as T
+    from tape.frontend.testing import sample_inputs as sample
+    from tape.gpu import CudaTape, gradient_batch
+    from tape.ops.registry import OPS
 
     THREADS = 8  # every simulated thread is a Python thread: keep blocks small
 
@@ -261,7 +261,7 @@ else:
         # per op set (shared by tapes of the same set), and replay as the CPU sweeps do
         import re
 
-        from tape.registry import BY_NAME
+        from tape.ops.registry import BY_NAME
 
         x = rng.uniform(0.5, 1.5, 6)
         t = tp.record(lambda a: (tp.exp(a) * a).sum(), x)
@@ -381,7 +381,7 @@ else:
     def test_factorisation_ops_match_cpu(rng):
         # cholesky, triangular and general solves (a batch sharing one matrix: atomics),
         # slogdet, and their rejections of singular / indefinite data
-        import tape.linalg as la
+        import tape.frontend.linalg as la
 
         x = rng.standard_normal((4, 4))
         y = rng.standard_normal(4)
@@ -416,7 +416,7 @@ else:
     def test_spectral_ops_match_cpu(rng):
         # eigh (Jacobi on the device, LAPACK on the CPU: the same ascending order and
         # eigenvector signs) and qr (Householder, diag(R) > 0), batched, and their rejections
-        import tape.linalg as la
+        import tape.frontend.linalg as la
 
         a = rng.standard_normal((2, 3, 3))
         x = rng.standard_normal((4, 3))
@@ -904,7 +904,7 @@ else:
     def test_custom_op_that_does_not_compile_is_named(monkeypatch):
         # on a GPU the wrappers compile when the tape moves there: Numba's error for the user's
         # functions comes back as a TypeError naming the op and the calling convention
-        from tape.cuda import _replay as R
+        from tape.gpu import _replay as R
 
         def broken(self):
             raise RuntimeError("tuple index out of range")
@@ -942,7 +942,7 @@ else:
     def test_cooperative_build_failure_falls_back_to_per_phase_launches():
         # on a device where the cooperative sweep fails to build (it failed to link on an
         # H200 before the register cap), the tape warns once and replays per phase
-        from tape.cuda import _replay as R
+        from tape.gpu import _replay as R
 
         class Broken:
             argtypes = ("broken for this test",)
@@ -971,15 +971,15 @@ else:
     # ------------------------------------------------------------ the generated file
 
     def test_generated_kernels_are_fresh():
-        from tape.cuda import _codegen
+        from tape.gpu import _codegen
 
         assert _codegen.TARGET.read_text() == _codegen.generate(), (
-            "tape/cuda/_generated/kernels.py is stale: run `python -m tape.cuda._codegen`"
+            "tape/gpu/_generated/kernels.py is stale: run `python -m tape.gpu._codegen`"
         )
 
     def test_every_registry_op_has_a_gpu_path():
-        from tape.cuda._kernels import GPU_KERNELS
-        from tape.cuda._program import gpu_spec
+        from tape.gpu._kernels import GPU_KERNELS
+        from tape.gpu._program import gpu_spec
 
         for op in OPS:
             fwd, rev, _, _, checks = gpu_spec(op)

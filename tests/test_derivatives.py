@@ -15,8 +15,8 @@ from test_ops import DIFFERENTIABLE, KERNEL_CASES, fn_of, shapes_for
 
 import tape as tp
 from tape.bench.ba import residual as ba_residual
-from tape.registry import OPS, missing_facts
-from tape.testing import sample_inputs as sample
+from tape.frontend.testing import sample_inputs as sample
+from tape.ops.registry import OPS, missing_facts
 
 
 def fd_jvp(f, xs, vs, eps=1e-6):
@@ -206,7 +206,9 @@ def test_hessian_blocks_for_several_arguments(rng):
     H = t.hessian(x, W)
     assert H[0][0].shape == (3, 3) and H[0][1].shape == (3, 2, 3)
     assert H[1][0].shape == (2, 3, 3) and H[1][1].shape == (2, 3, 2, 3)
-    flat = np.block([[H[0][0], H[0][1].reshape(3, 6)], [H[1][0].reshape(6, 3), H[1][1].reshape(6, 6)]])
+    flat = np.block(
+        [[H[0][0], H[0][1].reshape(3, 6)], [H[1][0].reshape(6, 3), H[1][1].reshape(6, 6)]]
+    )
     np.testing.assert_allclose(flat, flat.T, rtol=1e-12, atol=1e-12)
     vs = [rng.standard_normal(3), rng.standard_normal((2, 3))]
     num = fd_hvp(t, [x, W], vs)
@@ -357,7 +359,9 @@ def test_transforms_match_the_tape_drivers_and_numpy(rng):
     np.testing.assert_allclose(cx, 2 * gx, rtol=1e-14)
     np.testing.assert_allclose(cy, 2 * gy, rtol=1e-14)
     hx, hy = tp.hvp(f, (x, y), (vx, vy))
-    np.testing.assert_allclose(hx, (-np.sin(x) * y + 2 * y) * vx + (np.cos(x) + 2 * x) * vy, rtol=1e-13)
+    np.testing.assert_allclose(
+        hx, (-np.sin(x) * y + 2 * y) * vx + (np.cos(x) + 2 * x) * vy, rtol=1e-13
+    )
     np.testing.assert_allclose(hy, (np.cos(x) + 2 * x) * vx, rtol=1e-13)
     J = tp.jacobian(lambda x: tp.exp(x) * 2.0)(x)
     np.testing.assert_allclose(J, np.diag(2 * np.exp(x)), rtol=1e-14)
@@ -385,7 +389,9 @@ def test_minimize_trust_ncg_rosenbrock():
     res = tp.optimize.minimize(rosen, np.zeros(50), method="trust-ncg", options={"gtol": 1e-9})
     assert res.success and res.nhev > 0  # Hessian-vector products from the tape
     np.testing.assert_allclose(res.x, np.ones(50), atol=1e-6)
-    res = tp.optimize.minimize(rosen, np.zeros((2, 5)), method="trust-exact", options={"gtol": 1e-9})
+    res = tp.optimize.minimize(
+        rosen, np.zeros((2, 5)), method="trust-exact", options={"gtol": 1e-9}
+    )
     assert res.success and res.x.shape == (2, 5)
     np.testing.assert_allclose(res.x, np.ones((2, 5)), atol=1e-6)
 
@@ -425,7 +431,9 @@ def test_autograd_grad():
     z = (h * h).sum()
     gx, gh = tp.autograd.grad(z, (x, h), retain_graph=True)
     xv = np.array([0.5, 1.0, 2.0])
-    np.testing.assert_allclose(gx.numpy(), 2 * np.sin(0.3 * xv) * np.cos(0.3 * xv) * 0.3, rtol=1e-14)
+    np.testing.assert_allclose(
+        gx.numpy(), 2 * np.sin(0.3 * xv) * np.cos(0.3 * xv) * 0.3, rtol=1e-14
+    )
     np.testing.assert_allclose(gh.numpy(), 2 * np.sin(0.3 * xv), rtol=1e-14)
     assert x.grad is None and w.grad is None
     (gw,) = tp.autograd.grad(z, [w], grad_outputs=tp.tensor(2.0))
@@ -442,7 +450,7 @@ def test_autograd_grad():
 
 
 def test_gradcheck_order_two_catches_a_wrong_hessian_vector_product(monkeypatch, rng):
-    from tape import derivatives
+    from tape.transforms import derivatives
 
     x = rng.uniform(0.5, 1.5, 4)
     assert tp.gradcheck(lambda x: (tp.exp(x) * tp.log(x)).sum(), x, order=2)
@@ -467,7 +475,7 @@ def test_sparse_jacobian_and_pattern_of_every_kernel_case(name, k, case):
 
 
 def test_dense_by_colouring_equals_one_direction_per_element(monkeypatch, rng):
-    from tape import derivatives
+    from tape.transforms import derivatives
 
     x = rng.standard_normal(40)
     tj = tp.record(lambda x: tp.sin(x[1:]) * x[:-1], x)

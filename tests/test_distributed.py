@@ -7,7 +7,7 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 
 import tape as tp  # noqa: E402
-from tape import distributed as D  # noqa: E402
+from tape.frontend import distributed as D  # noqa: E402
 
 
 def nll(w, b, X, y):

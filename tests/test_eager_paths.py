@@ -1,4 +1,4 @@
-"""Eager mode's fast paths (tape._tensor.binary, apply, Tape.copy_in, the int blocks a new
+"""Eager mode's fast paths (tape.frontend.tensor.binary, apply, Tape.copy_in, the int blocks a new
 step's tape shares with the previous one) give the gradients of the general path: checked
 against analytic gradients, finite differences and NumPy in float64."""
 
@@ -202,7 +202,7 @@ def test_direct_paths_leave_mixed_dtypes_and_views_to_the_general_path():
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_full_sums_are_accurate_and_propagate_nan_and_inf(dtype):
-    # the sum kernel adds in blocks (tape._loops.total): compare with an exact sum; the
+    # the sum kernel adds in blocks (tape.ops.loops.total): compare with an exact sum; the
     # inputs require grad, so the sum runs on a tape (a constant's sum is NumPy's)
     rng = np.random.default_rng(5)
     tol = 1e-13 if dtype == "float64" else 1e-6

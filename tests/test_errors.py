@@ -91,9 +91,13 @@ def test_replay_argument_checks_name_the_argument():
     t = tp.record(lambda x, y: (x * y).sum(), np.ones(3), np.ones(3))
     with pytest.raises(tp.ReplayError, match=r"takes 2 arguments \(x, y\), got 1"):
         t.gradient(np.ones(3))
-    with pytest.raises(tp.ReplayError, match=r"argument 1 \(y\): expected shape \(3,\), got \(4,\)"):
+    with pytest.raises(
+        tp.ReplayError, match=r"argument 1 \(y\): expected shape \(3,\), got \(4,\)"
+    ):
         t.gradient(np.ones(3), np.ones(4))
-    with pytest.raises(tp.ReplayError, match=r"argument 0 \(x\): cannot use values of dtype complex128"):
+    with pytest.raises(
+        tp.ReplayError, match=r"argument 0 \(x\): cannot use values of dtype complex128"
+    ):
         t.forward(np.ones(3, complex), np.ones(3))
     with pytest.raises(tp.ReplayError, match="argument 0"):
         t.forward(["a", "b", "c"], np.ones(3))
@@ -114,7 +118,9 @@ def test_nan_and_inf_follow_ieee():
     assert g[0] == np.inf and g[1] == -1.0 and g[2] == 0.0 and np.isnan(g[3])
     assert (tp.tensor(1.0) / tp.tensor(0.0)).item() == np.inf
     assert np.isnan(tp.sqrt(tp.tensor(-1.0)).item())
-    assert tp.max(tp.tensor([1.0, np.nan, 3.0])).item() != tp.max(tp.tensor([1.0, np.nan, 3.0])).item()
+    assert (
+        tp.max(tp.tensor([1.0, np.nan, 3.0])).item() != tp.max(tp.tensor([1.0, np.nan, 3.0])).item()
+    )
 
 
 def test_size_zero_tensors():

@@ -22,7 +22,10 @@ COMPOSITES = [
     (lambda x: tp.norm(x[0], ord=1), lambda x: np.linalg.norm(x[0], 1)),
     (lambda x: tp.logsumexp(x), lambda x: sp_logsumexp(x)),
     (lambda x: tp.logsumexp(x, axis=1), lambda x: sp_logsumexp(x, axis=1)),
-    (lambda x: tp.logsumexp(x, axis=0, keepdims=True), lambda x: sp_logsumexp(x, axis=0, keepdims=True)),
+    (
+        lambda x: tp.logsumexp(x, axis=0, keepdims=True),
+        lambda x: sp_logsumexp(x, axis=0, keepdims=True),
+    ),
     (lambda x: tp.softmax(x), lambda x: sp_softmax(x, axis=-1)),
     (lambda x: tp.softmax(x, dim=0), lambda x: sp_softmax(x, axis=0)),
     (lambda x: tp.log_softmax(x, axis=1), lambda x: sp_log_softmax(x, axis=1)),
@@ -33,7 +36,7 @@ COMPOSITES = [
     (lambda x: x.flatten()[::3], lambda x: x.ravel()[::3]),
     (lambda x: x.transpose(0, 1), lambda x: x.T),
     (lambda x: x.permute(1, 0), lambda x: x.T),
-    (lambda x: 2.0 ** x, lambda x: 2.0**x),
+    (lambda x: 2.0**x, lambda x: 2.0**x),
     (lambda x: 1.0 / (1.0 + x * x), lambda x: 1.0 / (1.0 + x * x)),
     (lambda x: -x + abs(x), lambda x: -x + np.abs(x)),
 ]

@@ -92,7 +92,7 @@ def test_status_reports_a_failed_guard():
 def test_drivers_reuse_the_sweeps_python_compiled():
     # the one-value drivers pass np.int64 / np.bool_ where Python passes ints and bools: a
     # literal would make Numba compile the whole interpreter sweep a second time
-    from tape._generated import sweeps as S
+    from tape.interpreter.generated import sweeps as S
 
     x = np.array([0.5, -1.0, 2.0])
     t = tp.record(rosen, x)

@@ -158,7 +158,7 @@ def test_training_loop_memory_is_bounded():
 
 def test_loop_without_backward_stays_bounded():
     # expressions starting from the same leaf share an open tape, but only up to a limit
-    from tape._tensor import REUSE_LIMIT
+    from tape.frontend.tensor import REUSE_LIMIT
 
     w = torch.tensor([1.0, 2.0], requires_grad=True)
     for _ in range(3 * REUSE_LIMIT):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tape
-import tape.nn.functional as F
+import tape.frontend.nn.functional as F
 
 pytestmark = pytest.mark.filterwarnings("ignore:size_average and reduce args")
 

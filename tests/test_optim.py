@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tape
-from tape import optim
+from tape.frontend import optim
 
 X0 = [-0.5, 0.8, 1.3, 0.2]
 Y0 = [0.3, -1.1]

@@ -6,9 +6,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tape as tp
-from tape.registry import OPS
+from tape.ops.registry import OPS
 
-SMOOTH_UNARY = ["neg", "square", "exp", "sin", "cos", "tanh", "sigmoid", "softplus", "arctan", "sinh"]
+SMOOTH_UNARY = [
+    "neg",
+    "square",
+    "exp",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "softplus",
+    "arctan",
+    "sinh",
+]
 SMOOTH_BINARY = ["add", "sub", "mul"]
 UNARY = [op for op in OPS if op.name in SMOOTH_UNARY]
 

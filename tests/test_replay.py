@@ -27,7 +27,9 @@ def test_replay_matches_reference_on_new_inputs(rng):
     for _ in range(3):
         x = rng.standard_normal(6)
         v, g = t.value_and_grad(x)
-        assert v == pytest.approx(np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2), rel=1e-14)
+        assert v == pytest.approx(
+            np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2), rel=1e-14
+        )
         np.testing.assert_allclose(g, rosen_grad_np(x), rtol=1e-13)
         np.testing.assert_allclose(t.forward(x), v, rtol=0)
 
@@ -194,7 +196,16 @@ def test_float32_end_to_end(rng):
 def _descend(ka, x_off, n, lr, steps):
     for _ in range(steps):
         tp.sweeps.forward_backward(
-            ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries, ka.n_bufs, ka.roots, ka.seeds, True
+            ka.entries,
+            ka.bufs,
+            ka.ipool,
+            ka.data,
+            ka.grad,
+            ka.n_entries,
+            ka.n_bufs,
+            ka.roots,
+            ka.seeds,
+            True,
         )
         for j in range(n):
             ka.data[x_off + j] -= lr * ka.grad[x_off + j]
@@ -219,6 +230,8 @@ def test_stabilising_shifts_are_recomputed_at_replay():
     assert t.forward(np.full(3, 1000.0)) == pytest.approx(1000 + np.log(3))
     s = tp.record(lambda x: tp.softmax(x)[0], np.zeros(3))
     assert s.forward(np.array([1000.0, 0.0, 0.0])) == pytest.approx(1.0)
-    np.testing.assert_allclose(s.gradient(np.array([1000.0, 0.0, 0.0])), [0.0, 0.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(
+        s.gradient(np.array([1000.0, 0.0, 0.0])), [0.0, 0.0, 0.0], atol=1e-12
+    )
     d = tp.record(lambda x: (x * x.detach()).sum(), np.ones(2))
     np.testing.assert_allclose(d.gradient(np.array([3.0, 4.0])), [3.0, 4.0])

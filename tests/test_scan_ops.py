@@ -314,7 +314,7 @@ if not IN_SIM:
         )
 
     def test_tape_with_scan_ops_saves_loads_and_validates(rng):
-        from tape._validate import check_tape
+        from tape.ops.validate import check_tape
 
         x = rng.standard_normal((3, 4))
         t = tp.record(_all_ops, x)
@@ -339,8 +339,8 @@ if not IN_SIM:
         ],
     )
     def test_corrupted_scan_blocks_are_rejected(op, k, value, says, rng):
-        from tape._layout import E_ATTR
-        from tape._validate import check_tape
+        from tape.layout.columns import E_ATTR
+        from tape.ops.validate import check_tape
 
         # one scan entry per tape: attribute blocks are interned, so another entry with the
         # same block would see the corruption first
@@ -420,7 +420,7 @@ if not IN_SIM:
 
 else:
     # ------------------------------------------------------------ under the simulator
-    from tape.cuda import CudaTape, gradient_batch
+    from tape.gpu import CudaTape, gradient_batch
 
     THREADS = 8
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import tape as tp
-import tape.linalg as la
-from tape._layout import E_ATTR
-from tape._validate import check_tape
+import tape.frontend.linalg as la
+from tape.layout.columns import E_ATTR
+from tape.ops.validate import check_tape
 
 
 def _sym(a):

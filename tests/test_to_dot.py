@@ -9,7 +9,7 @@ import pytest
 
 import tape as tp
 
-NODE = re.compile(r'^  (\w+) \[(.*)\];$')
+NODE = re.compile(r"^  (\w+) \[(.*)\];$")
 EDGE = re.compile(r"^  (\w+) -> (\w+);$")
 
 

@@ -1113,8 +1113,13 @@ def test_inplace_through_a_view_writes_to_the_base(name, write, ref):
 
 @pytest.mark.parametrize(
     "key,value",
-    [((slice(None), 0), 2.0), (1, np.array([9.0, 8.0, 7.0, 6.0])), ((slice(None, None, 2),), 0.0),
-     ((np.array([0, 2]), 1), -1.0), (np.array([True, False, True]), 5.0)],
+    [
+        ((slice(None), 0), 2.0),
+        (1, np.array([9.0, 8.0, 7.0, 6.0])),
+        ((slice(None, None, 2),), 0.0),
+        ((np.array([0, 2]), 1), -1.0),
+        (np.array([True, False, True]), 5.0),
+    ],
 )
 def test_setitem_writes_into_a_leaf_under_no_grad(key, value):
     a = np.arange(12.0).reshape(3, 4)

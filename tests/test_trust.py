@@ -392,7 +392,7 @@ def test_gradcheck_names_the_first_entry_whose_local_derivative_disagrees():
 
 
 def test_gradcheck_reports_agreeing_entries_when_only_the_combination_is_wrong():
-    from tape.testing import _first_bad_entry
+    from tape.frontend.testing import _first_bad_entry
 
     x = np.array([0.3, 0.7])
     t = tp.record(lambda x: tp.sin(x * 2.0).sum(), x)

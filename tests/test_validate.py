@@ -1,5 +1,5 @@
 """Tape files are untrusted input: ``tape.load`` and unpickling validate every index, offset,
-shape and attribute block before compiled code sees them (``tape/_validate.py``)."""
+shape and attribute block before compiled code sees them (``tape/ops/validate.py``)."""
 
 import io
 import json
@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import tape as tp
-from tape import registry
-from tape._layout import (
+from tape.layout.columns import (
     B_ALIAS,
     B_OFF,
     B_SIZE,
@@ -22,8 +21,9 @@ from tape._layout import (
     E_OP,
     E_OUT,
 )
-from tape._validate import check_tape
-from tape.core import Tape
+from tape.ops import registry
+from tape.ops.validate import check_tape
+from tape.program.core import Tape
 
 # ---------------------------------------------------------------- helpers
 
@@ -139,7 +139,7 @@ FAMILIES["guard"] = (_guarded, (np.arange(1.0, 4.0),))
 
 
 def _factor(x, b):
-    import tape.linalg as la
+    import tape.frontend.linalg as la
 
     k = x @ x.T + 3.0 * tp.eye(3)
     low = la.cholesky(k)
@@ -151,7 +151,7 @@ FAMILIES["factor"] = (_factor, (np.arange(9.0).reshape(3, 3) / 9.0, np.arange(1.
 
 
 def _spectral(x):
-    import tape.linalg as la
+    import tape.frontend.linalg as la
 
     w, v = la.eigh(x)
     q, r = la.qr(x)

@@ -75,7 +75,9 @@ def _blas_kernel():
 
     try:
         with open("/proc/self/maps") as f:
-            paths = sorted({line.split()[-1] for line in f if "scipy.libs" in line and "openblas" in line})
+            paths = sorted(
+                {line.split()[-1] for line in f if "scipy.libs" in line and "openblas" in line}
+            )
     except OSError:
         return None
     for path in paths:

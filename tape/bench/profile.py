@@ -17,9 +17,9 @@ import time
 def profile_tape(t, args, repeat=5, min_time=2e-4):
     """Per-entry forward and reverse times of a recorded tape ``t`` at ``args``.
     Returns ``(rows, total_gradient_s)``; rows are ``(entry, op, out shape, fwd_s, rev_s)``."""
-    from tape._callbacks import entry_name
-    from tape._generated import sweeps as S
-    from tape._layout import E_OUT
+    from tape.interpreter.generated import sweeps as S
+    from tape.layout.columns import E_OUT
+    from tape.program.callbacks import entry_name
 
     t.gradient(*args)  # fills this thread's workspace, compiles
     t, ws = t._last()  # the tape that ran (a retraced variant, if one did) and its workspace

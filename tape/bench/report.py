@@ -100,7 +100,10 @@ def targets_second_order(results) -> list:
     for r in results.get("jacobian", []):
         ts = {k: _med(r, k) for k in ("tape fwd", "tape rev", "jax jacfwd", "jax jacrev")}
         if all(ts.values()):
-            best_t, best_j = min(ts["tape fwd"], ts["tape rev"]), min(ts["jax jacfwd"], ts["jax jacrev"])
+            best_t, best_j = (
+                min(ts["tape fwd"], ts["tape rev"]),
+                min(ts["jax jacfwd"], ts["jax jacrev"]),
+            )
             out.append((f"Jacobian {r['case']} (reported, no target)",
                         ", ".join(f"{k} {_us(v)}" for k, v in ts.items())
                         + f" (best tape / best JAX {best_t / best_j:.2f}x)", None))  # fmt: skip
@@ -112,7 +115,9 @@ def targets_second_order(results) -> list:
                         f"{note}; sparse {_us(s)}, dense reverse {_us(d)} ({d / s:.0f}x), JAX "
                         f"jacfwd {_us(j)} ({j / s:.0f}x)", None))  # fmt: skip
         elif s:
-            out.append((f"BA Jacobian {r['case']} by colouring (reported)", f"{note}; {_us(s)}", None))
+            out.append(
+                (f"BA Jacobian {r['case']} by colouring (reported)", f"{note}; {_us(s)}", None)
+            )
     return out
 
 

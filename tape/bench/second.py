@@ -295,6 +295,7 @@ def optimize_cases(opts):
                          z[nc + nx :])  # fmt: skip
 
             z0 = np.concatenate([data.cams.ravel(), data.X.ravel(), data.w])
+
             def solve():
                 res = tp.optimize.least_squares(resid, z0, sparse=True, x_scale="jac")
                 return np.array([res.cost, res.nfev, res.njev])

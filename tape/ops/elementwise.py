@@ -10,7 +10,7 @@ the contribution to that input's adjoint; the sweep adds it up, so ``x * x`` nee
 case. Masks are written as selects (``gy if c else 0.0``), never as products, so an ``inf`` or
 ``NaN`` in an unselected branch cannot leak into a gradient.
 
-Adding an op here is the whole job: run ``python -m tape._codegen`` afterwards to regenerate the
+Adding an op here is the whole job: run ``python -m tape.interpreter.codegen`` afterwards to regenerate the
 sweeps; the front-end function (``tp.<name>``), the ``Tensor`` operators and method the line
 names, the result dtype and the tests follow from the op's record.
 """
@@ -20,16 +20,16 @@ import math
 import numpy as np
 from numba import njit
 
-from tape import _vmath as vm
-from tape import registry
-from tape._config import UNCACHED_JIT
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops import vmath as vm
 
 _jit = njit(**UNCACHED_JIT)
 _jit_inline = njit(inline="always", **UNCACHED_JIT)
 
 
 def _rule_jit(f):
-    """A rule that calls :mod:`tape._vmath` (``vm.exp``) is inlined where the sweeps call it
+    """A rule that calls :mod:`tape.ops.vmath` (``vm.exp``) is inlined where the sweeps call it
     (Numba IR): LLVM does not inline a rule that large by itself, and a loop with a call in
     it does not vectorise."""
     calls_vm = any(f.__globals__.get(n) is vm for n in f.__code__.co_names)
@@ -131,7 +131,14 @@ def _digamma(x):
         r -= 1.0 / x
         x += 1.0
     f = 1.0 / (x * x)
-    t = f * (-1.0 / 12 + f * (1.0 / 120 + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132 + f * (691.0 / 32760 - f / 12.0))))))
+    t = f * (
+        -1.0 / 12
+        + f
+        * (
+            1.0 / 120
+            + f * (-1.0 / 252 + f * (1.0 / 240 + f * (-1.0 / 132 + f * (691.0 / 32760 - f / 12.0))))
+        )
+    )
     return refl + r + np.log(x) - 0.5 / x + t
 
 
@@ -150,7 +157,21 @@ def _trigamma(x):
         r += 1.0 / (x * x)
         x += 1.0
     f = 1.0 / (x * x)
-    t = 1.0 / x + 0.5 * f + f / x * (1.0 / 6 + f * (-1.0 / 30 + f * (1.0 / 42 + f * (-1.0 / 30 + f * (5.0 / 66 + f * (-691.0 / 2730 + f * 7.0 / 6))))))
+    t = (
+        1.0 / x
+        + 0.5 * f
+        + f
+        / x
+        * (
+            1.0 / 6
+            + f
+            * (
+                -1.0 / 30
+                + f
+                * (1.0 / 42 + f * (-1.0 / 30 + f * (5.0 / 66 + f * (-691.0 / 2730 + f * 7.0 / 6))))
+            )
+        )
+    )
     return refl - (r + t) if flip else r + t
 
 
@@ -161,7 +182,7 @@ def _tetragamma(x):
     flip = False
     if x < 0.5:  # psi''(x) = psi''(1 - x) - 2 pi^3 cos(pi x) / sin^3(pi x)
         s = np.sin(np.pi * x)
-        refl = -2.0 * np.pi ** 3 * np.cos(np.pi * x) / (s * s * s)
+        refl = -2.0 * np.pi**3 * np.cos(np.pi * x) / (s * s * s)
         flip = True
         x = 1.0 - x
     r = 0.0
@@ -169,7 +190,13 @@ def _tetragamma(x):
         r -= 2.0 / (x * x * x)
         x += 1.0
     f = 1.0 / (x * x)
-    t = -f - f / x - f * f * (0.5 + f * (-1.0 / 6 + f * (1.0 / 6 + f * (-3.0 / 10 + f * (5.0 / 6 - f * 691.0 / 210)))))
+    t = (
+        -f
+        - f / x
+        - f
+        * f
+        * (0.5 + f * (-1.0 / 6 + f * (1.0 / 6 + f * (-3.0 / 10 + f * (5.0 / 6 - f * 691.0 / 210)))))
+    )
     return r + t + refl if flip else r + t
 
 
@@ -265,6 +292,7 @@ def _ref_xlogy(x, y):
 
 def _ref_zero(*xs):
     return np.zeros(np.broadcast_shapes(*(np.shape(x) for x in xs)))
+
 
 # Keyword facts of a line (see tape.registry.Op): ``operators`` / ``reflected``, the Tensor
 # operators that record the op; ``method``, whether ``tape.<name>`` is a Tensor method too;

@@ -25,11 +25,11 @@ its log-determinant is ``-inf`` and has no derivative.
 import numpy as np
 from numba import njit
 
-from tape import _validate as V
-from tape import registry
-from tape._config import UNCACHED_JIT
-from tape._layout import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
-from tape._loops import active, view
+from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops import validate as V
+from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
 

@@ -21,11 +21,11 @@ Attribute block: ``[mode]``:
 import numpy as np
 from numba import njit
 
-from tape import _validate as V
-from tape import registry
-from tape._config import UNCACHED_JIT
-from tape._layout import E_ATTR, E_IN0, E_IN1
-from tape._loops import view
+from tape.layout.columns import E_ATTR, E_IN0, E_IN1
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops import validate as V
+from tape.ops.loops import view
 
 EQUAL, TRUTH, INT = 0, 1, 2
 MODES = {EQUAL: "value", TRUTH: "truth value", INT: "integer value"}

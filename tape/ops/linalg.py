@@ -3,18 +3,18 @@
 ``matmul`` attribute block: ``[batch, m, k, n, stride_a, stride_b]``: output matrix ``b`` is
 ``A[b] @ B[b]`` with ``A[b]`` starting at ``b * stride_a`` (``0``: one matrix shared by the whole
 batch, whose adjoint then sums over the batch). One- and two-dimensional operands are reshaped
-to this form by the front end, :mod:`tape._front.linalg` (reshapes are free aliases).
+to this form by the front end, :mod:`tape.frontend.ops.linalg` (reshapes are free aliases).
 """
 
 import numpy as np
 from numba import njit
 
-from tape import _validate as V
-from tape import registry
-from tape._blas import gemm_acc
-from tape._config import UNCACHED_JIT
-from tape._layout import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
-from tape._loops import active, view
+from tape.layout.columns import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops import validate as V
+from tape.ops.blas import gemm_acc
+from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
 

@@ -2,8 +2,8 @@
 integer-array gathers.
 
 Reshape, squeeze, unsqueeze, flatten and contiguous slices are not here: they are aliases of
-their input's memory (:func:`tape._tensor.view`) and cost no entry at all. The front ends
-(transpose, indexing, concatenate, take) are in :mod:`tape._front.movement`.
+their input's memory (:func:`tape.frontend.tensor.view`) and cost no entry at all. The front ends
+(transpose, indexing, concatenate, take) are in :mod:`tape.frontend.ops.movement`.
 
 ``copy`` attribute block: ``[nd, shape[nd], in_off, in_strides[nd], out_off, out_strides[nd]]``.
 Element ``idx`` of ``shape`` is read at ``in_off + idx . in_strides`` of the input and written
@@ -19,11 +19,11 @@ data, so the kernel checks them before it touches memory and stops the sweep on 
 import numpy as np
 from numba import njit
 
-from tape import _validate as V
-from tape import registry
-from tape._config import UNCACHED_JIT
-from tape._layout import B_OFF, E_ATTR, E_IN0, E_IN1, E_OP, E_OUT
-from tape._loops import active, strided_offsets, view
+from tape.layout.columns import B_OFF, E_ATTR, E_IN0, E_IN1, E_OP, E_OUT
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops import validate as V
+from tape.ops.loops import active, strided_offsets, view
 
 _jit = njit(**UNCACHED_JIT)
 

@@ -4,18 +4,18 @@ Attribute block: ``[nd, in_shape[nd], out_strides[nd]]``, where ``out_strides`` 
 C-order strides of the kept-dims output with ``0`` on reduced axes, so input element ``j`` adds
 into output element ``offsets[j]``. Unit axes are dropped and neighbouring axes merged at record
 time (``(25, 10, 1000)`` summed over axis 2 is ``(250, 1000)`` with strides ``(1, 0)``) by
-the front end, :mod:`tape._front.reduce`. ``mean``, ``var``, ``std``, ``norm`` and
+the front end, :mod:`tape.frontend.ops.reduce`. ``mean``, ``var``, ``std``, ``norm`` and
 ``logsumexp`` are built from these in :mod:`tape.functional`.
 """
 
 import numpy as np
 from numba import njit
 
-from tape import _validate as V
-from tape import registry
-from tape._config import UNCACHED_JIT
-from tape._layout import E_ATTR, E_IN0, E_OUT
-from tape._loops import active, strided_offsets, total, view
+from tape.layout.columns import E_ATTR, E_IN0, E_OUT
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops import validate as V
+from tape.ops.loops import active, strided_offsets, total, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -332,7 +332,7 @@ def _sparsity(nonlinear):
 
 
 def check(t, i, e):
-    """Validation of a reduction entry (see :func:`tape._validate.check_tape`), read off the
+    """Validation of a reduction entry (see :func:`tape.ops.validate.check_tape`), read off the
     kernels above: input element ``idx`` (C order over ``in_shape``, so the input must hold
     exactly that many) goes to output offset ``idx . out_strides``; ``sum`` walks rows of the
     innermost axis and, when the output stride along them is 0, touches each row's output

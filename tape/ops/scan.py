@@ -3,7 +3,7 @@ positions of extrema.
 
 The input is viewed as ``(outer, n, inner)`` with ``n`` the length of the axis, so element
 ``j`` of row ``(o, q)`` is at ``o * n * inner + j * inner + q`` (a free reshape: no axis is ever
-moved). The front ends are in :mod:`tape._front.scan`.
+moved). The front ends are in :mod:`tape.frontend.ops.scan`.
 
 ``cumsum``, ``cumprod`` attribute block: ``[outer, n, inner]``; the output has the input's
 layout. ``cumprod``'s rules divide by nothing, so they are exact when elements are zero: with
@@ -25,11 +25,11 @@ The index ops have no differentiable input and write integer positions into the 
 import numpy as np
 from numba import njit
 
-from tape import _validate as V
-from tape import registry
-from tape._config import UNCACHED_JIT
-from tape._layout import E_ATTR, E_IN0, E_OUT
-from tape._loops import active, view
+from tape.layout.columns import E_ATTR, E_IN0, E_OUT
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops import validate as V
+from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
 

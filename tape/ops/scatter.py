@@ -5,16 +5,16 @@
 and input row ``j`` is added into output row ``index[j]`` (negative indices count from the
 end); repeated indices accumulate. Indices are data: the forward kernel checks them before it
 writes anything and stops the sweep on a bad one. The reverse is a gather of the output's
-adjoint rows. The front ends are in :mod:`tape._front.scatter`.
+adjoint rows. The front ends are in :mod:`tape.frontend.ops.scatter`.
 """
 
 import numpy as np
 from numba import njit
 
-from tape import registry
-from tape._config import UNCACHED_JIT
-from tape._layout import E_ATTR, E_IN0, E_IN1, E_OUT
-from tape._loops import active, view
+from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops.loops import active, view
 from tape.ops.movement import check_take, take_failure
 
 _jit = njit(**UNCACHED_JIT)

@@ -44,12 +44,12 @@ tril(C, -1)^T`` (``Q^T tQ``, antisymmetric), ``tR = (C - O) R``, ``tQ = tA R^-1 
 import numpy as np
 from numba import njit
 
-from tape import _validate as V
-from tape import registry
-from tape._config import UNCACHED_JIT
-from tape._layout import B_SIZE, E_ATTR, E_IN0, E_OUT
-from tape._loops import active, view
+from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_OUT
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import registry
+from tape.ops import validate as V
 from tape.ops.factor import _dot, _from_lower, _mat, _phi, _tri_solve
+from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -62,7 +62,7 @@ EPS64, EPS32 = 2.0**-52, 2.0**-23
 @_jit
 def _eps(x):
     """Machine epsilon of ``x``'s dtype (float64 or float32), from a rounding test that reads
-    the same in the GPU kernels (:mod:`tape.cuda._spectral_kernels`)."""
+    the same in the GPU kernels (:mod:`tape.gpu._spectral_kernels`)."""
     t = np.empty(1, x.dtype)
     t[0] = 1.0 + 2.0**-40
     return EPS64 if t[0] != 1.0 else EPS32

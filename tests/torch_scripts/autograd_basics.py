@@ -112,7 +112,9 @@ except RuntimeError:
 vec = x * 3
 (gv,) = torch.autograd.grad(vec, x, grad_outputs=torch.tensor([1.0, 0.0, -1.0]))
 print(gv)
-(gm,) = torch.autograd.grad(loss.detach() + (x * x).sum(), x, grad_outputs=None, retain_graph=None, allow_unused=False)
+(gm,) = torch.autograd.grad(
+    loss.detach() + (x * x).sum(), x, grad_outputs=None, retain_graph=None, allow_unused=False
+)
 print(gm)
 
 print("-- torch.autograd.backward")

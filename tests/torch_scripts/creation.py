@@ -4,7 +4,11 @@ torch.set_default_dtype(torch.float64)
 print("default dtype is float64:", torch.get_default_dtype() == torch.float64)
 
 # pick a device the way PyTorch code usually does
-accel = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+accel = (
+    torch.accelerator.current_accelerator()
+    if torch.accelerator.is_available()
+    else torch.device("cpu")
+)
 print("chosen device type is known:", accel.type in ("cpu", "cuda", "mps", "xpu"))
 device = torch.device("cpu")  # this script compares numbers, so it stays on the CPU
 print("device:", device, device.type)
@@ -31,7 +35,11 @@ print("arange int64:", a.dtype == torch.int64, a.dtype == torch.long)
 print("tensor float32:", t.dtype == torch.float32, t.dtype == torch.float)
 print("bool:", (a > 2).dtype == torch.bool, a > 2)
 print("float64 default:", ls.dtype == torch.float64, z.dtype == torch.double)
-print("empty:", tuple(torch.empty(3, 4, device=device).shape), torch.empty(2, dtype=torch.long).dtype == torch.int64)
+print(
+    "empty:",
+    tuple(torch.empty(3, 4, device=device).shape),
+    torch.empty(2, dtype=torch.long).dtype == torch.int64,
+)
 
 # .to(device) keeps values and dtype
 moved = t.to(device)
@@ -50,7 +58,13 @@ u2 = torch.rand(1000, device=device)
 i2 = torch.randint(0, 10, (3, 4), device=device)
 print("reseed equal:", bool((r1 == r2).all()), bool((u1 == u2).all()), bool((i1 == i2).all()))
 print("randn:", tuple(r1.shape), r1.dtype == torch.float64)
-print("rand in [0, 1):", bool((u1 >= 0).all()), bool((u1 < 1).all()), u1.min().item() < 0.1, u1.max().item() > 0.9)
+print(
+    "rand in [0, 1):",
+    bool((u1 >= 0).all()),
+    bool((u1 < 1).all()),
+    u1.min().item() < 0.1,
+    u1.max().item() > 0.9,
+)
 print("randint:", i1.dtype == torch.int64, bool((i1 >= 0).all()), bool((i1 < 10).all()))
 coin = torch.randint(low=0, high=2, size=(50,))
 print("randint keywords:", tuple(coin.shape), coin.min().item() >= 0, coin.max().item() <= 1)
@@ -68,4 +82,8 @@ print("randn float32:", r32.dtype == torch.float32)
 torch.set_default_device("cpu")
 print("default device:", torch.ones(1).device.type)
 torch.set_default_device(torch.device("cpu"))
-print("default device:", torch.get_default_device().type, torch.zeros(2, 2).device == torch.device("cpu"))
+print(
+    "default device:",
+    torch.get_default_device().type,
+    torch.zeros(2, 2).device == torch.device("cpu"),
+)

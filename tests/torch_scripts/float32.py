@@ -21,9 +21,12 @@ for name, t in made.items():
     print(name, t.dtype == torch.float32)
 print("ints", torch.tensor([1, 2]).dtype == torch.int64, torch.arange(3).dtype == torch.long)
 print("bools", torch.tensor([True, False]).dtype == torch.bool)
-print("explicit", torch.ones(2, dtype=torch.float).dtype == torch.float32,
-      torch.ones(2, dtype=torch.double).dtype == torch.float64,
-      torch.zeros(2, dtype=torch.int64).dtype == torch.int64)
+print(
+    "explicit",
+    torch.ones(2, dtype=torch.float).dtype == torch.float32,
+    torch.ones(2, dtype=torch.double).dtype == torch.float64,
+    torch.zeros(2, dtype=torch.int64).dtype == torch.int64,
+)
 
 print("-- promotion")
 f = torch.tensor([1.0, 2.0, 3.0])
@@ -34,7 +37,11 @@ print((f + g).dtype == torch.float64)
 print((i + 0.5).dtype == torch.float32)
 print((i / 2).dtype == torch.float32)
 print((i * 2).dtype == torch.int64)
-print(f.double().dtype == torch.float64, g.float().dtype == torch.float32, g.to(torch.float).dtype == torch.float32)
+print(
+    f.double().dtype == torch.float64,
+    g.float().dtype == torch.float32,
+    g.to(torch.float).dtype == torch.float32,
+)
 print(i.type_as(f).dtype == torch.float32)
 
 print("-- single-precision arithmetic")

@@ -18,9 +18,7 @@ logits = torch.tensor(
     [[2.0, -1.0, 0.5], [0.1, 0.2, 3.0], [-1.0, 1.5, 0.0], [0.3, 0.3, -0.4]], requires_grad=True
 )
 target = torch.tensor([0, 2, 1, 1])
-soft_target = torch.tensor(
-    [[0.7, 0.2, 0.1], [0.0, 0.0, 1.0], [0.25, 0.5, 0.25], [0.2, 0.2, 0.6]]
-)
+soft_target = torch.tensor([[0.7, 0.2, 0.1], [0.0, 0.0, 1.0], [0.25, 0.5, 0.25], [0.2, 0.2, 0.6]])
 show("cross_entropy", F.cross_entropy(logits, target))
 show("cross_entropy sum", F.cross_entropy(logits, target, reduction="sum"))
 print(F.cross_entropy(logits, target, reduction="none").detach())

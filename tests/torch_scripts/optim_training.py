@@ -66,14 +66,38 @@ print(opt.state_dict()["param_groups"][0]["lr"])
 print("-- two-layer network")
 # three classes on a 5 x 5 grid of points
 xs = torch.linspace(-1, 1, 5)
-X = torch.stack([xs.view(-1, 1).expand(5, 5).reshape(-1), xs.view(1, -1).expand(5, 5).reshape(-1)], dim=1)
-y = torch.tensor([
-    0, 0, 0, 0, 1,
-    0, 0, 0, 1, 1,
-    0, 0, 1, 1, 1,
-    2, 2, 2, 1, 1,
-    2, 2, 2, 2, 1,
-])
+X = torch.stack(
+    [xs.view(-1, 1).expand(5, 5).reshape(-1), xs.view(1, -1).expand(5, 5).reshape(-1)], dim=1
+)
+y = torch.tensor(
+    [
+        0,
+        0,
+        0,
+        0,
+        1,
+        0,
+        0,
+        0,
+        1,
+        1,
+        0,
+        0,
+        1,
+        1,
+        1,
+        2,
+        2,
+        2,
+        1,
+        1,
+        2,
+        2,
+        2,
+        2,
+        1,
+    ]
+)
 print(tuple(X.shape), tuple(y.shape), X[7])
 
 hidden = 8

@@ -120,7 +120,12 @@ with torch.no_grad():
 print("normal_:", W.abs().max().item() < 0.1, W.requires_grad, W.is_leaf)
 with torch.no_grad():
     W.uniform_(-0.5, 0.5)
-print("uniform_:", W.min().item() >= -0.5, W.max().item() <= 0.5, W.max().item() - W.min().item() > 0.5)
+print(
+    "uniform_:",
+    W.min().item() >= -0.5,
+    W.max().item() <= 0.5,
+    W.max().item() - W.min().item() > 0.5,
+)
 loss = (W * 2).sum()
 loss.backward()
 print(W.grad[:2])

@@ -1,3 +1,0 @@
-"""Front ends of the structural ops: argument handling, attribute blocks and the entries they
-record (:func:`tape._tensor.apply`), above the kernels in :mod:`tape.ops`. The public
-functions are exported by :mod:`tape.functional`."""

@@ -1,1 +1,0 @@
-"""One generated module per op (see :mod:`tape._codegen`), imported on first use."""

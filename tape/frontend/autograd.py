@@ -1,0 +1,406 @@
+"""``tape.autograd``: PyTorch's ``torch.autograd``: :func:`grad`, :func:`backward` and
+:class:`Function` (user-defined forward and backward in Python) for eager tensors.
+
+Higher-order derivatives come from recorded tapes, not from eager graphs: use
+:meth:`tape.Tape.hvp` / :meth:`tape.Tape.hessian` (or :func:`tape.hvp`, :func:`tape.hessian`)
+on ``tape.record(fn, x)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tape.frontend import tensor as _tensor
+from tape.frontend.tensor import Tensor, no_grad
+from tape.layout.columns import B_KIND, CONST, LEAF
+from tape.program import callbacks as _callbacks
+from tape.program.replay import ReplayError
+
+__all__ = ["grad", "backward", "Function", "FunctionCtx"]
+
+CREATE_GRAPH = (
+    "tape.autograd.grad(create_graph=True): eager graphs are first order. For second "
+    "derivatives record the function and use the tape's drivers: t = tape.record(fn, x); "
+    "t.hvp(x, v=v) or t.hessian(x) (or the transforms tape.hvp(fn, (x,), (v,)) and "
+    "tape.hessian(fn)(x))"
+)
+
+
+def _seq(x):
+    return (x,) if isinstance(x, Tensor) else tuple(x)
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=False, materialize_grads=False):  # fmt: skip
+    """The sum of the gradients of ``outputs`` with respect to ``inputs`` (a tuple with one
+    tensor per input), without touching any ``.grad``.
+
+    ``grad_outputs``: the adjoints of ``outputs`` (default 1 for single-element outputs).
+    ``inputs`` may be leaves or intermediate tensors of the graph. An input the outputs do
+    not depend on raises, unless ``allow_unused`` (it then gets ``None``, or zeros with
+    ``materialize_grads``). ``retain_graph`` defaults to ``create_graph``; without it the
+    graph is freed as by ``backward()``. ``create_graph=True`` raises ``NotImplementedError``
+    naming the drivers to use instead.
+    """
+    if create_graph:
+        raise NotImplementedError(CREATE_GRAPH)
+    outs = _seq(outputs)
+    ins = _seq(inputs)
+    if not outs:
+        raise ValueError("grad: outputs is empty")
+    for k, o in enumerate(outs):
+        if not isinstance(o, Tensor):
+            raise TypeError(f"grad: outputs[{k}] is a {type(o).__name__}, not a tensor")
+        if not o._rg:
+            raise RuntimeError(
+                f"grad: element {k} of outputs does not require grad and does not have a grad_fn"
+            )
+    for k, x in enumerate(ins):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"grad: inputs[{k}] is a {type(x).__name__}, not a tensor")
+        if not x._rg:
+            raise RuntimeError(f"grad: element {k} of inputs does not require grad")
+    if grad_outputs is None:
+        gos = [None] * len(outs)
+    else:
+        gos = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [grad_outputs]
+    if len(gos) != len(outs):
+        raise ValueError(f"grad: {len(outs)} outputs but {len(gos)} grad_outputs")
+    seeds = []
+    for k, (o, g) in enumerate(zip(outs, gos)):
+        if g is None:
+            if o.numel() != 1:
+                raise RuntimeError(
+                    f"grad can be implicitly created only for scalar outputs; outputs[{k}] has "
+                    f"shape {o.shape}: pass grad_outputs"
+                )
+            seeds.append(np.ones(1))
+        else:
+            s = np.asarray(g._peek() if isinstance(g, Tensor) else g, np.float64)
+            if s.shape != tuple(o.shape):
+                raise RuntimeError(
+                    f"grad: grad_outputs[{k}] has shape {s.shape}, outputs[{k}] has shape {o.shape}"
+                )
+            seeds.append(s.ravel())
+    tapes = {id(o._resolve()[0]): o._resolve()[0] for o in outs if o._tape is not None}
+    if len(tapes) > 1:
+        raise RuntimeError(
+            "grad: the outputs belong to separate graphs; differentiate each on its own"
+        )
+    if not tapes:  # outputs that are leaves themselves
+        return tuple(_leaf_only(o_list=outs, seeds=seeds, x=x, allow_unused=allow_unused,
+                                materialize=materialize_grads) for x in ins)  # fmt: skip
+    (tp,) = tapes.values()
+    if tp.recording:
+        raise RuntimeError(
+            "tape.autograd.grad inside tape.record(): use the recorded tape's drivers"
+        )
+    roots = np.array([o._resolve()[1] for o in outs], np.int64)
+    if tp._written:
+        from tape.frontend.tensor import stale
+
+        stale(tp, roots)
+    if tp._freed is not None and tp.reaches_freed(roots):
+        raise RuntimeError(
+            "Trying to backward through the graph a second time: specify retain_graph=True "
+            "on the first backward() or grad() call"
+        )
+    need = tp.run_backward(roots, np.concatenate(seeds), zero_leaves=True)
+    res = []
+    for k, x in enumerate(ins):
+        g = None
+        if x._tape is not None and x._resolve()[0] is tp:
+            b = x._resolve()[1]
+            if need[b]:
+                g = tp.adjoint(b).copy()
+        else:
+            for leaf, lb in tp.leaves:
+                if leaf is x and need[lb] and tp.bufs[lb, B_KIND] == LEAF:
+                    a = tp.adjoint(lb)
+                    g = a.copy() if g is None else g + a
+        for j, o in enumerate(outs):  # an output that is itself an input
+            if o is x:
+                s = seeds[j].reshape(o.shape)
+                g = s.copy() if g is None else g + s
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"grad: inputs[{k}] appears to not have been used in the graph. Set "
+                    "allow_unused=True if this is the desired behavior."
+                )
+            res.append(Tensor(np.zeros(x.shape, x.dtype)) if materialize_grads else None)
+        else:
+            res.append(Tensor(np.asarray(g, dtype=x.dtype).reshape(x.shape)))
+    if not (retain_graph or False):
+        tp.mark_freed(need)
+    return tuple(res)
+
+
+def _leaf_only(o_list, seeds, x, allow_unused, materialize):
+    g = None
+    for o, s in zip(o_list, seeds):
+        if o is x:
+            g = s.reshape(o.shape) if g is None else g + s.reshape(o.shape)
+    if g is None:
+        if not allow_unused:
+            raise RuntimeError(
+                "grad: an input appears to not have been used in the graph. Set "
+                "allow_unused=True if this is the desired behavior."
+            )
+        return Tensor(np.zeros(x.shape, x.dtype)) if materialize else None
+    return Tensor(np.asarray(g, dtype=x.dtype))
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """``tensors[k].backward(grad_tensors[k])`` for every tensor, as ``torch.autograd.backward``:
+    gradients accumulate into the leaves' ``.grad``. ``inputs`` (leaves) restricts which
+    leaves accumulate."""
+    ts = _seq(tensors)
+    if grad_tensors is None:
+        gs = [None] * len(ts)
+    else:
+        gs = [grad_tensors] if isinstance(grad_tensors, Tensor) else list(grad_tensors)
+    if len(gs) != len(ts):
+        raise ValueError(f"backward: {len(ts)} tensors but {len(gs)} grad_tensors")
+    if inputs is not None:
+        ins = _seq(inputs)
+        grads = grad(ts, ins, gs if grad_tensors is not None else None, retain_graph,
+                     create_graph, allow_unused=True)  # fmt: skip
+        for x, g in zip(ins, grads):
+            if g is not None:
+                x._accumulate(g._value)
+        return None
+    for k, (t, g) in enumerate(zip(ts, gs)):
+        last = k == len(ts) - 1
+        t.backward(g, retain_graph=retain_graph if last else True, create_graph=create_graph)
+    return None
+
+
+class _FunctionMeta(type):
+    def __call__(cls, *args, **kwargs):
+        raise RuntimeError(
+            f"{cls.__name__}: autograd.Function is not instantiated: call "
+            f"{cls.__name__}.apply(*args)"
+        )
+
+
+class Function(metaclass=_FunctionMeta):
+    """A differentiable operation with its own ``forward`` and ``backward``, as
+    ``torch.autograd.Function``::
+
+        class Cube(tape.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x ** 3
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                (x,) = ctx.saved_tensors
+                return grad_output * 3 * x ** 2
+
+        y = Cube.apply(x)
+
+    ``forward(ctx, *args)`` gets the arguments (tensors as plain values, outside any graph)
+    and returns a tensor or a tuple of them; ``backward(ctx, *grad_outputs)`` gets one
+    adjoint per output and returns one gradient (or None) per argument of ``forward``. Use
+    ``ctx.save_for_backward(*tensors)`` / ``ctx.saved_tensors``, ``ctx.needs_input_grad`` and
+    ``ctx.mark_non_differentiable(*outputs)``; other values can be kept as attributes of
+    ``ctx``.
+
+    It works in eager mode and inside :func:`tape.record`: a replay runs ``forward`` and
+    ``backward`` as Python callbacks between segments of the interpreter's sweeps. Such a
+    tape does not compile, batch, move to a GPU, save, or take forward-mode and second-order
+    drivers (they need every entry as compiled code): those raise.
+    """
+
+    @staticmethod
+    def forward(ctx, *args, **kwargs):
+        raise NotImplementedError("subclasses of autograd.Function implement forward(ctx, ...)")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError("subclasses of autograd.Function implement backward(ctx, ...)")
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        """Run ``forward`` on ``args`` and connect its outputs to the graph."""
+        if kwargs:
+            raise TypeError(f"{cls.__name__}.apply takes positional arguments only")
+        return _apply(cls, args)
+
+
+# ---------------------------------------------------------------- a Function call
+
+
+class Call:
+    """One recorded Function application: the class, the arguments (tensor positions hold
+    ``None``), the tensor inputs' buffers and dtypes, the outputs' buffers, shapes and
+    dtypes, and the eager call's context."""
+
+    __slots__ = ("fn", "args", "tensor_pos", "ins", "in_dtypes", "outs", "out_shapes",
+                 "out_dtypes", "out_pos", "ctx", "needs")  # fmt: skip
+
+    @property
+    def label(self):
+        """How entries and messages name the call."""
+        return f"{self.fn.__name__}.apply"
+
+    def forward(self, tp, data, tls):
+        """Run the Function's ``forward`` on the values in arena ``data``; write its outputs
+        there. The context is kept per thread for the backward that follows."""
+        args = list(self.args)
+        for k, b, dt in zip(self.tensor_pos, self.ins, self.in_dtypes):
+            args[k] = Tensor(np.array(tp.view(data, b), dtype=dt))
+        ctx = FunctionCtx(self.needs)
+        with no_grad():
+            res = self.fn.forward(ctx, *args)
+        outs = res if isinstance(res, (tuple, list)) else (res,)
+        if len(outs) <= self.out_pos[-1]:
+            raise _replay_error(self, f"returned {len(outs)} outputs")
+        for b, pos, shape in zip(self.outs, self.out_pos, self.out_shapes):
+            v = outs[pos]
+            v = v._peek() if isinstance(v, Tensor) else np.asarray(v)
+            if v.shape != shape:
+                raise _replay_error(self, f"output {pos} has shape {v.shape}, recorded {shape}")
+            tp.view(data, b)[...] = v
+        tls[id(self)] = ctx
+
+    def backward(self, tp, data, grad, need, ctx):
+        """Run the Function's ``backward`` on the outputs' adjoints and add what it returns to
+        the inputs' adjoints."""
+        if ctx is None:
+            raise RuntimeError(f"{self.fn.__name__}.backward: no forward ran on this thread")
+        gouts = []
+        for b, shape, dt in zip(self.outs, self.out_shapes, self.out_dtypes):
+            if need[b] and tp.bufs[b, B_KIND] != CONST:
+                gouts.append(Tensor(np.array(tp.view(grad, b), dtype=dt)))
+            elif ctx.materialize_grads:
+                gouts.append(Tensor(np.zeros(shape, dt)))
+            else:
+                gouts.append(None)
+        with no_grad():
+            res = self.fn.backward(ctx, *gouts)
+        gins = tuple(res) if isinstance(res, (tuple, list)) else (res,)
+        n = len(self.args)
+        if len(gins) != n:
+            raise RuntimeError(
+                f"{self.fn.__name__}.backward returned an incorrect number of gradients "
+                f"(expected {n}, got {len(gins)})"
+            )
+        for k, b in zip(self.tensor_pos, self.ins):
+            g = gins[k]
+            if g is None or tp.bufs[b, B_KIND] == CONST or not need[b]:
+                continue
+            g = g._peek() if isinstance(g, Tensor) else np.asarray(g, np.float64)
+            tp.view(grad, b)[...] += _sum_to(self.fn.__name__, k, g, tp.shapes[b])
+
+
+def _sum_to(name, k, g, shape):
+    """``g`` summed down to ``shape`` where it was broadcast (as PyTorch accepts)."""
+    if g.shape == shape:
+        return g
+    try:
+        if np.broadcast_shapes(g.shape, shape) != g.shape:
+            raise ValueError
+    except ValueError:
+        raise RuntimeError(
+            f"{name}.backward: gradient {k} has shape {g.shape}, but input {k} has shape {shape}"
+        ) from None
+    lead = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(lead))) if lead else g
+    axes = tuple(a for a, s in enumerate(shape) if s == 1 and g.shape[a] != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _replay_error(call, what):
+    return ReplayError(
+        f"{call.fn.__name__}.forward {what} at replay: a tape replays the shapes it recorded"
+    )
+
+
+class FunctionCtx:
+    """The ``ctx`` of :class:`tape.autograd.Function`'s ``forward`` and ``backward``."""
+
+    def __init__(self, needs=()):
+        self.needs_input_grad = tuple(needs)
+        self.saved_tensors = ()
+        self.non_differentiable = ()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors):
+        """Keep tensors (or None) for ``backward``, as ``ctx.saved_tensors``."""
+        for k, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(
+                    f"save_for_backward can only save tensors (or None), got {type(t).__name__} "
+                    f"at position {k}; keep other values as attributes of ctx"
+                )
+        self.saved_tensors = tuple(tensors)
+
+    def mark_non_differentiable(self, *tensors):
+        """Outputs that get no gradient (their adjoints in ``backward`` are zeros)."""
+        self.non_differentiable = tuple(tensors)
+
+    def set_materialize_grads(self, value):
+        self.materialize_grads = bool(value)
+
+    def mark_dirty(self, *tensors):
+        raise NotImplementedError(
+            "mark_dirty: in-place autograd.Functions are not supported; return a new tensor"
+        )
+
+
+def _apply(fn, args):
+    """``fn.apply(*args)``: run ``fn.forward`` now; record it when gradients or a recording
+    need it (see the module docstring)."""
+    grad_on = _tensor.is_grad_enabled()
+    rec, eager = _tensor.tapes_of(args)
+    needs = tuple(isinstance(a, Tensor) and a._rg and grad_on for a in args)
+    ctx = FunctionCtx(needs)
+    plain = [Tensor(a._peek()) if isinstance(a, Tensor) else a for a in args]
+    with no_grad():
+        res = fn.forward(ctx, *plain)
+    single = not isinstance(res, (tuple, list))
+    outs = (res,) if single else tuple(res)
+    if rec is None and not any(needs):
+        return res
+    tensors = [k for k, a in enumerate(args) if isinstance(a, Tensor)]
+    out_pos = [k for k, o in enumerate(outs) if isinstance(o, Tensor)]
+    if not out_pos:
+        if rec is not None:
+            raise NotImplementedError(
+                f"{fn.__name__}.forward returned no tensor: inside tape.record() a Function "
+                "must return tensors"
+            )
+        return res
+    target = rec if rec is not None else _tensor._union(eager, [args[k] for k in tensors])
+    for o in (outs[k] for k in out_pos):
+        if o.dtype.kind == "f" and o.dtype.itemsize > target.dtype.itemsize:
+            target.promote(o.dtype)
+    ins = [_tensor._buffer_in(target, args[k], grad_on) for k in tensors]
+    active = grad_on and any(
+        needs[k] or target.bufs[b, B_KIND] != CONST for k, b in zip(tensors, ins)
+    )
+    nondiff = {id(t) for t in ctx.non_differentiable}
+    call = Call()
+    call.fn = fn
+    call.args = tuple(None if isinstance(a, Tensor) else a for a in args)
+    call.tensor_pos = tensors
+    call.ins = ins
+    call.in_dtypes = [args[k].dtype for k in tensors]
+    call.out_pos = out_pos
+    call.ctx = ctx
+    call.needs = needs
+    result = list(outs)
+    diff = [active and outs[p].dtype.kind == "f" and id(outs[p]) not in nondiff for p in out_pos]
+    bufs = _callbacks.add_group(target, call, [outs[p]._peek() for p in out_pos], diff)
+    for pos, b, d in zip(out_pos, bufs, diff):
+        o = outs[pos]
+        if d:
+            result[pos] = Tensor._traced(target, b, tuple(o.shape), o.dtype, True, fn.__name__)
+        elif target.recording:  # recomputed at every replay, but no gradient: a leaf
+            result[pos] = Tensor._traced(target, b, tuple(o.shape), o.dtype, False, None)
+        else:
+            result[pos] = o  # eager: a plain tensor outside the graph, as in PyTorch
+    return result[0] if single else tuple(result)

@@ -1,0 +1,580 @@
+"""GPU entry kernels of the structural ops (the ``kernel`` ops of the registry): reductions,
+strided copy, gather, matrix product, guard.
+
+Each op is one :class:`GpuKernel` record in :data:`GPU_KERNELS`, under the key its registry
+record names (``registry.structural(..., gpu=key)``, :attr:`tape.registry.Op.gpu`): its forward
+and reverse phase functions (signature in :mod:`tape.gpu._loops`), how many phases each
+runs, which input each reverse phase writes, and the scratch it needs. The code generator
+fails on a registry op without one, and the tests run every op, so a new structural op cannot
+ship without its GPU path.
+
+Reductions are owned by blocks: the elements reducing into one output are split over
+``parts`` blocks (``parts = max(1, n_blocks // n_out)``: a full reduction uses the whole grid),
+each block combines its share in shared memory and writes one partial to the scratch, and a
+second phase combines the partials. No atomics, and the same order on every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from numba import cuda, uint64
+
+from tape.gpu._config import DEVICE_JIT
+from tape.gpu._loops import (
+    R_MAX,
+    R_MIN,
+    R_PROD,
+    R_SUM,
+    accumulate,
+    active,
+    block_reduce,
+    boff,
+    bsize,
+    combine,
+    ent,
+    goff,
+    identity,
+    ip,
+    ix,
+    reject,
+    udiv,
+    woff,
+)
+from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
+from tape.ops.guard import INT, TRUTH
+
+_dev = cuda.jit(**DEVICE_JIT)
+
+
+@dataclass
+class GpuKernel:
+    """The GPU path of one structural op.
+
+    Attributes
+    ----------
+    fwd, rev : device functions
+        Phase functions ``(ph, i, prog, A, base, step, t0, ts, solo, sh)``; ``rev`` is None
+        for an op without a reverse rule (``rev_phases`` 0).
+    fwd_phases, rev_phases : int
+        Number of phases (a barrier follows each).
+    rev_inputs : tuple or None
+        For each reverse phase, the input whose adjoint it writes (the phase is skipped when
+        that input has no adjoint), ``-1`` for "always run"; None: run every phase.
+    work : callable or None
+        ``work(n_out, parts, block) -> int``: scratch elements one entry needs (``block``:
+        the integer pool from the entry's attribute block on).
+    checks : tuple
+        Forward phases that may reject the entry's data (calling
+        :func:`tape.gpu._loops.reject`): the kernels read the status after them and stop.
+    """
+
+    fwd: Callable
+    rev: Callable | None
+    fwd_phases: int
+    rev_phases: int
+    rev_inputs: tuple | None = None
+    work: Callable | None = None
+    checks: tuple = ()
+
+
+# ---------------------------------------------------------------- reductions
+# attribute block: [nd, in_shape[nd], out_strides[nd]] (0 on reduced axes)
+
+
+@_dev
+def _out_index(prog, p, j):
+    """Output element that input element ``j`` reduces into."""
+    nd = ip(prog, p)
+    off = 0
+    r = j
+    for d in range(nd - 1, -1, -1):
+        s = ip(prog, p + 1 + d)
+        q = udiv(r, s)
+        off += (r - q * s) * ip(prog, p + 1 + nd + d)
+        r = q
+    return off
+
+
+@_dev
+def _group_size(prog, p):
+    nd = ip(prog, p)
+    n = 1
+    for d in range(nd):
+        if ip(prog, p + 1 + nd + d) == 0:
+            n *= ip(prog, p + 1 + d)
+    return n
+
+
+@_dev
+def _in_index(prog, p, o, r):
+    """Input element number ``r`` of output ``o``'s group (C order over the reduced axes)."""
+    nd = ip(prog, p)
+    idx = 0
+    cs = 1
+    for d in range(nd - 1, -1, -1):
+        s = ip(prog, p + 1 + d)
+        os = ip(prog, p + 1 + nd + d)
+        if os == 0:
+            q = udiv(r, s)
+            k = r - q * s
+            r = q
+        else:
+            k = udiv(o, os)
+            k -= udiv(k, s) * s
+        idx += k * cs
+        cs *= s
+    return idx
+
+
+# what a partial reduction combines, per input element x of output y[o]
+V_X = 0  # x
+V_TIE = 1  # 1 if x == y[o] (ties of max / min)
+V_ZERO = 2  # 1 if x == 0
+V_NONZERO = 3  # x, or 1 if x == 0 (product of the nonzero elements)
+
+
+@_dev
+def _value(vk, v, yo):
+    if vk == V_X:
+        return v
+    if vk == V_TIE:
+        return 1.0 if v == yo else 0.0
+    if vk == V_ZERO:
+        return 1.0 if v == 0.0 else 0.0
+    return 1.0 if v == 0.0 else v
+
+
+@_dev
+def _partials(kind, vk, slot, i, prog, A, base, step, solo, sh):
+    """Partial reductions of every output group into scratch ``[slot, slot + n_out * parts)``."""
+    p = ent(prog, i, E_ATTR)
+    x = boff(prog, ent(prog, i, E_IN0))
+    o = ent(prog, i, E_OUT)
+    y = boff(prog, o)
+    n_out = bsize(prog, o)
+    R = _group_size(prog, p)
+    W = woff(prog) + slot
+    if solo:
+        for k in range(n_out):
+            yo = A[ix(y + k, step, base)]
+            acc = identity(kind)
+            for r in range(R):
+                acc = combine(
+                    kind, acc, _value(vk, A[ix(x + _in_index(prog, p, k, r), step, base)], yo)
+                )
+            A[ix(W + k, step, base)] = acc
+        return
+    nb = cuda.gridDim.x
+    parts = max(1, nb // max(n_out, 1))
+    lane = cuda.threadIdx.x
+    nl = cuda.blockDim.x
+    for t in range(cuda.blockIdx.x, n_out * parts, nb):
+        k = t // parts
+        part = t - k * parts
+        lo = part * R // parts
+        hi = (part + 1) * R // parts
+        yo = A[uint64(y + k)]
+        acc = identity(kind)
+        for r in range(lo + lane, hi, nl):
+            acc = combine(kind, acc, _value(vk, A[uint64(x + _in_index(prog, p, k, r))], yo))
+        tot = block_reduce(sh, acc, kind)
+        if lane == 0:
+            A[uint64(W + t)] = tot
+
+
+@_dev
+def _n_parts(n_out, solo):
+    if solo:
+        return 1
+    return max(1, cuda.gridDim.x // max(n_out, 1))
+
+
+@_dev
+def _combined(kind, slot, k, parts, prog, A, base, step):
+    W = woff(prog) + slot
+    acc = identity(kind)
+    for q in range(parts):
+        acc = combine(kind, acc, A[ix(W + k * parts + q, step, base)])
+    return acc
+
+
+@_dev
+def _reduce_fwd(kind, ph, i, prog, A, base, step, t0, ts, solo, sh):
+    if ph == 0:
+        _partials(kind, V_X, 0, i, prog, A, base, step, solo, sh)
+        return
+    o = ent(prog, i, E_OUT)
+    y = boff(prog, o)
+    n_out = bsize(prog, o)
+    parts = _n_parts(n_out, solo)
+    for k in range(t0, n_out, ts):
+        A[ix(y + k, step, base)] = _combined(kind, 0, k, parts, prog, A, base, step)
+
+
+@_dev
+def sum_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    _reduce_fwd(R_SUM, ph, i, prog, A, base, step, t0, ts, solo, sh)
+
+
+@_dev
+def max_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    _reduce_fwd(R_MAX, ph, i, prog, A, base, step, t0, ts, solo, sh)
+
+
+@_dev
+def min_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    _reduce_fwd(R_MIN, ph, i, prog, A, base, step, t0, ts, solo, sh)
+
+
+@_dev
+def prod_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    _reduce_fwd(R_PROD, ph, i, prog, A, base, step, t0, ts, solo, sh)
+
+
+@_dev
+def sum_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    a = ent(prog, i, E_IN0)
+    if not active(prog, a):
+        return
+    o = ent(prog, i, E_OUT)
+    gx = goff(prog) + boff(prog, a)
+    gy = goff(prog) + boff(prog, o)
+    n = bsize(prog, a)
+    p = ent(prog, i, E_ATTR)
+    if bsize(prog, o) == 1:
+        g = A[ix(gy, step, base)]
+        for j in range(t0, n, ts):
+            A[ix(gx + j, step, base)] += g
+    else:
+        for j in range(t0, n, ts):
+            A[ix(gx + j, step, base)] += A[ix(gy + _out_index(prog, p, j), step, base)]
+
+
+@_dev
+def _extreme_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    # the adjoint goes to the arg-extremum; ties share it evenly
+    a = ent(prog, i, E_IN0)
+    if not active(prog, a):
+        return
+    o = ent(prog, i, E_OUT)
+    n_out = bsize(prog, o)
+    parts = _n_parts(n_out, solo)
+    share = n_out * parts  # scratch slot of each output's share of the adjoint
+    if ph == 0:
+        _partials(R_SUM, V_TIE, 0, i, prog, A, base, step, solo, sh)
+        return
+    W = woff(prog)
+    y = boff(prog, o)
+    gy = goff(prog) + y
+    if ph == 1:
+        for k in range(t0, n_out, ts):
+            count = _combined(R_SUM, 0, k, parts, prog, A, base, step)
+            A[ix(W + share + k, step, base)] = A[ix(gy + k, step, base)] / count
+        return
+    x = boff(prog, a)
+    gx = goff(prog) + x
+    p = ent(prog, i, E_ATTR)
+    for j in range(t0, bsize(prog, a), ts):
+        k = _out_index(prog, p, j)
+        if A[ix(x + j, step, base)] == A[ix(y + k, step, base)]:
+            A[ix(gx + j, step, base)] += A[ix(W + share + k, step, base)]
+
+
+@_dev
+def prod_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    # d prod / d x_j is the product of the others: exact with zeros among them (no y / x_j)
+    a = ent(prog, i, E_IN0)
+    if not active(prog, a):
+        return
+    o = ent(prog, i, E_OUT)
+    n_out = bsize(prog, o)
+    parts = _n_parts(n_out, solo)
+    m = n_out * parts
+    if ph == 0:
+        _partials(R_SUM, V_ZERO, 0, i, prog, A, base, step, solo, sh)
+        _partials(R_PROD, V_NONZERO, m, i, prog, A, base, step, solo, sh)
+        return
+    W = woff(prog)
+    if ph == 1:
+        for k in range(t0, n_out, ts):
+            A[ix(W + 2 * m + k, step, base)] = _combined(R_SUM, 0, k, parts, prog, A, base, step)
+            A[ix(W + 2 * m + n_out + k, step, base)] = _combined(
+                R_PROD, m, k, parts, prog, A, base, step
+            )
+        return
+    x = boff(prog, a)
+    gx = goff(prog) + x
+    gy = goff(prog) + boff(prog, o)
+    p = ent(prog, i, E_ATTR)
+    for j in range(t0, bsize(prog, a), ts):
+        k = _out_index(prog, p, j)
+        zeros = A[ix(W + 2 * m + k, step, base)]
+        nz = A[ix(W + 2 * m + n_out + k, step, base)]
+        v = A[ix(x + j, step, base)]
+        if zeros == 0.0:
+            A[ix(gx + j, step, base)] += A[ix(gy + k, step, base)] * (nz / v)
+        elif zeros == 1.0 and v == 0.0:
+            A[ix(gx + j, step, base)] += A[ix(gy + k, step, base)] * nz
+
+
+def _reduce_work(n_out, parts, block):
+    return 2 * n_out * parts + 2 * n_out
+
+
+# ---------------------------------------------------------------- copy
+# attribute block: [nd, shape[nd], in_off, in_strides[nd], out_off, out_strides[nd]]
+
+
+@_dev
+def _copy_n(prog, p):
+    nd = ip(prog, p)
+    n = 1
+    for d in range(nd):
+        n *= ip(prog, p + 1 + d)
+    return n
+
+
+@_dev
+def _copy_at(prog, p, j):
+    nd = ip(prog, p)
+    src = ip(prog, p + 1 + nd)
+    dst = ip(prog, p + 2 + 2 * nd)
+    r = j
+    for d in range(nd - 1, -1, -1):
+        s = ip(prog, p + 1 + d)
+        q = udiv(r, s)
+        k = r - q * s
+        r = q
+        src += k * ip(prog, p + 2 + nd + d)
+        dst += k * ip(prog, p + 3 + 2 * nd + d)
+    return src, dst
+
+
+@_dev
+def copy_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    x = boff(prog, ent(prog, i, E_IN0))
+    y = boff(prog, ent(prog, i, E_OUT))
+    p = ent(prog, i, E_ATTR)
+    for j in range(t0, _copy_n(prog, p), ts):
+        s, d = _copy_at(prog, p, j)
+        A[ix(y + d, step, base)] = A[ix(x + s, step, base)]
+
+
+@_dev
+def copy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    a = ent(prog, i, E_IN0)
+    if not active(prog, a):
+        return
+    gx = goff(prog) + boff(prog, a)
+    gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
+    p = ent(prog, i, E_ATTR)
+    nd = ip(prog, p)
+    # a zero input stride (broadcast_to) sends several output elements to one input element
+    atomic = False
+    if not solo:
+        for d in range(nd):
+            if ip(prog, p + 2 + nd + d) == 0 and ip(prog, p + 1 + d) > 1:
+                atomic = True
+    for j in range(t0, _copy_n(prog, p), ts):
+        s, d = _copy_at(prog, p, j)
+        accumulate(A, ix(gx + s, step, base), A[ix(gy + d, step, base)], atomic)
+
+
+# ---------------------------------------------------------------- take
+# attribute block: [n_rows, inner]; input 1 holds the row indices (as floats)
+
+
+@_dev
+def take_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    x = boff(prog, ent(prog, i, E_IN0))
+    ib = ent(prog, i, E_IN1)
+    idx = boff(prog, ib)
+    n_idx = bsize(prog, ib)
+    y = boff(prog, ent(prog, i, E_OUT))
+    p = ent(prog, i, E_ATTR)
+    n_rows = ip(prog, p)
+    inner = ip(prog, p + 1)
+    if ph == 0:
+        # indices are data: check them all before any is used (the kernel stops on a bad one)
+        for j in range(t0, n_idx, ts):
+            v = A[ix(idx + j, step, base)]
+            ok = v == v and v >= -n_rows and v < n_rows
+            if ok:
+                r = int(v)
+                ok = r == v
+            if not ok:
+                reject(i, prog, A, base, step, solo)
+        return
+    for e in range(t0, n_idx * inner, ts):
+        j = e // inner
+        t = e - j * inner
+        r = int(A[ix(idx + j, step, base)])
+        if r < 0:
+            r += n_rows
+        A[ix(y + e, step, base)] = A[ix(x + r * inner + t, step, base)]
+
+
+@_dev
+def take_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    # a scatter-add: repeated indices accumulate, so atomics unless one thread does it all
+    a = ent(prog, i, E_IN0)
+    if not active(prog, a):
+        return
+    ib = ent(prog, i, E_IN1)
+    idx = boff(prog, ib)
+    n_idx = bsize(prog, ib)
+    gx = goff(prog) + boff(prog, a)
+    gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
+    p = ent(prog, i, E_ATTR)
+    n_rows = ip(prog, p)
+    inner = ip(prog, p + 1)
+    for e in range(t0, n_idx * inner, ts):
+        j = e // inner
+        t = e - j * inner
+        r = int(A[ix(idx + j, step, base)])
+        if r < 0:
+            r += n_rows
+        accumulate(A, ix(gx + r * inner + t, step, base), A[ix(gy + e, step, base)], not solo)
+
+
+# ---------------------------------------------------------------- matmul
+# attribute block: [batch, m, k, n, stride_a, stride_b]; one thread per output element, in the
+# reverse one per element of dA (phase 0) and of dB (phase 1): each has one writer, and the
+# phases are apart because A and B may be the same buffer (a @ a).
+
+
+@_dev
+def matmul_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    a = boff(prog, ent(prog, i, E_IN0))
+    b = boff(prog, ent(prog, i, E_IN1))
+    y = boff(prog, ent(prog, i, E_OUT))
+    p = ent(prog, i, E_ATTR)
+    nb = ip(prog, p)
+    m = ip(prog, p + 1)
+    kk = ip(prog, p + 2)
+    n = ip(prog, p + 3)
+    sa = ip(prog, p + 4)
+    sb = ip(prog, p + 5)
+    for e in range(t0, nb * m * n, ts):
+        bi = e // (m * n)
+        rem = e - bi * m * n
+        r = rem // n
+        c = rem - r * n
+        pa = a + bi * sa + r * kk
+        pb = b + bi * sb + c
+        acc = 0.0
+        for q in range(kk):
+            acc += A[ix(pa + q, step, base)] * A[ix(pb + q * n, step, base)]
+        A[ix(y + e, step, base)] = acc
+
+
+@_dev
+def matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    ia = ent(prog, i, E_IN0)
+    ib = ent(prog, i, E_IN1)
+    a = boff(prog, ia)
+    b = boff(prog, ib)
+    gyo = goff(prog) + boff(prog, ent(prog, i, E_OUT))
+    p = ent(prog, i, E_ATTR)
+    nb = ip(prog, p)
+    m = ip(prog, p + 1)
+    kk = ip(prog, p + 2)
+    n = ip(prog, p + 3)
+    sa = ip(prog, p + 4)
+    sb = ip(prog, p + 5)
+    if ph == 0:
+        if not active(prog, ia):
+            return
+        ga = goff(prog) + a
+        # dA[b, r, q] = sum_c dY[b, r, c] B[b, q, c], summed over the batch when A is shared
+        nba = nb if sa != 0 else 1
+        for e in range(t0, nba * m * kk, ts):
+            bi = e // (m * kk)
+            rem = e - bi * m * kk
+            r = rem // kk
+            q = rem - r * kk
+            acc = 0.0
+            b_lo = bi
+            b_hi = bi + 1
+            if sa == 0:
+                b_lo = 0
+                b_hi = nb
+            for bb in range(b_lo, b_hi):
+                py = gyo + bb * m * n + r * n
+                pb = b + bb * sb + q * n
+                for c in range(n):
+                    acc += A[ix(py + c, step, base)] * A[ix(pb + c, step, base)]
+            A[ix(ga + bi * sa + r * kk + q, step, base)] += acc
+        return
+    if not active(prog, ib):
+        return
+    gb = goff(prog) + b
+    # dB[b, q, c] = sum_r A[b, r, q] dY[b, r, c], summed over the batch when B is shared
+    nbb = nb if sb != 0 else 1
+    for e in range(t0, nbb * kk * n, ts):
+        bi = e // (kk * n)
+        rem = e - bi * kk * n
+        q = rem // n
+        c = rem - q * n
+        acc = 0.0
+        b_lo = bi
+        b_hi = bi + 1
+        if sb == 0:
+            b_lo = 0
+            b_hi = nb
+        for bb in range(b_lo, b_hi):
+            pa = a + bb * sa + q
+            py = gyo + bb * m * n + c
+            for r in range(m):
+                acc += A[ix(pa + r * kk, step, base)] * A[ix(py + r * n, step, base)]
+        A[ix(gb + bi * sb + q * n + c, step, base)] += acc
+
+
+# ---------------------------------------------------------------- guard
+# attribute block: [mode]; input 0 the traced value, input 1 its value at record time. The
+# same tests as tape/ops/guard.py; the output is never written and there is no reverse.
+
+
+@_dev
+def guard_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    x = boff(prog, ent(prog, i, E_IN0))
+    ref = boff(prog, ent(prog, i, E_IN1))
+    mode = ip(prog, ent(prog, i, E_ATTR))
+    n = 1 if mode == TRUTH else bsize(prog, ent(prog, i, E_IN0))
+    for j in range(t0, n, ts):
+        v = A[ix(x + j, step, base)]
+        r = A[ix(ref + j, step, base)]
+        if mode == TRUTH:
+            bad = (v != 0.0) != (r != 0.0)
+        elif mode == INT:
+            bad = not (v == v and abs(v) < 9.2e18)
+            if not bad:
+                bad = int(v) != r
+        else:
+            bad = v != r and not (v != v and r != r)  # NaN matches NaN
+        if bad:
+            reject(i, prog, A, base, step, solo)
+
+
+# ---------------------------------------------------------------- the table
+
+GPU_KERNELS = {
+    "sum": GpuKernel(sum_fwd, sum_rev, 2, 1, work=_reduce_work),
+    "max": GpuKernel(max_fwd, _extreme_rev, 2, 3, work=_reduce_work),
+    "min": GpuKernel(min_fwd, _extreme_rev, 2, 3, work=_reduce_work),
+    "prod": GpuKernel(prod_fwd, prod_rev, 2, 3, work=_reduce_work),
+    "copy": GpuKernel(copy_fwd, copy_rev, 1, 1),
+    "take": GpuKernel(take_fwd, take_rev, 2, 1, checks=(0,)),
+    "matmul": GpuKernel(matmul_fwd, matmul_rev, 1, 2, rev_inputs=(0, 1)),
+    "guard": GpuKernel(guard_fwd, None, 1, 0, checks=(0,)),
+}
+"""The GPU path of every ``kernel`` op of the registry, by the key its record names
+(:attr:`tape.registry.Op.gpu`)."""
+
+# the op families kept in files of their own (they import GpuKernel from this module)
+from tape.gpu import _factor_kernels, _scan_kernels, _scatter_kernels, _spectral_kernels  # noqa: E402, I001
+
+for _family in (_scan_kernels, _factor_kernels, _scatter_kernels, _spectral_kernels):
+    GPU_KERNELS.update(_family.KERNELS)

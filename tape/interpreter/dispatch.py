@@ -1,0 +1,451 @@
+"""Dispatch of the interpreter's sweeps through a table of kernel addresses.
+
+The sweeps (:mod:`tape.interpreter.generated.sweeps`) know no op: for entry ``i`` they load the address
+of the op's kernel from a table indexed by ``(sweep kind, op code)`` and call it with Numba's
+own calling convention (:func:`call_status`, :func:`call_void`), so exceptions raised inside a
+kernel propagate. The sweeps therefore compile once per dtype at a fixed cost, whatever the
+size of the instruction set, and each op's kernels compile (or load from Numba's cache) on
+their own, the first time a tape uses the op: :func:`prepare`.
+
+The tables are one ``int64[N_KINDS, MAX_OPS]`` array per arena dtype, owned by this module.
+Compiled code never reads them as a Python global (Numba would freeze this process's addresses
+into its on-disk cache); it refers to an external symbol, ``tape_optab_<dtype>``, which this
+module binds to the array's memory at import (``llvmlite.binding.add_symbol``), in every
+process, before any sweep is compiled or loaded.
+
+A slot holds:
+
+- ``0`` (:data:`NOT_PREPARED`): the op's kernel was not prepared in this process; a sweep that
+  reaches such an entry raises ``RuntimeError`` (never runs garbage);
+- ``-1`` (:data:`NOTHING`): the op has nothing to do in this sweep (the reverse of an op
+  without differentiable inputs); the sweep skips the entry;
+- otherwise the address of the compiled kernel, whose signature is fixed per kind
+  (:data:`SIGNATURES`): a wrong signature would crash, so the call intrinsics refuse, at
+  compile time, arguments of any other type.
+
+The compiled tier calls its fused loops the same way: each loop (a unit module's ``unit``,
+shared by every tape that has it) gets an id in this process's unit table per dtype
+(:func:`register_unit`, symbol ``tape_unittab_<dtype>``), and a compiled tape's pool names the
+loop by ``-id`` (:func:`unit_address` range-checks it and refuses an empty slot).
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import warnings
+
+import llvmlite.binding as ll
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+from tape.interpreter import warm as _warm
+from tape.layout.fingerprint import op_fingerprint
+from tape.ops.registry import OPS
+
+MAX_OPS = 256
+"""Op codes a table has room for (a registry beyond it fails at import)."""
+
+FWD, REV, TAN, HREV = range(4)
+N_KINDS = 4
+ALL = (FWD, REV, TAN, HREV)
+KIND_NAMES = ("fwd", "rev", "tan", "hrev")
+
+NOT_PREPARED = 0
+NOTHING = -1
+
+DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
+
+_i64 = types.int64
+_I2 = types.Array(types.int64, 2, "C")
+_I1 = types.Array(types.int64, 1, "C")
+
+
+def _arena(dt, nd):
+    return types.Array(types.float64 if dt == np.float64 else types.float32, nd, "C")
+
+
+def signature_types(kind, dtype):
+    """The argument types of a ``kind`` kernel on arenas of ``dtype`` (after the entry index):
+    ``(i, entries, bufs, ipool, data[, grad][, T[, GT]])``."""
+    d1, d2 = _arena(dtype, 1), _arena(dtype, 2)
+    head = (_i64, _I2, _I2, _I1, d1)
+    return {
+        FWD: head,
+        REV: head + (d1,),
+        TAN: head + (d2,),
+        HREV: head + (d1, d2, d2),
+    }[kind]
+
+
+RESTYPES = {FWD: types.int64, REV: types.none, TAN: types.none, HREV: types.none}
+
+SIGNATURES = {
+    (k, np.dtype(dt)): RESTYPES[k](*signature_types(k, dt)) for k in range(N_KINDS) for dt in DTYPES
+}
+"""Numba signature of every (kind, dtype) kernel."""
+
+if len(OPS) > MAX_OPS:  # pragma: no cover
+    raise RuntimeError(f"{len(OPS)} ops registered; the dispatch tables hold {MAX_OPS}")
+
+TABLES = {dt: np.zeros((N_KINDS, MAX_OPS), np.int64) for dt in DTYPES}
+"""The address tables, per arena dtype (see the module docstring)."""
+FWD_READY = {dt: bytearray(MAX_OPS) for dt in DTYPES}
+"""Per dtype, a flag per op code: its forward kernel is in the table (eager mode checks it
+before each step; a bytearray reads faster from Python than the table)."""
+
+
+def _symbol(dtype) -> str:
+    return f"tape_optab_{np.dtype(dtype).name}"
+
+
+for _dt, _tab in TABLES.items():
+    ll.add_symbol(_symbol(_dt), _tab.ctypes.data)
+
+_LOCK = threading.Lock()
+_FUNCS: dict = {}  # (kind, code, dtype) -> the dispatcher whose address sits in the table
+
+
+# ---------------------------------------------------------------- compiled side
+
+
+def _reader(symbol_of, size, what):
+    """An intrinsic ``read(row, col, data)``: element ``row * width + col`` of the external
+    int64 table ``symbol_of(dtype)`` (``size`` elements) of ``data``'s dtype. Indices are the
+    caller's to range-check."""
+    width = size[1]
+
+    def read(typingctx, row, col, data):
+        if not isinstance(data, types.Array) or data.dtype not in (types.float64, types.float32):
+            raise TypingError(f"tape {what}: arena of type {data} is not a float64/float32 array")
+        name = symbol_of(str(data.dtype))
+
+        def codegen(context, builder, sig, args):
+            r = context.cast(builder, args[0], sig.args[0], types.int64)
+            c = context.cast(builder, args[1], sig.args[1], types.int64)
+            mod = builder.module
+            gv = mod.globals.get(name)
+            if gv is None:
+                gv = ir.GlobalVariable(mod, ir.ArrayType(ir.IntType(64), size[0] * width), name)
+                gv.linkage = "external"
+            idx = builder.add(builder.mul(r, ir.Constant(ir.IntType(64), width)), c)
+            ptr = builder.gep(gv, [ir.Constant(ir.IntType(64), 0), idx])
+            return builder.load(ptr)
+
+        return types.int64(row, col, data), codegen
+
+    read.__name__ = f"read_{what.replace(' ', '_')}"
+    return intrinsic(read)
+
+
+slot = _reader(_symbol, (N_KINDS, MAX_OPS), "sweeps")
+"""``slot(kind, op, data)``: table entry ``(kind, op)`` of the table of ``data``'s dtype
+(``op`` range-checked by the caller)."""
+
+
+def _fits(got, want):
+    """An argument of type ``got`` passes where a compiled function takes ``want`` (an index
+    of any integer type, a flag of any boolean type; arrays exactly)."""
+    if got == want:
+        return True
+    if want == types.int64:
+        return isinstance(got, types.Integer)
+    return want == types.boolean and isinstance(got, types.Boolean)
+
+
+def _caller(what, restype, want_of, data_at):
+    """An intrinsic ``call(addr, args)`` that calls the compiled function at ``addr`` with the
+    tuple ``args``, with Numba's calling convention (its exceptions propagate). The function
+    takes ``want_of(dtype)`` for arenas of ``dtype`` (the array at ``data_at``) and returns
+    ``restype``; other argument types are refused at compile time (a call would crash)."""
+
+    def call(typingctx, addr, args):
+        got = tuple(args.types) if isinstance(args, types.BaseTuple) else (args,)
+        data = got[data_at] if len(got) > data_at else None
+        ok = isinstance(data, types.Array) and data.dtype in (types.float64, types.float32)
+        want = want_of(np.dtype(str(data.dtype)) if ok else np.float64)
+        if not (
+            ok
+            and len(got) == len(want)
+            and all(_fits(g, w) for g, w in zip(got, want))
+            and isinstance(addr, types.Integer)
+        ):
+            raise TypingError(
+                f"tape sweeps: a {what} takes {want}, got {got} (the sweeps need "
+                "C-contiguous, writable int64 tape arrays and float64 or float32 arenas)"
+            )
+
+        def codegen(context, builder, sig, llargs):
+            vals = list(cgutils.unpack_tuple(builder, llargs[1], len(got)))
+            vals = [context.cast(builder, v, g, w) for v, g, w in zip(vals, got, want)]
+            fnty = context.call_conv.get_function_type(restype, want)
+            fn = builder.inttoptr(llargs[0], fnty.as_pointer())
+            status, res = context.call_conv.call_function(builder, fn, restype, want, vals)
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            return res if restype != types.none else context.get_dummy_value()
+
+        return restype(addr, args), codegen
+
+    call.__name__ = f"call_{what.replace(' ', '_')}"
+    return intrinsic(call)
+
+
+def _make(kind):
+    return _caller(
+        f"{KIND_NAMES[kind]} kernel", RESTYPES[kind], lambda dt: signature_types(kind, dt), 4
+    )
+
+
+call_fwd = _make(FWD)
+"""``call_fwd(addr, (i, entries, bufs, ipool, data)) -> status``."""
+call_rev = _make(REV)
+"""``call_rev(addr, (i, entries, bufs, ipool, data, grad))``."""
+call_tan = _make(TAN)
+"""``call_tan(addr, (i, entries, bufs, ipool, data, T))``."""
+call_hrev = _make(HREV)
+"""``call_hrev(addr, (i, entries, bufs, ipool, data, grad, T, GT))``."""
+
+
+# ---------------------------------------------------------------- compiled tier's units
+
+UNIT_CAP = 1 << 16
+"""Fused loops (per dtype) a process can register (see :func:`register_unit`)."""
+
+UNIT_TABLES = {dt: np.zeros(UNIT_CAP, np.int64) for dt in DTYPES}
+"""Addresses of the compiled tier's shared fused loops, per arena dtype, by unit id (0: none).
+A compiled tape's unit table (in its integer pool) names a loop by ``-id``; like the kernel
+tables, compiled code reads them only through the external symbol ``tape_unittab_<dtype>``."""
+
+
+def _unit_symbol(dtype) -> str:
+    return f"tape_unittab_{np.dtype(dtype).name}"
+
+
+for _dt, _tab in UNIT_TABLES.items():
+    ll.add_symbol(_unit_symbol(_dt), _tab.ctypes.data)
+
+
+def unit_signature_types(rev, dtype):
+    """The argument types of a fused loop on arenas of ``dtype``: ``(data, P)``, reverse ones
+    ``(data, grad, P, zl)`` (each array argument is several machine arguments in Numba's
+    calling convention: a call through an address passes only what the loops read)."""
+    d1 = _arena(dtype, 1)
+    return (d1, d1, _I1, types.boolean) if rev else (d1, _I1)
+
+
+_unit_slot = _reader(_unit_symbol, (1, UNIT_CAP), "units")
+
+call_unit_fwd = _caller(
+    "forward fused loop", types.none, lambda dt: unit_signature_types(False, dt), 0
+)
+"""``call_unit_fwd(addr, (data, P))``."""
+call_unit_rev = _caller(
+    "reverse fused loop", types.none, lambda dt: unit_signature_types(True, dt), 0
+)
+"""``call_unit_rev(addr, (data, grad, P, zl))``."""
+
+
+@njit(inline="always")
+def unit_address(uid, data):
+    """The address of fused loop ``uid`` for arenas like ``data``: range-checked, and never
+    that of a loop this process did not register."""
+    if uid <= 0 or uid >= UNIT_CAP:
+        raise ValueError(
+            "compiled tape: a unit table names no fused loop (kernel arguments taken in "
+            "another process, or changed)"
+        )
+    a = _unit_slot(0, uid, data)
+    if a == 0:
+        raise RuntimeError(
+            "compiled tape: a fused loop this process has not compiled for this dtype (kernel "
+            "arguments taken in another process)"
+        )
+    return a
+
+
+_UNITS: dict = {}  # (dispatcher, rev, dtype) -> unit id; keeps the dispatchers alive
+
+
+def register_unit(fn, rev, dtype) -> int:
+    """Compile (or load from Numba's cache) fused loop ``fn`` (a unit module's ``unit``) for
+    arenas of ``dtype``, put its address in the unit table and return its id (the same id
+    for the same loop every time in a process)."""
+    dt = np.dtype(dtype)
+    key = (fn, bool(rev), dt)
+    uid = _UNITS.get(key)
+    if uid is not None:
+        return uid
+    with _LOCK:
+        uid = _UNITS.get(key)
+        if uid is not None:
+            return uid
+        uid = len(_UNITS) + 1
+        if uid >= UNIT_CAP:
+            raise RuntimeError(f"tape: more than {UNIT_CAP - 1} fused loops in one process")
+        sig = types.none(*unit_signature_types(rev, dt))
+        UNIT_TABLES[dt][uid] = _address(fn, sig, "the compiled tier's fused loops")
+        _UNITS[key] = uid
+        return uid
+
+
+# ---------------------------------------------------------------- Python side
+
+
+def op_module(code):
+    """The generated module of op ``code`` (imported on first use; a warning if it is stale:
+    an op rule changed and ``python -m tape.interpreter.codegen`` was not run)."""
+    op = OPS[code]
+    mod = importlib.import_module(f"tape.interpreter.generated.ops.{op.name}")
+    if code not in _CHECKED:
+        _CHECKED.add(code)
+        try:
+            fresh = mod.FINGERPRINT == op_fingerprint(op)
+        except OSError:  # sources not readable (a zipped install): nothing to compare
+            fresh = True
+        if not fresh:
+            warnings.warn(
+                f"tape's generated module of op {op.name!r} is stale (its rules changed): run "
+                "`python -m tape.interpreter.codegen`",
+                stacklevel=3,
+            )
+    return mod
+
+
+_CHECKED: set = set()
+
+
+def function(kind_name, code):
+    """The compiled per-op function ``_<kind_name>_<op>`` (``fwd``, ``rev``, ``tan``, ``hrev``,
+    ``emit``) of op ``code``, or ``None`` when the op has none."""
+    return getattr(op_module(code), f"_{kind_name}_{OPS[code].name}", None)
+
+
+class PerOp:
+    """``table[code]``: one kind of per-op function, looked up (and its module imported) on
+    first use. Eager mode and the per-entry checks call these directly."""
+
+    def __init__(self, kind_name):
+        self.kind_name = kind_name
+        self._fns = [False] * len(OPS)
+
+    def __getitem__(self, code):
+        fn = self._fns[code]
+        if fn is False:
+            fn = self._fns[code] = function(self.kind_name, code)
+        return fn
+
+    def __len__(self):
+        return len(OPS)
+
+
+def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also=()):
+    """Compile (or load from Numba's cache) the kernels of the ops ``codes`` for arenas of
+    ``dtype`` and every sweep kind in ``kinds``, and put their addresses in the table. Cheap
+    when they are already there. Call it before a sweep runs an entry of these ops (the
+    replay methods, ``t.workspace()`` and ``t.kernel_args()`` do).
+
+    Kernels missing from Numba's cache compile partly in helper processes
+    (:mod:`tape.interpreter.warm`): once one of the list compiles, the rest goes to the helpers and this
+    process works from the other end; a kernel that another process is compiling is loaded
+    from the cache when that one is done (``meanwhile()``, if given, runs before that wait:
+    other work to compile). ``speculate``: a forward kernel that compiled hands the op's
+    reverse kernel to a helper (:data:`tape.interpreter.warm.SPECULATE`); ``also``: other jobs a helper
+    takes then (the compiled tier's runtime, for a recording that will compile)."""
+    dt = np.dtype(dtype)
+    tab = TABLES.get(dt)
+    if tab is None:
+        raise TypeError(f"tape: arenas are float64 or float32, not {dt}")
+    todo = [(k, int(c)) for k in kinds for c in codes if 0 <= c < len(OPS) and tab[k, c] == 0]
+    if not todo:
+        return
+    with _LOCK:
+        pending = []
+        for k, c in dict.fromkeys(todo):
+            if tab[k, c] != 0:
+                continue
+            fn = function(KIND_NAMES[k], c)
+            if fn is None:
+                tab[k, c] = NOTHING
+            else:
+                pending.append((k, c, fn))
+
+        def speculate_after(x):  # a forward kernel compiled: a helper takes the reverse one
+            k, c, _ = x
+            for k2 in _warm.SPECULATE.get(k, ()) if speculate else ():
+                if tab[k2, c] == 0 and function(KIND_NAMES[k2], c) is not None:
+                    _warm.submit([_warm.op_job(k2, c, dt)])
+            if also:
+                _warm.submit(also)
+
+        _warm.compile_all(
+            pending, lambda x: _warm.op_job(x[0], x[1], dt),
+            lambda x: _fill(tab, x[0], x[1], x[2], dt), speculate_after, meanwhile,
+        )  # fmt: skip
+
+
+def compile_kernel(kind, code, dtype):
+    """Compile op ``code``'s kernel of sweep ``kind`` for ``dtype`` into Numba's cache (or
+    find it there), without touching this process's table (a helper process's work)."""
+    dt = np.dtype(dtype)
+    fn = function(KIND_NAMES[kind], code)
+    if fn is not None:
+        fn.compile(SIGNATURES[(kind, dt)].args)
+
+
+def serve_helper():
+    """A helper process of :mod:`tape.interpreter.warm`: build the jobs named on standard input."""
+
+    def op(dtype, rest):
+        kind, code = (int(v) for v in rest.split(":"))
+        compile_kernel(kind, code, dtype)
+
+    _warm.serve({**_warm.HANDLERS, "op": op})
+
+
+def _address(fn, sig, who):
+    """Compile (or load from Numba's cache) dispatcher ``fn`` for the argument types of
+    ``sig`` and return the address of the compiled function; refused if it returns another
+    type than ``sig`` says (``who`` calls it expecting that: a call would crash)."""
+    # by the argument types alone: the key eager mode's calls compile and cache under
+    fn.compile(sig.args)
+    cres = fn.overloads[sig.args]
+    if cres.signature.return_type != sig.return_type:
+        raise TypeError(
+            f"tape: {fn.__name__} returns {cres.signature.return_type}, {who} expect "
+            f"{sig.return_type}"
+        )
+    return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+
+
+def _fill(tab, k, c, fn, dt):
+    """Put ``fn``'s address in slot ``(k, c)``; returns whether Numba compiled it (it was not
+    in the cache)."""
+    misses = sum(fn.stats.cache_misses.values())
+    addr = _address(fn, SIGNATURES[(k, dt)], f"the {KIND_NAMES[k]} sweeps")
+    _FUNCS[(k, c, dt)] = fn
+    tab[k, c] = addr
+    if k == FWD:
+        FWD_READY[dt][c] = 1
+    return sum(fn.stats.cache_misses.values()) > misses
+
+
+def prepare_tape(t, kinds=(FWD, REV), dtype=None, meanwhile=None):
+    """:func:`prepare` the ops of tape ``t`` (its recorded entries) for its arena dtype."""
+    codes = np.unique(t.entries[: t.n_entries, 0])
+    prepare(codes, t.dtype if dtype is None else dtype, kinds, meanwhile)
+
+
+def precompile(fn, args):
+    """Compile dispatcher ``fn`` (or load it from Numba's cache) for the types of ``args``,
+    as a call would, without calling it."""
+    fn.compile(tuple(fn.typeof_pyval(a) for a in args))
+
+
+def prepared(kind, code, dtype) -> bool:
+    """Whether table slot ``(kind, code)`` of ``dtype`` is filled in this process."""
+    return TABLES[np.dtype(dtype)][kind, code] != NOT_PREPARED

@@ -1,0 +1,192 @@
+"""Specialises the loop templates of :mod:`tape.ops.loops` to one op's rules, as source text.
+
+The elementwise loops take an op's scalar rules as arguments (``binary_rev(r0, r1, ...)``).
+Numba can compile such a loop only by inlining it at its IR level (a rule passed as a run-time
+value would make the caller uncacheable), and that inlining deep-copies the IR at every call
+site: the reverse of one binary op took 5 s to compile, most of it in ``copy.deepcopy``. The
+code generator instead writes, into each op's generated module, a copy of every loop the op
+uses with the rule parameters replaced by the op's rule functions (module globals), and the
+calls between templates replaced by calls to their specialised copies. The copies are
+ordinary compiled functions: Numba types each once, LLVM inlines the rules.
+
+A template is a function of :mod:`tape.ops.loops` compiled with ``inline="always"``; an argument
+is a rule when it names a rule of the caller (a rule parameter already bound, a global rule
+function of the op's module, or a function of :mod:`tape.ops.loops` such as ``no_rule4``).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import textwrap
+
+from tape.ops import loops as _loops
+
+JIT = "@njit(**UNCACHED_JIT)"
+"""The decorator of a specialised copy: not cached by itself (the op's entry functions that
+call it are, with it compiled in)."""
+JIT_INLINE = '@njit(inline="always", **UNCACHED_JIT)'
+"""The decorator of a copy without loops (one element's rule, masked): inlined where it is
+called, at Numba's IR level, which costs little for a function this small and spares a
+compiled function of its own."""
+
+
+def _dispatcher(name):
+    return getattr(_loops, name, None)
+
+
+def _is_template(obj) -> bool:
+    return hasattr(obj, "py_func") and obj.targetoptions.get("inline") == "always"
+
+
+def _is_rule_value(obj) -> bool:
+    return hasattr(obj, "py_func") and not _is_template(obj)
+
+
+class Specializer:
+    """Specialised copies of the templates for one op module. :meth:`call` turns a call text
+    such as ``L.binary_rev(mul_rev0, mul_rev1, True, True, i, ...)`` into a call of the
+    specialised copy; :attr:`sources` holds every copy's text, callees first."""
+
+    def __init__(self, rules):
+        self.rules = set(rules)  # global rule names of the op's module
+        self.sources: list[str] = []
+        self.imports: set[str] = set()  # the tape.ops.loops names the copies use
+        self._memo: dict = {}
+
+    def call(self, text: str) -> str:
+        """``text``: one call expression, at module level of the op's module."""
+        node = ast.parse(text, mode="eval").body
+        out = _Rewrite(self, {r: r for r in self.rules}, set(), top=True).visit(node)
+        return ast.unparse(ast.fix_missing_locations(out))
+
+    def entry(self, name, text, params, returns=None) -> str:
+        """An entry function ``name(*params)``: the template that the call ``text`` (at module
+        level, as for :meth:`call`) names, specialised to every argument of the call that is
+        a rule or a constant, with the call's other arguments (names) as its variables, and
+        ``return <returns>`` appended. Returns its source; it is cached (``SWEEP_JIT``)."""
+        node = ast.parse(text, mode="eval").body
+        top = _Rewrite(self, {r: r for r in self.rules}, set(), top=True)
+        tname = top._callee(node.func)
+        if tname is None:
+            raise ValueError(f"{text!r} calls no template of tape.ops.loops")
+        binding = {}
+        for p, a in zip(inspect.signature(_dispatcher(tname).py_func).parameters, node.args):
+            rule = top._rule_text(a)
+            if rule is not None:
+                binding[p] = rule
+            elif isinstance(a, ast.Constant):
+                binding[p] = repr(a.value)
+            elif not (isinstance(a, ast.Name) and a.id == p and p in params):
+                raise ValueError(
+                    f"{text!r}: argument {ast.unparse(a)!r} is no rule, constant or parameter "
+                    f"{p!r} of the entry"
+                )
+        return self._specialise(tname, binding, name, params, "@njit(**SWEEP_JIT)", returns)
+
+    def copy(self, name, binding) -> str:
+        """The name of template ``name`` specialised with ``binding`` (param -> rule text)."""
+        key = (name, tuple(sorted(binding.items())))
+        got = self._memo.get(key)
+        if got is not None:
+            return got
+        new = f"_{name.lstrip('_')}_{len(self._memo)}"
+        self._memo[key] = new
+        self.sources.append(self._specialise(name, binding, new))
+        return new
+
+    def _specialise(self, name, binding, new, params=None, decorator=None, returns=None) -> str:
+        fn = _dispatcher(name).py_func
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        fdef = tree.body[0]
+        fdef.decorator_list = []
+        fdef.name = new
+        names = [a.arg for a in fdef.args.args]
+        if params is None:
+            fdef.args.args = [a for a in fdef.args.args if a.arg not in binding]
+            params = names
+        else:
+            fdef.args.args = [ast.arg(p) for p in params]
+        stored = {
+            n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
+        local = (set(names) - set(binding)) | set(params) | stored
+        if returns is not None:
+            if any(isinstance(n, ast.Return) for n in ast.walk(fdef)):
+                raise ValueError(f"template {name} returns: it cannot end with a status")
+            fdef.body.append(ast.parse(f"return {returns}").body[0])
+        body = _Rewrite(self, binding, local, top=False).visit(fdef)
+        text = ast.unparse(ast.fix_missing_locations(body))
+        if decorator is None:
+            loops = any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fdef))
+            decorator = JIT if loops else JIT_INLINE
+        return f"{decorator}\n{text}\n"
+
+
+class _Rewrite(ast.NodeTransformer):
+    """Binds rule names, collects the :mod:`tape.ops.loops` globals a template's body reads (the
+    op module imports them by name: Numba rejects ``L.view``, taking it for ``ndarray.view``)
+    and turns calls of templates into calls of specialised copies."""
+
+    def __init__(self, spec, binding, local, top):
+        self.spec = spec
+        self.binding = binding
+        self.local = local
+        self.top = top
+
+    def _callee(self, func):
+        """The template a call's ``func`` names, or None."""
+        if self.top:
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                if func.value.id == "L" and _is_template(_dispatcher(func.attr)):
+                    return func.attr
+            return None
+        if isinstance(func, ast.Name) and func.id not in self.local:
+            if func.id not in self.binding and _is_template(_dispatcher(func.id)):
+                return func.id
+        return None
+
+    def _rule_text(self, arg):
+        """The rule an argument passes, as text in the op module, or None."""
+        if isinstance(arg, ast.Name) and arg.id in self.binding:
+            return self.binding[arg.id]
+        if isinstance(arg, ast.Name) and not self.top and arg.id not in self.local:
+            if _is_rule_value(_dispatcher(arg.id)):
+                return f"L.{arg.id}"
+        if self.top and isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
+            if arg.value.id == "L" and _is_rule_value(_dispatcher(arg.attr)):
+                return f"L.{arg.attr}"
+        return None
+
+    def visit_Call(self, node):
+        name = self._callee(node.func)
+        if name is None:
+            return self.generic_visit(node)
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise ValueError(f"template {name} is called with keywords or *args")
+        params = inspect.signature(_dispatcher(name).py_func).parameters
+        binding, rest = {}, []
+        for p, a in zip(params, node.args):
+            rule = self._rule_text(a)
+            if rule is not None:
+                binding[p] = rule
+            else:
+                rest.append(self.visit(a))
+        if not binding:  # a template without rules (put_entry): call it where it is
+            self.spec.imports.add(name)
+            return ast.Call(func=ast.Name(name, ast.Load()), args=rest, keywords=[])
+        new = self.spec.copy(name, binding)
+        return ast.Call(func=ast.Name(new, ast.Load()), args=rest, keywords=[])
+
+    def visit_Name(self, node):
+        if not isinstance(node.ctx, ast.Load) or self.top:
+            return node
+        if node.id in self.binding:
+            return ast.parse(self.binding[node.id], mode="eval").body
+        if node.id in self.local or node.id == "np" or hasattr(builtins, node.id):
+            return node  # the op module imports numpy as np too
+        if hasattr(_loops, node.id):
+            self.spec.imports.add(node.id)
+            return node
+        raise NameError(f"tape.ops.loops template uses {node.id!r}, which it does not define")

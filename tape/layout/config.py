@@ -1,0 +1,25 @@
+"""Every Numba option tape uses, in one place.
+
+``error_model="numpy"`` gives IEEE results (``1/0 -> inf``, the same as CUDA) and lets Numba
+vectorise divisions; ``fastmath`` stays off because it lets ``np.isnan`` miss NaNs.
+Globals are frozen into Numba's cache, so nothing here may change at run time: pass flags as
+arguments instead.
+"""
+
+SWEEP_JIT = dict(cache=True, nogil=True, error_model="numpy")
+"""Options of the cached sweeps and drivers (``tape/interpreter/generated/sweeps.py``)."""
+
+UNCACHED_JIT = dict(nogil=True, error_model="numpy")
+"""Options of the functions that are compiled into their callers and not cached on their own:
+the scalar rules, the shared loops and helpers the op kernels call (the callers' cache holds
+them; a cache of their own would be stale the moment a rule changed)."""
+
+COMPILED_JIT = dict(cache=True, nogil=True, error_model="numpy")
+"""Options of a compiled tape's module (:mod:`tape.compiled`): those of the sweeps. No
+``fastmath``: reassociation would let a fused loop compute something other than what was
+recorded (``(x + c) - c`` is not ``x``)."""
+
+UNIT_JIT = dict(COMPILED_JIT, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+"""Options of a compiled tape's inner functions (its units, redos and unit loops), which only
+compiled code calls: no wrapper for calls from Python or C, whose making costs a sixth of a
+small unit's compile."""

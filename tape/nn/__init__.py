@@ -1,6 +1,0 @@
-"""Neural-network helpers, following ``torch.nn``: :mod:`tape.nn.functional` (losses,
-activations, ``linear``, ``normalize``), composed from tape's differentiable ops."""
-
-from tape.nn import functional
-
-__all__ = ["functional"]

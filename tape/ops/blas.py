@@ -1,0 +1,71 @@
+"""``C += op(A) @ op(B)`` through BLAS ``gemm`` with ``beta = 1``, for the op kernels.
+
+``c += np.dot(a, b)`` inside ``@njit`` makes a temporary for the product, then adds it in a
+second pass over ``c``. A matmul's reverse does this twice per matrix of the batch; for GMM's 25
+products of ``(10, 10) @ (10, 1000)`` the temporaries and the extra passes took half the
+reverse's time. ``gemm`` adds into ``c`` itself.
+
+The call goes through Numba's own BLAS entry point (``numba_xxgemm`` in its C helpers, which
+calls SciPy's ``cython_blas``), the one ``np.dot`` uses, so nothing new is linked. BLAS is
+column-major: a row-major ``C = op(A) op(B)`` is the column-major ``C^T = op(B)^T op(A)^T``,
+and a row-major array's column-major view is its transpose, with its row length as the
+leading dimension.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import types
+from numba.core.errors import TypingError
+from numba.extending import overload
+
+
+def _gemm_sig(t):
+    p = types.CPointer(t)
+    return types.intc(
+        types.char, types.char, types.char,  # kind, transa, transb
+        types.intp, types.intp, types.intp,  # m, n, k
+        p, p, types.intp, p, types.intp,  # alpha, a, lda, b, ldb
+        p, p, types.intp,  # beta, c, ldc
+    )  # fmt: skip
+
+
+_GEMM = {
+    types.float64: (types.ExternalFunction("numba_xxgemm", _gemm_sig(types.float64)), ord("d")),
+    types.float32: (types.ExternalFunction("numba_xxgemm", _gemm_sig(types.float32)), ord("s")),
+}
+_N, _T = ord("n"), ord("t")
+
+
+def gemm_acc(a, ta, b, tb, c):
+    """``c += op(a) @ op(b)``, ``op(x)`` being ``x.T`` where its flag (``ta``, ``tb``) is set.
+
+    All three are C-contiguous 2-d arrays of one dtype (float32 or float64), ``c`` of shape
+    ``(m, n)``, ``op(a)`` ``(m, k)``, ``op(b)`` ``(k, n)``, none of the three sizes zero (BLAS
+    refuses a leading dimension of 0); the caller checks. (Python version, for
+    ``NUMBA_DISABLE_JIT``; compiled code calls BLAS.)"""
+    c += (a.T if ta else a) @ (b.T if tb else b)
+
+
+@overload(gemm_acc, jit_options={"nogil": True})
+def _gemm_acc(a, ta, b, tb, c):
+    arrays = (a, b, c)
+    if not all(isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" for x in arrays):
+        raise TypingError("gemm_acc: a, b and c must be C-contiguous 2-d arrays")
+    if not (a.dtype == b.dtype == c.dtype and a.dtype in _GEMM):
+        raise TypingError(
+            f"gemm_acc: one float dtype for all three (got {a.dtype}, {b.dtype}, {c.dtype})"
+        )
+    fn, kind = _GEMM[a.dtype]
+    dt = np.float32 if a.dtype == types.float32 else np.float64
+
+    def impl(a, ta, b, tb, c):
+        m, n = c.shape
+        k = a.shape[0] if ta else a.shape[1]
+        one = np.ones(1, dt)  # alpha and beta
+        st = fn(kind, _T if tb else _N, _T if ta else _N, n, m, k, one.ctypes, b.ctypes,
+                b.shape[1], a.ctypes, a.shape[1], one.ctypes, c.ctypes, n)  # fmt: skip
+        if st != 0:
+            raise RuntimeError("gemm_acc: the BLAS call failed (is SciPy installed?)")
+
+    return impl

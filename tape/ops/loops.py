@@ -1,0 +1,666 @@
+"""Compiled loops shared by the op kernels.
+
+The elementwise loops take the op's scalar rule as their first argument; Numba compiles one
+specialisation per rule and LLVM inlines the rule, so each loop is as fast as a hand-written
+one. Inside each loop, slice views come first and the loop indexes the views (indexing the
+arena with ``data[a + j]`` blocks vectorisation).
+
+A zero output adjoint contributes exactly zero (the rule's value is discarded by a select,
+which keeps the loop vectorised): ``0 * inf`` in an
+unused branch, such as ``where(x > 0, sqrt(x), 0)`` at ``x = 0``, never becomes a NaN gradient.
+A NaN adjoint still propagates.
+"""
+
+import numpy as np
+from numba import njit
+
+from tape.layout.columns import (
+    B_KIND,
+    B_NDIM,
+    B_OFF,
+    B_SHAPE,
+    B_SIZE,
+    CONST,
+    E_ATTR,
+    E_IN0,
+    E_IN1,
+    E_IN2,
+    E_OUT,
+    SAME,
+)
+from tape.layout.config import UNCACHED_JIT
+from tape.ops import masked as _masked
+
+_jit = njit(**UNCACHED_JIT)
+# Loops that take a rule as an argument are inlined into the sweep at Numba-IR level: a
+# function passed as a run-time argument to a separately compiled loop would make the sweep
+# uncacheable (Numba embeds the dispatcher's address).
+_loop = njit(inline="always", **UNCACHED_JIT)
+masked = _jit(_masked.masked)
+
+
+@njit(fastmath={"reassoc"}, **UNCACHED_JIT)
+def total(x):
+    """The sum of the 1-D array ``x``, vectorised: LLVM may add in any order (several partial
+    sums at once), not one element after the other, which is a chain of dependent adds."""
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += x[j]
+    return s
+
+
+@_jit
+def strided_offsets(ipool, p_shape, p_strides, nd, base):
+    """Offsets ``base + sum_k idx_k * strides_k`` for every multi-index of ``shape``, in
+    C order. ``shape`` and ``strides`` are ``nd`` ints at ``p_shape`` / ``p_strides`` in
+    ``ipool``."""
+    n = 1
+    for k in range(nd):
+        n *= ipool[p_shape + k]
+    off = np.empty(n, np.int64)
+    if n == 0:
+        return off
+    idx = np.zeros(max(nd, 1), np.int64)
+    cur = base
+    for j in range(n):
+        off[j] = cur
+        k = nd - 1
+        while k >= 0:
+            idx[k] += 1
+            cur += ipool[p_strides + k]
+            if idx[k] < ipool[p_shape + k]:
+                break
+            cur -= ipool[p_strides + k] * ipool[p_shape + k]
+            idx[k] = 0
+            k -= 1
+    return off
+
+
+@_jit
+def bcast_offsets(ipool, p, k):
+    """Offsets into input ``k`` for each output element of a GENERAL broadcast block at ``p``."""
+    nd = ipool[p + 1]
+    return strided_offsets(ipool, p + 2, p + 2 + nd * (1 + k), nd, 0)
+
+
+@_jit
+def view(bufs, data, b):
+    o = bufs[b, B_OFF]
+    return data[o : o + bufs[b, B_SIZE]]
+
+
+@_jit
+def active(bufs, b):
+    return bufs[b, B_KIND] != CONST
+
+
+@_jit
+def shape_of(bufs, ipool, b):
+    nd = bufs[b, B_NDIM]
+    p = bufs[b, B_SHAPE]
+    return ipool[p : p + nd]
+
+
+# ---------------------------------------------------------------- unary
+
+
+@_loop
+def unary_fwd(f, i, entries, bufs, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = f(x[j])
+
+
+@_loop
+def unary_rev(r, i, entries, bufs, data, grad):
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    gx = view(bufs, grad, a)
+    for j in range(y.shape[0]):
+        v = r(x[j], y[j], gy[j])
+        gx[j] += masked(v, gy[j])
+
+
+# ---------------------------------------------------------------- binary
+
+
+@_loop
+def binary_fwd(f, i, entries, bufs, ipool, data):
+    # Binary entries always carry a GENERAL block (one row of n for equal shapes and
+    # scalars): rows of the innermost axis, along which each input moves with stride 1 (a
+    # contiguous run), 0 (one value) or another stride.
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    for r in range(o0.shape[0]):
+        yr = y[r * m : (r + 1) * m]
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        if s0 == 1 and s1 == 1:
+            a0 = x0[b0 : b0 + m]
+            a1 = x1[b1 : b1 + m]
+            for j in range(m):
+                yr[j] = f(a0[j], a1[j])
+        elif s0 == 1 and s1 == 0:
+            a0 = x0[b0 : b0 + m]
+            c1 = x1[b1]
+            for j in range(m):
+                yr[j] = f(a0[j], c1)
+        elif s0 == 0 and s1 == 1:
+            c0 = x0[b0]
+            a1 = x1[b1 : b1 + m]
+            for j in range(m):
+                yr[j] = f(c0, a1[j])
+        else:
+            for j in range(m):
+                yr[j] = f(x0[b0 + j * s0], x1[b1 + j * s1])
+
+
+@_loop
+def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = d0 and active(bufs, a)
+    act1 = d1 and active(bufs, b)
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    g0 = view(bufs, grad, a)
+    g1 = view(bufs, grad, b)
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    for r in range(o0.shape[0]):
+        yr = y[r * m : (r + 1) * m]
+        gyr = gy[r * m : (r + 1) * m]
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        if act0:
+            _bcast_rev_row(r0, True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
+        if act1:
+            _bcast_rev_row(r1, False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
+
+
+@_jit
+def _rows(ipool, p):
+    """Row view of a GENERAL block: ``(nd, row length, inner stride of input 0, of input 1,
+    row starts in input 0, in input 1)``."""
+    nd = ipool[p + 1]
+    m = ipool[p + 1 + nd]
+    s0 = ipool[p + 1 + 2 * nd]
+    s1 = ipool[p + 1 + 3 * nd]
+    if nd == 1:  # one row starting at 0 in both inputs: no offsets to allocate
+        return nd, m, s0, s1, ipool[p : p + 1], ipool[p : p + 1]
+    o0 = strided_offsets(ipool, p + 2, p + 2 + nd, nd - 1, 0)
+    o1 = strided_offsets(ipool, p + 2, p + 2 + 2 * nd, nd - 1, 0)
+    return nd, m, s0, s1, o0, o1
+
+
+@_loop
+def _bcast_rev_row(r, first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
+    # One row of a GENERAL reverse for input 0 (first) or 1; `g` is that input's adjoint.
+    sk = s0 if first else s1
+    bk = b0 if first else b1
+    if s0 <= 1 and s1 <= 1 and sk == 1:
+        gk = g[bk : bk + m]
+        if s0 == 1 and s1 == 1:
+            a0 = x0[b0 : b0 + m]
+            a1 = x1[b1 : b1 + m]
+            for j in range(m):
+                v = r(a0[j], a1[j], yr[j], gyr[j])
+                gk[j] += masked(v, gyr[j])
+        elif s1 == 0:
+            a0 = x0[b0 : b0 + m]
+            c1 = x1[b1]
+            for j in range(m):
+                v = r(a0[j], c1, yr[j], gyr[j])
+                gk[j] += masked(v, gyr[j])
+        else:
+            c0 = x0[b0]
+            a1 = x1[b1 : b1 + m]
+            for j in range(m):
+                v = r(c0, a1[j], yr[j], gyr[j])
+                gk[j] += masked(v, gyr[j])
+    elif sk == 0:
+        # the row's contributions to one value, in four running sums: one chain of adds
+        # waits for each add (1.6-1.7x slower over rows of 1,000)
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j)
+            p1 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+            p2 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+            p3 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+            j += 4
+        acc = (p0 + p1) + (p2 + p3)
+        for k in range(j, m):
+            acc += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, k)
+        g[bk] += acc
+    else:
+        for j in range(m):
+            g[bk + j * sk] += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j)
+
+
+@_loop
+def _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j):
+    """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
+    return masked(r(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
+
+
+# ---------------------------------------------------------------- ternary
+
+
+@_loop
+def ternary_fwd(f, i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    x2 = view(bufs, data, entries[i, E_IN2])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n = y.shape[0]
+    if ipool[p] == SAME:
+        for j in range(n):
+            y[j] = f(x0[j], x1[j], x2[j])
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        o2 = bcast_offsets(ipool, p, 2)
+        for j in range(n):
+            y[j] = f(x0[o0[j]], x1[o1[j]], x2[o2[j]])
+
+
+@_loop
+def _ternary_rev_one(r, k, x0, x1, x2, y, gy, gk, ipool, p):
+    n = y.shape[0]
+    if ipool[p] == SAME:
+        for j in range(n):
+            v = r(x0[j], x1[j], x2[j], y[j], gy[j])
+            gk[j] += masked(v, gy[j])
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        o2 = bcast_offsets(ipool, p, 2)
+        ok = bcast_offsets(ipool, p, k)
+        for j in range(n):
+            v = r(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
+            gk[ok[j]] += masked(v, gy[j])
+
+
+@_loop
+def ternary_rev(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    c = entries[i, E_IN2]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    x2 = view(bufs, data, c)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    p = entries[i, E_ATTR]
+    if d0 and active(bufs, a):
+        _ternary_rev_one(r0, 0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
+    if d1 and active(bufs, b):
+        _ternary_rev_one(r1, 1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
+    if d2 and active(bufs, c):
+        _ternary_rev_one(r2, 2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
+
+
+@_jit
+def no_rule4(x0, x1, y, gy):
+    return 0.0
+
+
+@_jit
+def no_rule5(x0, x1, x2, y, gy):
+    return 0.0
+
+
+# ---------------------------------------------------------------- tangents (forward mode)
+#
+# The tangent of an elementwise entry is its reverse rules applied to the input tangents:
+# ``r_k(x, y, g)`` is ``g * df/dx_k``, and a scalar partial is its own transpose, so
+# ``ty = sum_k r_k(x, y, t_k)``. ``T`` holds one tangent arena per direction (rows; the value
+# arena's layout); the loops run every direction of an entry while its values are at hand.
+# Tangents of constants are zero in ``T`` (never written), so inactive inputs need no test.
+# The same select as the reverse loops keeps a zero tangent from turning an inf partial into
+# NaN. With several directions the loops evaluate each element's partials once
+# (``r_k(x, y, 1)``: rules are linear in their adjoint) and scale them per direction.
+#
+# The tangent of a reverse entry (forward-over-reverse, for Hessian-vector products) adds to
+# the tangent adjoint ``gt`` of input ``k``
+#     r_k(x, y, gt_y) + g_y * sum_j H_kj(x, y) t_j
+# where ``H`` are the op's second partials (``Op.hess``; ``nK`` says which are nonzero).
+
+
+@_loop
+def unary_tan(r, i, entries, bufs, data, T):
+    a = entries[i, E_IN0]
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o)
+    if T.shape[0] == 1:
+        tx = view(bufs, T[0], a)
+        ty = view(bufs, T[0], o)
+        for j in range(y.shape[0]):
+            ty[j] = masked(r(x[j], y[j], tx[j]), tx[j])
+        return
+    # several directions: each element's partial once (rules are linear in their adjoint)
+    p = np.empty(y.shape[0], T.dtype)
+    for j in range(y.shape[0]):
+        p[j] = r(x[j], y[j], 1.0)
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        ty = view(bufs, T[d], o)
+        for j in range(y.shape[0]):
+            ty[j] = masked(p[j] * tx[j], tx[j])
+
+
+@_loop
+def unary_hrev(r, h, nh, i, entries, bufs, data, grad, T, GT):
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    n = y.shape[0]
+    if T.shape[0] == 1:
+        tx = view(bufs, T[0], a)
+        gty = view(bufs, GT[0], o)
+        gtx = view(bufs, GT[0], a)
+        for j in range(n):
+            v = masked(r(x[j], y[j], gty[j]), gty[j])
+            if nh and gy[j] != 0.0 and tx[j] != 0.0:
+                v += gy[j] * (h(x[j], y[j]) * tx[j])
+            gtx[j] += v
+        return
+    # several directions: the partial and gy * f'' once per element
+    p = np.empty(n, T.dtype)
+    q = np.zeros(n, T.dtype)
+    for j in range(n):
+        p[j] = r(x[j], y[j], 1.0)
+        if nh and gy[j] != 0.0:
+            q[j] = gy[j] * h(x[j], y[j])
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        gty = view(bufs, GT[d], o)
+        gtx = view(bufs, GT[d], a)
+        for j in range(n):
+            v = masked(p[j] * gty[j], gty[j])
+            if nh and gy[j] != 0.0 and tx[j] != 0.0:
+                v += q[j] * tx[j]
+            gtx[j] += v
+
+
+@_loop
+def _tan2(r0, r1, d0, d1, u, w, y, t0, t1):
+    acc = masked(r0(u, w, y, t0), t0) if d0 else 0.0
+    if d1:
+        acc += masked(r1(u, w, y, t1), t1)
+    return acc
+
+
+@_loop
+def binary_tan(r0, r1, d0, d1, i, entries, bufs, ipool, data, T):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    if T.shape[0] > 1:
+        _binary_tan_partials(r0, r1, d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1)
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    ty = view(bufs, T[0], o)
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        yr = y[r * m : (r + 1) * m]
+        tyr = ty[r * m : (r + 1) * m]
+        if s0 == 1 and s1 == 1:
+            a0, a1 = x0[b0 : b0 + m], x1[b1 : b1 + m]
+            u0, u1 = t0[b0 : b0 + m], t1[b1 : b1 + m]
+            for j in range(m):
+                tyr[j] = _tan2(r0, r1, d0, d1, a0[j], a1[j], yr[j], u0[j], u1[j])
+        elif s0 == 1 and s1 == 0:
+            a0, u0 = x0[b0 : b0 + m], t0[b0 : b0 + m]
+            c1, w1 = x1[b1], t1[b1]
+            for j in range(m):
+                tyr[j] = _tan2(r0, r1, d0, d1, a0[j], c1, yr[j], u0[j], w1)
+        elif s0 == 0 and s1 == 1:
+            c0, w0 = x0[b0], t0[b0]
+            a1, u1 = x1[b1 : b1 + m], t1[b1 : b1 + m]
+            for j in range(m):
+                tyr[j] = _tan2(r0, r1, d0, d1, c0, a1[j], yr[j], w0, u1[j])
+        else:
+            for j in range(m):
+                k0 = b0 + j * s0
+                k1 = b1 + j * s1
+                tyr[j] = _tan2(r0, r1, d0, d1, x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
+
+
+@_loop
+def _binary_tan_partials(r0, r1, d0, d1, x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
+    # several directions: each element's two partials once, then every direction (its
+    # views made once per direction)
+    n = y.shape[0]
+    p0 = np.zeros(n, T.dtype)
+    p1 = np.zeros(n, T.dtype)
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        for j in range(m):
+            u, w, yv = x0[b0 + j * s0], x1[b1 + j * s1], y[r * m + j]
+            if d0:
+                p0[r * m + j] = r0(u, w, yv, 1.0)
+            if d1:
+                p1[r * m + j] = r1(u, w, yv, 1.0)
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        ty = view(bufs, T[d], o)
+        for r in range(o0.shape[0]):
+            b0 = o0[r] if nd > 1 else 0
+            b1 = o1[r] if nd > 1 else 0
+            e = r * m
+            for j in range(m):
+                v0 = t0[b0 + j * s0]
+                v1 = t1[b1 + j * s1]
+                acc = masked(p0[e + j] * v0, v0) if d0 else 0.0
+                if d1:
+                    acc += masked(p1[e + j] * v1, v1)
+                ty[e + j] = acc
+
+
+@_loop
+def _hrev_one(r, ha, hb, na, nb, u, w, y, g, dg, ta, tb):
+    # the tangent of one input's reverse contribution: r(.., dg) + g * (ha * ta + hb * tb)
+    v = masked(r(u, w, y, dg), dg)
+    if g != 0.0:
+        s = 0.0
+        if na and ta != 0.0:
+            s += ha(u, w, y) * ta
+        if nb and tb != 0.0:
+            s += hb(u, w, y) * tb
+        v += g * s
+    return v
+
+
+@_loop
+def binary_hrev(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, i, entries, bufs, ipool, data,
+                grad, T, GT):  # fmt: skip
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = d0 and active(bufs, a)
+    act1 = d1 and active(bufs, b)
+    if not (act0 or act1):
+        return
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    if T.shape[0] > 1:
+        _binary_hrev_partials(r0, r1, h00, h01, h11, act0, act1, n00, n01, n11, x0, x1, y, gy,
+                              a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1)  # fmt: skip
+        return
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        g0 = view(bufs, GT[d], a)
+        g1 = view(bufs, GT[d], b)
+        gty = view(bufs, GT[d], o)
+        for r in range(o0.shape[0]):
+            b0 = o0[r] if nd > 1 else 0
+            b1 = o1[r] if nd > 1 else 0
+            if s0 == 1 and s1 == 1 and a != b:  # contiguous rows, no aliasing: vectorises
+                a0, a1 = x0[b0 : b0 + m], x1[b1 : b1 + m]
+                u0, u1 = t0[b0 : b0 + m], t1[b1 : b1 + m]
+                e = r * m
+                yr, gr, dgr = y[e : e + m], gy[e : e + m], gty[e : e + m]
+                if act0:
+                    q0 = g0[b0 : b0 + m]
+                    for j in range(m):
+                        q0[j] += _hrev_one(
+                            r0, h00, h01, n00, n01, a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j]
+                        )
+                if act1:
+                    q1 = g1[b1 : b1 + m]
+                    for j in range(m):
+                        q1[j] += _hrev_one(
+                            r1, h01, h11, n01, n11, a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j]
+                        )
+                continue
+            for j in range(m):
+                k0 = b0 + j * s0
+                k1 = b1 + j * s1
+                jy = r * m + j
+                u, w, yv, g, dg = x0[k0], x1[k1], y[jy], gy[jy], gty[jy]
+                if act0:
+                    g0[k0] += _hrev_one(r0, h00, h01, n00, n01, u, w, yv, g, dg, t0[k0], t1[k1])
+                if act1:
+                    g1[k1] += _hrev_one(r1, h01, h11, n01, n11, u, w, yv, g, dg, t0[k0], t1[k1])
+
+
+@_loop
+def _binary_hrev_partials(r0, r1, h00, h01, h11, act0, act1, n00, n01, n11, x0, x1, y, gy, a, b,
+                          o, bufs, T, GT, nd, m, s0, s1, o0, o1):  # fmt: skip
+    # several directions: the partials and gy times the second partials once per element,
+    # then every direction (its views made once per direction)
+    n = y.shape[0]
+    p0 = np.zeros(n, T.dtype)
+    p1 = np.zeros(n, T.dtype)
+    q00 = np.zeros(n, T.dtype)
+    q01 = np.zeros(n, T.dtype)
+    q11 = np.zeros(n, T.dtype)
+    for r in range(o0.shape[0]):
+        b0 = o0[r] if nd > 1 else 0
+        b1 = o1[r] if nd > 1 else 0
+        for j in range(m):
+            e = r * m + j
+            u, w, yv, g = x0[b0 + j * s0], x1[b1 + j * s1], y[e], gy[e]
+            if act0:
+                p0[e] = r0(u, w, yv, 1.0)
+            if act1:
+                p1[e] = r1(u, w, yv, 1.0)
+            if g != 0.0:
+                if n00:
+                    q00[e] = g * h00(u, w, yv)
+                if n01:
+                    q01[e] = g * h01(u, w, yv)
+                if n11:
+                    q11[e] = g * h11(u, w, yv)
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        g0 = view(bufs, GT[d], a)
+        g1 = view(bufs, GT[d], b)
+        gty = view(bufs, GT[d], o)
+        for r in range(o0.shape[0]):
+            b0 = o0[r] if nd > 1 else 0
+            b1 = o1[r] if nd > 1 else 0
+            for j in range(m):
+                e = r * m + j
+                k0 = b0 + j * s0
+                k1 = b1 + j * s1
+                dg = gty[e]
+                ta = t0[k0] if act0 else 0.0
+                tb = t1[k1] if act1 else 0.0
+                if act0:
+                    v = masked(p0[e] * dg, dg)
+                    if q00[e] != 0.0 and ta != 0.0:
+                        v += q00[e] * ta
+                    if q01[e] != 0.0 and tb != 0.0:
+                        v += q01[e] * tb
+                    g0[k0] += v
+                if act1:
+                    v = masked(p1[e] * dg, dg)
+                    if q01[e] != 0.0 and ta != 0.0:
+                        v += q01[e] * ta
+                    if q11[e] != 0.0 and tb != 0.0:
+                        v += q11[e] * tb
+                    g1[k1] += v
+
+
+@_loop
+def ternary_tan(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, T):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    c = entries[i, E_IN2]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    x2 = view(bufs, data, c)
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n = y.shape[0]
+    if ipool[p] == SAME:
+        o0 = o1 = o2 = np.arange(n)
+    else:
+        o0 = bcast_offsets(ipool, p, 0)
+        o1 = bcast_offsets(ipool, p, 1)
+        o2 = bcast_offsets(ipool, p, 2)
+    for d in range(T.shape[0]):
+        t0 = view(bufs, T[d], a)
+        t1 = view(bufs, T[d], b)
+        t2 = view(bufs, T[d], c)
+        ty = view(bufs, T[d], entries[i, E_OUT])
+        for j in range(n):
+            u, v, w = x0[o0[j]], x1[o1[j]], x2[o2[j]]
+            acc = 0.0
+            if d0:
+                acc += masked(r0(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
+            if d1:
+                acc += masked(r1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
+            if d2:
+                acc += masked(r2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
+            ty[j] = acc
+
+
+@_loop
+def ternary_hrev(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, GT):
+    # ternary ops are piecewise linear: their reverse loop on the tangent adjoints
+    for d in range(GT.shape[0]):
+        ternary_rev(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, GT[d])
+
+
+@_jit
+def no_h2(x0, y):
+    return 0.0
+
+
+@_jit
+def no_h3(x0, x1, y):
+    return 0.0

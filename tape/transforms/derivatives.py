@@ -1,0 +1,446 @@
+"""Derivatives beyond the gradient, on a recorded tape: forward mode, vector-Jacobian products,
+Jacobians, Hessians and Hessian-vector products, dense or sparse.
+
+Every driver replays the tape's forward sweep at the arguments (guards, retracing and index
+checks as for :meth:`Tape.gradient`), then runs the interpreter's sweeps generated from the op
+registry (:mod:`tape.interpreter.codegen`):
+
+- ``tangent_sweep``: forward mode, ``k`` directions per pass (vector mode);
+- ``reverse_pass``: the reverse sweep, one seed per pass;
+- ``tangent_reverse_sweep``: the tangent of a finished reverse sweep (forward-over-reverse),
+  ``k`` directions per pass: Hessian-vector products without recording anything again.
+
+Shapes and tuples follow JAX. The differentiated arguments are the tape's ``wrt`` arguments
+(``tape.record(..., wrt=...)``); "arguments" below means those. Directions are processed in
+chunks so the tangent arenas stay under :data:`CHUNK_BYTES`. Results are in the tape's arena
+dtype (float32 tapes give float32 derivatives).
+
+These are the implementations of :meth:`Tape.jvp`, :meth:`Tape.vjp`, :meth:`Tape.jacobian`,
+:meth:`Tape.hessian`, :meth:`Tape.hvp` and :meth:`Tape.sparsity`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from tape.interpreter import dispatch as _dispatch
+from tape.interpreter.generated import sweeps as S
+from tape.layout.columns import B_OFF, B_SIZE
+from tape.program.callbacks import refuse
+
+CHUNK_BYTES = 64 << 20
+"""Upper bound on the tangent arenas of one pass (``k`` directions times the arena)."""
+
+MODES = ("auto", "fwd", "rev")
+
+COMPRESS_MIN = 16
+"""Dense Jacobians (forward mode) and Hessians over at least this many argument elements are
+evaluated by colouring of their sparsity pattern (:mod:`tape.sparse`) when that needs at most
+half as many directions as there are elements; the result is the same dense array."""
+
+
+class _Plan:
+    """Where the differentiated arguments and the outputs of one tape lie in its arena."""
+
+    def __init__(self, tp):
+        _dispatch.prepare_tape(tp, _dispatch.ALL)  # forward, reverse and both tangent sweeps
+        self.tp = tp
+        self.in_bufs = [tp.inputs[k] for k in tp.wrt]
+        self.in_off = [int(tp.bufs[b, B_OFF]) for b in self.in_bufs]
+        self.in_size = [int(tp.bufs[b, B_SIZE]) for b in self.in_bufs]
+        self.in_shapes = [tuple(tp.shapes[b]) for b in self.in_bufs]
+        self.in_col = np.concatenate([[0], np.cumsum(self.in_size)]).astype(np.int64)
+        self.n_in = int(self.in_col[-1])
+        self.out_off = [int(tp.bufs[b, B_OFF]) for b in tp.outputs]
+        self.out_size = [int(tp.bufs[b, B_SIZE]) for b in tp.outputs]
+        self.out_shapes = [tuple(tp.shapes[b]) for b in tp.outputs]
+        self.out_row = np.concatenate([[0], np.cumsum(self.out_size)]).astype(np.int64)
+        self.n_out = int(self.out_row[-1])
+        self.roots = np.asarray(tp.outputs, np.int64)
+        self.n_data = tp.n_data
+        self._tls = threading.local()  # this thread's arenas (see arenas())
+        self.seed = np.ones(1, tp.dtype)
+        self.in_offs = np.asarray(self.in_off, np.int64)
+        self.in_sizes = np.asarray(self.in_size, np.int64)
+        self.in_dtypes = [np.dtype(tp.input_dtypes[k]) for k in tp.wrt]
+
+    def arenas(self, k):
+        """This thread's tangent arenas ``T``, tangent adjoints ``GT`` (``k`` rows each) and
+        adjoint arena, reused across calls. ``T`` stays zero outside the arguments: the
+        tangent sweep writes every other buffer it reads before reading it, and never writes
+        constants."""
+        cache = getattr(self._tls, "arenas", None)
+        if cache is None or cache[0].shape[0] < k:
+            dt = self.tp.dtype
+            cache = self._tls.arenas = (
+                np.zeros((k, self.n_data), dt), np.zeros((k, self.n_data), dt),
+                np.zeros(self.n_data, dt),
+            )  # fmt: skip
+        T, GT, grad = cache
+        return T[:k], GT[:k], grad
+
+    def require_scalar(self):
+        """Raise unless the tape has one scalar output (Hessians need one)."""
+        if self.n_out != 1:
+            raise ValueError(
+                f"Hessians need a scalar output; this tape's outputs have shapes {self.out_shapes}"
+            )
+
+    def chunk(self, k):
+        """Directions per pass: at most ``k``, and at most what fits :data:`CHUNK_BYTES`."""
+        per = max(1, self.n_data) * self.tp.dtype.itemsize * 2
+        return max(1, min(k, CHUNK_BYTES // per))
+
+    def seed_inputs(self, arenas, V):
+        """Write the rows of ``V`` (directions over the concatenated arguments) into the
+        arguments' places of ``arenas`` (one arena per row)."""
+        for o, n, c in zip(self.in_off, self.in_size, self.in_col):
+            arenas[:, o : o + n] = V[:, c : c + n]
+
+    def read_inputs(self, arenas):
+        return np.concatenate(
+            [arenas[:, o : o + n] for o, n in zip(self.in_off, self.in_size)], axis=1
+        )
+
+    def read_outputs(self, arenas):
+        return np.concatenate(
+            [arenas[:, o : o + n] for o, n in zip(self.out_off, self.out_size)], axis=1
+        )
+
+    def split_in(self, flat):
+        """Flat vector over the arguments -> one array per argument (a single array if one)."""
+        parts = [
+            flat[c : c + n].reshape(s) for c, n, s in zip(self.in_col, self.in_size, self.in_shapes)
+        ]
+        return parts[0] if len(parts) == 1 else tuple(parts)
+
+    def split_out(self, flat):
+        parts = [
+            flat[c : c + n].reshape(s)
+            for c, n, s in zip(self.out_row, self.out_size, self.out_shapes)
+        ]
+        return parts[0] if self.tp._out_single else tuple(parts)
+
+    def in_values(self, values, what):
+        """Values structured like the arguments (one array per argument, or a single array
+        when there is one), checked against their shapes: a list of arrays."""
+        vals = _as_list(values, len(self.in_bufs))
+        if vals is None:
+            raise ValueError(
+                f"{what}: expected {len(self.in_bufs)} arrays, one per differentiated argument "
+                f"(shapes {self.in_shapes}), got {_describe(values)}"
+            )
+        out = []
+        for k, (v, s, n) in enumerate(zip(vals, self.in_shapes, self.in_size)):
+            v = np.asarray(v)
+            if v.shape != s and not (v.size == n and v.ndim <= 1 and len(s) <= 1):
+                raise ValueError(
+                    f"{what}: array {k} has shape {v.shape}, the differentiated argument "
+                    f"{self.tp.input_names[self.tp.wrt[k]]!r} has shape {s}"
+                )
+            out.append(v)
+        return out
+
+    def flat_in(self, values, what):
+        """One flat vector from values structured like the arguments."""
+        out = np.empty(self.n_in, self.tp.dtype)
+        for v, c, n in zip(self.in_values(values, what), self.in_col, self.in_size):
+            out[c : c + n] = v.ravel()
+        return out
+
+    def flat_out(self, values, what):
+        vals = _as_list(values, len(self.out_size))
+        if vals is None:
+            raise ValueError(
+                f"{what}: expected {len(self.out_size)} arrays shaped like the outputs "
+                f"{self.out_shapes}, got {_describe(values)}"
+            )
+        out = np.empty(self.n_out, self.tp.dtype)
+        for k, (v, s, c, n) in enumerate(zip(vals, self.out_shapes, self.out_row, self.out_size)):
+            v = np.asarray(v)
+            if v.shape != s:
+                raise ValueError(f"{what}: array {k} has shape {v.shape}, output {k} has shape {s}")
+            out[c : c + n] = v.ravel()
+        return out
+
+
+def _as_list(values, n):
+    """Values given one per argument (or output): a tuple or list of ``n``; with ``n == 1``
+    also the array itself (a list is then array data, a 1-tuple a container)."""
+    if n == 1:
+        return [values[0]] if isinstance(values, tuple) and len(values) == 1 else [values]
+    if isinstance(values, (tuple, list)) and len(values) == n:
+        return list(values)
+    return None
+
+
+def _describe(v):
+    if isinstance(v, (tuple, list)):
+        return f"a {type(v).__name__} of {len(v)}"
+    return f"an array of shape {np.shape(v)}"
+
+
+# ---------------------------------------------------------------- sweeps
+
+
+def _forward(t, args):
+    """Replay the forward sweep at ``args``: ``(plan, values)``, every entry's value written
+    (on the interpreter: a compiled forward keeps intermediates in registers)."""
+    tp, ws = t._run(args, False, interp=True)
+    return _plan(tp), ws.data
+
+
+def _plan(tp):
+    """The tape's :class:`_Plan`, made on first use."""
+    plan = getattr(tp, "_deriv_plan", None)
+    if plan is None:
+        plan = tp._deriv_plan = _Plan(tp)
+    return plan
+
+
+def _tangents(plan, data, V):
+    """Tangent arenas (one per row of ``V``, directions over the arguments): this thread's
+    arenas, valid until the next call. A tape with Python callbacks runs the sweep in
+    segments; each callback group writes its outputs' tangents with its own ``tangent``
+    (a :func:`tape.custom_op` given ``jvp``, a :func:`tape.checkpoint`), and others raise."""
+    tp = plan.tp
+    T = plan.arenas(V.shape[0])[0]
+    plan.seed_inputs(T, V)
+    lo = 0
+    if tp.callbacks:
+        from tape.program.callbacks import groups
+
+        for s, e, call in groups(tp):
+            S.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, s)
+            tangent = getattr(call, "tangent", None)
+            if tangent is None:
+                raise NotImplementedError(
+                    f"forward mode: {call.label} has no tangent rule (a tape.autograd.Function "
+                    "runs in reverse mode only); use vjp()/jacobian(mode='rev'), or write it "
+                    "as a tape.custom_op with jvp="
+                )
+            tangent(tp, data, T)
+            lo = e
+    S.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, tp.n_entries)
+    return T
+
+
+def _second(plan, what):
+    """Second derivatives and sparsity patterns need every entry as a registry op."""
+    refuse(plan.tp, what)
+
+
+def _hvp_rows(plan, data, V):
+    """``V @ H`` for the scalar output's Hessian ``H`` over the arguments (rows of ``V`` are
+    directions)."""
+    tp = plan.tp
+    plan.require_scalar()
+    _second(plan, "second derivatives")
+    out = np.empty((V.shape[0], plan.n_in), tp.dtype)
+    step = plan.chunk(V.shape[0])
+    seed = plan.seed
+    for a in range(0, V.shape[0], step):
+        Vc = V[a : a + step]
+        T, GT, grad = plan.arenas(Vc.shape[0])
+        plan.seed_inputs(T, Vc)
+        S.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
+                   plan.roots, seed)  # fmt: skip
+        out[a : a + step] = plan.read_inputs(GT)
+    return out
+
+
+def _jac_fwd_rows(plan, data, V):
+    """``J @ v`` for each row ``v`` of ``V``, as rows: ``(len(V), n_out)``."""
+    out = np.empty((V.shape[0], plan.n_out), plan.tp.dtype)
+    step = plan.chunk(V.shape[0])
+    for a in range(0, V.shape[0], step):
+        out[a : a + step] = plan.read_outputs(_tangents(plan, data, V[a : a + step]))
+    return out
+
+
+def _jac_rev_rows(plan, data, U):
+    """``J^T u`` for each row ``u`` of ``U``, as rows: ``(len(U), n_in)``, one reverse pass
+    per row in one compiled call."""
+    tp = plan.tp
+    out = np.empty((U.shape[0], plan.n_in), tp.dtype)
+    grad = plan.arenas(1)[2]
+    if tp.callbacks:  # the reverse sweep in segments around the callbacks, row by row
+        roots = np.asarray(plan.roots, np.int64)
+        for r in range(U.shape[0]):
+            tp._segments.backward(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries,
+                                  tp.n_bufs, roots, np.ascontiguousarray(U[r], tp.dtype), True)  # fmt: skip
+            out[r] = plan.read_inputs(grad[None, :])[0]
+        return out
+    S.vjp_rows(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
+               np.ascontiguousarray(U, tp.dtype), plan.in_offs, plan.in_sizes, out)  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------- drivers
+
+
+def jvp(t, *args, tangents):
+    """``(value, tangent)``: the outputs at ``args`` and their directional derivative along
+    ``tangents`` (one array per differentiated argument, or a single array), one forward
+    sweep and one tangent sweep. Structured like :meth:`Tape.forward`'s result."""
+    plan, data = _forward(t, args)
+    v = plan.flat_in(tangents, "jvp: tangents")
+    out = _jac_fwd_rows(plan, data, v[None, :])[0]
+    return plan.tp._outputs(plan.tp._workspace()), _cast_out(plan, plan.split_out(out))
+
+
+def vjp(t, *args, cotangent):
+    """``(value, grads)``: the outputs at ``args`` and ``J^T u`` for the cotangent ``u``
+    (shaped like the outputs), structured like :meth:`Tape.gradient`'s result."""
+    plan, data = _forward(t, args)
+    u = plan.flat_out(cotangent, "vjp: cotangent")
+    g = _jac_rev_rows(plan, data, u[None, :])[0]
+    return plan.tp._outputs(plan.tp._workspace()), _cast_in(plan, plan.split_in(g))
+
+
+def jacobian(t, *args, mode="auto", sparse=False):
+    """The Jacobian of the outputs with respect to the differentiated arguments.
+
+    ``mode``: ``"fwd"`` (tangent sweeps, several directions per pass), ``"rev"`` (one reverse
+    sweep per output element) or ``"auto"`` (forward when the arguments have no more elements
+    than the outputs). Dense result, as JAX's ``jacfwd``/``jacrev``: for one output and one
+    argument an array of shape ``out.shape + arg.shape``; a tuple over the arguments for
+    several arguments; a tuple over the outputs (each as above) for several outputs.
+
+    ``sparse=True``: a ``scipy.sparse.csr_matrix`` of shape ``(total output elements, total
+    argument elements)`` (outputs and arguments flattened and concatenated), from the
+    sparsity pattern (:meth:`Tape.sparsity`) and a column colouring: as many tangent
+    directions as colours (``mode`` is ignored). Entries outside the pattern are structural
+    zeros.
+    """
+    if mode not in MODES:
+        raise ValueError(f"jacobian: mode must be one of {MODES}, got {mode!r}")
+    plan, data = _forward(t, args)
+    if sparse:
+        from tape.transforms import sparse as SP
+
+        _second(plan, "jacobian(sparse=True)")
+        return SP.sparse_jacobian(plan, data)
+    pat = _compressible(plan, data, "jacobian") if mode != "rev" else None
+    if mode == "auto":
+        mode = "fwd" if pat is not None or plan.n_in <= plan.n_out else "rev"
+    if pat is not None:
+        from tape.transforms import sparse as SP
+
+        J = np.zeros((plan.n_out, plan.n_in), plan.tp.dtype)
+        J[pat.jacobian_nz] = SP.jacobian_entries(plan, data, pat)
+    elif mode == "fwd":
+        J = _jac_fwd_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype)).T
+    else:
+        J = _jac_rev_rows(plan, data, np.eye(plan.n_out, dtype=plan.tp.dtype))
+    return _blocks(plan, np.ascontiguousarray(J))
+
+
+def _compressible(plan, data, which):
+    """The sparsity patterns when colouring pays for a dense ``which`` (see
+    :data:`COMPRESS_MIN`), else None."""
+    if plan.n_in < COMPRESS_MIN or (which == "hessian" and plan.n_out != 1) or plan.tp.callbacks:
+        return None
+    from tape.transforms import sparse as SP
+
+    pat = SP.patterns(plan, data)
+    n = pat.n_jacobian_colors if which == "jacobian" else pat.n_hessian_colors
+    return pat if 2 * n <= plan.n_in else None
+
+
+def _blocks(plan, J):
+    """Split a flat ``(n_out, n_in)`` Jacobian into JAX's nesting."""
+    outs = []
+    for r, m, so in zip(plan.out_row, plan.out_size, plan.out_shapes):
+        row = [
+            J[r : r + m, c : c + n].reshape(so + si)
+            for c, n, si in zip(plan.in_col, plan.in_size, plan.in_shapes)
+        ]
+        outs.append(row[0] if len(row) == 1 else tuple(row))
+    return outs[0] if plan.tp._out_single else tuple(outs)
+
+
+def hessian(t, *args, sparse=False):
+    """The Hessian of the scalar output with respect to the differentiated arguments: shape
+    ``arg.shape + arg.shape`` for one argument, a tuple of tuples of blocks ``H[i][j]`` of
+    shape ``arg_i.shape + arg_j.shape`` for several. Forward-over-reverse: one reverse sweep,
+    then tangent sweeps of the reverse sweep, several directions per pass.
+
+    ``sparse=True``: a ``scipy.sparse.csr_matrix`` over the flattened, concatenated arguments,
+    from the Hessian's sparsity pattern and a column colouring (as many directions as
+    colours)."""
+    plan, data = _forward(t, args)
+    _second(plan, "hessian()")
+    if sparse:
+        from tape.transforms import sparse as SP
+
+        return SP.sparse_hessian(plan, data)
+    pat = _compressible(plan, data, "hessian")
+    if pat is not None:
+        from tape.transforms import sparse as SP
+
+        H = np.zeros((plan.n_in, plan.n_in), plan.tp.dtype)
+        H[pat.hessian_nz] = SP.hessian_entries(plan, data, pat)
+    else:
+        H = _hvp_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype))
+    blocks = [
+        tuple(
+            H[ci : ci + ni, cj : cj + nj].reshape(si + sj)
+            for cj, nj, sj in zip(plan.in_col, plan.in_size, plan.in_shapes)
+        )
+        for ci, ni, si in zip(plan.in_col, plan.in_size, plan.in_shapes)
+    ]
+    return blocks[0][0] if len(blocks) == 1 else tuple(blocks)
+
+
+def hvp(t, *args, v):
+    """The Hessian of the scalar output times ``v`` (structured like the gradient: one array
+    per differentiated argument, or a single array), structured like :meth:`Tape.gradient`'s
+    result. Costs one forward, one reverse, one tangent and one forward-over-reverse sweep,
+    the last three in one compiled call."""
+    plan, data = _forward(t, args)
+    _second(plan, "hvp()")
+    vals = plan.in_values(v, "hvp: v")
+    tp = plan.tp
+    plan.require_scalar()
+    T, GT, grad = plan.arenas(1)
+    for a, o, n in zip(vals, plan.in_off, plan.in_size):
+        T[0, o : o + n] = a.ravel()
+    S.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
+               plan.roots, plan.seed)  # fmt: skip
+    out = [
+        GT[0, o : o + n].reshape(s).astype(d)
+        for o, n, s, d in zip(plan.in_off, plan.in_size, plan.in_shapes, plan.in_dtypes)
+    ]
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def sparsity(t, *args):
+    """The sparsity patterns (:class:`tape.sparse.Sparsity`) at ``args`` (default: the
+    recorded arguments). They depend on the arguments only through gather indices."""
+    from tape.transforms import sparse as SP
+
+    if args:
+        plan, data = _forward(t, args)
+    else:
+        t._check_replay()
+        plan, data = _plan(t), t.data
+    _second(plan, "sparsity()")
+    return SP.patterns(plan, data)
+
+
+def _cast_in(plan, g):
+    """Derivatives with respect to the arguments in the arguments' dtypes."""
+    dts = [np.dtype(plan.tp.input_dtypes[k]) for k in plan.tp.wrt]
+    if isinstance(g, tuple):
+        return tuple(a.astype(d, copy=False) for a, d in zip(g, dts))
+    return g.astype(dts[0], copy=False)
+
+
+def _cast_out(plan, v):
+    dts = [d if d.kind == "f" else plan.tp.dtype for d in plan.tp._replay["out_dtypes"]]
+    if isinstance(v, tuple):
+        return tuple(a.astype(d, copy=False) for a, d in zip(v, dts))
+    return v.astype(dts[0], copy=False)
