@@ -87,7 +87,7 @@ def device_info():
 
 def _elementwise_cases(rng):
     import tape as tp
-    from tape.frontend import tensor as T
+    from tape.frontend import tensor
     from tape.frontend.testing import sample_inputs
     from tape.ops.registry import OPS
 
@@ -105,7 +105,7 @@ def _elementwise_cases(rng):
             wrt = [k for k, d in enumerate(op.differentiable) if d]
             name = op.name
             t = tp.record(
-                lambda *a, name=name, w=w: (T.elementwise(name, *a) * w).sum(), *xs, wrt=wrt
+                lambda *a, name=name, w=w: (tensor.elementwise(name, *a) * w).sum(), *xs, wrt=wrt
             )
             yield f"{op.name} {' '.join(str(s) for s in shp)}", t, xs
 

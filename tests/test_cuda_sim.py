@@ -223,7 +223,7 @@ if not IN_SIM:
 else:
     # ------------------------------------------------------------ under the simulator
     import tape as tp
-    from tape.frontend import tensor as T
+    from tape.frontend import tensor
     from tape.frontend.testing import sample_inputs as sample
     from tape.gpu import CudaTape, gradient_batch
     from tape.ops.registry import OPS
@@ -280,7 +280,7 @@ else:
             out_shape = np.broadcast_shapes(*shapes)
             w = weighted(out_shape, rng)
             wrt = [k for k, d in enumerate(op.differentiable) if d]
-            t = tp.record(lambda *a: (T.elementwise(op, *a) * w).sum(), *xs, wrt=wrt)
+            t = tp.record(lambda *a: (tensor.elementwise(op, *a) * w).sum(), *xs, wrt=wrt)
             rtol, atol = op.tol
             check(t, xs, rtol=rtol, atol=atol)
 
@@ -904,12 +904,12 @@ else:
     def test_custom_op_that_does_not_compile_is_named(monkeypatch):
         # on a GPU the wrappers compile when the tape moves there: Numba's error for the user's
         # functions comes back as a TypeError naming the op and the calling convention
-        from tape.gpu import _replay as R
+        from tape.gpu import _replay as replay
 
         def broken(self):
             raise RuntimeError("tuple index out of range")
 
-        monkeypatch.setattr(R._Launcher, "kernel", property(broken))
+        monkeypatch.setattr(replay._Launcher, "kernel", property(broken))
         t = tp.record(lambda x: SOFTCLIP(x, 1.5).sum(), np.ones(3))
         with pytest.raises(TypeError, match=r"softclip_gpu.*cuda_fwd.*2 cotangent.*tuple index"):
             CudaTape(t, threads=THREADS)
@@ -942,7 +942,7 @@ else:
     def test_cooperative_build_failure_falls_back_to_per_phase_launches():
         # on a device where the cooperative sweep fails to build (it failed to link on an
         # H200 before the register cap), the tape warns once and replays per phase
-        from tape.gpu import _replay as R
+        from tape.gpu import _replay as replay
 
         class Broken:
             argtypes = ("broken for this test",)
@@ -951,10 +951,10 @@ else:
             def kernel(self):
                 raise RuntimeError("ptxas error: entry function calls function with regcount 254")
 
-        R._SWEEP_LOADS.pop(Broken.argtypes, None)
+        replay._SWEEP_LOADS.pop(Broken.argtypes, None)
         with pytest.warns(RuntimeWarning, match="regcount 254.*one launch per phase"):
-            assert R._loads(Broken()) is False
-        assert R._loads(Broken()) is False  # remembered: no second build, no second warning
+            assert replay._loads(Broken()) is False
+        assert replay._loads(Broken()) is False  # remembered: no second build, no second warning
 
     def test_gpu_check_script_runs(capsys):
         """benchmarks/gpu_check.py, every section at smoke-test sizes: a device session should

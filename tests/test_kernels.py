@@ -92,12 +92,12 @@ def test_status_reports_a_failed_guard():
 def test_drivers_reuse_the_sweeps_python_compiled():
     # the one-value drivers pass np.int64 / np.bool_ where Python passes ints and bools: a
     # literal would make Numba compile the whole interpreter sweep a second time
-    from tape.interpreter.generated import sweeps as S
+    from tape.interpreter.generated import sweeps
 
     x = np.array([0.5, -1.0, 2.0])
     t = tp.record(rosen, x)
     t.gradient(x)
-    fns = (S.forward_sweep, S.forward_backward, S.backward)
+    fns = (sweeps.forward_sweep, sweeps.forward_backward, sweeps.backward)
     # user code run earlier in this process may have passed literals itself (a literal True
     # in an @njit loop): only what the drivers add counts
     before = [{str(s) for s in fn.signatures} for fn in fns]

@@ -17,14 +17,14 @@ import time
 def profile_tape(t, args, repeat=5, min_time=2e-4):
     """Per-entry forward and reverse times of a recorded tape ``t`` at ``args``.
     Returns ``(rows, total_gradient_s)``; rows are ``(entry, op, out shape, fwd_s, rev_s)``."""
-    from tape.interpreter.generated import sweeps as S
+    from tape.interpreter.generated import sweeps
     from tape.layout.columns import E_OUT
     from tape.program.callbacks import entry_name
 
     t.gradient(*args)  # fills this thread's workspace, compiles
     t, ws = t._last()  # the tape that ran (a retraced variant, if one did) and its workspace
     r = t._replay
-    emask, need = S.reach(t.entries, t.bufs, t.n_entries, r["roots"])
+    emask, need = sweeps.reach(t.entries, t.bufs, t.n_entries, r["roots"])
     data, grad = ws.data, ws.grad
     saved = grad.copy()
 
@@ -46,16 +46,22 @@ def profile_tape(t, args, repeat=5, min_time=2e-4):
             best = min(best, (time.perf_counter() - t0) / n)
         return best
 
-    base_f = clock(lambda: S.forward_sweep(t.entries, t.bufs, t.ipool, data, 0, 0))
-    base_r = clock(lambda: S.reverse_sweep(t.entries, t.bufs, t.ipool, data, grad, emask, 0, 0))
+    base_f = clock(lambda: sweeps.forward_sweep(t.entries, t.bufs, t.ipool, data, 0, 0))
+    base_r = clock(
+        lambda: sweeps.reverse_sweep(t.entries, t.bufs, t.ipool, data, grad, emask, 0, 0)
+    )
     rows = []
     for i in range(t.n_entries):
-        tf = clock(lambda: S.forward_sweep(t.entries, t.bufs, t.ipool, data, i, i + 1)) - base_f
+        tf = (
+            clock(lambda: sweeps.forward_sweep(t.entries, t.bufs, t.ipool, data, i, i + 1)) - base_f
+        )
         tr = 0.0
         if emask[i]:
             tr = (
                 clock(
-                    lambda: S.reverse_sweep(t.entries, t.bufs, t.ipool, data, grad, emask, i, i + 1)
+                    lambda: sweeps.reverse_sweep(
+                        t.entries, t.bufs, t.ipool, data, grad, emask, i, i + 1
+                    )
                 )
                 - base_r
             )

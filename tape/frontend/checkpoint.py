@@ -40,10 +40,10 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 from tape.layout.columns import B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT, LEAF
 from tape.layout.config import SWEEP_JIT
-from tape.program import callbacks as C
+from tape.program import callbacks
 
 
 class _Lift:
@@ -63,7 +63,7 @@ class _Lift:
         tp = x._resolve()[0] if x._tape is not None else None
         if self.parent is None:
             return x._rg or tp is not None
-        return tp is not None and T.nested_in(self.parent, tp)
+        return tp is not None and tensor.nested_in(self.parent, tp)
 
     def begin(self, t):
         """Recording of sub-tape ``t`` starts."""
@@ -191,7 +191,7 @@ class _Call:
         ws.ok = True
         _gather(data, p.outs, ws.data, p.sub_outs)
 
-    def tangent(self, tp, data, T):
+    def tangent(self, tp, data, tensor):
         """Forward mode: the sub-tape's tangent sweep on the arguments' tangents (rows of
         ``T``, one per direction); the outputs' tangents written there."""
         from tape.transforms.derivatives import _forward, _jac_fwd_rows
@@ -199,7 +199,7 @@ class _Call:
         p = self.plan(tp)
         self._policy(tp)
         plan, sub_data = _forward(self.sub, self._args(tp, data))
-        T[:, p.outs] = _jac_fwd_rows(plan, sub_data, T[:, p.tangents])
+        tensor[:, p.outs] = _jac_fwd_rows(plan, sub_data, tensor[:, p.tangents])
 
     def backward(self, tp, data, grad, need, ctx):
         """Recompute the sub-tape and pull the outputs' adjoints back through it (one
@@ -254,7 +254,7 @@ def _record_sub(fn, args, parent, dtype):
     returns the sub-tape and the lifted tensors."""
     from tape.frontend.record import record
 
-    vals = [a._peek() if isinstance(a, T.Tensor) else np.asarray(a) for a in args]
+    vals = [a._peek() if isinstance(a, tensor.Tensor) else np.asarray(a) for a in args]
     wrt = [k for k, v in enumerate(vals) if v.dtype.kind == "f"]
     lift = _Lift(parent)
     sub = record(fn, *vals, wrt=wrt, dtype=dtype, on_change="raise", _lift=lift)
@@ -309,32 +309,32 @@ def checkpoint(fn, *args, use_reentrant=None, **kwargs):
         raise TypeError(f"checkpoint: fn must be callable, got {type(fn).__name__}")
     if kwargs:
         fn = functools.partial(fn, **kwargs)
-    parent = T.current_recording()
-    grad_on = T.is_grad_enabled()
+    parent = tensor.current_recording()
+    grad_on = tensor.is_grad_enabled()
     if parent is None and not grad_on:
         return fn(*args)
     for k, a in enumerate(args):
-        if not isinstance(a, (T.Tensor, np.ndarray, int, float, np.number, bool)):
+        if not isinstance(a, (tensor.Tensor, np.ndarray, int, float, np.number, bool)):
             raise TypeError(
                 f"checkpoint: argument {k} is a {type(a).__name__}; arguments are tensors, "
                 "arrays or numbers (close over other values, or pass them as keywords)"
             )
-    ts = [a for a in args if isinstance(a, T.Tensor)]
-    rec, eager = T.tapes_of(ts)
+    ts = [a for a in args if isinstance(a, tensor.Tensor)]
+    rec, eager = tensor.tapes_of(ts)
     if parent is not None and rec is not None and rec is not parent:
-        parent = rec if T.nested_in(rec, parent) else parent
+        parent = rec if tensor.nested_in(rec, parent) else parent
     dtype = parent.dtype if parent is not None else None
     sub, lifted = _record_sub(fn, args, parent, dtype)
     values = _values(sub)  # this call's outputs (before a shared sub-tape replaces sub)
     inputs = list(args) + lifted
     target = parent
     if target is None:
-        eager_ts = [x for x in inputs if isinstance(x, T.Tensor)]
-        rec, eager = T.tapes_of(eager_ts)
+        eager_ts = [x for x in inputs if isinstance(x, tensor.Tensor)]
+        rec, eager = tensor.tapes_of(eager_ts)
         if not eager and not any(x._rg for x in eager_ts):
-            outs = [T.Tensor(v) for v in values]  # nothing to differentiate: no graph
+            outs = [tensor.Tensor(v) for v in values]  # nothing to differentiate: no graph
             return outs[0] if sub._out_single else tuple(outs)
-        target = T._union(eager, eager_ts)
+        target = tensor._union(eager, eager_ts)
     if sub.dtype.itemsize > target.dtype.itemsize:
         target.promote(sub.dtype)
     cache = target.__dict__.setdefault("_checkpoints", {})
@@ -346,10 +346,10 @@ def checkpoint(fn, *args, use_reentrant=None, **kwargs):
     call.label = f"checkpoint({getattr(fn, '__name__', type(fn).__name__)})"
     call.ctx = None
     call._plan = None
-    call.ins = [T._buffer_in(target, x, grad_on) for x in inputs]
+    call.ins = [tensor._buffer_in(target, x, grad_on) for x in inputs]
     active = grad_on and any(target.bufs[b, B_KIND] != CONST for b in call.ins)
     flat = np.concatenate([v.ravel() for v in values]).astype(target.dtype)
-    (b,) = C.add_group(target, call, [flat], [active])
+    (b,) = callbacks.add_group(target, call, [flat], [active])
     outs, off = [], 0
     for v, dt in zip(values, sub.output_dtypes):
         ob = target.alias(b, v.shape, off)
@@ -357,12 +357,12 @@ def checkpoint(fn, *args, use_reentrant=None, **kwargs):
         diff = active and np.dtype(dt).kind == "f"  # integer outputs get no gradient
         if diff or target.recording:
             outs.append(
-                T.Tensor._traced(
+                tensor.Tensor._traced(
                     target, ob, v.shape, np.dtype(dt), diff, "checkpoint" if diff else None
                 )
             )
         else:
-            outs.append(T.Tensor(v))
+            outs.append(tensor.Tensor(v))
     return outs[0] if sub._out_single else tuple(outs)
 
 

@@ -58,9 +58,9 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 from tape.layout.columns import B_KIND, CONST
-from tape.program import callbacks as C
+from tape.program import callbacks
 
 
 class _Call:
@@ -82,7 +82,7 @@ class _Call:
         y = self.fn._value(self._inputs(tp, data), self.out_shapes[0], at="replay")
         tp.view(data, self.outs[0])[...] = y
 
-    def tangent(self, tp, data, T):
+    def tangent(self, tp, data, tensor):
         """Forward mode: ``jvp`` on the inputs' tangents, one call per direction (row of the
         tangent arenas ``T``); the output's tangent written there."""
         fn = self.fn
@@ -94,15 +94,15 @@ class _Call:
         xs = self._inputs(tp, data)
         o = self.outs[0]
         y = tp.view(data, o).reshape(self.out_shapes[0])
-        for r in range(T.shape[0]):
-            ts = [tp.view(T[r], b).reshape(sh) for b, sh in zip(self.ins, self.in_shapes)]
+        for r in range(tensor.shape[0]):
+            ts = [tp.view(tensor[r], b).reshape(sh) for b, sh in zip(self.ins, self.in_shapes)]
             ty = np.asarray(fn.jvp(y, *xs, *ts))
             if ty.shape != y.shape and ty.size != y.size:
                 raise ValueError(
                     f"custom_op {fn.name!r}: jvp returned shape {ty.shape}, the output has "
                     f"shape {y.shape}"
                 )
-            tp.view(T[r], o)[...] = ty.reshape(tp.shapes[o])
+            tp.view(tensor[r], o)[...] = ty.reshape(tp.shapes[o])
 
     def gpu_problem(self):
         """Why GPU replay cannot run this application (None if it can)."""
@@ -208,23 +208,23 @@ class CustomOp:
         ts = [_as_float(x) for x in inputs]
         shape = self._shape([t.shape for t in ts])
         y = self._value([t._peek() for t in ts], shape)
-        grad_on = T.is_grad_enabled()
-        rec, eager = T.tapes_of(ts)
+        grad_on = tensor.is_grad_enabled()
+        rec, eager = tensor.tapes_of(ts)
         need = grad_on and any(t._rg for t in ts)
         dtype = np.result_type(*[t.dtype for t in ts])
         if rec is None and not need:
-            return T.Tensor(y.astype(dtype, copy=False))
-        target = rec if rec is not None else T._union(eager, ts)
+            return tensor.Tensor(y.astype(dtype, copy=False))
+        target = rec if rec is not None else tensor._union(eager, ts)
         if dtype.itemsize > target.dtype.itemsize:
             target.promote(dtype)
         call = _Call()
         call.fn = self
-        call.ins = [T._buffer_in(target, t, grad_on) for t in ts]
+        call.ins = [tensor._buffer_in(target, t, grad_on) for t in ts]
         call.in_shapes = [t.shape for t in ts]
         call.ctx = None
         active = grad_on and any(target.bufs[b, B_KIND] != CONST for b in call.ins)
-        (b,) = C.add_group(target, call, [y.astype(target.dtype, copy=False)], [active])
-        return T.Tensor._traced(target, b, shape, dtype, active, self.name)
+        (b,) = callbacks.add_group(target, call, [y.astype(target.dtype, copy=False)], [active])
+        return tensor.Tensor._traced(target, b, shape, dtype, active, self.name)
 
 
 # ---------------------------------------------------------------- compiled-tier helpers
@@ -281,14 +281,14 @@ def _c_check_impl(gs, n):
 
 
 def _as_float(x):
-    t = T.as_tensor(x)
+    t = tensor.as_tensor(x)
     if t.dtype.kind != "f":
         if t._tape is not None:
             raise TypeError(
                 "custom_op inputs are float tensors (or constant arrays); got a traced "
                 f"{t.dtype} tensor"
             )
-        t = T.tensor(t.numpy().astype(np.float64))
+        t = tensor.tensor(t.numpy().astype(np.float64))
     return t
 
 

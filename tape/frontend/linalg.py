@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 from tape.frontend.functional import exp, log, norm, stop_gradient
 from tape.frontend.functional import sum as _sum
 from tape.frontend.ops.linalg import matmul
@@ -60,29 +60,29 @@ LinAlgError = np.linalg.LinAlgError
 class SlogdetResult(NamedTuple):
     """What :func:`slogdet` returns, as NumPy names it."""
 
-    sign: T.Tensor
-    logabsdet: T.Tensor
+    sign: tensor.Tensor
+    logabsdet: tensor.Tensor
 
 
 class EighResult(NamedTuple):
     """What :func:`eigh` returns, as NumPy names it."""
 
-    eigenvalues: T.Tensor
-    eigenvectors: T.Tensor
+    eigenvalues: tensor.Tensor
+    eigenvectors: tensor.Tensor
 
 
 class QRResult(NamedTuple):
     """What :func:`qr` returns, as NumPy names it."""
 
-    Q: T.Tensor
-    R: T.Tensor
+    Q: tensor.Tensor
+    R: tensor.Tensor
 
 
 def _float(x):
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     if x.dtype.kind != "f":
         x = (
-            T.tensor(x.numpy().astype(T.get_default_dtype()))
+            tensor.tensor(x.numpy().astype(tensor.get_default_dtype()))
             if x._tape is None
             else x.to(np.float64)
         )
@@ -117,7 +117,7 @@ def _solve(a, b, mode, name):
     b = _float(b)
     n = a.shape[-1]
     vec = b.ndim == 1
-    b2 = T.view(b, b.shape + (1,), 0) if vec else b
+    b2 = tensor.view(b, b.shape + (1,), 0) if vec else b
     if b2.ndim < 2 or b2.shape[-2] != n:
         raise ValueError(
             f"{name}: b of shape {b.shape} does not match a of shape {a.shape}: expected "
@@ -133,8 +133,8 @@ def _solve(a, b, mode, name):
     a3, sa = _batched(a, batch, n, n)
     b3, sb = _batched(b2, batch, n, k)
     nb = math.prod(batch)
-    out = T.apply(SOLVE, [a3, b3], batch + (n, k), [nb, n, k, sa, sb, mode])
-    return T.view(out, batch + (n,), 0) if vec else out
+    out = tensor.apply(SOLVE, [a3, b3], batch + (n, k), [nb, n, k, sa, sb, mode])
+    return tensor.view(out, batch + (n,), 0) if vec else out
 
 
 def solve(a, b):
@@ -161,7 +161,7 @@ def cholesky(a):
     a = _square(a, "cholesky")
     n = a.shape[-1]
     nb = math.prod(a.shape[:-2])
-    return T.apply(CHOLESKY, [a], a.shape, [nb, n])
+    return tensor.apply(CHOLESKY, [a], a.shape, [nb, n])
 
 
 def slogdet(a):
@@ -172,7 +172,7 @@ def slogdet(a):
     n = a.shape[-1]
     batch = a.shape[:-2]
     nb = math.prod(batch)
-    out = T.apply(SLOGDET, [a], (nb, 2), [nb, n])
+    out = tensor.apply(SLOGDET, [a], (nb, 2), [nb, n])
     sign = strided(out, batch, 0, _batch_strides(batch))
     lad = strided(out, batch, 1, _batch_strides(batch))
     return SlogdetResult(stop_gradient(sign), lad)
@@ -240,8 +240,8 @@ def eigh(a, UPLO="L"):
     n = a.shape[-1]
     batch = a.shape[:-2]
     nb = math.prod(batch)
-    out = T.apply(EIGH, [a], (nb * (n + n * n),), [nb, n])
-    return EighResult(T.view(out, batch + (n,), 0), T.view(out, batch + (n, n), nb * n))
+    out = tensor.apply(EIGH, [a], (nb * (n + n * n),), [nb, n])
+    return EighResult(tensor.view(out, batch + (n,), 0), tensor.view(out, batch + (n, n), nb * n))
 
 
 def eigvalsh(a, UPLO="L"):
@@ -278,5 +278,7 @@ def qr(a, mode="reduced"):
         )
     batch = a.shape[:-2]
     nb = math.prod(batch)
-    out = T.apply(QR, [a], (nb * (m * n + n * n),), [nb, m, n])
-    return QRResult(T.view(out, batch + (m, n), 0), T.view(out, batch + (n, n), nb * m * n))
+    out = tensor.apply(QR, [a], (nb * (m * n + n * n),), [nb, m, n])
+    return QRResult(
+        tensor.view(out, batch + (m, n), 0), tensor.view(out, batch + (n, n), nb * m * n)
+    )

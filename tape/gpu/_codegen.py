@@ -64,7 +64,7 @@ FINGERPRINT = "{fingerprint}"
 from numba import cuda, float64
 
 from tape.layout.columns import E_OP
-from tape.gpu import _loops as L
+from tape.gpu import _loops as loops
 from tape.gpu._config import DEVICE_JIT, KERNEL_JIT, MAX_THREADS
 from tape.gpu._kernels import GPU_KERNELS
 from tape.gpu._program import (
@@ -122,7 +122,7 @@ def sweep(prog, A, mode, start, stop):
             return
     if mode & FWD:
         for i in range(start, stop):
-            op = L.ent(prog, i, E_OP)
+            op = loops.ent(prog, i, E_OP)
             ck = prog[pp + PHASE_COLS * i + 3]
             for ph in range(prog[pp + PHASE_COLS * i]):
                 forward_phase(op, ph, i, prog, A, 0, 1, t0, ts, False, sh)
@@ -166,7 +166,7 @@ def sweep(prog, A, mode, start, stop):
         for i in range(stop - 1, start - 1, -1):
             if prog[em + i] == 0:
                 continue
-            op = L.ent(prog, i, E_OP)
+            op = loops.ent(prog, i, E_OP)
             pm = prog[pp + PHASE_COLS * i + 2]
             for ph in range(prog[pp + PHASE_COLS * i + 1]):
                 if (pm >> ph) & 1:
@@ -189,7 +189,7 @@ def step(prog, A, mode, i, ph):
     t0 = cuda.grid(1)
     ts = cuda.gridsize(1)
     if mode & FWD:
-        forward_phase(L.ent(prog, i, E_OP), ph, i, prog, A, 0, 1, t0, ts, False, sh)
+        forward_phase(loops.ent(prog, i, E_OP), ph, i, prog, A, 0, 1, t0, ts, False, sh)
     if mode & ZERO_ACT:
         _zero(prog, A, 0, 1, t0, ts, H_ZACT, H_N_ZACT)
     if mode & ZERO_LEAF:
@@ -203,7 +203,7 @@ def step(prog, A, mode, i, ph):
             for j in range(t0, prog[q + 3 * s + 2], ts):
                 cuda.atomic.add(A, o + j, A[so + j])
     if mode & REV:
-        reverse_phase(L.ent(prog, i, E_OP), ph, i, prog, A, 0, 1, t0, ts, False, sh)
+        reverse_phase(loops.ent(prog, i, E_OP), ph, i, prog, A, 0, 1, t0, ts, False, sh)
 
 
 @cuda.jit(**KERNEL_JIT)
@@ -235,7 +235,7 @@ def batch(prog, T, A, n, mode, start, stop):
     pp = prog[H_PHASES]
     if mode & FWD:
         for i in range(start, stop):
-            op = L.ent(prog, i, E_OP)
+            op = loops.ent(prog, i, E_OP)
             ck = prog[pp + PHASE_COLS * i + 3]
             for ph in range(prog[pp + PHASE_COLS * i]):
                 forward_phase(op, ph, i, prog, A, b, n, 0, 1, True, sh)
@@ -258,7 +258,7 @@ def batch(prog, T, A, n, mode, start, stop):
         for i in range(stop - 1, start - 1, -1):
             if prog[em + i] == 0:
                 continue
-            op = L.ent(prog, i, E_OP)
+            op = loops.ent(prog, i, E_OP)
             pm = prog[pp + PHASE_COLS * i + 2]
             for ph in range(prog[pp + PHASE_COLS * i + 1]):
                 if (pm >> ph) & 1:
@@ -319,15 +319,15 @@ def generate(codes=None) -> str:
                 rules.append(f'{rn} = device_rule(BY_NAME["{op.name}"].rev[{k}])')
         loop = {1: "unary", 2: "binary", 3: "ternary"}[n]
         fwd.append(f"    {kw} op == {op.code}:{tag}")
-        fwd.append(f"        L.{loop}_fwd({op.fwd_name}, {ARGS})")
+        fwd.append(f"        loops.{loop}_fwd({op.fwd_name}, {ARGS})")
         if not any(op.differentiable):
             continue
         if n == 1:
-            call = f"L.unary_rev({op.rev_names[0]}, {ARGS})"
+            call = f"loops.unary_rev({op.rev_names[0]}, {ARGS})"
         else:
             rs = ", ".join(r or f"no_rule{n + 2}" for r in op.rev_names)
             ds = ", ".join(str(d) for d in op.differentiable)
-            call = f"L.{loop}_rev({rs}, {ds}, {ARGS})"
+            call = f"loops.{loop}_rev({rs}, {ds}, {ARGS})"
         rev.append(f"    elif op == {op.code}:{tag}")
         rev.append(f"        {call}")
     if not rev:  # no op of the set has a reverse rule

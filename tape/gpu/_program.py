@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.interpreter.generated import sweeps as S
+from tape.interpreter.generated import sweeps
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
@@ -146,7 +146,7 @@ class Program:
         bufs = t.bufs[:nb]
         self.n_entries, self.n_bufs, self.n_data = ne, nb, t.n_data
         self.roots = np.asarray(t.outputs if roots is None else roots, np.int64)
-        emask, need = S.reach(t.entries, t.bufs, ne, self.roots)
+        emask, need = sweeps.reach(t.entries, t.bufs, ne, self.roots)
         phases = np.zeros((ne, PHASE_COLS), np.int64)
         work = 0
         n_checks = 0

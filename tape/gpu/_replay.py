@@ -16,7 +16,7 @@ import numpy as np
 from numba import cuda
 from numba import types as nbt
 
-from tape.gpu import _config as C
+from tape.gpu import _config as config
 from tape.gpu._program import (
     BACKWARD,
     FWD,
@@ -48,7 +48,7 @@ _NO_GPU = (
 
 def available() -> bool:
     """Whether a CUDA GPU (or the simulator) can run tape's kernels."""
-    if C.SIMULATOR:
+    if config.SIMULATOR:
         return True
     try:
         return bool(cuda.is_available())
@@ -57,7 +57,7 @@ def available() -> bool:
 
 
 def require_device():
-    if C.SIMULATOR:
+    if config.SIMULATOR:
         return
     try:
         ok = cuda.is_available()
@@ -117,10 +117,12 @@ def kernels_for(t):
 
 def _check_threads(threads):
     if threads is None:
-        threads = C.SIM_THREADS if C.SIMULATOR else C.THREADS
+        threads = config.SIM_THREADS if config.SIMULATOR else config.THREADS
     threads = int(threads)
-    if threads < 1 or threads > C.MAX_THREADS or threads & (threads - 1):
-        raise ValueError(f"threads must be a power of two in [1, {C.MAX_THREADS}], got {threads}")
+    if threads < 1 or threads > config.MAX_THREADS or threads & (threads - 1):
+        raise ValueError(
+            f"threads must be a power of two in [1, {config.MAX_THREADS}], got {threads}"
+        )
     return threads
 
 
@@ -138,12 +140,12 @@ class _Launcher:
         self.dispatcher = dispatcher
         self.argtypes = tuple(argtypes)
         self._kernel = None
-        self._direct = not C.SIMULATOR
+        self._direct = not config.SIMULATOR
 
     @property
     def kernel(self):
         """The compiled kernel (compiles on first use; None under the simulator)."""
-        if self._kernel is None and not C.SIMULATOR:
+        if self._kernel is None and not config.SIMULATOR:
             self._kernel = self.dispatcher.compile(self.argtypes)
         return self._kernel
 
@@ -162,7 +164,7 @@ class _Launcher:
         self.dispatcher[grid, block](*args)
 
     def max_cooperative_blocks(self, block):
-        if C.SIMULATOR:
+        if config.SIMULATOR:
             return 1
         return max(1, int(self.kernel.max_cooperative_grid_blocks(block)))
 
@@ -309,10 +311,10 @@ class CudaTape:
         i64 = nbt.int64
         self._sweep = _Launcher(K.sweep, (i64[::1], arr, i64, i64, i64))
         self._step = _Launcher(K.step, (i64[::1], arr, i64, i64, i64))
-        if self.cooperative and not C.SIMULATOR:
+        if self.cooperative and not config.SIMULATOR:
             self.cooperative = _loads(self._sweep)
         cooperative = self.cooperative
-        if C.SIMULATOR and cooperative:
+        if config.SIMULATOR and cooperative:
             big = 1
         elif blocks is not None:
             big = int(blocks)
@@ -322,8 +324,8 @@ class CudaTape:
             big = 4 * self._step.max_cooperative_blocks(self.threads)
         self.blocks = max(1, big)
         self.program = p = Program(t, n_blocks=self.blocks)
-        small = C.SMALL if small is None else small
-        min_run = C.MIN_RUN if min_run is None else min_run
+        small = config.SMALL if small is None else small
+        min_run = config.MIN_RUN if min_run is None else min_run
         self.runs = segments(p.entry_size, small, min_run)
         self.pieces = _plan(t, p, self.runs, t.dtype)
         self.prog = cuda.to_device(p.prog)

@@ -45,7 +45,7 @@ FINGERPRINT = "{fingerprint}"
 import numpy as np
 from numba import njit, prange
 
-from tape.interpreter import dispatch as D
+from tape.interpreter import dispatch
 from tape.layout.config import SWEEP_JIT
 from tape.layout.columns import (
     ACTIVE,
@@ -64,14 +64,14 @@ from tape.layout.columns import (
 @njit(inline="always", **SWEEP_JIT)
 def _kernel(kind, op, data):
     """The table slot of ``op``'s ``kind`` kernel for ``data``'s dtype: an address, or
-    ``D.NOTHING`` (skip the entry). Raises for an op code outside the table and for an op
+    ``dispatch.NOTHING`` (skip the entry). Raises for an op code outside the table and for an op
     whose kernel this process has not prepared."""
     if op == CALLBACK:  # run by tape.program.callbacks between sweep segments
-        return D.NOTHING
-    if op < 0 or op >= D.MAX_OPS:
+        return dispatch.NOTHING
+    if op < 0 or op >= dispatch.MAX_OPS:
         raise ValueError("tape sweeps: an entry's op code is outside the instruction set")
-    a = D.slot(kind, op, data)
-    if a == D.NOT_PREPARED:
+    a = dispatch.slot(kind, op, data)
+    if a == dispatch.NOT_PREPARED:
         raise RuntimeError(
             "tape sweeps: an entry's op kernel is not prepared in this process (get the "
             "arrays from t.workspace() or t.kernel_args(), or call "
@@ -92,21 +92,21 @@ def table2d(flat, rows, cols):
 def run_fwd(op, i, entries, bufs, ipool, data):
     """Entry ``i`` (op ``op``) through the table: the compiled tier's call of an entry it
     does not fuse, without the op's kernel compiled into its own code. Returns the status."""
-    return D.call_fwd(_kernel(D.FWD, op, data), (i, entries, bufs, ipool, data))
+    return dispatch.call_fwd(_kernel(dispatch.FWD, op, data), (i, entries, bufs, ipool, data))
 
 
 @njit(inline="always", **SWEEP_JIT)
 def run_rev(op, i, entries, bufs, ipool, data, grad):
     """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
-    a = _kernel(D.REV, op, data)
-    if a != D.NOTHING:
-        D.call_rev(a, (i, entries, bufs, ipool, data, grad))
+    a = _kernel(dispatch.REV, op, data)
+    if a != dispatch.NOTHING:
+        dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
 
 # Per-op functions, indexed by op code: eager mode and per-entry checks call these directly, so
 # they compile (or load) only the ops they use.
-FWD = D.PerOp("fwd")
-REV = D.PerOp("rev")
+FWD = dispatch.PerOp("fwd")
+REV = dispatch.PerOp("rev")
 
 
 @njit(**SWEEP_JIT)
@@ -114,10 +114,10 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
     """Run entries ``start .. stop-1``. Writes ``data``. Returns ``-1``, or the index of the
     first entry that rejected its data (an out-of-range gather index, a failed guard)."""
     for i in range(start, stop):
-        a = _kernel(D.FWD, entries[i, 0], data)
-        if a == D.NOTHING:
+        a = _kernel(dispatch.FWD, entries[i, 0], data)
+        if a == dispatch.NOTHING:
             continue
-        status = D.call_fwd(a, (i, entries, bufs, ipool, data))
+        status = dispatch.call_fwd(a, (i, entries, bufs, ipool, data))
         if status >= 0:
             return status
     return -1
@@ -130,9 +130,9 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(D.REV, entries[i, 0], data)
-        if a != D.NOTHING:
-            D.call_rev(a, (i, entries, bufs, ipool, data, grad))
+        a = _kernel(dispatch.REV, entries[i, 0], data)
+        if a != dispatch.NOTHING:
+            dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
 
 @njit(**SWEEP_JIT)
@@ -144,9 +144,9 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
     for i in range(start, stop):
         if bufs[entries[i, E_OUT], B_KIND] == CONST:
             continue
-        a = _kernel(D.TAN, entries[i, 0], data)
-        if a != D.NOTHING:
-            D.call_tan(a, (i, entries, bufs, ipool, data, T))
+        a = _kernel(dispatch.TAN, entries[i, 0], data)
+        if a != dispatch.NOTHING:
+            dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))
 
 
 @njit(**SWEEP_JIT)
@@ -159,9 +159,9 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(D.HREV, entries[i, 0], data)
-        if a != D.NOTHING:
-            D.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
+        a = _kernel(dispatch.HREV, entries[i, 0], data)
+        if a != dispatch.NOTHING:
+            dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 
 
 '''
@@ -180,7 +180,7 @@ FINGERPRINT = "{fingerprint}"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 {imports}
 
@@ -259,17 +259,17 @@ def generate_op(op) -> str:
         spec = Specializer(r.split(" = ")[0] for r in rules)
         loop = {1: "unary", 2: "binary", 3: "ternary"}[n]
         if n == 1:
-            fwd_call = f"L.unary_fwd({op.fwd_name}, i, entries, bufs, data)"
+            fwd_call = f"loops.unary_fwd({op.fwd_name}, i, entries, bufs, data)"
         else:
-            fwd_call = f"L.{loop}_fwd({op.fwd_name}, i, entries, bufs, ipool, data)"
+            fwd_call = f"loops.{loop}_fwd({op.fwd_name}, i, entries, bufs, ipool, data)"
         entries = [spec.entry(f"_fwd_{op.name}", fwd_call, FWD_ARGS, returns="np.int64(-1)")]
         if any(op.differentiable):
             if n == 1:
-                rev_call = f"L.unary_rev({op.rev_names[0]}, i, entries, bufs, data, grad)"
+                rev_call = f"loops.unary_rev({op.rev_names[0]}, i, entries, bufs, data, grad)"
             else:
-                rs = ", ".join(r or f"L.no_rule{n + 2}" for r in op.rev_names)
+                rs = ", ".join(r or f"loops.no_rule{n + 2}" for r in op.rev_names)
                 ds = ", ".join(str(d) for d in op.differentiable)
-                rev_call = f"L.{loop}_rev({rs}, {ds}, i, entries, bufs, ipool, data, grad)"
+                rev_call = f"loops.{loop}_rev({rs}, {ds}, i, entries, bufs, ipool, data, grad)"
             entries.append(spec.entry(f"_rev_{op.name}", rev_call, REV_ARGS))
             entries += _elementwise_derivatives(op, spec)
         entry_fns += spec.sources + entries
@@ -312,20 +312,22 @@ def _elementwise_derivatives(op, spec):
     forward-over-reverse entry (its reverse rules on the tangent adjoints plus its second
     partials)."""
     n = op.arity
-    r = [rn or f"L.no_rule{n + 2}" for rn in op.rev_names]
+    r = [rn or f"loops.no_rule{n + 2}" for rn in op.rev_names]
     d = ", ".join(str(v) for v in op.differentiable)
-    h = [f"{op.name}_h{k}" if f is not None else f"L.no_h{n + 1}" for k, f in enumerate(op.hess)]
+    h = [
+        f"{op.name}_h{k}" if f is not None else f"loops.no_h{n + 1}" for k, f in enumerate(op.hess)
+    ]
     nz = ", ".join(str(f is not None) for f in op.hess)
     if n == 1:
-        jvp = f"L.unary_tan({r[0]}, i, entries, bufs, data, T)"
-        hvp = f"L.unary_hrev({r[0]}, {h[0]}, {nz}, i, entries, bufs, data, grad, T, GT)"
+        jvp = f"loops.unary_tan({r[0]}, i, entries, bufs, data, T)"
+        hvp = f"loops.unary_hrev({r[0]}, {h[0]}, {nz}, i, entries, bufs, data, grad, T, GT)"
     elif n == 2:
-        jvp = f"L.binary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, T)"
-        hvp = (f"L.binary_hrev({', '.join(r)}, {', '.join(h)}, {d}, {nz}, i, entries, bufs, "
+        jvp = f"loops.binary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, T)"
+        hvp = (f"loops.binary_hrev({', '.join(r)}, {', '.join(h)}, {d}, {nz}, i, entries, bufs, "
                "ipool, data, grad, T, GT)")  # fmt: skip
     else:  # ternary ops are piecewise linear
-        jvp = f"L.ternary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, T)"
-        hvp = f"L.ternary_hrev({', '.join(r)}, {d}, i, entries, bufs, ipool, data, GT)"
+        jvp = f"loops.ternary_tan({', '.join(r)}, {d}, i, entries, bufs, ipool, data, T)"
+        hvp = f"loops.ternary_hrev({', '.join(r)}, {d}, i, entries, bufs, ipool, data, GT)"
     return [
         spec.entry(f"_tan_{op.name}", jvp, TAN_ARGS),
         spec.entry(f"_hrev_{op.name}", hvp, HREV_ARGS),

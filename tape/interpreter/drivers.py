@@ -18,7 +18,7 @@ there for the linter and is not copied.
 import numpy as np
 from numba import njit, prange
 
-from tape.interpreter import dispatch as D
+from tape.interpreter import dispatch
 from tape.interpreter.generated.sweeps import (
     _kernel,
     forward_sweep,
@@ -137,7 +137,9 @@ def emit(
     and run it. Returns its status (``-1``, or ``n_entries`` when it rejected its data)."""
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
               attr)  # fmt: skip
-    return D.call_fwd(_kernel(D.FWD, op, data), (n_entries, entries, bufs, ipool, data))
+    return dispatch.call_fwd(
+        _kernel(dispatch.FWD, op, data), (n_entries, entries, bufs, ipool, data)
+    )
 
 
 @njit(**SWEEP_JIT)

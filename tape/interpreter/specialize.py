@@ -46,7 +46,7 @@ def _is_rule_value(obj) -> bool:
 
 class Specializer:
     """Specialised copies of the templates for one op module. :meth:`call` turns a call text
-    such as ``L.binary_rev(mul_rev0, mul_rev1, True, True, i, ...)`` into a call of the
+    such as ``loops.binary_rev(mul_rev0, mul_rev1, True, True, i, ...)`` into a call of the
     specialised copy; :attr:`sources` holds every copy's text, callees first."""
 
     def __init__(self, rules):
@@ -126,7 +126,7 @@ class Specializer:
 
 class _Rewrite(ast.NodeTransformer):
     """Binds rule names, collects the :mod:`tape.ops.loops` globals a template's body reads (the
-    op module imports them by name: Numba rejects ``L.view``, taking it for ``ndarray.view``)
+    op module imports them by name: Numba rejects ``loops.view``, taking it for ``ndarray.view``)
     and turns calls of templates into calls of specialised copies."""
 
     def __init__(self, spec, binding, local, top):
@@ -139,7 +139,7 @@ class _Rewrite(ast.NodeTransformer):
         """The template a call's ``func`` names, or None."""
         if self.top:
             if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-                if func.value.id == "L" and _is_template(_dispatcher(func.attr)):
+                if func.value.id == "loops" and _is_template(_dispatcher(func.attr)):
                     return func.attr
             return None
         if isinstance(func, ast.Name) and func.id not in self.local:
@@ -153,10 +153,10 @@ class _Rewrite(ast.NodeTransformer):
             return self.binding[arg.id]
         if isinstance(arg, ast.Name) and not self.top and arg.id not in self.local:
             if _is_rule_value(_dispatcher(arg.id)):
-                return f"L.{arg.id}"
+                return f"loops.{arg.id}"
         if self.top and isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
-            if arg.value.id == "L" and _is_rule_value(_dispatcher(arg.attr)):
-                return f"L.{arg.attr}"
+            if arg.value.id == "loops" and _is_rule_value(_dispatcher(arg.attr)):
+                return f"loops.{arg.attr}"
         return None
 
     def visit_Call(self, node):

@@ -27,8 +27,7 @@ from numba import njit
 
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
-from tape.ops import registry
-from tape.ops import validate as V
+from tape.ops import registry, validate
 from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
@@ -460,27 +459,29 @@ def check_solve(t, i, e):
     apart; ``mode`` 0, 1 or 2."""
     a, b, y = e[E_IN0], e[E_IN1], e[E_OUT]
     names = ("batch", "n", "k", "stride_a", "stride_b", "mode")
-    ints = V.block(t, i, 0, 6, ", ".join(names))
+    ints = validate.block(t, i, 0, 6, ", ".join(names))
     for name, v in zip(names, ints):
-        V.count(t, i, v, name, hi=1 << 62)
+        validate.count(t, i, v, name, hi=1 << 62)
     nb, n, k, sa, sb, mode = ints
     if mode not in (GENERAL, LOWER, UPPER):
-        V.fail(t, i, f"mode {mode} is not 0 (general), 1 (lower) or 2 (upper)")
-    V.equal_sizes(t, i, "the output", y, nb * n * k, f"{nb} matrices of {n} x {k}")
+        validate.fail(t, i, f"mode {mode} is not 0 (general), 1 (lower) or 2 (upper)")
+    validate.equal_sizes(t, i, "the output", y, nb * n * k, f"{nb} matrices of {n} x {k}")
     if nb and n:
-        V.inside(t, i, "input 0", a, (0, (nb - 1) * sa + n * n - 1))
+        validate.inside(t, i, "input 0", a, (0, (nb - 1) * sa + n * n - 1))
     if nb and n * k:
-        V.inside(t, i, "input 1", b, (0, (nb - 1) * sb + n * k - 1))
+        validate.inside(t, i, "input 1", b, (0, (nb - 1) * sb + n * k - 1))
 
 
 def _check_square(out_per):
     def check(t, i, e):
         a, y = e[E_IN0], e[E_OUT]
-        nb, n = V.block(t, i, 0, 2, "batch, n")
-        V.count(t, i, nb, "batch", hi=1 << 62)
-        V.count(t, i, n, "n", hi=1 << 31)
-        V.equal_sizes(t, i, "input 0", a, nb * n * n, f"{nb} matrices of {n} x {n}")
-        V.equal_sizes(t, i, "the output", y, nb * out_per(n), f"{nb} results of {out_per(n)}")
+        nb, n = validate.block(t, i, 0, 2, "batch, n")
+        validate.count(t, i, nb, "batch", hi=1 << 62)
+        validate.count(t, i, n, "n", hi=1 << 31)
+        validate.equal_sizes(t, i, "input 0", a, nb * n * n, f"{nb} matrices of {n} x {n}")
+        validate.equal_sizes(
+            t, i, "the output", y, nb * out_per(n), f"{nb} results of {out_per(n)}"
+        )
 
     check.__doc__ = (
         "Validation of a square-matrix entry: the input is ``batch`` ``n x n`` matrices."

@@ -23,8 +23,7 @@ from numba import njit
 
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1
 from tape.layout.config import UNCACHED_JIT
-from tape.ops import registry
-from tape.ops import validate as V
+from tape.ops import registry, validate
 from tape.ops.loops import view
 
 EQUAL, TRUTH, INT = 0, 1, 2
@@ -55,16 +54,20 @@ def check(t, i, e):
     """Validation of a guard entry: ``TRUTH`` reads one element of each input, the other
     modes compare input 0 with input 1 element by element."""
     x, ref = e[E_IN0], e[E_IN1]
-    (mode,) = V.block(t, i, 0, 1, "the guard mode")
+    (mode,) = validate.block(t, i, 0, 1, "the guard mode")
     if mode not in MODES:
-        V.fail(t, i, f"guard mode {mode}, expected one of {sorted(MODES)}")
+        validate.fail(t, i, f"guard mode {mode}, expected one of {sorted(MODES)}")
     if mode == TRUTH:
         for k, b in enumerate((x, ref)):
-            if V.size(t, b) < 1:
-                V.fail(t, i, f"a truth-value guard reads input {k} (buffer {b}), which is empty")
+            if validate.size(t, b) < 1:
+                validate.fail(
+                    t, i, f"a truth-value guard reads input {k} (buffer {b}), which is empty"
+                )
     else:
-        n = V.size(t, x)
-        V.equal_sizes(t, i, "input 1 (the recorded value)", ref, n, "it is compared with input 0")
+        n = validate.size(t, x)
+        validate.equal_sizes(
+            t, i, "input 1 (the recorded value)", ref, n, "it is compared with input 0"
+        )
 
 
 def describe_failure(t, i, read, at):
@@ -75,7 +78,7 @@ def describe_failure(t, i, read, at):
     now = np.asarray(read(b))
     was = np.asarray(read(int(t.entries[i, E_IN1])))
     return (
-        f"guard at entry {i} ({MODES[mode]} of %{b}, made by {V.producer(t, b, i)}) "
+        f"guard at entry {i} ({MODES[mode]} of %{b}, made by {validate.producer(t, b, i)}) "
         f"recorded{at}: recorded {_short(was)}, now {_short(now)}. The recorded tape follows "
         "another path here; retrace (on_change='retrace'), or make the choice with tape.where"
     )

@@ -11,8 +11,7 @@ from numba import njit
 
 from tape.layout.columns import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
-from tape.ops import registry
-from tape.ops import validate as V
+from tape.ops import registry, validate
 from tape.ops.blas import gemm_acc
 from tape.ops.loops import active, view
 
@@ -199,15 +198,15 @@ def check(t, i, e):
     whenever they are nonempty.)"""
     a, b, y = e[E_IN0], e[E_IN1], e[E_OUT]
     names = ("batch", "m", "k", "n", "stride_a", "stride_b")
-    ints = V.block(t, i, 0, 6, ", ".join(names))
+    ints = validate.block(t, i, 0, 6, ", ".join(names))
     for name, v in zip(names, ints):
-        V.count(t, i, v, name, hi=1 << 62)
+        validate.count(t, i, v, name, hi=1 << 62)
     nb, m, k, n, sa, sb = ints
-    V.equal_sizes(t, i, "the output", y, nb * m * n, f"{nb} matrices of {m} x {n}")
+    validate.equal_sizes(t, i, "the output", y, nb * m * n, f"{nb} matrices of {m} x {n}")
     if nb and m * k:
-        V.inside(t, i, "input 0", a, (0, (nb - 1) * sa + m * k - 1))
+        validate.inside(t, i, "input 0", a, (0, (nb - 1) * sa + m * k - 1))
     if nb and k * n:
-        V.inside(t, i, "input 1", b, (0, (nb - 1) * sb + k * n - 1))
+        validate.inside(t, i, "input 1", b, (0, (nb - 1) * sb + k * n - 1))
 
 
 MATMUL = registry.structural(

@@ -21,8 +21,7 @@ from numba import njit
 
 from tape.layout.columns import B_OFF, E_ATTR, E_IN0, E_IN1, E_OP, E_OUT
 from tape.layout.config import UNCACHED_JIT
-from tape.ops import registry
-from tape.ops import validate as V
+from tape.ops import registry, validate
 from tape.ops.loops import active, strided_offsets, view
 
 _jit = njit(**UNCACHED_JIT)
@@ -150,17 +149,19 @@ def check_copy(t, i, e):
     ``in_off + idx . in_strides`` to output offset ``out_off + idx . out_strides``; a copy
     writes distinct output elements, so no more than the output holds."""
     x, y = e[E_IN0], e[E_OUT]
-    (nd,) = V.block(t, i, 0, 1, "the number of axes")
-    V.count(t, i, nd, "the number of axes")
-    ints = V.block(t, i, 1, 3 * nd + 2, f"a shape, 2 offsets and 2 x {nd} strides")
+    (nd,) = validate.block(t, i, 0, 1, "the number of axes")
+    validate.count(t, i, nd, "the number of axes")
+    ints = validate.block(t, i, 1, 3 * nd + 2, f"a shape, 2 offsets and 2 x {nd} strides")
     ds = ints[:nd]
     in_off, in_st = ints[nd], ints[nd + 1 : 2 * nd + 1]
     out_off, out_st = ints[2 * nd + 1], ints[2 * nd + 2 :]
-    n = V.dims(t, i, ds, "the copied shape")
-    if n > V.size(t, y):
-        V.fail(t, i, f"copies {n} elements into an output (buffer {y}) of {V.size(t, y)}")
-    V.inside(t, i, "the input", x, V.span(ds, in_st, in_off))
-    V.inside(t, i, "the output", y, V.span(ds, out_st, out_off))
+    n = validate.dims(t, i, ds, "the copied shape")
+    if n > validate.size(t, y):
+        validate.fail(
+            t, i, f"copies {n} elements into an output (buffer {y}) of {validate.size(t, y)}"
+        )
+    validate.inside(t, i, "the input", x, validate.span(ds, in_st, in_off))
+    validate.inside(t, i, "the output", y, validate.span(ds, out_st, out_off))
 
 
 def check_take(t, i, e):
@@ -170,15 +171,17 @@ def check_take(t, i, e):
     entry may write them) and, since a reverse sweep may run on the arena as loaded, the
     saved values must be in range too."""
     x, idx, y = e[E_IN0], e[E_IN1], e[E_OUT]
-    n_rows, inner = V.block(t, i, 0, 2, "n_rows and inner")
-    V.count(t, i, n_rows, "n_rows", hi=1 << 62)
-    V.count(t, i, inner, "inner", hi=1 << 62)
-    V.equal_sizes(t, i, "input 0", x, n_rows * inner, f"it is read as {n_rows} rows of {inner}")
-    n_idx = V.size(t, idx)
-    V.equal_sizes(t, i, "the output", y, n_idx * inner, f"{n_idx} indices, rows of {inner}")
-    j = V.later_writer(t, i, idx)
+    n_rows, inner = validate.block(t, i, 0, 2, "n_rows and inner")
+    validate.count(t, i, n_rows, "n_rows", hi=1 << 62)
+    validate.count(t, i, inner, "inner", hi=1 << 62)
+    validate.equal_sizes(
+        t, i, "input 0", x, n_rows * inner, f"it is read as {n_rows} rows of {inner}"
+    )
+    n_idx = validate.size(t, idx)
+    validate.equal_sizes(t, i, "the output", y, n_idx * inner, f"{n_idx} indices, rows of {inner}")
+    j = validate.later_writer(t, i, idx)
     if j >= 0:
-        V.fail(
+        validate.fail(
             t, i,
             f"entry {j} writes the memory of its index buffer {idx} after the indices are "
             "checked (the reverse sweep reads them unchecked)",
@@ -189,7 +192,7 @@ def check_take(t, i, e):
         ok = (v == np.floor(v)) & (v >= -n_rows) & (v < n_rows)
     if not ok.all():
         k = int(np.flatnonzero(~ok)[0])
-        V.fail(
+        validate.fail(
             t, i, f"index {v[k]:g} (element {k} of buffer {idx}) is out of range for {n_rows} rows"
         )  # fmt: skip
 

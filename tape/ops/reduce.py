@@ -13,8 +13,7 @@ from numba import njit
 
 from tape.layout.columns import E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
-from tape.ops import registry
-from tape.ops import validate as V
+from tape.ops import registry, validate
 from tape.ops.loops import active, strided_offsets, total, view
 
 _jit = njit(**UNCACHED_JIT)
@@ -338,15 +337,15 @@ def check(t, i, e):
     innermost axis and, when the output stride along them is 0, touches each row's output
     offset even if the rows are empty."""
     x, y = e[E_IN0], e[E_OUT]
-    (nd,) = V.block(t, i, 0, 1, "the number of axes")
-    V.count(t, i, nd, "the number of axes")
-    ints = V.block(t, i, 1, 2 * nd, f"{nd} input extents and {nd} output strides")
+    (nd,) = validate.block(t, i, 0, 1, "the number of axes")
+    validate.count(t, i, nd, "the number of axes")
+    ints = validate.block(t, i, 1, 2 * nd, f"{nd} input extents and {nd} output strides")
     ds, st = ints[:nd], ints[nd:]
-    n = V.dims(t, i, ds, "the input shape")
-    V.equal_sizes(t, i, "the input", x, n, f"the block's input shape is {tuple(ds)}")
-    V.inside(t, i, "the output", y, V.span(ds, st))
+    n = validate.dims(t, i, ds, "the input shape")
+    validate.equal_sizes(t, i, "the input", x, n, f"the block's input shape is {tuple(ds)}")
+    validate.inside(t, i, "the output", y, validate.span(ds, st))
     if nd and st[-1] == 0:
-        V.inside(t, i, "the output", y, V.span(ds[:-1], st[:-1]))
+        validate.inside(t, i, "the output", y, validate.span(ds[:-1], st[:-1]))
 
 
 # jvp / hvp: sum is linear; max and min follow their selection (a tangent of their own,

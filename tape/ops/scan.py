@@ -27,8 +27,7 @@ from numba import njit
 
 from tape.layout.columns import E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
-from tape.ops import registry
-from tape.ops import validate as V
+from tape.ops import registry, validate
 from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
@@ -399,16 +398,16 @@ def _check_rows(t, i, e, n_flags, out_size):
     """The block's ``outer, n, inner`` (and ``n_flags`` flags after them): the input holds
     exactly ``outer * n * inner`` elements, the output ``out_size(outer, n, inner)``."""
     x, y = e[E_IN0], e[E_OUT]
-    ints = V.block(t, i, 0, 3 + n_flags, "outer, n and inner" + " and a flag" * n_flags)
+    ints = validate.block(t, i, 0, 3 + n_flags, "outer, n and inner" + " and a flag" * n_flags)
     outer, n, inner = ints[:3]
-    V.dims(t, i, [outer, n, inner], "the (outer, n, inner) view")
+    validate.dims(t, i, [outer, n, inner], "the (outer, n, inner) view")
     for flag in ints[3:]:
         if flag not in (0, 1):
-            V.fail(t, i, f"flag {flag} in the attribute block, expected 0 or 1")
-    V.equal_sizes(
+            validate.fail(t, i, f"flag {flag} in the attribute block, expected 0 or 1")
+    validate.equal_sizes(
         t, i, "input 0", x, outer * n * inner, f"it is read as {outer} x {n} x {inner}"
     )  # fmt: skip
-    V.equal_sizes(t, i, "the output", y, out_size(outer, n, inner), "the block's shape")
+    validate.equal_sizes(t, i, "the output", y, out_size(outer, n, inner), "the block's shape")
     return outer, n, inner
 
 
@@ -428,7 +427,7 @@ def check_arg_extreme(t, i, e):
     must not be empty (its position would be no index at all)."""
     outer, n, inner = _check_rows(t, i, e, 0, lambda o, n, q: o * q)
     if n == 0 and outer * inner:
-        V.fail(t, i, f"takes the position of an extreme of {outer * inner} empty rows")
+        validate.fail(t, i, f"takes the position of an extreme of {outer * inner} empty rows")
 
 
 LINEAR = registry.LINEAR

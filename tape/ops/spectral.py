@@ -46,8 +46,7 @@ from numba import njit
 
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
-from tape.ops import registry
-from tape.ops import validate as V
+from tape.ops import registry, validate
 from tape.ops.factor import _dot, _from_lower, _mat, _phi, _tri_solve
 from tape.ops.loops import active, view
 
@@ -468,25 +467,25 @@ def qr_sparsity(t, i, data):
 def check_eigh(t, i, e):
     """Validation of an ``eigh`` entry: ``batch`` ``n x n`` input matrices, an output of
     ``batch * (n + n * n)`` (eigenvalues, then eigenvectors)."""
-    nb, n = V.block(t, i, 0, 2, "batch, n")
-    V.count(t, i, nb, "batch", hi=1 << 62)
-    V.count(t, i, n, "n", hi=1 << 31)
-    V.equal_sizes(t, i, "input 0", e[E_IN0], nb * n * n, f"{nb} matrices of {n} x {n}")
-    V.equal_sizes(t, i, "the output", e[E_OUT], nb * (n + n * n),
+    nb, n = validate.block(t, i, 0, 2, "batch, n")
+    validate.count(t, i, nb, "batch", hi=1 << 62)
+    validate.count(t, i, n, "n", hi=1 << 31)
+    validate.equal_sizes(t, i, "input 0", e[E_IN0], nb * n * n, f"{nb} matrices of {n} x {n}")
+    validate.equal_sizes(t, i, "the output", e[E_OUT], nb * (n + n * n),
                   f"{nb} eigenvalue vectors of {n} and eigenvector matrices of {n} x {n}")  # fmt: skip
 
 
 def check_qr(t, i, e):
     """Validation of a ``qr`` entry: ``batch`` ``m x n`` input matrices with ``m >= n``, an
     output of ``batch * (m * n + n * n)`` (``Q``, then ``R``)."""
-    nb, m, n = V.block(t, i, 0, 3, "batch, m, n")
-    V.count(t, i, nb, "batch", hi=1 << 62)
-    V.count(t, i, m, "m", hi=1 << 31)
-    V.count(t, i, n, "n", hi=1 << 31)
+    nb, m, n = validate.block(t, i, 0, 3, "batch, m, n")
+    validate.count(t, i, nb, "batch", hi=1 << 62)
+    validate.count(t, i, m, "m", hi=1 << 31)
+    validate.count(t, i, n, "n", hi=1 << 31)
     if n > m:
-        V.fail(t, i, f"n = {n} exceeds m = {m}: the reduced QR needs m >= n")
-    V.equal_sizes(t, i, "input 0", e[E_IN0], nb * m * n, f"{nb} matrices of {m} x {n}")
-    V.equal_sizes(t, i, "the output", e[E_OUT], nb * (m * n + n * n),
+        validate.fail(t, i, f"n = {n} exceeds m = {m}: the reduced QR needs m >= n")
+    validate.equal_sizes(t, i, "input 0", e[E_IN0], nb * m * n, f"{nb} matrices of {m} x {n}")
+    validate.equal_sizes(t, i, "the output", e[E_OUT], nb * (m * n + n * n),
                   f"{nb} Q of {m} x {n} and R of {n} x {n}")  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from tape.interpreter.generated import sweeps as S
+from tape.interpreter.generated import sweeps
 from tape.layout.columns import B_KIND, CONST, E_IN0, E_OP, E_OUT
 from tape.ops import registry
 from tape.program.replay import run_entry, run_entry_back
@@ -146,9 +146,9 @@ def backward(t, data, grad, roots, seeds, zero_leaves):
         raise AnomalyError(
             "backward: the seed (output adjoint) contains nan or inf", -1, "", "", "backward"
         )
-    emask, need = S.reach(t.entries, t.bufs, t.n_entries, roots)
-    S.zero_adjoints(t.bufs, grad, need, t.n_bufs, zero_leaves)
-    S.add_seeds(t.bufs, grad, roots, seeds)
+    emask, need = sweeps.reach(t.entries, t.bufs, t.n_entries, roots)
+    sweeps.zero_adjoints(t.bufs, grad, need, t.n_bufs, zero_leaves)
+    sweeps.add_seeds(t.bufs, grad, roots, seeds)
     for i in range(t.n_entries - 1, -1, -1):
         if not emask[i]:
             continue

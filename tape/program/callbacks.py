@@ -41,7 +41,7 @@ import threading
 
 import numpy as np
 
-from tape.interpreter.generated import sweeps as S
+from tape.interpreter.generated import sweeps
 from tape.layout.columns import ACTIVE, CALLBACK, CONST, E_ATTR, E_OP
 from tape.program.replay import GuardError
 
@@ -192,7 +192,7 @@ class CallbackSweeps:
                 continue
             if s >= stop:
                 break
-            status = S.forward_sweep(entries, bufs, ipool, data, lo, s)
+            status = sweeps.forward_sweep(entries, bufs, ipool, data, lo, s)
             if status >= 0:
                 return status
             try:
@@ -203,21 +203,21 @@ class CallbackSweeps:
                 self._tls.failed = err  # a guard inside a checkpoint: this tape's guard failed
                 return s
             lo = e
-        return S.forward_sweep(entries, bufs, ipool, data, lo, stop)
+        return sweeps.forward_sweep(entries, bufs, ipool, data, lo, stop)
 
     def backward(self, entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds,
                  zero_leaves):  # fmt: skip
-        emask, need = S.reach(entries, bufs, n_entries, roots)
-        S.zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
-        S.add_seeds(bufs, grad, roots, seeds)
+        emask, need = sweeps.reach(entries, bufs, n_entries, roots)
+        sweeps.zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
+        sweeps.add_seeds(bufs, grad, roots, seeds)
         hi = n_entries
         ctxs = self._ctx()
         for s, e, call in reversed(self.groups):
-            S.reverse_sweep(entries, bufs, ipool, data, grad, emask, e, hi)
+            sweeps.reverse_sweep(entries, bufs, ipool, data, grad, emask, e, hi)
             if emask[s:e].any():
                 call.backward(self.tp, data, grad, need, ctxs.get(id(call)))
             hi = s
-        S.reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, hi)
+        sweeps.reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, hi)
         return need
 
     def forward_backward(self, entries, bufs, ipool, data, grad, n_entries, n_bufs, roots,

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tape.interpreter import dispatch as _dispatch
-from tape.interpreter.generated import sweeps as S
+from tape.interpreter.generated import sweeps
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
@@ -163,7 +163,7 @@ class Tape:
         ``float64`` (default) or ``float32``.
     """
 
-    _run_with = (S, None)
+    _run_with = (sweeps, None)
     _interp_ready = False  # the interpreter's kernels of this tape's ops are in the table
     _compiled_ready = None  # the compiled module whose table calls are prepared
     """``(sweeps, pool)``: the compiled code replays run (the interpreter's sweeps, or this
@@ -367,7 +367,7 @@ class Tape:
         if not _dispatch.FWD_READY[self.dtype][code]:  # the op's first use in this process
             _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
                               also=self.cold_jobs)  # fmt: skip
-        status = S.emit(
+        status = sweeps.emit(
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
         )  # fmt: skip
@@ -422,11 +422,11 @@ class Tape:
                 np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
             )  # fmt: skip
         entries, bufs, ipool, data, grad = self.entries, self.bufs, self.ipool, self.data, self.grad
-        emask, order, need = S.prepare_reverse(
+        emask, order, need = sweeps.prepare_reverse(
             entries, bufs, grad, self.n_entries, self.n_bufs, np.asarray(roots, np.int64),
             np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
         )  # fmt: skip
-        rev = S.REV
+        rev = sweeps.REV
         done = set()  # autograd.Function calls already run
         for i in order.tolist():
             code = entries.item(i, E_OP)
@@ -511,7 +511,7 @@ class Tape:
         """Whether a reverse sweep from ``roots`` would go through an intermediate that a
         ``backward`` without ``retain_graph`` already used (leaves and constants do not count:
         separate graphs may share them)."""
-        _, need = S.reach(self.entries, self.bufs, self.n_entries, roots)
+        _, need = sweeps.reach(self.entries, self.bufs, self.n_entries, roots)
         n = min(self.n_bufs, self._freed.shape[0])
         return bool((need[:n] & self._freed[:n] & (self.bufs[:n, B_KIND] == ACTIVE)).any())
 
@@ -542,8 +542,8 @@ class Tape:
             self._segments = CallbackSweeps(self)  # the interpreter, around the callbacks
             if self.tier == "interpreter":
                 self._run_with = (self._segments, self.ipool)
-        elif self._run_with[0] is S:
-            self._run_with = (S, self.ipool)
+        elif self._run_with[0] is sweeps:
+            self._run_with = (sweeps, self.ipool)
         self._replay = dict(
             sig=sig,
             roots=np.asarray(self.outputs, np.int64),
@@ -564,7 +564,7 @@ class Tape:
         interpreter, the few a compiled module calls for a compiled tape (``TABLE_CALLS``).
         ``meanwhile()`` (the replay's driver compile) runs before waiting for kernels that
         helper processes are compiling."""
-        if sw is S or isinstance(sw, CallbackSweeps):
+        if sw is sweeps or isinstance(sw, CallbackSweeps):
             _dispatch.prepare_tape(self, meanwhile=meanwhile)
             self._interp_ready = True
         else:
@@ -574,7 +574,7 @@ class Tape:
 
     def _interpreter_ready(self):
         if not self._interp_ready:
-            self._kernels_ready(S)
+            self._kernels_ready(sweeps)
 
     @property
     def signature(self) -> Signature:
@@ -642,7 +642,7 @@ class Tape:
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
         else:
-            interp_sw = self._segments if self.callbacks else S
+            interp_sw = self._segments if self.callbacks else sweeps
             sw, pool = (interp_sw, self.ipool) if interp else self._run_with
             if sw is not self._compiled_ready and not self._interp_ready:
                 self._kernels_ready(sw)
@@ -708,7 +708,7 @@ class Tape:
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
             # the interpreter (compiled code runs whole tapes only), in segments around callbacks
             self._interpreter_ready()
-            fs = self._segments.forward_sweep if self.callbacks else S.forward_sweep
+            fs = self._segments.forward_sweep if self.callbacks else sweeps.forward_sweep
             status = fs(self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries)
         ws.ok = True
         if grad:
@@ -761,7 +761,7 @@ class Tape:
         if _anomaly.enabled():
             if tp.tier == "compiled":  # a compiled forward leaves intermediates unwritten
                 tp._interpreter_ready()
-                S.forward_sweep(tp.entries, tp.bufs, tp.ipool, ws.data, 0, tp.n_entries)
+                sweeps.forward_sweep(tp.entries, tp.bufs, tp.ipool, ws.data, 0, tp.n_entries)
             _anomaly.backward(tp, ws.data, ws.grad, r["roots"], seeds, False)
             return
         sw, pool = tp._run_with
@@ -1002,13 +1002,13 @@ class Tape:
     def tier(self) -> str:
         """``"compiled"`` after :meth:`compile` (or promotion), else ``"interpreter"``."""
         sw = self._run_with[0]
-        return "interpreter" if sw is S or isinstance(sw, CallbackSweeps) else "compiled"
+        return "interpreter" if sw is sweeps or isinstance(sw, CallbackSweeps) else "compiled"
 
     @property
     def compiled_source(self):
         """The generated source of the compiled tier (``None`` on the interpreter)."""
         sw = self._run_with[0]
-        return None if sw is S else sw.SOURCE
+        return None if sw is sweeps else sw.SOURCE
 
     @property
     def kernels(self):
@@ -1017,7 +1017,7 @@ class Tape:
         compiled (``tape.kernels`` still replays a compiled tape correctly, on the
         interpreter)."""
         sw = self._run_with[0]
-        if sw is S:
+        if sw is sweeps:
             from tape.program import kernels
 
             return kernels

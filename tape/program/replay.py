@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.interpreter.generated import sweeps as S
+from tape.interpreter.generated import sweeps
 from tape.layout.columns import B_SIZE, E_OP
 from tape.ops import registry
 
@@ -221,13 +221,13 @@ def run_entry(t, i, data, entries=None, bufs=None):
     function (eager mode compiles only the ops it uses, never the whole sweeps). Returns the
     status (``-1``, or ``i`` when the entry rejected its data)."""
     entries = t.entries if entries is None else entries
-    fn = S.FWD[entries[i, E_OP]]
+    fn = sweeps.FWD[entries[i, E_OP]]
     return fn(i, entries, t.bufs if bufs is None else bufs, t.ipool, data)
 
 
 def run_entry_back(t, i, data, grad, entries=None, bufs=None):
     """The reverse of entry ``i``: add its contributions to its inputs' adjoints in ``grad``."""
     entries = t.entries if entries is None else entries
-    fn = S.REV[entries[i, E_OP]]
+    fn = sweeps.REV[entries[i, E_OP]]
     if fn is not None:
         fn(i, entries, t.bufs if bufs is None else bufs, t.ipool, data, grad)

@@ -18,7 +18,7 @@ import numpy as np
 from numba import get_num_threads
 
 from tape.interpreter import dispatch as _dispatch
-from tape.interpreter.generated import sweeps as S
+from tape.interpreter.generated import sweeps
 from tape.layout.columns import B_OFF, B_SIZE
 from tape.program.callbacks import refuse
 from tape.program.core import register_extension
@@ -69,7 +69,7 @@ class BatchPlan:
         self.g_offs = np.array([bufs[b, B_OFF] for b in wb], np.int64)
         self.g_sizes = np.array([bufs[b, B_SIZE] for b in wb], np.int64)
         self.roots = np.asarray(t.outputs, np.int64)
-        self.emask, self.need = S.reach(t.entries, t.bufs, t.n_entries, self.roots)
+        self.emask, self.need = sweeps.reach(t.entries, t.bufs, t.n_entries, self.roots)
         self.seed = np.ones(n_out, t.dtype)
 
     def pack_args(self, args):

@@ -26,7 +26,7 @@ import threading
 import numpy as np
 
 from tape.interpreter import dispatch as _dispatch
-from tape.interpreter.generated import sweeps as S
+from tape.interpreter.generated import sweeps
 from tape.layout.columns import B_OFF, B_SIZE
 from tape.program.callbacks import refuse
 
@@ -213,7 +213,7 @@ def _tangents(plan, data, V):
         from tape.program.callbacks import groups
 
         for s, e, call in groups(tp):
-            S.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, s)
+            sweeps.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, s)
             tangent = getattr(call, "tangent", None)
             if tangent is None:
                 raise NotImplementedError(
@@ -223,7 +223,7 @@ def _tangents(plan, data, V):
                 )
             tangent(tp, data, T)
             lo = e
-    S.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, tp.n_entries)
+    sweeps.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, tp.n_entries)
     return T
 
 
@@ -245,7 +245,7 @@ def _hvp_rows(plan, data, V):
         Vc = V[a : a + step]
         T, GT, grad = plan.arenas(Vc.shape[0])
         plan.seed_inputs(T, Vc)
-        S.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
+        sweeps.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
                    plan.roots, seed)  # fmt: skip
         out[a : a + step] = plan.read_inputs(GT)
     return out
@@ -273,7 +273,7 @@ def _jac_rev_rows(plan, data, U):
                                   tp.n_bufs, roots, np.ascontiguousarray(U[r], tp.dtype), True)  # fmt: skip
             out[r] = plan.read_inputs(grad[None, :])[0]
         return out
-    S.vjp_rows(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
+    sweeps.vjp_rows(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
                np.ascontiguousarray(U, tp.dtype), plan.in_offs, plan.in_sizes, out)  # fmt: skip
     return out
 
@@ -408,7 +408,7 @@ def hvp(t, *args, v):
     T, GT, grad = plan.arenas(1)
     for a, o, n in zip(vals, plan.in_off, plan.in_size):
         T[0, o : o + n] = a.ravel()
-    S.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
+    sweeps.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
                plan.roots, plan.seed)  # fmt: skip
     out = [
         GT[0, o : o + n].reshape(s).astype(d)

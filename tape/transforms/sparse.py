@@ -82,7 +82,7 @@ def _elementwise_deps(t, i, op):
 
 def _pattern_pass(plan, data, hessian):
     """Propagate the patterns; returns ``(jacobian pattern, hessian pattern or None)``."""
-    from tape.interpreter.generated import sweeps as S
+    from tape.interpreter.generated import sweeps
 
     tp = plan.tp
     n = plan.n_in
@@ -124,7 +124,7 @@ def _pattern_pass(plan, data, hessian):
         )
     emask = None
     if hessian:
-        emask = S.reach(tp.entries, tp.bufs, tp.n_entries, plan.roots)[0]
+        emask = sweeps.reach(tp.entries, tp.bufs, tp.n_entries, plan.roots)[0]
     H = sp.csr_matrix((n, n), dtype=np.int8)
     for i in range(tp.n_entries):
         op = registry.OPS[int(tp.entries[i, E_OP])]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 
 
 class Generator:
     """A seeded source of random numbers, as ``torch.Generator`` (backed by NumPy's PCG64)."""
 
     def __init__(self, device="cpu"):
-        T.check_device(device, "Generator")
+        tensor.check_device(device, "Generator")
         self._seed = int(np.random.SeedSequence().entropy % (1 << 63))
         self.rng = np.random.default_rng(self._seed)
 
@@ -64,32 +64,32 @@ def _rng(generator):
 
 
 def _float_dtype(dtype, what):
-    dt = T.get_default_dtype() if dtype is None else T._check_dtype(dtype)
+    dt = tensor.get_default_dtype() if dtype is None else tensor._check_dtype(dtype)
     if dt.kind != "f":
         raise TypeError(f"{what}: expected a floating-point dtype, got {dt}")
     return dt
 
 
 def _new(v, dtype, requires_grad):
-    return T.Tensor(np.array(v, dtype=dtype), requires_grad=requires_grad)
+    return tensor.Tensor(np.array(v, dtype=dtype), requires_grad=requires_grad)
 
 
 def _size(size, what):
     if not size:
         raise TypeError(f"{what}() missing the size: pass ints or a tuple (() for a 0-d tensor)")
-    return T._shape_args(size, what)
+    return tensor._shape_args(size, what)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Standard normal samples of shape ``size`` (ints or one tuple; ``()`` is 0-d)."""
-    T.check_device(device, "randn")
+    tensor.check_device(device, "randn")
     dt = _float_dtype(dtype, "randn")
     return _new(_rng(generator).standard_normal(_size(size, "randn")), dt, requires_grad)
 
 
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform samples on ``[0, 1)`` of shape ``size``."""
-    T.check_device(device, "rand")
+    tensor.check_device(device, "rand")
     dt = _float_dtype(dtype, "rand")
     return _new(_rng(generator).random(_size(size, "rand")), dt, requires_grad)
 
@@ -98,7 +98,7 @@ def randint(*args, low=None, high=None, size=None, generator=None, dtype=None, d
             requires_grad=False):  # fmt: skip
     """Integers uniform on ``[low, high)``: ``randint(high, size)``,
     ``randint(low, high, size)`` or with keywords (int64 unless ``dtype``)."""
-    T.check_device(device, "randint")
+    tensor.check_device(device, "randint")
     if size is None and args and isinstance(args[-1], (tuple, list)):
         size, args = args[-1], args[:-1]
     if len(args) == 2:
@@ -117,8 +117,8 @@ def randint(*args, low=None, high=None, size=None, generator=None, dtype=None, d
         raise TypeError("randint: missing the size (a tuple)")
     if int(high) <= int(low):
         raise ValueError(f"randint: expected low < high, got low={low} and high={high}")
-    v = _rng(generator).integers(int(low), int(high), T._shape_args((size,), "randint"))
-    dt = np.dtype(np.int64) if dtype is None else T._check_dtype(dtype)
+    v = _rng(generator).integers(int(low), int(high), tensor._shape_args((size,), "randint"))
+    dt = np.dtype(np.int64) if dtype is None else tensor._check_dtype(dtype)
     if requires_grad and dt.kind != "f":
         raise RuntimeError("only tensors of floating point dtype can require gradients")
     return _new(v, dt, requires_grad)
@@ -126,14 +126,14 @@ def randint(*args, low=None, high=None, size=None, generator=None, dtype=None, d
 
 def randn_like(x, dtype=None, device=None, requires_grad=False, generator=None):
     """Standard normal samples with ``x``'s shape (and float dtype unless ``dtype``)."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     dt = dtype if dtype is not None else (x.dtype if x.dtype.kind == "f" else None)
     return randn(x.shape, generator=generator, dtype=dt, device=device, requires_grad=requires_grad)
 
 
 def rand_like(x, dtype=None, device=None, requires_grad=False, generator=None):
     """Uniform ``[0, 1)`` samples with ``x``'s shape."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     dt = dtype if dtype is not None else (x.dtype if x.dtype.kind == "f" else None)
     return rand(x.shape, generator=generator, dtype=dt, device=device, requires_grad=requires_grad)
 
@@ -143,18 +143,18 @@ def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=N
     """Normal samples: ``normal(mean, std, size)`` with numbers, or elementwise with tensor
     ``mean`` and/or ``std`` (broadcast together), as ``torch.normal``. The result is a new
     leaf (no gradient flows to ``mean`` or ``std``)."""
-    T.check_device(device, "normal")
-    m = np.asarray(mean._peek() if isinstance(mean, T.Tensor) else mean, np.float64)
-    s = np.asarray(std._peek() if isinstance(std, T.Tensor) else std, np.float64)
+    tensor.check_device(device, "normal")
+    m = np.asarray(mean._peek() if isinstance(mean, tensor.Tensor) else mean, np.float64)
+    s = np.asarray(std._peek() if isinstance(std, tensor.Tensor) else std, np.float64)
     if np.any(s < 0):
         raise ValueError("normal: expected all std >= 0")
     if size is None:
-        if not (isinstance(mean, T.Tensor) or isinstance(std, T.Tensor)):
+        if not (isinstance(mean, tensor.Tensor) or isinstance(std, tensor.Tensor)):
             raise TypeError("normal: pass size= when mean and std are numbers")
         size = np.broadcast_shapes(m.shape, s.shape)
-    shape = T._shape_args((size,), "normal")
+    shape = tensor._shape_args((size,), "normal")
     z = _rng(generator).standard_normal(shape)
-    like = [t.dtype for t in (mean, std) if isinstance(t, T.Tensor) and t.dtype.kind == "f"]
+    like = [t.dtype for t in (mean, std) if isinstance(t, tensor.Tensor) and t.dtype.kind == "f"]
     dt = _float_dtype(dtype if dtype is not None else (like[0] if like else None), "normal")
     return _new(m + s * z, dt, requires_grad)
 

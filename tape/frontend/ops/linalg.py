@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 from tape.frontend.ops import movement, reduce
 from tape.ops.linalg import MATMUL
 from tape.ops.movement import c_strides
@@ -34,13 +34,13 @@ def matmul(a, b):
     Tensor
         One ``matmul`` entry (batched over the flattened batch axes).
     """
-    a, b = T.as_tensor(a), T.as_tensor(b)
+    a, b = tensor.as_tensor(a), tensor.as_tensor(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(
             f"matmul: operands must be at least 1-D, got shapes {a.shape} and {b.shape}"
         )
-    a2 = T.view(a, (1,) + a.shape, 0) if a.ndim == 1 else a
-    b2 = T.view(b, b.shape + (1,), 0) if b.ndim == 1 else b
+    a2 = tensor.view(a, (1,) + a.shape, 0) if a.ndim == 1 else a
+    b2 = tensor.view(b, b.shape + (1,), 0) if b.ndim == 1 else b
     m, k = a2.shape[-2:]
     k2, n = b2.shape[-2:]
     if k != k2:
@@ -58,13 +58,13 @@ def matmul(a, b):
     nb = math.prod(batch)
     a3, sa = _batched(a2, ba, batch, nb)
     b3, sb = _batched(b2, bb, batch, nb)
-    out = T.apply(MATMUL, [a3, b3], (nb, m, n) if batch else (m, n), [nb, m, k, n, sa, sb])
+    out = tensor.apply(MATMUL, [a3, b3], (nb, m, n) if batch else (m, n), [nb, m, k, n, sa, sb])
     shape = batch + (m, n)
     if a.ndim == 1:
         shape = shape[:-2] + shape[-1:]
     if b.ndim == 1:
         shape = shape[:-1]
-    return out if shape == out.shape else T.view(out, shape, 0)
+    return out if shape == out.shape else tensor.view(out, shape, 0)
 
 
 def _batched(x, bx, batch, nb):
@@ -72,12 +72,12 @@ def _batched(x, bx, batch, nb):
     matrix (stride 0), or ``nb`` matrices (broadcast to the whole batch first if needed)."""
     r, c = x.shape[-2:]
     if nb == 0:  # an empty batch: no matrix is read
-        return T.view(x, (0, r, c), 0), r * c
+        return tensor.view(x, (0, r, c), 0), r * c
     if math.prod(bx) == 1:
-        return T.view(x, (r, c), 0), 0
+        return tensor.view(x, (r, c), 0), 0
     if (1,) * (len(batch) - len(bx)) + bx != batch:
         x = movement.broadcast_to(x, batch + (r, c))
-    return T.view(x, (nb, r, c), 0), r * c
+    return tensor.view(x, (nb, r, c), 0), r * c
 
 
 def dot(a, b):
@@ -87,8 +87,8 @@ def dot(a, b):
 
 def outer(a, b):
     """Outer product of two vectors (flattened first, as ``numpy.outer``)."""
-    a, b = T.as_tensor(a), T.as_tensor(b)
-    return matmul(T.view(a, (a.numel(), 1), 0), T.view(b, (1, b.numel()), 0))
+    a, b = tensor.as_tensor(a), tensor.as_tensor(b)
+    return matmul(tensor.view(a, (a.numel(), 1), 0), tensor.view(b, (1, b.numel()), 0))
 
 
 # ---------------------------------------------------------------- composites
@@ -113,7 +113,7 @@ def diagonal(x, offset=0, axis1=0, axis2=1, *, dim1=None, dim2=None):
     Tensor
         A strided copy of ``x`` (one ``copy`` entry).
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     axis1 = axis1 if dim1 is None else dim1
     axis2 = axis2 if dim2 is None else dim2
     if x.ndim < 2:
@@ -161,7 +161,7 @@ def diag(v, k=0):
         From a 1-D ``v``: one ``take`` from ``v`` followed by a zero, at constant positions
         (exact: the zeros are copied, not computed). From a 2-D ``v``: :func:`diagonal`.
     """
-    v = T.as_tensor(v)
+    v = tensor.as_tensor(v)
     k = movement._int("diag", "k", k)
     if v.ndim == 2:
         return diagonal(v, k)
@@ -172,7 +172,7 @@ def diag(v, k=0):
     idx = np.full((m, m), n, np.int64)  # position n: the appended zero
     i = np.arange(n)
     idx[i + max(-k, 0), i + max(k, 0)] = i
-    padded = movement.concatenate([v, T.zeros(1, dtype=v.dtype)])
+    padded = movement.concatenate([v, tensor.zeros(1, dtype=v.dtype)])
     return movement.take(padded, idx, 0)
 
 
@@ -192,7 +192,7 @@ def tensordot(a, b, axes=2, *, dims=None):
     Tensor
         ``a``'s free axes then ``b``'s: transposes and one 2-D ``matmul``.
     """
-    a, b = T.as_tensor(a), T.as_tensor(b)
+    a, b = tensor.as_tensor(a), tensor.as_tensor(b)
     if dims is not None:
         axes = dims
     if isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
@@ -232,8 +232,8 @@ def tensordot(a, b, axes=2, *, dims=None):
     sa = tuple(a.shape[d] for d in free_a)
     sb = tuple(b.shape[d] for d in free_b)
     kk = math.prod(a.shape[d] for d in ax_a)
-    out = matmul(T.view(at, (math.prod(sa), kk), 0), T.view(bt, (kk, math.prod(sb)), 0))
-    return T.view(out, sa + sb, 0)
+    out = matmul(tensor.view(at, (math.prod(sa), kk), 0), tensor.view(bt, (kk, math.prod(sb)), 0))
+    return tensor.view(out, sa + sb, 0)
 
 
 def einsum(subscripts, *operands):
@@ -261,7 +261,7 @@ def einsum(subscripts, *operands):
             "einsum: the first argument must be a subscripts string such as 'ij,jk->ik', got "
             f"{type(subscripts).__name__}"
         )
-    ops = [T.as_tensor(o) for o in operands]
+    ops = [tensor.as_tensor(o) for o in operands]
     if not ops:
         raise ValueError("einsum: need at least one operand")
     spec = subscripts.replace(" ", "")
@@ -397,7 +397,7 @@ def _einsum_prepare(t, labels, sizes, k):
         labels = uniq
     drop = [d for d, lab in enumerate(labels) if t.shape[d] == 1 and sizes[lab] != 1]
     if drop:
-        t = T.view(t, tuple(s for d, s in enumerate(t.shape) if d not in drop), 0)
+        t = tensor.view(t, tuple(s for d, s in enumerate(t.shape) if d not in drop), 0)
         labels = [lab for d, lab in enumerate(labels) if d not in drop]
     return t, list(labels)
 
@@ -424,13 +424,16 @@ def _einsum_pair(a, la, b, lb, keep):
     sa = at.shape[len(batch) : len(batch) + len(fa)]
     sb = bt.shape[len(bt.shape) - len(fb) :]
     if not summed:
-        y = T.elementwise(
+        y = tensor.elementwise(
             "mul",
-            T.view(at, nbatch + sa + (1,) * len(fb), 0),
-            T.view(bt, nbatch + (1,) * len(fa) + sb, 0),
+            tensor.view(at, nbatch + sa + (1,) * len(fb), 0),
+            tensor.view(bt, nbatch + (1,) * len(fa) + sb, 0),
         )
         return y, batch + fa + fb
     kk = math.prod(at.shape[len(batch) + len(fa) :])
     lead = (math.prod(nbatch),) if batch else ()
-    y = matmul(T.view(at, lead + (math.prod(sa), kk), 0), T.view(bt, lead + (kk, math.prod(sb)), 0))
-    return T.view(y, nbatch + sa + sb, 0), batch + fa + fb
+    y = matmul(
+        tensor.view(at, lead + (math.prod(sa), kk), 0),
+        tensor.view(bt, lead + (kk, math.prod(sb)), 0),
+    )
+    return tensor.view(y, nbatch + sa + sb, 0), batch + fa + fb

@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 from tape.ops.movement import COPY, TAKE, c_strides, copy_block
 
 
@@ -20,9 +20,9 @@ def strided(x, shape, offset, strides):
     """Copy of the strided view ``(shape, offset, strides)`` of ``x``'s memory (C order)."""
     shape = tuple(int(s) for s in shape)
     if _is_contiguous(shape, strides):
-        return T.view(x, shape, offset)
+        return tensor.view(x, shape, offset)
     block = copy_block(shape, offset, strides, 0, c_strides(shape))
-    out = T.apply(COPY, [x], shape, block)
+    out = tensor.apply(COPY, [x], shape, block)
     out._copied = True  # a copy where PyTorch has a view: in-place writes to it are refused
     return out
 
@@ -34,7 +34,7 @@ def _is_contiguous(shape, strides):
 
 def transpose(x, axes=None):
     """Permute the axes of ``x`` (reverse them when ``axes`` is None), like ``numpy.transpose``."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     nd = x.ndim
     if axes is None:
         axes = tuple(range(nd - 1, -1, -1))
@@ -62,7 +62,7 @@ def swapaxes(x, axis1, axis2):
     -------
     Tensor
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     a = _axis(axis1, x.ndim, "swapaxes")
     b = _axis(axis2, x.ndim, "swapaxes")
     axes = list(range(x.ndim))
@@ -72,7 +72,7 @@ def swapaxes(x, axis1, axis2):
 
 def broadcast_to(x, shape):
     """Broadcast ``x`` to ``shape`` (NumPy rules); the gradient sums over the broadcast axes."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     shape = tuple(int(s) for s in shape)
     if x.shape == shape:
         return x
@@ -89,7 +89,7 @@ def broadcast_to(x, shape):
         0 if n == 1 and m != 1 else s for n, m, s in zip(x.shape, shape[lead:], st)
     ]
     block = copy_block(shape, 0, strides, 0, c_strides(shape))
-    out = T.apply(COPY, [x], shape, block)
+    out = tensor.apply(COPY, [x], shape, block)
     out._copied = True  # a copy where PyTorch has a view: in-place writes to it are refused
     return out
 
@@ -97,7 +97,7 @@ def broadcast_to(x, shape):
 def concatenate(tensors, axis=0, *, dim=None):
     """Join tensors along an existing axis (``numpy.concatenate``; ``torch.cat``)."""
     axis = axis if dim is None else dim
-    ts = [T.as_tensor(t) for t in tensors]
+    ts = [tensor.as_tensor(t) for t in tensors]
     if not ts:
         raise ValueError("concatenate: need at least one tensor")
     nd = ts[0].ndim
@@ -123,13 +123,13 @@ def concatenate(tensors, axis=0, *, dim=None):
     for k, t in enumerate(ts):
         parts.append(([k], copy_block(t.shape, 0, c_strides(t.shape), start * ost[axis], ost)))
         start += t.shape[axis]
-    return T.apply(COPY, ts, out_shape, parts=parts)
+    return tensor.apply(COPY, ts, out_shape, parts=parts)
 
 
 def stack(tensors, axis=0, *, dim=None):
     """Join tensors along a new axis (``numpy.stack``)."""
     axis = axis if dim is None else dim
-    ts = [T.as_tensor(t) for t in tensors]
+    ts = [tensor.as_tensor(t) for t in tensors]
     if not ts:
         raise ValueError("stack: need at least one tensor")
     if any(t.shape != ts[0].shape for t in ts):
@@ -140,13 +140,13 @@ def stack(tensors, axis=0, *, dim=None):
     if not -nd <= axis < nd:
         raise ValueError(f"stack: axis {axis} is out of range for the {nd}-D result")
     axis %= nd
-    return concatenate([T.unsqueeze(t, axis) for t in ts], axis)
+    return concatenate([tensor.unsqueeze(t, axis) for t in ts], axis)
 
 
 def take(x, index, axis=0):
     """Gather along ``axis`` with an integer index array (``numpy.take``); the reverse is a
     scatter-add, so repeated indices accumulate."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     if x.ndim == 0:
         raise IndexError("take: cannot index a zero-dimensional tensor")
     axis = _axis(axis, x.ndim, "take")
@@ -154,10 +154,10 @@ def take(x, index, axis=0):
     moved = x if axis == 0 else transpose(x, [axis] + [a for a in range(x.ndim) if a != axis])
     rest = moved.shape[1:]
     inner = int(np.prod(rest, dtype=np.int64))
-    flat_idx = T.view(idx, (idx.numel(),), 0)
-    rows = T.view(moved, (moved.shape[0], inner), 0)
-    out = T.apply(TAKE, [rows, flat_idx], (idx.numel(), inner), [moved.shape[0], inner])
-    out = T.view(out, idx.shape + rest, 0)
+    flat_idx = tensor.view(idx, (idx.numel(),), 0)
+    rows = tensor.view(moved, (moved.shape[0], inner), 0)
+    out = tensor.apply(TAKE, [rows, flat_idx], (idx.numel(), inner), [moved.shape[0], inner])
+    out = tensor.view(out, idx.shape + rest, 0)
     if axis == 0:
         return out
     k = idx.ndim
@@ -176,7 +176,7 @@ def _axis(axis, nd, op):
 def _index_tensor(index, n, axis):
     """The index as a tensor, checked now against an axis of size ``n`` (and again by the
     kernel at every replay, since a traced index is data)."""
-    if isinstance(index, T.Tensor):
+    if isinstance(index, tensor.Tensor):
         if index.dtype.kind not in "iu":
             raise IndexError(f"tensors used as indices must be integer tensors, got {index.dtype}")
         vals = index._peek()  # a check now, not an escape: the kernel checks at every replay
@@ -186,7 +186,7 @@ def _index_tensor(index, n, axis):
         if vals.dtype == object or (vals.size and vals.dtype.kind not in "iu"):
             raise IndexError(f"arrays used as indices must be of integer type, got {vals.dtype}")
         vals = vals.astype(np.int64)
-        idx = T.tensor(vals)
+        idx = tensor.tensor(vals)
     bad = (vals < -n) | (vals >= n)
     if bad.any():
         raise IndexError(
@@ -217,7 +217,7 @@ def getitem(x, key):
     expanded = []
     for k in key:
         if _is_bool_array(k):
-            expanded.extend(np.nonzero(k.numpy() if isinstance(k, T.Tensor) else k))
+            expanded.extend(np.nonzero(k.numpy() if isinstance(k, tensor.Tensor) else k))
         else:
             expanded.append(k)
     key = tuple(expanded)
@@ -241,7 +241,7 @@ def getitem(x, key):
     vals = []
     for a in arrays:
         k = key[a]
-        if isinstance(k, T.Tensor) and k._tape is not None:
+        if isinstance(k, tensor.Tensor) and k._tape is not None:
             raise IndexError(
                 "several integer-array indices must be constant (NumPy arrays or tensors that "
                 "do not depend on the tape's inputs); index one axis at a time instead"
@@ -254,18 +254,22 @@ def getitem(x, key):
             f"shape mismatch: index arrays of shapes {[v.shape for v in vals]} do not broadcast"
         ) from None
     flat = np.ravel_multi_index(tuple(v % n for v, n in zip(vals, lead)), lead)
-    merged = T.view(x, (int(np.prod(lead)),) + x.shape[len(arrays) :], 0)
+    merged = tensor.view(x, (int(np.prod(lead)),) + x.shape[len(arrays) :], 0)
     return getitem(take(merged, flat, 0), (slice(None),) * flat.ndim + key[len(arrays) :])
 
 
 def _as_index(k):
     if isinstance(k, (list, tuple)):
         return np.asarray(k)
-    if isinstance(k, T.Tensor) and k.ndim == 0 and k.dtype.kind in "iu" and k._tape is None:
+    if isinstance(k, tensor.Tensor) and k.ndim == 0 and k.dtype.kind in "iu" and k._tape is None:
         return int(k.item())
     if isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu":
         return int(k)
-    if k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer, np.ndarray, T.Tensor)):
+    if (
+        k is None
+        or k is Ellipsis
+        or isinstance(k, (slice, int, np.integer, np.ndarray, tensor.Tensor))
+    ):
         if isinstance(k, bool):
             raise IndexError("boolean scalars are not supported as indices")
         return k
@@ -275,7 +279,7 @@ def _as_index(k):
 
 
 def _is_array(k):
-    return isinstance(k, (np.ndarray, T.Tensor))
+    return isinstance(k, (np.ndarray, tensor.Tensor))
 
 
 def _is_bool_array(k):
@@ -338,7 +342,7 @@ def _int(op, what, v):
 
 def _ints(op, what, v):
     """``v`` (an int or a sequence of ints) as a tuple of ints."""
-    if isinstance(v, T.Tensor):
+    if isinstance(v, tensor.Tensor):
         if v._tape is not None:
             raise TypeError(f"{op}: {what} decide the result's shape, so they must be constant")
         v = v.numpy()
@@ -374,8 +378,8 @@ def _blocks(inputs, shape, blocks):
             out_off = sum(s * o for s, o in zip(start, ost))
             parts.append(([k], copy_block(bshape, in_off, in_st, out_off, ost)))
     if not parts:  # an empty result (the blocks cover the output)
-        return T.view(inputs[0], shape, 0)
-    return T.apply(COPY, inputs, shape, parts=parts)
+        return tensor.view(inputs[0], shape, 0)
+    return tensor.apply(COPY, inputs, shape, parts=parts)
 
 
 def flip(x, axis=None, *, dims=None):
@@ -392,7 +396,7 @@ def flip(x, axis=None, *, dims=None):
     Tensor
         A strided copy of ``x`` (one ``copy`` entry).
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     axis = _pick("flip", axis, "axis", dims, "dims")
     axes = range(x.ndim) if axis is None else _axes("flip", axis, x.ndim)
     st = list(c_strides(x.shape))
@@ -433,14 +437,14 @@ def roll(x, shift=None, axis=None, *, shifts=None, dims=None):
     Tensor
         A copy of ``x``: one ``copy`` entry per contiguous block moved (up to ``2**len(axis)``).
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     shift = _pick("roll", shift, "shift", shifts, "shifts")
     axis = _pick("roll", axis, "axis", dims, "dims")
     if shift is None:
         raise TypeError("roll: missing the shift")
     if axis is None:
-        flat = T.view(x, (x.numel(),), 0)
-        return T.view(roll(flat, shift, 0), x.shape, 0)
+        flat = tensor.view(x, (x.numel(),), 0)
+        return tensor.view(roll(flat, shift, 0), x.shape, 0)
     sh = _ints("roll", "shift", shift)
     ax = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     if len(sh) != len(ax) and 1 not in (len(sh), len(ax)):
@@ -487,7 +491,7 @@ def tile(x, reps):
     Tensor
         One strided ``copy`` entry (zero strides over the repetitions).
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     reps = _ints("tile", "reps", reps)
     if any(r < 0 for r in reps):
         raise ValueError(f"tile: reps must be non-negative, got {reps}")
@@ -495,14 +499,14 @@ def tile(x, reps):
     shape = (1,) * (d - x.ndim) + x.shape
     reps = (1,) * (d - len(reps)) + reps
     if all(r == 1 for r in reps):
-        return T.view(x, shape, 0)
+        return tensor.view(x, shape, 0)
     st = c_strides(shape)
     big, strides = [], []
     for r, n, s in zip(reps, shape, st):
         big += [r, n]
         strides += [0, s]
     out = strided(x, big, 0, strides)
-    return T.view(out, tuple(r * n for r, n in zip(reps, shape)), 0)
+    return tensor.view(out, tuple(r * n for r, n in zip(reps, shape)), 0)
 
 
 def torch_repeat(x, *sizes):
@@ -536,13 +540,13 @@ def repeat(x, repeats, axis=None):
     Tensor
         One strided ``copy`` entry for an int, one ``take`` for an array of counts.
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     if axis is None:
-        x = T.view(x, (x.numel(),), 0)
+        x = tensor.view(x, (x.numel(),), 0)
         axis = 0
     else:
         axis = _axis(axis, x.ndim, "repeat")
-    if isinstance(repeats, T.Tensor):
+    if isinstance(repeats, tensor.Tensor):
         if repeats._tape is not None:
             raise TypeError(
                 "repeat: the repeats decide the result's shape, so they must be constant"
@@ -567,7 +571,7 @@ def repeat(x, repeats, axis=None):
         shape = x.shape[: axis + 1] + (k,) + x.shape[axis + 1 :]
         strides = st[: axis + 1] + (0,) + st[axis + 1 :]
         out = strided(x, shape, 0, strides)
-        return T.view(out, x.shape[:axis] + (n * k,) + x.shape[axis + 1 :], 0)
+        return tensor.view(out, x.shape[:axis] + (n * k,) + x.shape[axis + 1 :], 0)
     return take(x, np.repeat(np.arange(n, dtype=np.int64), r.astype(np.int64)), axis)
 
 
@@ -590,7 +594,7 @@ def array_split(x, indices_or_sections, axis=0):
     list of Tensor
         Views or strided copies of ``x``.
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     return _split("array_split", x, indices_or_sections, axis, False)
 
 
@@ -606,7 +610,7 @@ def split(x, indices_or_sections, axis=0):
     list of Tensor
         Views or strided copies of ``x``.
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     return _split("split", x, indices_or_sections, axis, True)
 
 
@@ -666,7 +670,7 @@ def moveaxis(x, source, destination):
     -------
     Tensor
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     src = _axes("moveaxis", source, x.ndim)
     dst = _axes("moveaxis", destination, x.ndim)
     if len(src) != len(dst):
@@ -724,14 +728,14 @@ def pad(x, pad_width, mode="constant", constant_values=0):
         raise NotImplementedError(
             f"pad: mode={mode!r} is not supported; only mode='constant' is implemented"
         )
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     nd = x.ndim
     widths = [(int(b), int(a)) for b, a in _pairs("pad", "pad_width", pad_width, nd, True)]
     if any(b < 0 or a < 0 for b, a in widths):
         raise ValueError(f"pad: pad_width must be non-negative, got {pad_width!r}")
     if not any(b or a for b, a in widths):
         return x
-    if isinstance(constant_values, T.Tensor):
+    if isinstance(constant_values, tensor.Tensor):
         if constant_values.ndim != 0:
             raise ValueError(
                 "pad: a tensor constant_values must be 0-d (pass numbers for per-axis values), "
@@ -745,12 +749,12 @@ def pad(x, pad_width, mode="constant", constant_values=0):
     consts = {}  # value -> input position
 
     def const(v):
-        key = id(v) if isinstance(v, T.Tensor) else float(v)
+        key = id(v) if isinstance(v, tensor.Tensor) else float(v)
         if key not in consts:
-            if isinstance(v, T.Tensor):
+            if isinstance(v, tensor.Tensor):
                 inputs.append(v)
             else:
-                inputs.append(T.tensor(np.asarray(v).astype(x.dtype)))
+                inputs.append(tensor.tensor(np.asarray(v).astype(x.dtype)))
             consts[key] = len(inputs) - 1
         return consts[key]
 
@@ -789,16 +793,16 @@ def take_along_axis(x, indices, axis=-1, *, dim=None):
     Tensor
         One ``take`` entry on the flattened ``x``; its reverse is a scatter-add.
     """
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     if dim is not None:
         axis = dim
     if axis is None:
-        x = T.view(x, (x.numel(),), 0)
+        x = tensor.view(x, (x.numel(),), 0)
         axis = 0
     nd = x.ndim
     axis = _axis(axis, nd, "take_along_axis")
-    traced = isinstance(indices, T.Tensor) and indices._tape is not None
-    if isinstance(indices, T.Tensor):
+    traced = isinstance(indices, tensor.Tensor) and indices._tape is not None
+    if isinstance(indices, tensor.Tensor):
         if indices.dtype.kind not in "iu":
             raise IndexError(
                 f"take_along_axis: indices must be an integer tensor, got {indices.dtype}"
@@ -838,14 +842,14 @@ def take_along_axis(x, indices, axis=-1, *, dim=None):
             shp = [1] * nd
             shp[d] = out[d]
             base = base + np.arange(out[d], dtype=np.int64).reshape(shp) * st[d]
-    flat_x = T.view(x, (x.numel(),), 0)
+    flat_x = tensor.view(x, (x.numel(),), 0)
     if not traced:
         v = np.broadcast_to(vals.astype(np.int64), out)
         flat = base + (v % n if n else v) * st[axis]
         return take(flat_x, flat, 0)
     # on the tape: an index out of range maps to one past the end, which the take kernel
     # refuses at replay (wrapping it per axis could land in range, silently wrong)
-    ew = T.elementwise
+    ew = tensor.elementwise
     i = indices
     pos = ew("where", ew("less", i, 0), ew("add", i, n), i)
     flat = ew("add", ew("mul", pos, st[axis]), base)

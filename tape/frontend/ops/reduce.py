@@ -5,7 +5,7 @@ import builtins
 
 import numpy as np
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 from tape.layout.columns import ACTIVE
 from tape.ops.reduce import MAX, MIN, PROD, SUM
 
@@ -38,7 +38,7 @@ _blocks: dict = {}  # (op code, shape, axis, keepdims) -> (output shape, attribu
 
 
 def _reduce(op, x, axis, keepdims):
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     key = (op.code, x.shape, axis, keepdims) if axis is None or axis.__class__ is int else None
     hit = _blocks.get(key) if key is not None else None
     if hit is None:
@@ -46,11 +46,11 @@ def _reduce(op, x, axis, keepdims):
         if key is not None:
             _blocks[key] = hit
     if x._rg:
-        tp = T._direct_tape(x, op)
+        tp = tensor._direct_tape(x, op)
         if tp is not None:  # apply's eager case for one input, without its loops
             out = tp.emit(op.code, (x._buf,), hit[0], ACTIVE, hit[1])
-            return T.Tensor._traced(tp, out, hit[0], x.dtype, True, op.name)
-    return T.apply(op, [x], hit[0], hit[1])
+            return tensor.Tensor._traced(tp, out, hit[0], x.dtype, True, op.name)
+    return tensor.apply(op, [x], hit[0], hit[1])
 
 
 def _block(op, shape, axis, keepdims):
@@ -69,7 +69,7 @@ def _block(op, shape, axis, keepdims):
         acc *= kept[k]
     dims, ostrides = [], []
     if ndim:
-        dims, (ostrides,) = T._coalesce(list(shape), [list(reversed(strides))])
+        dims, (ostrides,) = tensor._coalesce(list(shape), [list(reversed(strides))])
     return reduced_shape(shape, axes, keepdims), (len(dims), *dims, *ostrides)
 
 

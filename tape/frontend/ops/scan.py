@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 from tape.frontend.ops import movement
 from tape.ops.scan import ARGMAX, ARGMIN, ARGSORT, CUMPROD, CUMSUM
 
@@ -32,16 +32,16 @@ class SortResult(NamedTuple):
     """What ``x.sort()`` returns, as PyTorch: the sorted values (differentiable) and the
     int64 positions they came from."""
 
-    values: T.Tensor
-    indices: T.Tensor
+    values: tensor.Tensor
+    indices: tensor.Tensor
 
 
 class TopK(NamedTuple):
     """What :func:`topk` returns, as PyTorch: the ``k`` largest (smallest) values
     (differentiable) and their int64 positions along the axis."""
 
-    values: T.Tensor
-    indices: T.Tensor
+    values: tensor.Tensor
+    indices: tensor.Tensor
 
 
 def _pick(fn, axis, dim, default):
@@ -76,12 +76,12 @@ def _rows(shape, ax):
 def _flat_or_axis(fn, x, axis):
     """``(x, axis)``, with ``axis=None`` meaning the flattened tensor (NumPy)."""
     if axis is None:
-        return T.view(x, (x.numel(),), 0), 0
+        return tensor.view(x, (x.numel(),), 0), 0
     return x, _axis(fn, x, axis)
 
 
 def _check_positions(fn, x, n):
-    if x.dtype == T.float32 and n > F32_EXACT:
+    if x.dtype == tensor.float32 and n > F32_EXACT:
         raise ValueError(
             f"{fn}: positions up to {n} do not fit a float32 arena exactly (at most "
             f"{F32_EXACT}); use float64 for a tensor of shape {x.shape}"
@@ -89,9 +89,9 @@ def _check_positions(fn, x, n):
 
 
 def _scan(op, fn, x, axis, dim):
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     x, ax = _flat_or_axis(fn, x, _pick(fn, axis, dim, None))
-    return T.apply(op, [x], x.shape, list(_rows(x.shape, ax)))
+    return tensor.apply(op, [x], x.shape, list(_rows(x.shape, ax)))
 
 
 def cumsum(x, axis=None, *, dim=None):
@@ -114,14 +114,14 @@ def argsort(x, axis=-1, kind=None, *, dim=None, descending=False, stable=True):
     sorts last (first with ``descending=True``, PyTorch's flag). Every ``kind`` gives this
     stable order, and so does PyTorch's ``stable=False``. Inside :func:`tape.record` the
     positions are recomputed at every replay."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     if kind not in KINDS:
         raise ValueError(f"argsort: kind={kind!r} is not one of {KINDS}")
     x, ax = _flat_or_axis("argsort", x, _pick("argsort", axis, dim, -1))
     outer, n, inner = _rows(x.shape, ax)
     _check_positions("argsort", x, n)
     ints = [outer, n, inner, int(bool(descending))]
-    return T.apply(ARGSORT, [x], x.shape, ints, dtype=T.int64)
+    return tensor.apply(ARGSORT, [x], x.shape, ints, dtype=tensor.int64)
 
 
 def take_along(x, idx, ax):
@@ -130,16 +130,18 @@ def take_along(x, idx, ax):
     The flat positions are computed by entries (``idx * inner + start of the row``), so a
     replay gathers where its own indices point; the gradient scatters back through
     ``take``."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     outer, n, inner = _rows(x.shape, ax)
     m = idx.shape[ax] if idx.ndim else 1
     _check_positions("take_along", x, x.numel())
     flat = idx if inner == 1 else idx * inner
     if outer > 1 or inner > 1:
         start = np.arange(outer)[:, None, None] * (n * inner) + np.arange(inner)[None, None, :]
-        flat = T.view(flat, (outer, m, inner), 0) + start
-    out = movement.take(T.view(x, (x.numel(),), 0), T.view(flat, (outer * m * inner,), 0), 0)
-    return T.view(out, idx.shape, 0)
+        flat = tensor.view(flat, (outer, m, inner), 0) + start
+    out = movement.take(
+        tensor.view(x, (x.numel(),), 0), tensor.view(flat, (outer * m * inner,), 0), 0
+    )
+    return tensor.view(out, idx.shape, 0)
 
 
 def sort(x, axis=-1, kind=None, *, dim=None, descending=False, stable=True):
@@ -148,7 +150,7 @@ def sort(x, axis=-1, kind=None, *, dim=None, descending=False, stable=True):
     keep their order, NaN sorts last (first with ``descending=True``). Differentiable: the
     gradient of each output goes to the element it came from (gathered at
     :func:`argsort`'s positions, recomputed at every replay)."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     x, ax = _flat_or_axis("sort", x, _pick("sort", axis, dim, -1))
     idx = argsort(x, ax, kind, descending=descending, stable=stable)
     return take_along(x, idx, ax)
@@ -158,7 +160,7 @@ def sort_method(x, dim=-1, descending=False, stable=False, *, axis=None):
     """``x.sort(dim=-1, descending=False, stable=False)``, as PyTorch: ``(values, indices)``
     (a :class:`SortResult`). The order is always stable. The function ``tape.sort`` follows
     NumPy and returns the values only."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     ax = _axis("sort", x, dim if axis is None else axis)
     idx = argsort(x, ax, descending=descending)
     return SortResult(take_along(x, idx, ax), idx)
@@ -176,7 +178,7 @@ def topk(x, k, axis=-1, largest=True, sorted=True, *, dim=None):  # noqa: A002
     gradient goes to the selected elements), the indices int64 positions along the axis.
     Always in sorted order (``sorted=False`` allows any order; this one is it); ties: the
     lower position first; NaN counts as the largest. Recomputed at every replay."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     ax = _axis("topk", x, _pick("topk", axis, dim, -1))
     n = x.shape[ax] if x.ndim else 1
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
@@ -186,9 +188,9 @@ def topk(x, k, axis=-1, largest=True, sorted=True, *, dim=None):  # noqa: A002
             f"topk: k={k} is out of range for axis {ax} (size {n}) of a tensor of shape {x.shape}"
         )
     if x.ndim == 0:  # one row of one element (PyTorch takes 0-d tensors)
-        values, idx = topk(T.view(x, (1,), 0), k, 0, largest, sorted)
+        values, idx = topk(tensor.view(x, (1,), 0), k, 0, largest, sorted)
         shape = () if k else (0,)
-        return TopK(T.view(values, shape, 0), T.view(idx, shape, 0))
+        return TopK(tensor.view(values, shape, 0), tensor.view(idx, shape, 0))
     idx = argsort(x, ax, descending=largest)
     if k < n:
         idx = idx[(slice(None),) * ax + (slice(0, int(k)),)]
@@ -199,11 +201,11 @@ def arg_extreme(name, x, axis, keepdims):
     """Position of the maximum (``name="argmax"``) or minimum along ``axis`` (``None``: of
     the flattened tensor), int64, as ``numpy.argmax`` (the first one on ties, the first
     NaN if any): recorded as an entry, so a replay recomputes it."""
-    x = T.as_tensor(x)
+    x = tensor.as_tensor(x)
     op = ARGMAX if name in ("max", "argmax") else ARGMIN
     shape = x.shape
     if axis is None:
-        x, ax = T.view(x, (x.numel(),), 0), 0
+        x, ax = tensor.view(x, (x.numel(),), 0), 0
         out_shape = (1,) * len(shape) if keepdims else ()
     else:
         ax = _axis(name, x, axis)
@@ -215,7 +217,7 @@ def arg_extreme(name, x, axis, keepdims):
             f"of shape {shape}"
         )
     _check_positions(name, x, n)
-    return T.apply(op, [x], out_shape, [outer, n, inner], dtype=T.int64)
+    return tensor.apply(op, [x], out_shape, [outer, n, inner], dtype=tensor.int64)
 
 
 EXPORTS = (cumsum, cumprod, argsort, sort, topk)

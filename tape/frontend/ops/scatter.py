@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from tape.frontend import tensor as T
+from tape.frontend import tensor
 from tape.frontend.ops import movement
 from tape.ops.scatter import SCATTER_ADD
 
@@ -17,7 +17,7 @@ def scatter_add(rows, index, n_rows):
     """``(n_rows, *rows.shape[1:])`` zeros with row ``j`` of ``rows`` added at row
     ``index[j]`` (repeated indices accumulate). ``index`` is a 1-D integer array or tensor
     (a traced one is checked at every replay)."""
-    rows = T.as_tensor(rows)
+    rows = tensor.as_tensor(rows)
     idx = movement._index_tensor(index, n_rows, 0)
     if idx.ndim != 1 or rows.ndim == 0 or rows.shape[0] != idx.shape[0]:
         raise ValueError(
@@ -26,16 +26,16 @@ def scatter_add(rows, index, n_rows):
         )
     rest = rows.shape[1:]
     inner = math.prod(rest)
-    flat = T.view(rows, (rows.shape[0], inner), 0)
-    out = T.apply(SCATTER_ADD, [flat, idx], (n_rows, inner), [n_rows, inner])
-    return T.view(out, (n_rows,) + rest, 0)
+    flat = tensor.view(rows, (rows.shape[0], inner), 0)
+    out = tensor.apply(SCATTER_ADD, [flat, idx], (n_rows, inner), [n_rows, inner])
+    return tensor.view(out, (n_rows,) + rest, 0)
 
 
 def index_add(x, dim, index, source, *, alpha=1):
     """``x`` with ``alpha * source`` added along ``dim`` at ``index`` (``torch.index_add``):
     slice ``j`` of ``source`` along ``dim`` is added to slice ``index[j]`` of ``x``; repeated
     indices accumulate."""
-    x, source = T.as_tensor(x), T.as_tensor(source)
+    x, source = tensor.as_tensor(x), tensor.as_tensor(source)
     nd = x.ndim
     if not -nd <= dim < max(nd, 1):
         raise IndexError(f"index_add: dim {dim} is out of range for a {nd}-D tensor")
@@ -76,10 +76,10 @@ class _Update:
         """Flat positions of ``x[key]`` (constant indices), or None for one traced integer
         tensor on the leading axis."""
         key = self.key
-        if isinstance(key, T.Tensor) and key._tape is not None and key.dtype != np.bool_:
+        if isinstance(key, tensor.Tensor) and key._tape is not None and key.dtype != np.bool_:
             return None  # a traced mask (with a non-scalar value) is read as a constant below
         if isinstance(key, tuple) and any(
-            isinstance(k, T.Tensor) and k._tape is not None for k in key
+            isinstance(k, tensor.Tensor) and k._tape is not None for k in key
         ):
             raise NotImplementedError(
                 f"x.at[...].{op}: a traced index tensor is supported alone (x.at[i], on the "
@@ -97,11 +97,11 @@ class _Update:
         the update is a ``where`` that reads the mask at every replay (no guard)."""
         key = self.key
         is_mask = (
-            isinstance(key, T.Tensor) or isinstance(key, np.ndarray)
+            isinstance(key, tensor.Tensor) or isinstance(key, np.ndarray)
         ) and key.dtype == np.bool_
         if is_mask and tuple(key.shape) == tuple(self.x.shape) and np.size(v) == 1:
-            v = T.as_tensor(v)
-            return key, T.view(v, (), 0) if v.ndim else v
+            v = tensor.as_tensor(v)
+            return key, tensor.view(v, (), 0) if v.ndim else v
         return None
 
     def add(self, v):
@@ -118,12 +118,12 @@ class _Update:
             idx = self.key
             shape = tuple(idx.shape) + x.shape[1:]
             rows = movement.broadcast_to(v, shape)
-            flat_idx = T.view(idx, (idx.numel(),), 0)
-            rows = T.view(rows, (idx.numel(),) + x.shape[1:], 0)
+            flat_idx = tensor.view(idx, (idx.numel(),), 0)
+            rows = tensor.view(rows, (idx.numel(),) + x.shape[1:], 0)
             return x + scatter_add(rows, flat_idx, x.shape[0])
         vals = movement.broadcast_to(v, pos.shape)
-        flat = scatter_add(T.view(vals, (pos.size,), 0), pos.reshape(-1), x.numel())
-        return x + T.view(flat, x.shape, 0)
+        flat = scatter_add(tensor.view(vals, (pos.size,), 0), pos.reshape(-1), x.numel())
+        return x + tensor.view(flat, x.shape, 0)
 
     def set(self, v):
         """``x`` with ``x[key]`` replaced by ``v`` (broadcast to its shape); where a position
@@ -142,7 +142,7 @@ class _Update:
             )
         from tape.frontend.functional import where
 
-        vals = T.view(movement.broadcast_to(v, pos.shape), (pos.size,), 0)
+        vals = tensor.view(movement.broadcast_to(v, pos.shape), (pos.size,), 0)
         flat_pos = pos.reshape(-1)
         last = len(flat_pos) - 1 - np.unique(flat_pos[::-1], return_index=True)[1]
         last.sort()
@@ -151,13 +151,13 @@ class _Update:
             flat_pos = flat_pos[last]
         mask = np.zeros(x.numel(), bool)
         mask[flat_pos] = True
-        placed = T.view(scatter_add(vals, flat_pos, x.numel()), x.shape, 0)
+        placed = tensor.view(scatter_add(vals, flat_pos, x.numel()), x.shape, 0)
         return where(mask.reshape(x.shape), placed, x)
 
 
 def _constant_key(key):
     def one(k):
-        if isinstance(k, T.Tensor):
+        if isinstance(k, tensor.Tensor):
             return k.numpy()
         if isinstance(k, list):
             return np.asarray(k)

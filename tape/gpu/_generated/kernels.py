@@ -10,12 +10,12 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "c1a5784b287580f06d53fe75ad8d3f733d499484935f55546458a28e15c9d1d9"
+FINGERPRINT = "ac3dfec93a96b8d44aad5af9e3975288534d5f4b27cb9e8665c97c5a449b342a"
 
 from numba import cuda, float64
 
 from tape.layout.columns import E_OP
-from tape.gpu import _loops as L
+from tape.gpu import _loops as loops
 from tape.gpu._config import DEVICE_JIT, KERNEL_JIT, MAX_THREADS
 from tape.gpu._kernels import GPU_KERNELS
 from tape.gpu._program import (
@@ -201,129 +201,129 @@ k_qr_rev = GPU_KERNELS["qr"].rev
 def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
     """Phase ``ph`` of the forward rule of entry ``i`` (op code ``op``)."""
     if op == 0:  # neg
-        L.unary_fwd(neg_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(neg_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 1:  # abs
-        L.unary_fwd(abs_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(abs_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 2:  # square
-        L.unary_fwd(square_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(square_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 3:  # sqrt
-        L.unary_fwd(sqrt_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(sqrt_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 4:  # exp
-        L.unary_fwd(exp_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(exp_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 5:  # log
-        L.unary_fwd(log_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(log_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 6:  # log1p
-        L.unary_fwd(log1p_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(log1p_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 7:  # expm1
-        L.unary_fwd(expm1_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(expm1_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 8:  # sin
-        L.unary_fwd(sin_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(sin_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 9:  # cos
-        L.unary_fwd(cos_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(cos_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 10:  # tan
-        L.unary_fwd(tan_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(tan_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 11:  # tanh
-        L.unary_fwd(tanh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(tanh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 12:  # sinh
-        L.unary_fwd(sinh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(sinh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 13:  # cosh
-        L.unary_fwd(cosh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(cosh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 14:  # arctan
-        L.unary_fwd(arctan_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(arctan_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 15:  # sigmoid
-        L.unary_fwd(sigmoid_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(sigmoid_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 16:  # relu
-        L.unary_fwd(relu_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(relu_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 17:  # softplus
-        L.unary_fwd(softplus_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(softplus_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 18:  # erf
-        L.unary_fwd(erf_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(erf_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 19:  # erfc
-        L.unary_fwd(erfc_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(erfc_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 20:  # arcsin
-        L.unary_fwd(arcsin_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(arcsin_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 21:  # arccos
-        L.unary_fwd(arccos_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(arccos_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 22:  # arcsinh
-        L.unary_fwd(arcsinh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(arcsinh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 23:  # arccosh
-        L.unary_fwd(arccosh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(arccosh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 24:  # arctanh
-        L.unary_fwd(arctanh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(arctanh_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 25:  # log2
-        L.unary_fwd(log2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(log2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 26:  # log10
-        L.unary_fwd(log10_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(log10_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 27:  # exp2
-        L.unary_fwd(exp2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(exp2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 28:  # cbrt
-        L.unary_fwd(cbrt_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(cbrt_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 29:  # reciprocal
-        L.unary_fwd(reciprocal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(reciprocal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 30:  # lgamma
-        L.unary_fwd(lgamma_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(lgamma_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 31:  # digamma
-        L.unary_fwd(digamma_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(digamma_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 32:  # erfinv
-        L.unary_fwd(erfinv_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(erfinv_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 33:  # sign
-        L.unary_fwd(sign_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(sign_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 34:  # floor
-        L.unary_fwd(floor_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(floor_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 35:  # ceil
-        L.unary_fwd(ceil_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(ceil_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 36:  # round
-        L.unary_fwd(round_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(round_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 37:  # trunc
-        L.unary_fwd(trunc_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(trunc_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 38:  # stop_gradient
-        L.unary_fwd(stop_gradient_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_fwd(stop_gradient_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 39:  # add
-        L.binary_fwd(add_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(add_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 40:  # sub
-        L.binary_fwd(sub_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(sub_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 41:  # mul
-        L.binary_fwd(mul_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(mul_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 42:  # div
-        L.binary_fwd(div_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(div_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 43:  # pow
-        L.binary_fwd(pow_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(pow_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 44:  # maximum
-        L.binary_fwd(maximum_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(maximum_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 45:  # minimum
-        L.binary_fwd(minimum_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(minimum_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 46:  # arctan2
-        L.binary_fwd(arctan2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(arctan2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 47:  # hypot
-        L.binary_fwd(hypot_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(hypot_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 48:  # logaddexp
-        L.binary_fwd(logaddexp_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(logaddexp_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 49:  # logaddexp2
-        L.binary_fwd(logaddexp2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(logaddexp2_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 50:  # xlogy
-        L.binary_fwd(xlogy_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(xlogy_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 51:  # fmod
-        L.binary_fwd(fmod_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(fmod_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 52:  # remainder
-        L.binary_fwd(remainder_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(remainder_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 53:  # floor_divide
-        L.binary_fwd(floor_divide_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(floor_divide_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 54:  # less
-        L.binary_fwd(less_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(less_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 55:  # less_equal
-        L.binary_fwd(less_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(less_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 56:  # greater
-        L.binary_fwd(greater_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(greater_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 57:  # greater_equal
-        L.binary_fwd(greater_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(greater_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 58:  # equal
-        L.binary_fwd(equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 59:  # not_equal
-        L.binary_fwd(not_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_fwd(not_equal_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 60:  # where
-        L.ternary_fwd(where_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.ternary_fwd(where_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 61:  # clip
-        L.ternary_fwd(clip_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.ternary_fwd(clip_fwd, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 62:  # matmul
         k_matmul_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 63:  # copy
@@ -368,115 +368,115 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
 def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
     """Phase ``ph`` of the reverse rule of entry ``i`` (op code ``op``): adds to adjoints."""
     if op == 0:  # neg
-        L.unary_rev(neg_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(neg_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 1:  # abs
-        L.unary_rev(abs_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(abs_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 2:  # square
-        L.unary_rev(square_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(square_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 3:  # sqrt
-        L.unary_rev(sqrt_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(sqrt_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 4:  # exp
-        L.unary_rev(exp_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(exp_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 5:  # log
-        L.unary_rev(log_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(log_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 6:  # log1p
-        L.unary_rev(log1p_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(log1p_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 7:  # expm1
-        L.unary_rev(expm1_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(expm1_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 8:  # sin
-        L.unary_rev(sin_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(sin_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 9:  # cos
-        L.unary_rev(cos_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(cos_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 10:  # tan
-        L.unary_rev(tan_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(tan_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 11:  # tanh
-        L.unary_rev(tanh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(tanh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 12:  # sinh
-        L.unary_rev(sinh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(sinh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 13:  # cosh
-        L.unary_rev(cosh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(cosh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 14:  # arctan
-        L.unary_rev(arctan_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(arctan_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 15:  # sigmoid
-        L.unary_rev(sigmoid_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(sigmoid_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 16:  # relu
-        L.unary_rev(relu_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(relu_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 17:  # softplus
-        L.unary_rev(softplus_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(softplus_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 18:  # erf
-        L.unary_rev(erf_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(erf_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 19:  # erfc
-        L.unary_rev(erfc_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(erfc_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 20:  # arcsin
-        L.unary_rev(arcsin_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(arcsin_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 21:  # arccos
-        L.unary_rev(arccos_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(arccos_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 22:  # arcsinh
-        L.unary_rev(arcsinh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(arcsinh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 23:  # arccosh
-        L.unary_rev(arccosh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(arccosh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 24:  # arctanh
-        L.unary_rev(arctanh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(arctanh_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 25:  # log2
-        L.unary_rev(log2_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(log2_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 26:  # log10
-        L.unary_rev(log10_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(log10_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 27:  # exp2
-        L.unary_rev(exp2_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(exp2_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 28:  # cbrt
-        L.unary_rev(cbrt_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(cbrt_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 29:  # reciprocal
-        L.unary_rev(reciprocal_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(reciprocal_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 30:  # lgamma
-        L.unary_rev(lgamma_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(lgamma_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 31:  # digamma
-        L.unary_rev(digamma_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(digamma_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 32:  # erfinv
-        L.unary_rev(erfinv_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(erfinv_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 33:  # sign
-        L.unary_rev(sign_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(sign_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 34:  # floor
-        L.unary_rev(floor_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(floor_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 35:  # ceil
-        L.unary_rev(ceil_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(ceil_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 36:  # round
-        L.unary_rev(round_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(round_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 37:  # trunc
-        L.unary_rev(trunc_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.unary_rev(trunc_rev0, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 39:  # add
-        L.binary_rev(add_rev0, add_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(add_rev0, add_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 40:  # sub
-        L.binary_rev(sub_rev0, sub_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(sub_rev0, sub_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 41:  # mul
-        L.binary_rev(mul_rev0, mul_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(mul_rev0, mul_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 42:  # div
-        L.binary_rev(div_rev0, div_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(div_rev0, div_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 43:  # pow
-        L.binary_rev(pow_rev0, pow_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(pow_rev0, pow_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 44:  # maximum
-        L.binary_rev(maximum_rev0, maximum_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(maximum_rev0, maximum_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 45:  # minimum
-        L.binary_rev(minimum_rev0, minimum_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(minimum_rev0, minimum_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 46:  # arctan2
-        L.binary_rev(arctan2_rev0, arctan2_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(arctan2_rev0, arctan2_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 47:  # hypot
-        L.binary_rev(hypot_rev0, hypot_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(hypot_rev0, hypot_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 48:  # logaddexp
-        L.binary_rev(logaddexp_rev0, logaddexp_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(logaddexp_rev0, logaddexp_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 49:  # logaddexp2
-        L.binary_rev(logaddexp2_rev0, logaddexp2_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(logaddexp2_rev0, logaddexp2_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 50:  # xlogy
-        L.binary_rev(xlogy_rev0, xlogy_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(xlogy_rev0, xlogy_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 51:  # fmod
-        L.binary_rev(fmod_rev0, fmod_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(fmod_rev0, fmod_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 52:  # remainder
-        L.binary_rev(remainder_rev0, remainder_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(remainder_rev0, remainder_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 53:  # floor_divide
-        L.binary_rev(floor_divide_rev0, floor_divide_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.binary_rev(floor_divide_rev0, floor_divide_rev1, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 60:  # where
-        L.ternary_rev(no_rule5, where_rev1, where_rev2, False, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.ternary_rev(no_rule5, where_rev1, where_rev2, False, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 61:  # clip
-        L.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+        loops.ternary_rev(clip_rev0, clip_rev1, clip_rev2, True, True, True, ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 62:  # matmul
         k_matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 63:  # copy
@@ -551,7 +551,7 @@ def sweep(prog, A, mode, start, stop):
             return
     if mode & FWD:
         for i in range(start, stop):
-            op = L.ent(prog, i, E_OP)
+            op = loops.ent(prog, i, E_OP)
             ck = prog[pp + PHASE_COLS * i + 3]
             for ph in range(prog[pp + PHASE_COLS * i]):
                 forward_phase(op, ph, i, prog, A, 0, 1, t0, ts, False, sh)
@@ -595,7 +595,7 @@ def sweep(prog, A, mode, start, stop):
         for i in range(stop - 1, start - 1, -1):
             if prog[em + i] == 0:
                 continue
-            op = L.ent(prog, i, E_OP)
+            op = loops.ent(prog, i, E_OP)
             pm = prog[pp + PHASE_COLS * i + 2]
             for ph in range(prog[pp + PHASE_COLS * i + 1]):
                 if (pm >> ph) & 1:
@@ -618,7 +618,7 @@ def step(prog, A, mode, i, ph):
     t0 = cuda.grid(1)
     ts = cuda.gridsize(1)
     if mode & FWD:
-        forward_phase(L.ent(prog, i, E_OP), ph, i, prog, A, 0, 1, t0, ts, False, sh)
+        forward_phase(loops.ent(prog, i, E_OP), ph, i, prog, A, 0, 1, t0, ts, False, sh)
     if mode & ZERO_ACT:
         _zero(prog, A, 0, 1, t0, ts, H_ZACT, H_N_ZACT)
     if mode & ZERO_LEAF:
@@ -632,7 +632,7 @@ def step(prog, A, mode, i, ph):
             for j in range(t0, prog[q + 3 * s + 2], ts):
                 cuda.atomic.add(A, o + j, A[so + j])
     if mode & REV:
-        reverse_phase(L.ent(prog, i, E_OP), ph, i, prog, A, 0, 1, t0, ts, False, sh)
+        reverse_phase(loops.ent(prog, i, E_OP), ph, i, prog, A, 0, 1, t0, ts, False, sh)
 
 
 @cuda.jit(**KERNEL_JIT)
@@ -664,7 +664,7 @@ def batch(prog, T, A, n, mode, start, stop):
     pp = prog[H_PHASES]
     if mode & FWD:
         for i in range(start, stop):
-            op = L.ent(prog, i, E_OP)
+            op = loops.ent(prog, i, E_OP)
             ck = prog[pp + PHASE_COLS * i + 3]
             for ph in range(prog[pp + PHASE_COLS * i]):
                 forward_phase(op, ph, i, prog, A, b, n, 0, 1, True, sh)
@@ -687,7 +687,7 @@ def batch(prog, T, A, n, mode, start, stop):
         for i in range(stop - 1, start - 1, -1):
             if prog[em + i] == 0:
                 continue
-            op = L.ent(prog, i, E_OP)
+            op = loops.ent(prog, i, E_OP)
             pm = prog[pp + PHASE_COLS * i + 2]
             for ph in range(prog[pp + PHASE_COLS * i + 1]):
                 if (pm >> ph) & 1:

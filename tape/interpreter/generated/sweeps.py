@@ -15,7 +15,7 @@ FINGERPRINT = "19a191fca8e5bd72f60c4b67dbe75a39a04906ba12c4233f71292142b7da0aac"
 import numpy as np
 from numba import njit, prange
 
-from tape.interpreter import dispatch as D
+from tape.interpreter import dispatch
 from tape.layout.config import SWEEP_JIT
 from tape.layout.columns import (
     ACTIVE,
@@ -34,14 +34,14 @@ from tape.layout.columns import (
 @njit(inline="always", **SWEEP_JIT)
 def _kernel(kind, op, data):
     """The table slot of ``op``'s ``kind`` kernel for ``data``'s dtype: an address, or
-    ``D.NOTHING`` (skip the entry). Raises for an op code outside the table and for an op
+    ``dispatch.NOTHING`` (skip the entry). Raises for an op code outside the table and for an op
     whose kernel this process has not prepared."""
     if op == CALLBACK:  # run by tape.program.callbacks between sweep segments
-        return D.NOTHING
-    if op < 0 or op >= D.MAX_OPS:
+        return dispatch.NOTHING
+    if op < 0 or op >= dispatch.MAX_OPS:
         raise ValueError("tape sweeps: an entry's op code is outside the instruction set")
-    a = D.slot(kind, op, data)
-    if a == D.NOT_PREPARED:
+    a = dispatch.slot(kind, op, data)
+    if a == dispatch.NOT_PREPARED:
         raise RuntimeError(
             "tape sweeps: an entry's op kernel is not prepared in this process (get the "
             "arrays from t.workspace() or t.kernel_args(), or call "
@@ -62,21 +62,21 @@ def table2d(flat, rows, cols):
 def run_fwd(op, i, entries, bufs, ipool, data):
     """Entry ``i`` (op ``op``) through the table: the compiled tier's call of an entry it
     does not fuse, without the op's kernel compiled into its own code. Returns the status."""
-    return D.call_fwd(_kernel(D.FWD, op, data), (i, entries, bufs, ipool, data))
+    return dispatch.call_fwd(_kernel(dispatch.FWD, op, data), (i, entries, bufs, ipool, data))
 
 
 @njit(inline="always", **SWEEP_JIT)
 def run_rev(op, i, entries, bufs, ipool, data, grad):
     """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
-    a = _kernel(D.REV, op, data)
-    if a != D.NOTHING:
-        D.call_rev(a, (i, entries, bufs, ipool, data, grad))
+    a = _kernel(dispatch.REV, op, data)
+    if a != dispatch.NOTHING:
+        dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
 
 # Per-op functions, indexed by op code: eager mode and per-entry checks call these directly, so
 # they compile (or load) only the ops they use.
-FWD = D.PerOp("fwd")
-REV = D.PerOp("rev")
+FWD = dispatch.PerOp("fwd")
+REV = dispatch.PerOp("rev")
 
 
 @njit(**SWEEP_JIT)
@@ -84,10 +84,10 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
     """Run entries ``start .. stop-1``. Writes ``data``. Returns ``-1``, or the index of the
     first entry that rejected its data (an out-of-range gather index, a failed guard)."""
     for i in range(start, stop):
-        a = _kernel(D.FWD, entries[i, 0], data)
-        if a == D.NOTHING:
+        a = _kernel(dispatch.FWD, entries[i, 0], data)
+        if a == dispatch.NOTHING:
             continue
-        status = D.call_fwd(a, (i, entries, bufs, ipool, data))
+        status = dispatch.call_fwd(a, (i, entries, bufs, ipool, data))
         if status >= 0:
             return status
     return -1
@@ -100,9 +100,9 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(D.REV, entries[i, 0], data)
-        if a != D.NOTHING:
-            D.call_rev(a, (i, entries, bufs, ipool, data, grad))
+        a = _kernel(dispatch.REV, entries[i, 0], data)
+        if a != dispatch.NOTHING:
+            dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
 
 @njit(**SWEEP_JIT)
@@ -114,9 +114,9 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
     for i in range(start, stop):
         if bufs[entries[i, E_OUT], B_KIND] == CONST:
             continue
-        a = _kernel(D.TAN, entries[i, 0], data)
-        if a != D.NOTHING:
-            D.call_tan(a, (i, entries, bufs, ipool, data, T))
+        a = _kernel(dispatch.TAN, entries[i, 0], data)
+        if a != dispatch.NOTHING:
+            dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))
 
 
 @njit(**SWEEP_JIT)
@@ -129,9 +129,9 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(D.HREV, entries[i, 0], data)
-        if a != D.NOTHING:
-            D.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
+        a = _kernel(dispatch.HREV, entries[i, 0], data)
+        if a != dispatch.NOTHING:
+            dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 
 
 @njit(**SWEEP_JIT)
@@ -240,7 +240,9 @@ def emit(
     and run it. Returns its status (``-1``, or ``n_entries`` when it rejected its data)."""
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
               attr)  # fmt: skip
-    return D.call_fwd(_kernel(D.FWD, op, data), (n_entries, entries, bufs, ipool, data))
+    return dispatch.call_fwd(
+        _kernel(dispatch.FWD, op, data), (n_entries, entries, bufs, ipool, data)
+    )
 
 
 @njit(**SWEEP_JIT)

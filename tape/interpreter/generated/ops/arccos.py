@@ -12,7 +12,7 @@ FINGERPRINT = "27dbbd92a31d0a87739935c6f3970c372303c8681d5332fb6e00c4136faa8055"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

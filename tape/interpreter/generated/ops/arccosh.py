@@ -12,7 +12,7 @@ FINGERPRINT = "fed61c914b75be827619df2891ee190be085cbf3cdaf596ed0fd160d37b5dcda"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

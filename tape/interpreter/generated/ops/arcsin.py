@@ -12,7 +12,7 @@ FINGERPRINT = "f786bf7e21b5c065ae5b4de45e9c2da2dc7b173bc269a5fdf10f2a2f85705c90"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "5027901e237ad070f1f2b10ba77752c88b62f9ad7f4073cf50098b853675d7e8"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

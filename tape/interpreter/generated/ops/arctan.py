@@ -12,7 +12,7 @@ FINGERPRINT = "7a2b2b1b6dab692e9fd91101d9e6d4de29793d315ec9e992b58e4c9f3231d843"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

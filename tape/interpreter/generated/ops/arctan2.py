@@ -12,7 +12,7 @@ FINGERPRINT = "37da61de7b4504dff06a3b78303dcc8f8d20ea528234bd4c994569384c528fc1"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "56dfc9c274238e8eb6aeb492b3f874503be2c179e7dbdc23d7f18d73a5fde38b"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

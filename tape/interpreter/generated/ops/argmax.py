@@ -12,7 +12,7 @@ FINGERPRINT = "e8d7b335c50aa269b60f97e0bb7f938812ddd63a20d6460333090edf6bfd4d0f"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmax_fwd
 

@@ -12,7 +12,7 @@ FINGERPRINT = "15db3bf67f9b69875eacbffe6580bc2bde41857f9f60669c210abb9c549cc5d9"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmin_fwd
 

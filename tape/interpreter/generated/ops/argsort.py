@@ -12,7 +12,7 @@ FINGERPRINT = "3b01d5ec5b4936913dce52f4d653a7ee12ed99d16f0b38b130bb77acb2e4d802"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argsort_fwd
 

@@ -12,7 +12,7 @@ FINGERPRINT = "bc665f332ff2b28392d099963445e86aa733502f49f2560185fc2e0bcebaeee6"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "bbe8ea2ab0bf727bd242ef6420f04ccfce2b215c0c8115048c5d10d6b7f799e4"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import cholesky_fwd, cholesky_rev, cholesky_jvp, cholesky_hvp
 

@@ -12,7 +12,7 @@ FINGERPRINT = "292ac43937e64543a07a8382171d7089f12a6e479fe99eccc8df5743cd17be7f"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.ops.registry import BY_NAME

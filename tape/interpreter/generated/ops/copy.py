@@ -12,7 +12,7 @@ FINGERPRINT = "e001c2b81b24c919325d4945af4f0843eb4226397bda840fc6a964a03878fa21"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import copy_fwd, copy_rev
 

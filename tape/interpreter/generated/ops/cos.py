@@ -12,7 +12,7 @@ FINGERPRINT = "4313169e9164a3b317a88d868e130cd964bb09af51d0c7559479d327ad7e0a19"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

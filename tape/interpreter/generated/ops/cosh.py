@@ -12,7 +12,7 @@ FINGERPRINT = "69eda4ac9e6b9d6d2ece10dcc250aeddc058a74385be98aaffb643defe585b29"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "4d80952ad471a4507b43e2b9d5a7255205cecb1a78c3bc87366d423fe5b0151c"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumprod_fwd, cumprod_rev, cumprod_jvp, cumprod_hvp
 

@@ -12,7 +12,7 @@ FINGERPRINT = "9d7050423d348583b563152ac18d7a09037724f07ce60f94a305fb703ce7fa31"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumsum_fwd, cumsum_rev
 

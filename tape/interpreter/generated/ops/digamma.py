@@ -12,7 +12,7 @@ FINGERPRINT = "9ef4a096722f2cfc4cc84c0865340981c4c3600823bc109510cabb71844b2801"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "8ca80c4b98a5de37c05515f3651f717777c18afaf3eb8516b428c0d7df8cd301"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -179,7 +179,7 @@ def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
                 p1[e] = div_rev1(u, w, yv, 1.0)
             if g != 0.0:
                 if False:
-                    q00[e] = g * L.no_h3(u, w, yv)
+                    q00[e] = g * loops.no_h3(u, w, yv)
                 if True:
                     q01[e] = g * div_h1(u, w, yv)
                 if True:
@@ -222,7 +222,7 @@ def _hrev_one_7(u, w, y, g, dg, ta, tb):
     if g != 0.0:
         s = 0.0
         if False and ta != 0.0:
-            s += L.no_h3(u, w, y) * ta
+            s += loops.no_h3(u, w, y) * ta
         if True and tb != 0.0:
             s += div_h1(u, w, y) * tb
         v += g * s

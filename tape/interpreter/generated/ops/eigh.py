@@ -12,7 +12,7 @@ FINGERPRINT = "7053e0bfcf7c7487dae1cbfc7b7a4cc1f278aaa0e2848db2193c753fac1b274b"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import eigh_fwd, eigh_rev, eigh_jvp, eigh_hvp
 

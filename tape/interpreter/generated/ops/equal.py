@@ -12,7 +12,7 @@ FINGERPRINT = "98795e0213ab18ba720ec8846059ca838e2475dbfed7ea2665e7dcebc0413bf2"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.ops.registry import BY_NAME

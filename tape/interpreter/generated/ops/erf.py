@@ -12,7 +12,7 @@ FINGERPRINT = "29f7aab6c4e13ca303f466b237aa89e5ae58febd00e7f67c9c06c11b0dede100"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "754f833695e68d53151d982a5d49c86adeb164d56f6a3dfc7cda786289291c6d"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

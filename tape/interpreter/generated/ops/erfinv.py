@@ -12,7 +12,7 @@ FINGERPRINT = "c1bc54f80ca60c273f590e2d0e0d35e708db2d85084161d569a2c3cf4243f273"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "4a37b463dd3f5d063334062875d1c3fd4cc589e168621cabd1bb7de4dcbfefc2"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "1c650ea873ed7f3f1818476643a498b31fd17bea721f2be4fcbc9c5c39223437"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "29628c4d81571f4c1a2ae061e5a42a15c7976d800261cf48ca91f4261e6edf69"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

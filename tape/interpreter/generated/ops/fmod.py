@@ -12,7 +12,7 @@ FINGERPRINT = "fb160d2ba5323e07968b845413cba08cfc70fd76d2aa9a0ef3128b22bd27ed0b"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -177,11 +177,11 @@ def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
                 p1[e] = fmod_rev1(u, w, yv, 1.0)
             if g != 0.0:
                 if False:
-                    q00[e] = g * L.no_h3(u, w, yv)
+                    q00[e] = g * loops.no_h3(u, w, yv)
                 if False:
-                    q01[e] = g * L.no_h3(u, w, yv)
+                    q01[e] = g * loops.no_h3(u, w, yv)
                 if False:
-                    q11[e] = g * L.no_h3(u, w, yv)
+                    q11[e] = g * loops.no_h3(u, w, yv)
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
         t1 = view(bufs, T[d], b)
@@ -220,9 +220,9 @@ def _hrev_one_7(u, w, y, g, dg, ta, tb):
     if g != 0.0:
         s = 0.0
         if False and ta != 0.0:
-            s += L.no_h3(u, w, y) * ta
+            s += loops.no_h3(u, w, y) * ta
         if False and tb != 0.0:
-            s += L.no_h3(u, w, y) * tb
+            s += loops.no_h3(u, w, y) * tb
         v += g * s
     return v
 
@@ -233,9 +233,9 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
     if g != 0.0:
         s = 0.0
         if False and ta != 0.0:
-            s += L.no_h3(u, w, y) * ta
+            s += loops.no_h3(u, w, y) * ta
         if False and tb != 0.0:
-            s += L.no_h3(u, w, y) * tb
+            s += loops.no_h3(u, w, y) * tb
         v += g * s
     return v
 

@@ -12,7 +12,7 @@ FINGERPRINT = "e36528cc1545b590055a966925385d3b57e7d1e310510379e01b794f70da5786"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.ops.registry import BY_NAME

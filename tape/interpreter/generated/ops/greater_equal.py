@@ -12,7 +12,7 @@ FINGERPRINT = "82e9af647ddfb02936a9b180ada4899ca2e7c1c65931cf085efd8ac44bdac73e"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.ops.registry import BY_NAME

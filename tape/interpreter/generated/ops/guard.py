@@ -12,7 +12,7 @@ FINGERPRINT = "fb04ca73c7318c5c325b182c7e4312f83e199901212ee30325bbc67a52bfc35c"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.guard import guard_fwd
 

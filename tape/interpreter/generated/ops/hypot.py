@@ -12,7 +12,7 @@ FINGERPRINT = "26601b1ff73bc753f80a6c4a38982089b2ad8b24a1b0228f91fe431e5ee13a22"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.ops.registry import BY_NAME

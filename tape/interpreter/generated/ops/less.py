@@ -12,7 +12,7 @@ FINGERPRINT = "1831653a1e7e145604a3e20517b6a298f6076aa48f583fdf6394eb8503258a6d"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.ops.registry import BY_NAME

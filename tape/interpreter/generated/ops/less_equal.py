@@ -12,7 +12,7 @@ FINGERPRINT = "a9d1bbe4dcb276bed7ebe28ee2d38ff8d2792a7b28448d21fd3dccb81fcc6c1b"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "ecde191ce5f421c3777d953afc2c2bc56de10e348a1d67803e4a2a6881971c9e"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "886b0ea692e748459d8fc4c0161957e47005910a876af4842428f9ddcc4f9b47"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "97da90126db3a5e3d491acf315f4de61b37d772256a6304b1bcd5967913b7a51"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "4c73f0ba40e9827a56298eabb8a0c7087054637b80c72f559a266dddda5fba32"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "f562f72ce66722da7ca80e3e41203769bed2a47c338edd4a684e47a5f9ac0936"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

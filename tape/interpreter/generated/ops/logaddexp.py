@@ -12,7 +12,7 @@ FINGERPRINT = "f8a30d012904b57a4415f7041627413be63c9c4e31c017d84ade0b3ff7e67608"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.ops.registry import BY_NAME

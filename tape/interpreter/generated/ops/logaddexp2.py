@@ -12,7 +12,7 @@ FINGERPRINT = "44efa35e978449cdcb746e4706815f6cc2eeeaa18f985caaaaecff0b48f1a00d"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.ops.registry import BY_NAME

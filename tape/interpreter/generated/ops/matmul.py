@@ -12,7 +12,7 @@ FINGERPRINT = "26035a71c5117cdee5276f1896d3dc5e98d2071169b345883a12d6cbac327957"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.linalg import matmul_fwd, matmul_rev, matmul_jvp, matmul_hvp
 

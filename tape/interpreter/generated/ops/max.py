@@ -12,7 +12,7 @@ FINGERPRINT = "bf979909fe9f631f75f07aff192fbb7b4cd6e8645ee6535eb77546e3feb0b2b9"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import max_fwd, max_rev, extreme_jvp
 

@@ -12,7 +12,7 @@ FINGERPRINT = "9a4eedaf69ee047843f23d9e716cd384d4f663d5b77c2ba6958f73647edc722d"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import min_fwd, min_rev, extreme_jvp
 

@@ -12,7 +12,7 @@ FINGERPRINT = "144cd2acd54b088f70e5dd0fefbaa74047995ebe27d0e3fe46ad4c75c1355387"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "6813d97c082f30ff85c2fdc1570036ad9344eefd6fba9e0ea0d341202c3469df"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.ops.registry import BY_NAME

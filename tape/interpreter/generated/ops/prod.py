@@ -12,7 +12,7 @@ FINGERPRINT = "e38ce74f3658c5a22cfd8e5f3320e7aa2a65d21206d4e2cd6750f2535699f3b1"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import prod_fwd, prod_rev, prod_jvp, prod_hvp
 

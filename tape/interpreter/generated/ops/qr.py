@@ -12,7 +12,7 @@ FINGERPRINT = "a1f50ca47c0efd166c3a38b521268b458657551fc9c31d94ac92ecd1bcaa02ad"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import qr_fwd, qr_rev, qr_jvp, qr_hvp
 

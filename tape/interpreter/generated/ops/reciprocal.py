@@ -12,7 +12,7 @@ FINGERPRINT = "8cfb0f9fb44e0cbb9ec9b8b481486e138f6bab46d07ee9ad53bbb41bca0b6b22"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "784e74d2ab261b9f0e433243515dfeabfe76ef8eb31c156efb8e1a77b4888b53"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scatter import scatter_add_fwd, scatter_add_rev, scatter_add_jvp
 

@@ -12,7 +12,7 @@ FINGERPRINT = "12b9321c7d0e8435b375adb14a7e7e76ffcb6be523ea644b376af914677bdd88"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

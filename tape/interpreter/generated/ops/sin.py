@@ -12,7 +12,7 @@ FINGERPRINT = "a23d76560b98129aea4df5e2247a38199bb347dd4f8dbe9bc9915bdbfd9046db"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "14b67bce1dd6ba2735756a883304eeec6efe3f0e0616f8d26077bd8eff4772c8"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

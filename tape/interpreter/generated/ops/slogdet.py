@@ -12,7 +12,7 @@ FINGERPRINT = "94d64920c96a639e5a9e00522b7dd80acaba229792f8f2ca41d0e54d7c7a3fd9"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import slogdet_fwd, slogdet_rev, slogdet_jvp, slogdet_hvp
 

@@ -12,7 +12,7 @@ FINGERPRINT = "7b367475968d0b9ea57ca0a6bb24907840c3a4de47c9d4554c604cd525438e17"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

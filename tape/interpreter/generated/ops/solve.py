@@ -12,7 +12,7 @@ FINGERPRINT = "b3bf4333b887a7c8a37ed4a78713b7df3190a00ef7c300078f7bc66ff27b1e42"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import solve_fwd, solve_rev, solve_jvp, solve_hvp
 

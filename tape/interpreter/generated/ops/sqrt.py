@@ -12,7 +12,7 @@ FINGERPRINT = "eff7326d787974a3345574e6dfa722a3c88783f7487f33df6f54dfbd88bacc0d"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

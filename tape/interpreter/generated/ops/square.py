@@ -12,7 +12,7 @@ FINGERPRINT = "38f00f6405582b89ddda9cc49b524b962377b07995bcb1a3ec9799b8cc9ee600"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -12,7 +12,7 @@ FINGERPRINT = "02f7da7131cf08edefd957e801699d6ca5b020c8754b92dc135db4c517817920"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, view
 from tape.ops.registry import BY_NAME

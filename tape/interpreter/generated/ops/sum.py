@@ -12,7 +12,7 @@ FINGERPRINT = "fcc7e8e402bf7e110a85d4bbb99d165447fd73c8716e6233dd5ab64a0c40ff14"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import sum_fwd, sum_rev
 

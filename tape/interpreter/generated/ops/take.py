@@ -12,7 +12,7 @@ FINGERPRINT = "468777e7c352ac12d98d99a7d88b64204b872bd00835e9899aa1c76d7018020a"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import take_fwd, take_rev, take_jvp
 

@@ -12,7 +12,7 @@ FINGERPRINT = "04e2d9d22af5a36770ef164f3173fd0a23eb2b73e21abf15b96a4bc3addcffda"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

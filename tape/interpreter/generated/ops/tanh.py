@@ -12,7 +12,7 @@ FINGERPRINT = "792fa659892f909cdf68e5397a6d91967dd95857c16d1aa0f14d3f9403bc01d5"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

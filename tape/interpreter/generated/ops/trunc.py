@@ -12,7 +12,7 @@ FINGERPRINT = "789dd25f0570833cbc7cc2bacc4671c2ba78a2b426261701ed16e7c89139a620"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -84,7 +84,7 @@ def _hrev_trunc(i, entries, bufs, ipool, data, grad, T, GT):
         for j in range(n):
             v = masked(trunc_rev0(x[j], y[j], gty[j]), gty[j])
             if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += gy[j] * (L.no_h2(x[j], y[j]) * tx[j])
+                v += gy[j] * (loops.no_h2(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
     p = np.empty(n, T.dtype)
@@ -92,7 +92,7 @@ def _hrev_trunc(i, entries, bufs, ipool, data, grad, T, GT):
     for j in range(n):
         p[j] = trunc_rev0(x[j], y[j], 1.0)
         if False and gy[j] != 0.0:
-            q[j] = gy[j] * L.no_h2(x[j], y[j])
+            q[j] = gy[j] * loops.no_h2(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         gty = view(bufs, GT[d], o)

@@ -12,7 +12,7 @@ FINGERPRINT = "0c80ba0e65c41eca8915b17df2ac86cc101cf041895201f16e48ac28c4093bc1"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.ops.registry import BY_NAME
@@ -27,7 +27,7 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
-            v = L.no_rule5(x0[j], x1[j], x2[j], y[j], gy[j])
+            v = loops.no_rule5(x0[j], x1[j], x2[j], y[j], gy[j])
             gk[j] += masked(v, gy[j])
     else:
         o0 = bcast_offsets(ipool, p, 0)
@@ -35,7 +35,7 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
         o2 = bcast_offsets(ipool, p, 2)
         ok = bcast_offsets(ipool, p, k)
         for j in range(n):
-            v = L.no_rule5(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
+            v = loops.no_rule5(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
             gk[ok[j]] += masked(v, gy[j])
 
 
@@ -159,7 +159,7 @@ def _tan_where(i, entries, bufs, ipool, data, T):
             u, v, w = (x0[o0[j]], x1[o1[j]], x2[o2[j]])
             acc = 0.0
             if False:
-                acc += masked(L.no_rule5(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
+                acc += masked(loops.no_rule5(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
             if True:
                 acc += masked(where_rev1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
             if True:

@@ -12,7 +12,7 @@ FINGERPRINT = "26a772827733389c9a928b5d50c04887ea04702dad0be486aac66ceedf18bea9"
 import numpy as np
 from numba import njit
 
-from tape.ops import loops as L
+from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -179,7 +179,7 @@ def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
                 p1[e] = xlogy_rev1(u, w, yv, 1.0)
             if g != 0.0:
                 if False:
-                    q00[e] = g * L.no_h3(u, w, yv)
+                    q00[e] = g * loops.no_h3(u, w, yv)
                 if True:
                     q01[e] = g * xlogy_h1(u, w, yv)
                 if True:
@@ -222,7 +222,7 @@ def _hrev_one_7(u, w, y, g, dg, ta, tb):
     if g != 0.0:
         s = 0.0
         if False and ta != 0.0:
-            s += L.no_h3(u, w, y) * ta
+            s += loops.no_h3(u, w, y) * ta
         if True and tb != 0.0:
             s += xlogy_h1(u, w, y) * tb
         v += g * s
