@@ -71,7 +71,7 @@ What the generated code does differently from the interpreter:
   loads the arguments, zeroes, and runs forward and backward; :meth:`tape.Tape.gradient` and
   ``value_and_grad`` call it directly (one dispatch, no argument copies in Python) when the
   arguments are arrays of the recorded shapes and dtypes. It takes two arrays and the
-  arguments: Numba's dispatch costs about 0.1 us per array, so the tape's integer arrays are
+  arguments: Numba's dispatch costs more with every array, so the tape's integer arrays are
   views of one (``entries``, ``bufs`` and the pool, made so by :meth:`tape.Tape.compile`) and
   a workspace's value and adjoint arenas are the two halves of one. A final sum that nothing
   else reads (a loss), taken in blocks with nothing stored, is summed again by its reverse
@@ -443,8 +443,8 @@ def _gradient(ints, arena, xs):
 
 
 _SIZED_ARGS = 6
-"""The runtime has ``gradient_args_1`` .. ``gradient_args_6``: a call with ``*xs`` costs about
-0.14 us more."""
+"""The runtime has ``gradient_args_1`` .. ``gradient_args_6``: a call with ``*xs`` costs more
+(``benchmarks/MEASURED.md``)."""
 
 
 @functools.cache
@@ -1483,8 +1483,8 @@ class _Gen:
     def outline_redo(self, loads, consts, vals, adj, targets, slow):
         """The line that redoes an element of an element loop: a call to a function of its
         own (``_redo``, shared by identical ones), never inlined. Written in the loop, the
-        rarely run redo doubles the loop's code: Rosenbrock's whole sweep at n=10 took 0.29 us
-        with it there, 0.25 us with it outlined."""
+        rarely run redo doubles the loop's code and slows the sweep of a small tape
+        (``benchmarks/MEASURED.md``)."""
         names, args, body = _outlined(loads, consts, vals, adj, targets, slow)
         body = _outline_calls(body)  # rarely run: a call costs nothing here
         text = "\n".join([", ".join(names)] + body)
@@ -1506,8 +1506,7 @@ class _Gen:
         array ``d`` places further on (``shift``: name -> ``d``), so that index ``jj`` of every
         scratch array is one element of the buffer; the last ``d`` of a block go to the next
         block's pass, and those of the last block to the buffer by the lines in ``tails``.
-        Rosenbrock n=1e5's reverse loop took 117 us with a pass per view, 105 us with one
-        (best of 500 calls each, one after the other)."""
+        One pass for all views is faster than a pass per view (``benchmarks/MEASURED.md``)."""
         p, B = self.p, self.p.B
         groups: dict[int, list] = {}
         for view, op, names in out:
@@ -1540,9 +1539,8 @@ class _Gen:
         is assigned where the leaves' adjoints are zeroed (``"=?"``: in a gradient, not in a
         ``backward`` that accumulates into them), and leaves the zeroing of the leaves
         (``leaves_assigned``). Only a flat block loop assigns a leaf's adjoint: its adds are
-        loops of their own, one per ``zl``. Rosenbrock n=1e5's ``gradient_args`` took 59 us
-        with the leaf zeroed and then added to, 50 us with it assigned (AMD EPYC, best of 300
-        calls each)."""
+        loops of their own, one per ``zl``. Assigning beats zeroing and adding
+        (``benchmarks/MEASURED.md``)."""
         p, B = self.p, self.p.B
         flat = not c.rows
         owners = [int(p.owner[full[names[0]][0]]) for _, _, names in out]
@@ -1759,12 +1757,12 @@ def _block_loop(c, g, targets, pre, main, redo, out, scalar, fold=None, shift=No
 def _gradient_args(t, B, n_ints, tables_read, n_run):
     """``gradient_args``: :meth:`Tape.gradient`'s whole call in one compiled function (load
     the arguments at their offsets, then what ``forward_backward`` does), so a replay from
-    Python pays one dispatch, with few array arguments (each costs the call ~0.1 us): the
+    Python pays one dispatch, with few array arguments (each adds to the call's cost): the
     tape's integer arrays as one (``ints``, made by :meth:`tape.Tape.compile`) and its value and adjoint
     arenas as one (``arena``: ``data`` then ``grad``). The arguments' shapes and dtypes are the
     caller's to check. Without ``tables_read`` (the sweeps are inlined and no unit reads the
     entry or buffer table) the two tables are not made: each ``reshape`` calls into Numba's C
-    helpers, ~40 ns, a sixth of a small tape's whole sweep."""
+    helpers, a large share of a small tape's whole sweep (``benchmarks/MEASURED.md``)."""
     xs = [f"x{k}" for k in range(len(t.inputs))]
     we, wb = t.entries.shape[1], t.bufs.shape[1]
     ne, nb, nd = t.n_entries * we, t.n_bufs * wb, t.n_data

@@ -52,7 +52,7 @@ def _quiet_numpy():
     """``(enter, leave)``: NumPy's floating-point warnings off and back on, as
     ``np.errstate(all="ignore")`` does (the kernels never warn, so NumPy references standing in
     for them must not either). Through NumPy's context variable when it has one: an
-    ``errstate`` block costs 1.5 us, a large share of a small eager op."""
+    ``errstate`` block is a large share of a small eager op (``benchmarks/MEASURED.md``)."""
     try:
         from numpy._core._ufunc_config import _extobj_contextvar as var
     except ImportError:  # another NumPy layout: the public (slower) way
@@ -164,8 +164,8 @@ _device_cls = device
 
 class _State(threading.local):
     """Per-thread state; class attributes are the defaults every thread starts with (a
-    ``getattr`` with a default on a plain ``threading.local`` costs a caught AttributeError:
-    ~0.3 us on every op)."""
+    ``getattr`` with a default on a plain ``threading.local`` costs a caught AttributeError
+    on every op)."""
 
     grad = True
     scratch = None

@@ -1,7 +1,7 @@
 """Host side of the GPU replay: a recorded tape packed into the two arrays a kernel takes.
 
-A Numba kernel launch costs ~4 us per array argument on top of ~6.6 us (DESIGN.md section 5),
-so the kernels take two arrays, not ten:
+A Numba kernel launch costs more with each array argument (``benchmarks/MEASURED.md``), so
+the kernels take two arrays, not ten:
 
 ``prog`` : int64
     A header of :data:`HEADER` slots (the ``H_*`` names below: where each part starts), then

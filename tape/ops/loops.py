@@ -230,7 +230,7 @@ def _bcast_rev_row(r, first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
                 gk[j] += masked(v, gyr[j])
     elif sk == 0:
         # the row's contributions to one value, in four running sums: one chain of adds
-        # waits for each add (1.6-1.7x slower over rows of 1,000)
+        # waits for each add (benchmarks/MEASURED.md)
         p0 = p1 = p2 = p3 = 0.0
         j = 0
         while j + 4 <= m:

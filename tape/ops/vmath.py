@@ -1,7 +1,7 @@
 """``exp``, ``log`` and ``tanh`` that LLVM can vectorise, for the elementwise rules.
 
 Numba calls the C library for ``math.exp`` and friends, one element at a time: a loop over
-``tanh`` costs about 19 ns per element, 60 times an add. (Numba vectorises them only with
+``tanh`` costs dozens of adds per element (``benchmarks/MEASURED.md``). (Numba vectorises them only with
 Intel's SVML, which the llvmlite wheels on PyPI are not built with.) These versions are
 straight-line float64 arithmetic with selects instead of branches, so a loop that calls them
 compiles to vector code:
@@ -65,9 +65,8 @@ def _as_bits(typingctx, x):
 def _fma(typingctx, a, b, c):
     """``a * b + c``, in one fused multiply-add where the CPU has one (LLVM's ``fmuladd``:
     a multiply and an add elsewhere). Numba does not fuse them by itself (no ``contract``
-    flag), and a polynomial's Horner steps then wait on two roundings each: ``exp`` took
-    5.1 ns per element with them split on a 2-core Xeon, 2.7 ns fused (log 4.8 and
-    3.5 ns, tanh 5.7 and 3.4 ns)."""
+    flag), and a polynomial's Horner steps then wait on two roundings each: fused, ``exp``,
+    ``log`` and ``tanh`` run much faster (``benchmarks/MEASURED.md``)."""
     if not all(isinstance(v, (types.Float, types.Integer)) for v in (a, b, c)):
         return None
     # float64 operands (a float32 tape's values are widened, as float64 constants widen them)
@@ -170,7 +169,7 @@ def exp(x):
     x = float(x)
     # Below -745.2, e**x rounds to 0: those lanes compute e**0 and select 0. Letting the
     # scaling below underflow instead costs a microcode assist per element on Intel CPUs
-    # (6x slower over a loop of such values). Above 710 the scaling gives inf.
+    # (benchmarks/MEASURED.md). Above 710 the scaling gives inf.
     zero = x < -745.2
     xc = 0.0 if zero else min(x, 710.0)
     kf = math.floor(xc * LOG2E + 0.5)

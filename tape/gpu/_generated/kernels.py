@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "ac3dfec93a96b8d44aad5af9e3975288534d5f4b27cb9e8665c97c5a449b342a"
+FINGERPRINT = "4f724837ced8f29c807316aace4a2c6dc21bd41d860ac66f7ef5dc9a3985bcc6"
 
 from numba import cuda, float64
 

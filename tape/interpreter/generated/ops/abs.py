@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "04a5a26e533d9b86049c1fdcc4853bf7a3e957a16715b55ca9e7afae36caf85f"
+FINGERPRINT = "dcdf29683bcbb2465ad4e0fc71696920d19c2ff403d5ead65783c8fc81067fdb"
 
 import numpy as np
 from numba import njit

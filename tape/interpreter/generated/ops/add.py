@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f2d3a59235e484342e1a6b3a4b6d129ae2863ee9ee5fbba07a160ff2392c87df"
+FINGERPRINT = "c6a3fce3cf96c3c1f532038d4e996f6bb3fad3218b60343607bf11b5de586bc8"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "27dbbd92a31d0a87739935c6f3970c372303c8681d5332fb6e00c4136faa8055"
+FINGERPRINT = "6355303426b6be4bd85b4ef6dff6d7dd08077fa91802eba5f988dc03cf1bf19b"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fed61c914b75be827619df2891ee190be085cbf3cdaf596ed0fd160d37b5dcda"
+FINGERPRINT = "f9f5fd9a76707a3f5fafcfe390c89e3f01469851e8954c2fd3674b6d022dc5db"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f786bf7e21b5c065ae5b4de45e9c2da2dc7b173bc269a5fdf10f2a2f85705c90"
+FINGERPRINT = "0ed528cc44890c482e1df65cdf31da767582301501fdb5e2372115b0c4ea06de"
 
 import numpy as np
 from numba import njit

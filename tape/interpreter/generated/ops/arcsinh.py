@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5027901e237ad070f1f2b10ba77752c88b62f9ad7f4073cf50098b853675d7e8"
+FINGERPRINT = "bbf5e0fe45a24706e1d8c9ece45a0b803276ec0bfc7243bc0a73343c2b63ee1a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7a2b2b1b6dab692e9fd91101d9e6d4de29793d315ec9e992b58e4c9f3231d843"
+FINGERPRINT = "d63ca5dd89da30b6d1ca2a6c6f2508935363627b1af13a1fda9b24dba279f2e3"
 
 import numpy as np
 from numba import njit

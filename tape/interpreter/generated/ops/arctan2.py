@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "37da61de7b4504dff06a3b78303dcc8f8d20ea528234bd4c994569384c528fc1"
+FINGERPRINT = "9b5b167746995b436080a88b2bcd3441e131d3a1a635d50a8b9456aed05dbf14"
 
 import numpy as np
 from numba import njit

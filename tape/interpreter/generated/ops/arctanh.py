@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "56dfc9c274238e8eb6aeb492b3f874503be2c179e7dbdc23d7f18d73a5fde38b"
+FINGERPRINT = "816006198af787c00096fb7ee21b8e3b2c96db45adfbcbdcd38a7e01d2bae63d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e8d7b335c50aa269b60f97e0bb7f938812ddd63a20d6460333090edf6bfd4d0f"
+FINGERPRINT = "0089dacb69746dd1dc479498e034ae8bb75f9442335291b789f5982ad9df6792"
 
 import numpy as np
 from numba import njit

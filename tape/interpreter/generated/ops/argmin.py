@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "15db3bf67f9b69875eacbffe6580bc2bde41857f9f60669c210abb9c549cc5d9"
+FINGERPRINT = "130634f62cbd0ceb2e98507ea2857913d75ae4a6cd37fe0247a4a00a01b1857e"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3b01d5ec5b4936913dce52f4d653a7ee12ed99d16f0b38b130bb77acb2e4d802"
+FINGERPRINT = "3a8b6a5bd72a73e4a422da6cedbe1c68136356c5cce2b24197215da9ec6beef1"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bc665f332ff2b28392d099963445e86aa733502f49f2560185fc2e0bcebaeee6"
+FINGERPRINT = "9b8161527a4ca32a493f86d1321ea57c91bcf501d61b536395930f2524aa62c5"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb905933f7cf3e8011542bfc42326895742a7276c7ef22f5b91de17f476abbec"
+FINGERPRINT = "69e1f92389a83fdd12448c6616933d6e3f673c50f5c150f12b90ac8408f0d7ca"
 
 import numpy as np
 from numba import njit

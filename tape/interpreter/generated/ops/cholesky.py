@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbe8ea2ab0bf727bd242ef6420f04ccfce2b215c0c8115048c5d10d6b7f799e4"
+FINGERPRINT = "6407137b608d9c9e4d4d344a31df68acd7ff1cc615b56b513f7e9faa1d6c2e65"
 
 import numpy as np
 from numba import njit

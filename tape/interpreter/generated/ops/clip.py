@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "292ac43937e64543a07a8382171d7089f12a6e479fe99eccc8df5743cd17be7f"
+FINGERPRINT = "d0a988236a4bb07f7be35e3c07230e5e77dc7cfdeba330f3d47d3df79ce2392a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e001c2b81b24c919325d4945af4f0843eb4226397bda840fc6a964a03878fa21"
+FINGERPRINT = "7b4d9bc769c5e70694ac832ec353c35f50bb21dd7529b1520fcb5cfe4cceb5f0"
 
 import numpy as np
 from numba import njit

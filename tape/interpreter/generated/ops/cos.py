@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4313169e9164a3b317a88d868e130cd964bb09af51d0c7559479d327ad7e0a19"
+FINGERPRINT = "388af7154d7f1fb780fa2d32befc1838391dbe5eeffa8421344bf0e6a99d1c37"
 
 import numpy as np
 from numba import njit

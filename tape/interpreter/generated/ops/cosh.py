@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "69eda4ac9e6b9d6d2ece10dcc250aeddc058a74385be98aaffb643defe585b29"
+FINGERPRINT = "4c0e87314ea785429cbdda46dce174277960c7945a989e6215cd3fb5c3cb2452"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4d80952ad471a4507b43e2b9d5a7255205cecb1a78c3bc87366d423fe5b0151c"
+FINGERPRINT = "e0f69324539011decb714ed4a85fe3667382961c21024d838856bcc8520b5197"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9d7050423d348583b563152ac18d7a09037724f07ce60f94a305fb703ce7fa31"
+FINGERPRINT = "838543e8167a8a9c27409db05e5781c49aa0d3ed4b6891b1c0f761e5075ddb16"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9ef4a096722f2cfc4cc84c0865340981c4c3600823bc109510cabb71844b2801"
+FINGERPRINT = "e73632113a44177f0e6fc06289973862e31dd460bee867320d80d51b1a9948e6"
 
 import numpy as np
 from numba import njit

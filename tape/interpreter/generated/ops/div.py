@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8ca80c4b98a5de37c05515f3651f717777c18afaf3eb8516b428c0d7df8cd301"
+FINGERPRINT = "55893ed66e57d4562f5d6cfd391575974d396facff3912338420e0b9991ac32a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7053e0bfcf7c7487dae1cbfc7b7a4cc1f278aaa0e2848db2193c753fac1b274b"
+FINGERPRINT = "67ce601e87902aebffa5e2d776c304affc64cd80ed6cc0a9377808b7382902f9"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98795e0213ab18ba720ec8846059ca838e2475dbfed7ea2665e7dcebc0413bf2"
+FINGERPRINT = "69b1decfda653a2dde60129b0247b95a0b98f57ee04facf4c5a4e049ac638fa2"
 
 import numpy as np
 from numba import njit

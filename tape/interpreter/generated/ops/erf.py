@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "29f7aab6c4e13ca303f466b237aa89e5ae58febd00e7f67c9c06c11b0dede100"
+FINGERPRINT = "63f98eb4babf4d965f50e5b94c8e12ca3848dbf9bcc3d2d659645b3ba0df208f"
 
 import numpy as np
 from numba import njit

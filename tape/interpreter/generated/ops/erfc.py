@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "754f833695e68d53151d982a5d49c86adeb164d56f6a3dfc7cda786289291c6d"
+FINGERPRINT = "9434e10873b6273fe7becab52098bfd3db33985acadade87559c94284e18c565"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c1bc54f80ca60c273f590e2d0e0d35e708db2d85084161d569a2c3cf4243f273"
+FINGERPRINT = "b0cb3f78f33298e6d7d8ffab4640c2098ccbf450ec047c629b867a83d1bddc0a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4a37b463dd3f5d063334062875d1c3fd4cc589e168621cabd1bb7de4dcbfefc2"
+FINGERPRINT = "0fd1fd2878bc50145331f2c684c3cf97e19b4ae84c93c12adf597207e0bfd810"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1c650ea873ed7f3f1818476643a498b31fd17bea721f2be4fcbc9c5c39223437"
+FINGERPRINT = "6886410b2f49b9b4beed0caea1eeba571ce01f0daa708a6723c79653ec4db029"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "29628c4d81571f4c1a2ae061e5a42a15c7976d800261cf48ca91f4261e6edf69"
+FINGERPRINT = "b3000293cebad81f6aa7327282ef9f2fffad4d4ef8ede725696eae7943d2d62d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8848bd21886781fe6127ba944921300ef713e6943237b5a9d822554846915a15"
+FINGERPRINT = "482e01d5a65b40e78d8cbe4173100484b71e59104cb72da4eccde3459244e0c6"
 
 import numpy as np
 from numba import njit

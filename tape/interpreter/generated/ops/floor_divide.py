@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2d81ea2f7d0459baeac399b4e9f5f5a45e72ae4f19589f25d8097b99f25aa089"
+FINGERPRINT = "1b9a7165761ec865d5faac69228fe3a77d06d6b69b215c349e5bc09a094253b0"
 
 import numpy as np
 from numba import njit

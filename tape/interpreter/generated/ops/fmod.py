@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb160d2ba5323e07968b845413cba08cfc70fd76d2aa9a0ef3128b22bd27ed0b"
+FINGERPRINT = "6217d3c17d284dccb3fb00b7dbb9d8ebb7d91d291428f2587ab3583aa259cc73"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e36528cc1545b590055a966925385d3b57e7d1e310510379e01b794f70da5786"
+FINGERPRINT = "237be73875b71c8a4a0cb0b4ef97b7d135ca9d13a938babe01db138eb92f0bd0"
 
 import numpy as np
 from numba import njit

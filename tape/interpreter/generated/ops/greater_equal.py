@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "82e9af647ddfb02936a9b180ada4899ca2e7c1c65931cf085efd8ac44bdac73e"
+FINGERPRINT = "50661122bb00f94160c72e933ae7755934cc2466640cfb1674a0dac704b7cbe1"
 
 import numpy as np
 from numba import njit

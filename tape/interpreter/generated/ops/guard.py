@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb04ca73c7318c5c325b182c7e4312f83e199901212ee30325bbc67a52bfc35c"
+FINGERPRINT = "ad71d2fa6f125da04bc7c3ade43c164cdd151615285759738853a15ef6d6c789"
 
 import numpy as np
 from numba import njit

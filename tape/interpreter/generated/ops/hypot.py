@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "26601b1ff73bc753f80a6c4a38982089b2ad8b24a1b0228f91fe431e5ee13a22"
+FINGERPRINT = "f18371175e333cf1056550d8d3dd5c13f8f331ad450ce75ce754ce486b479b7d"
 
 import numpy as np
 from numba import njit

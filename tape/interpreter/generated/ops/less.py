@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1831653a1e7e145604a3e20517b6a298f6076aa48f583fdf6394eb8503258a6d"
+FINGERPRINT = "f3ca6c1581983bf5a261e1b98215b54176884333cadc456bed967e6fe528204f"
 
 import numpy as np
 from numba import njit

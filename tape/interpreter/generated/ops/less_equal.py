@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a9d1bbe4dcb276bed7ebe28ee2d38ff8d2792a7b28448d21fd3dccb81fcc6c1b"
+FINGERPRINT = "94e2101746b772628338236252deccf92847d38c9903e612a95bfb2f56b8b286"
 
 import numpy as np
 from numba import njit

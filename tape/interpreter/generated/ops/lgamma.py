@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ecde191ce5f421c3777d953afc2c2bc56de10e348a1d67803e4a2a6881971c9e"
+FINGERPRINT = "1d7f7dc7f46e216790d0d2c84d15ff2a3758b7e4b15d1d36c7e55561f27d31ce"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "886b0ea692e748459d8fc4c0161957e47005910a876af4842428f9ddcc4f9b47"
+FINGERPRINT = "ee024b80f14b5c0298ac59a6b25c737be1e174da0d7e1d37d5a32b54cd73d30d"
 
 import numpy as np
 from numba import njit

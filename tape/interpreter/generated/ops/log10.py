@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "97da90126db3a5e3d491acf315f4de61b37d772256a6304b1bcd5967913b7a51"
+FINGERPRINT = "f759a9882fb3365549fac7b235c1ff874db5937edad1494f7f721dbd672f5aa1"
 
 import numpy as np
 from numba import njit

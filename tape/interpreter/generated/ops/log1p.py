@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4c73f0ba40e9827a56298eabb8a0c7087054637b80c72f559a266dddda5fba32"
+FINGERPRINT = "ae8c6a3efc1d6aa009a15cd4253a82d3ead57635d760febc4848c454111f708c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f562f72ce66722da7ca80e3e41203769bed2a47c338edd4a684e47a5f9ac0936"
+FINGERPRINT = "d507b02adf3181c499ee13eef3eea777007277092617c6b419d8870704ec9bc7"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f8a30d012904b57a4415f7041627413be63c9c4e31c017d84ade0b3ff7e67608"
+FINGERPRINT = "3bc154cea486ebee512ad7439f767b5f24bfffb14ef2e2b18ca0a9a6f76b1333"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "44efa35e978449cdcb746e4706815f6cc2eeeaa18f985caaaaecff0b48f1a00d"
+FINGERPRINT = "e6f171162de2b41be4c576ff97d646da55fffeef1b78437ce9e19c188a476c2f"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "26035a71c5117cdee5276f1896d3dc5e98d2071169b345883a12d6cbac327957"
+FINGERPRINT = "651ceeda164ac4cfb2f1cc5381295c8a599f7906011fc2efbe27f123a7a4365c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bf979909fe9f631f75f07aff192fbb7b4cd6e8645ee6535eb77546e3feb0b2b9"
+FINGERPRINT = "8a65c3e7108095a005e94231b09ed7ef1874899a5b853221d4c2f8a04c8228f2"
 
 import numpy as np
 from numba import njit

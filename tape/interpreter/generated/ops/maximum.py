@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aadb7aeaa7f715305b560c322bac739e2386bc70d4998d0d4a8ebe2007dc928e"
+FINGERPRINT = "803f88398db553901f516dffeedaa845f922a41b9518f20c9b34710ae2ff39b9"
 
 import numpy as np
 from numba import njit

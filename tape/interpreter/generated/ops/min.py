@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9a4eedaf69ee047843f23d9e716cd384d4f663d5b77c2ba6958f73647edc722d"
+FINGERPRINT = "aa5e705b68c613cb2f86837d3148b8a93348c58da454dbd36466f2b0e1590365"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "57564a523f3e144d2f820d12c308b1cdf0b39b053dc6d2e54c72e818cdeb3607"
+FINGERPRINT = "a606c17fc59a11613d66504f2464d64a9aa990f59d0a6894768522fe2d011ada"
 
 import numpy as np
 from numba import njit

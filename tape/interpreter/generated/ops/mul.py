@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "038c53a60f24eb6edf45139fc825a04a68e562fc13da2ede525725ed6fb93040"
+FINGERPRINT = "ce2e94a1f2c071c6e10bab3bf4ae109ec38efb7f755232ac085cdcf1d09e62b2"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "42492073d6f091dfd579102e741a65068babc53088f5cb9eee437b71edcbe730"
+FINGERPRINT = "a7358da58bcd03e15ab73323773cf8811a403e8298ad79ad01654a2e21f1b2ef"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "144cd2acd54b088f70e5dd0fefbaa74047995ebe27d0e3fe46ad4c75c1355387"
+FINGERPRINT = "39a35e415cbbd2b76680d1c80b648105e5cae3d7ab0db57c676b5a35bee6214c"
 
 import numpy as np
 from numba import njit

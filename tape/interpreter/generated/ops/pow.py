@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6813d97c082f30ff85c2fdc1570036ad9344eefd6fba9e0ea0d341202c3469df"
+FINGERPRINT = "80bff62d73823597fbc5e2656ec73818ad85a7aabe36e1050a3c6257d775f344"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e38ce74f3658c5a22cfd8e5f3320e7aa2a65d21206d4e2cd6750f2535699f3b1"
+FINGERPRINT = "ea4dabf23c948292baf5612b0c36e038b99fa203e00eb0320ac0bea1a2ae42b0"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a1f50ca47c0efd166c3a38b521268b458657551fc9c31d94ac92ecd1bcaa02ad"
+FINGERPRINT = "2357b2f7bb702b514a2f2e1ac7976b6089c052d2a1eb969486604e2f4a4d3794"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8cfb0f9fb44e0cbb9ec9b8b481486e138f6bab46d07ee9ad53bbb41bca0b6b22"
+FINGERPRINT = "75fa6ad18bf077382df2f4e3a0aa0e6f95c63783ff6499203271a96f6716f038"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3392e34c830ac7f8272db40a0b875b03847b8fbe564f6e3796bd04bfa1a719c2"
+FINGERPRINT = "3a40026ae3de28a99bf15009d82cd9b14fe2f037715c3d508ef5af29b3d60319"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d3459d65bf41d2436a367ef3ac8fa5088ed0086775eb16dd4db092bd4724b780"
+FINGERPRINT = "505e156098db57ef39ce7c26b7a6d83743495ec75c5af76b27b615b70aec0dff"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5028f7f51aed032cde8dfcbc4045a361795f88a540eb75fa49701abbe75be5c0"
+FINGERPRINT = "e55a550416bd24a499431a3cd87865a79ab5e54e46c5e84f3bc7171e665b2680"
 
 import numpy as np
 from numba import njit

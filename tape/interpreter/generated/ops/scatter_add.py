@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "784e74d2ab261b9f0e433243515dfeabfe76ef8eb31c156efb8e1a77b4888b53"
+FINGERPRINT = "900c85ce87bd133daa06d18a0844a26f6c46661e32eded7667666cbeb76f9662"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "12b9321c7d0e8435b375adb14a7e7e76ffcb6be523ea644b376af914677bdd88"
+FINGERPRINT = "46ebbb342b9f9787a3b5f79678c300537468924488f0005413aefcf005a54392"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f8efded035dca56446d0992c6704bfc19596da15946dcc388171132f2d7a9996"
+FINGERPRINT = "a066bc05d159138c67592463b35621004dd663765fe8ff7be6d574c74869f832"
 
 import numpy as np
 from numba import njit

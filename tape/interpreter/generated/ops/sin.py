@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a23d76560b98129aea4df5e2247a38199bb347dd4f8dbe9bc9915bdbfd9046db"
+FINGERPRINT = "281f371ad28c84a2a6f4ed114717d2e1f26df3b2a946332c24a1d02245cb0d1e"
 
 import numpy as np
 from numba import njit

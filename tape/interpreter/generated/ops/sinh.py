@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "14b67bce1dd6ba2735756a883304eeec6efe3f0e0616f8d26077bd8eff4772c8"
+FINGERPRINT = "7b744f72fd4e448de52d725b37058e1da5a3ce89fa0f794949907db3fbb83957"
 
 import numpy as np
 from numba import njit

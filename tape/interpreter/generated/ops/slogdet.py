@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "94d64920c96a639e5a9e00522b7dd80acaba229792f8f2ca41d0e54d7c7a3fd9"
+FINGERPRINT = "c649967f9ea803d451bea6a075d9c1684b3073e6a212144a97738be8d720df4b"
 
 import numpy as np
 from numba import njit

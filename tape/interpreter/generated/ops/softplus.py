@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7b367475968d0b9ea57ca0a6bb24907840c3a4de47c9d4554c604cd525438e17"
+FINGERPRINT = "c3f0b9f414d043d06b1e645b7fca2e62bb262fbbc8a5f06465619c9ec1fb5fc3"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b3bf4333b887a7c8a37ed4a78713b7df3190a00ef7c300078f7bc66ff27b1e42"
+FINGERPRINT = "45ea796f5e9d8b2b497e04434247f574fc77e8fe73cf0415406e035ff369c630"
 
 import numpy as np
 from numba import njit

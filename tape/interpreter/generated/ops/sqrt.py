@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eff7326d787974a3345574e6dfa722a3c88783f7487f33df6f54dfbd88bacc0d"
+FINGERPRINT = "8714188f64cb58b1d90f1b606c5a61c5641e81f07182b1ed424f9f5631c49d5e"
 
 import numpy as np
 from numba import njit

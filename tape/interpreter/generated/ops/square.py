@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38f00f6405582b89ddda9cc49b524b962377b07995bcb1a3ec9799b8cc9ee600"
+FINGERPRINT = "58ceaa3f5e52f935b4c8c1dcdb3ac9599289365e24f227069736c78606bad472"
 
 import numpy as np
 from numba import njit

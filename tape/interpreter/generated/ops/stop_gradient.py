@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "02f7da7131cf08edefd957e801699d6ca5b020c8754b92dc135db4c517817920"
+FINGERPRINT = "764f987e39907712dc6047727f7e1079c641e91da07ec4fe14383827d4552a96"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fdcb9797b2c70507f276a27b025a76ca46a96c676fdda9aa31d707a56671a7d8"
+FINGERPRINT = "54ff3e554c8ddff987b55dce14f464fd56f676375944eb07ab2070fa60bca337"
 
 import numpy as np
 from numba import njit

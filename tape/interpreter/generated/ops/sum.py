@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fcc7e8e402bf7e110a85d4bbb99d165447fd73c8716e6233dd5ab64a0c40ff14"
+FINGERPRINT = "52c01a319a511ca5a6077e69f8b844a6bfb2e20c5a66399fc4b8d65ce365b9c9"
 
 import numpy as np
 from numba import njit

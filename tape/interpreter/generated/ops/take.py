@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "468777e7c352ac12d98d99a7d88b64204b872bd00835e9899aa1c76d7018020a"
+FINGERPRINT = "5102973fcdb927d01b4c799f4e910829903f1c6483e6716d1c06603eadba618e"
 
 import numpy as np
 from numba import njit

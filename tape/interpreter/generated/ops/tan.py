@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "04e2d9d22af5a36770ef164f3173fd0a23eb2b73e21abf15b96a4bc3addcffda"
+FINGERPRINT = "a99738154dfc71a780912baf04135c720f78e01e89bbbeb18642d0ca2f3560cd"
 
 import numpy as np
 from numba import njit

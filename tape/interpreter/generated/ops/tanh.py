@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "792fa659892f909cdf68e5397a6d91967dd95857c16d1aa0f14d3f9403bc01d5"
+FINGERPRINT = "74bd632cd080d328723503c0b29d00f874427355384bebfd2229b506f197d73b"
 
 import numpy as np
 from numba import njit

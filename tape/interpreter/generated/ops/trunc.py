@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "789dd25f0570833cbc7cc2bacc4671c2ba78a2b426261701ed16e7c89139a620"
+FINGERPRINT = "5c08c8c7302f12066b90f460865950a233a0cac0b1b1607cd6c2575a60dc9e93"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c80ba0e65c41eca8915b17df2ac86cc101cf041895201f16e48ac28c4093bc1"
+FINGERPRINT = "857ac81c9a32d8c2bd8aa416aff7c0ef9ed6aedd659f7de1a7366e927d186554"
 
 import numpy as np
 from numba import njit

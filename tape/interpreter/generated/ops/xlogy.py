@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "26a772827733389c9a928b5d50c04887ea04702dad0be486aac66ceedf18bea9"
+FINGERPRINT = "56636ad7efc46b0c7b7c5eb3f2ed3727cdd549aec2ee052fbc8ffa959cef4140"
 
 import numpy as np
 from numba import njit
