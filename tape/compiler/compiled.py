@@ -133,7 +133,6 @@ import numpy as np
 from numba import njit
 
 from tape.interpreter import warm as _warm
-from tape.interpreter.codegen import drivers_text
 from tape.interpreter.dispatch import precompile, register_unit, unit_signature_types
 from tape.interpreter.generated import sweeps as _S
 from tape.layout.columns import (
@@ -463,6 +462,8 @@ def runtime_source() -> str:
     text = _RUNTIME
     for k, v in fields.items():
         text = text.replace(f"@{k}@", v)
+    from tape.interpreter.codegen import drivers_text  # (not at import: `python -m` runs it)
+
     return text + "\n" + drivers_text(shared_only=True)
 
 
@@ -2057,6 +2058,8 @@ def generate(t):
         n_ints = t.n_entries * t.entries.shape[1] + t.n_bufs * t.bufs.shape[1] + pool.shape[0]
         reads = any(_TABLES.search(line) for _, lines, _ in gen.blocks.values() for line in lines)
         src += _gradient_args(t, B, n_ints, reads or not inlined, len(frows) - tail)
+    from tape.interpreter.codegen import drivers_text
+
     src.append(drivers_text(shared_only=True))
     text = "\n".join(src)
     calls = sorted(
