@@ -154,8 +154,11 @@ from tape.layout.columns import (
 )
 from tape.layout.config import UNCACHED_JIT, UNIT_JIT
 from tape.ops import registry
+from tape.ops.blocks import broadcast
+from tape.ops.blocks import reduce as reduce_block
 from tape.ops.elementwise import POW
 from tape.ops.reduce import SUM
+from tape.program import callbacks
 from tape.program.core import register_extension
 from tape.program.replay import CompileError
 
@@ -719,22 +722,20 @@ class _Plan:
             return 0, ("full",)
         if kind not in registry.ELEMENTWISE_ARITY:
             return None
-        p = self.E[i, E_ATTR]
-        ip = self.t.ipool
+        b = broadcast.decode(self.t.ipool, int(self.E[i, E_ATTR]), registry.ELEMENTWISE_ARITY[kind])
         if kind == "ternary":
-            return (0, ("full",) * 3) if ip[p] == SAME else None
+            return (0, ("full",) * 3) if b.mode == SAME else None
         if kind != "binary":
             return None
-        nd = int(ip[p + 1])
+        nd = len(b.dims)
         if nd == 1:
             names = {1: "full", 0: "scalar"}
-            if ip[p + 3] in names and ip[p + 4] in names:
-                return 0, (names[ip[p + 3]], names[ip[p + 4]])
+            if b.strides[0][0] in names and b.strides[1][0] in names:
+                return 0, (names[b.strides[0][0]], names[b.strides[1][0]])
             return None
         if nd not in (2, 3):
             return None
-        # the block: [mode, nd, shape[nd], strides_0[nd], strides_1[nd]]
-        dims = [int(x) for x in ip[p + 2 : p + 2 + nd]]
+        dims = list(b.dims)
         m = dims[-1]
         rows = int(np.prod(dims[:-1]))
         if nd == 2:
@@ -743,10 +744,7 @@ class _Plan:
             D = dims[1]
             names = {(D * m, m, 1): "full", (0, 0, 1): "row", (D, 1, 0): "per_row",
                      (0, 0, 0): "scalar", (0, m, 1): ("tile", D), (m, 0, 1): ("block", D)}  # fmt: skip
-        q = p + 2 + nd
-        kinds = tuple(
-            names.get(tuple(int(x) for x in ip[q + nd * k : q + nd * (k + 1)])) for k in (0, 1)
-        )
+        kinds = tuple(names.get(b.strides[k]) for k in (0, 1))
         if rows < 2 or m < 2 or None in kinds:
             return None
         return rows, kinds
@@ -758,16 +756,13 @@ class _Plan:
         axis of ``(A, D, m)``, or over the first of ``(D, m)`` (then ``A`` is 1). The group
         may run over rows already (of ``m`` elements), or be flat, rows of 16 elements or
         more; else ``None``. (The attribute block is ``[nd, shape[nd], out_strides[nd]]``,
-        unit axes dropped and neighbours merged: see :mod:`tape.ops.reduce`.)"""
+        unit axes dropped and neighbours merged: see :mod:`tape.ops.blocks.reduce`.)"""
         if size == 1:
             return g.rows, 0
-        ip = self.t.ipool
-        p = int(self.E[i, E_ATTR])
-        nd = int(ip[p])
+        dims, st = reduce_block.decode(self.t.ipool, int(self.E[i, E_ATTR]))
+        nd = len(dims)
         if nd not in (2, 3):
             return None
-        dims = [int(x) for x in ip[p + 1 : p + 1 + nd]]
-        st = tuple(int(x) for x in ip[p + 1 + nd : p + 1 + 2 * nd])
         m, D = dims[-1], dims[-2]
         if st != ((m, 0, 1) if nd == 3 else (0, 1)) or D < 2:
             return None
@@ -926,11 +921,11 @@ class _Plan:
                     self.uses.setdefault(int(self.owner[b]), set()).add(u)
 
     def call_id(self, i):
-        """The call a callback entry belongs to (its attribute block ``[id, part]``)."""
-        return int(self.t.ipool[self.E[i, E_ATTR]])
+        """The call a callback entry belongs to."""
+        return callbacks.call_id(self.t, i)
 
     def part(self, i):
-        return int(self.t.ipool[self.E[i, E_ATTR] + 1])
+        return callbacks.call_part(self.t, i)
 
     def external(self, o, u):
         """Value ``o`` made by unit ``u`` is read outside it (or is an output)."""

@@ -28,9 +28,10 @@ import weakref
 
 import numpy as np
 
-from tape.layout.columns import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, GENERAL, LEAF, SAME
+from tape.layout.columns import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, LEAF
 from tape.layout.source import user_line
 from tape.ops import registry
+from tape.ops.blocks import broadcast
 from tape.ops.elementwise import STOP_GRADIENT
 from tape.ops.guard import EQUAL, GUARD, INT, TRUTH
 from tape.ops.movement import COPY, c_strides, copy_block
@@ -1285,7 +1286,7 @@ def elementwise(op, *args) -> Tensor:
     key = (op.code, shapes)
     hit = _bcast_cache.get(key)
     if hit is None:
-        out_shape, ints = _broadcast_block(op.name, shapes)
+        out_shape, ints = broadcast.encode(op.name, shapes)
         hit = _bcast_cache[key] = (out_shape, None if ints is None else tuple(ints))
     out_shape, ints = hit
     args = [a if a.__class__ in _PLAIN else _const(a) for a in args]
@@ -1420,61 +1421,6 @@ def _const(a):
         ) from None
     _check_dtype(v.dtype)
     return tensor(v)
-
-
-def _broadcast_block(name, shapes):
-    try:
-        out = np.broadcast_shapes(*shapes)
-    except ValueError:
-        raise ValueError(
-            f"{name}: operands could not be broadcast together with shapes "
-            + " and ".join(str(s) for s in shapes)
-        ) from None
-    n = math.prod(out)
-    if len(shapes) == 1:
-        return out, None
-    sizes = [math.prod(s) for s in shapes]
-    if len(shapes) == 2:
-        # binary entries always use the row form; equal shapes and scalars are one row
-        if all(s == n for s in sizes):
-            return out, [GENERAL, 1, n, 1, 1]
-        if sizes[0] == 1 and sizes[1] == n:
-            return out, [GENERAL, 1, n, 0, 1]
-        if sizes[1] == 1 and sizes[0] == n:
-            return out, [GENERAL, 1, n, 1, 0]
-    elif all(s == n for s in sizes):
-        return out, [SAME]
-    nd = len(out)
-    strides = []
-    for s in shapes:
-        st = [0] * nd
-        acc = 1
-        for k in range(len(s) - 1, -1, -1):
-            st[nd - len(s) + k] = 0 if s[k] == 1 and out[nd - len(s) + k] != 1 else acc
-            acc *= s[k]
-        strides.append(st)
-    dims, strides = _coalesce(list(out), strides)
-    ints = [GENERAL, len(dims), *dims]
-    for st in strides:
-        ints.extend(st)
-    return out, ints
-
-
-def _coalesce(dims, strides):
-    """Drop unit axes and merge neighbours that every operand walks contiguously, so the
-    kernels' innermost rows are as long as possible: (25, 10, 1000) - (25, 10, 1) becomes
-    (250, 1000) with inner strides 1 and 0."""
-    keep = [k for k, n in enumerate(dims) if n != 1] or [len(dims) - 1]
-    dims = [dims[k] for k in keep]
-    strides = [[st[k] for k in keep] for st in strides]
-    k = len(dims) - 2
-    while k >= 0:
-        if all(st[k] == st[k + 1] * dims[k + 1] for st in strides):
-            dims[k : k + 2] = [dims[k] * dims[k + 1]]
-            for st in strides:
-                st[k : k + 2] = [st[k + 1]]
-        k -= 1
-    return dims, strides
 
 
 # ---------------------------------------------------------------- constructors

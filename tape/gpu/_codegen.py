@@ -31,6 +31,7 @@ SOURCES = [
     PKG / "ops" / "registry.py",
     PKG / "layout" / "columns.py",
     PKG / "ops" / "masked.py",
+    *sorted((PKG / "ops" / "blocks").glob("*.py")),
 ] + [
     CUDA / f
     for f in (

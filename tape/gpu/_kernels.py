@@ -43,6 +43,7 @@ from tape.gpu._loops import (
     woff,
 )
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
+from tape.ops.blocks import reduce as reduce_block
 from tape.ops.guard import INT, TRUTH
 
 _dev = cuda.jit(**DEVICE_JIT)
@@ -80,42 +81,53 @@ class GpuKernel:
 
 
 # ---------------------------------------------------------------- reductions
-# attribute block: [nd, in_shape[nd], out_strides[nd]] (0 on reduced axes)
+# attribute block: [nd, in_shape[nd], out_strides[nd]] (0 on reduced axes), read through the
+# positions of its codec, tape.ops.blocks.reduce, as the CPU kernels read it
+
+_r_ndim_at = _dev(reduce_block.ndim_at)
+_r_dims_at = _dev(reduce_block.dims_at)
+_r_strides_at = _dev(reduce_block.strides_at)
 
 
 @_dev
 def _out_index(prog, p, j):
     """Output element that input element ``j`` reduces into."""
-    nd = ip(prog, p)
+    nd = ip(prog, _r_ndim_at(p))
+    dims = _r_dims_at(p)
+    strides = _r_strides_at(p, nd)
     off = 0
     r = j
     for d in range(nd - 1, -1, -1):
-        s = ip(prog, p + 1 + d)
+        s = ip(prog, dims + d)
         q = udiv(r, s)
-        off += (r - q * s) * ip(prog, p + 1 + nd + d)
+        off += (r - q * s) * ip(prog, strides + d)
         r = q
     return off
 
 
 @_dev
 def _group_size(prog, p):
-    nd = ip(prog, p)
+    nd = ip(prog, _r_ndim_at(p))
+    dims = _r_dims_at(p)
+    strides = _r_strides_at(p, nd)
     n = 1
     for d in range(nd):
-        if ip(prog, p + 1 + nd + d) == 0:
-            n *= ip(prog, p + 1 + d)
+        if ip(prog, strides + d) == 0:
+            n *= ip(prog, dims + d)
     return n
 
 
 @_dev
 def _in_index(prog, p, o, r):
     """Input element number ``r`` of output ``o``'s group (C order over the reduced axes)."""
-    nd = ip(prog, p)
+    nd = ip(prog, _r_ndim_at(p))
+    dims = _r_dims_at(p)
+    strides = _r_strides_at(p, nd)
     idx = 0
     cs = 1
     for d in range(nd - 1, -1, -1):
-        s = ip(prog, p + 1 + d)
-        os = ip(prog, p + 1 + nd + d)
+        s = ip(prog, dims + d)
+        os = ip(prog, strides + d)
         if os == 0:
             q = udiv(r, s)
             k = r - q * s

@@ -57,8 +57,15 @@ from tape.layout.columns import (
     SAME,
 )
 from tape.ops import masked as _masked
+from tape.ops.blocks import broadcast
 
 _dev = cuda.jit(**DEVICE_JIT)
+# the broadcast block's positions (tape.ops.blocks.broadcast), as the CPU loops compile them too
+ndim_at = _dev(broadcast.ndim_at)
+dims_at = _dev(broadcast.dims_at)
+row_length_at = _dev(broadcast.row_length_at)
+strides_at = _dev(broadcast.strides_at)
+inner_stride_at = _dev(broadcast.inner_stride_at)
 
 # reduction kinds (block_reduce, combine)
 R_SUM = 0
@@ -135,15 +142,16 @@ def in_off(mode, prog, p, k, j):
     division at all."""
     if mode == SAME:
         return j
-    nd = ip(prog, p + 1)
-    st = p + 2 + nd * (1 + k)  # input k's strides
+    nd = ip(prog, ndim_at(p))
+    st = strides_at(p, nd, k)  # input k's strides
     if nd == 1:
         return j * ip(prog, st)
-    m = ip(prog, p + 1 + nd)  # row length: the innermost axis
+    m = ip(prog, row_length_at(p, nd))  # row length: the innermost axis
     r = udiv(j, m)
-    off = (j - r * m) * ip(prog, st + nd - 1)
+    off = (j - r * m) * ip(prog, inner_stride_at(p, nd, k))
+    d0 = dims_at(p)
     for d in range(nd - 2, -1, -1):
-        s = ip(prog, p + 2 + d)
+        s = ip(prog, d0 + d)
         q = udiv(r, s)
         off += (r - q * s) * ip(prog, st + d)
         r = q

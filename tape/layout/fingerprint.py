@@ -18,8 +18,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[1]  # tape/
 
 INFRA = [
-    "layout/columns.py", "layout/config.py", "ops/masked.py", "ops/loops.py", "ops/vmath.py",
-    "ops/blas.py",
+    "layout/columns.py", "layout/config.py", "ops/masked.py", "ops/blocks/broadcast.py",
+    "ops/loops.py", "ops/vmath.py", "ops/blas.py",
 ]  # fmt: skip
 """Modules every op module compiles in (the loops and their helpers). The generators are not
 among them: what they change shows in the generated text itself."""

@@ -30,6 +30,7 @@ from tape.layout.columns import (
 )
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import masked as _masked
+from tape.ops.blocks import broadcast
 
 _jit = njit(**UNCACHED_JIT)
 # Loops that take a rule as an argument are inlined into the sweep at Numba-IR level: a
@@ -37,6 +38,12 @@ _jit = njit(**UNCACHED_JIT)
 # uncacheable (Numba embeds the dispatcher's address).
 _loop = njit(inline="always", **UNCACHED_JIT)
 masked = _jit(_masked.masked)
+# the broadcast block's positions (tape.ops.blocks.broadcast), as the GPU loops compile them too
+ndim_at = _jit(broadcast.ndim_at)
+dims_at = _jit(broadcast.dims_at)
+row_length_at = _jit(broadcast.row_length_at)
+strides_at = _jit(broadcast.strides_at)
+inner_stride_at = _jit(broadcast.inner_stride_at)
 
 
 @njit(fastmath={"reassoc"}, **UNCACHED_JIT)
@@ -79,8 +86,8 @@ def strided_offsets(ipool, p_shape, p_strides, nd, base):
 @_jit
 def bcast_offsets(ipool, p, k):
     """Offsets into input ``k`` for each output element of a GENERAL broadcast block at ``p``."""
-    nd = ipool[p + 1]
-    return strided_offsets(ipool, p + 2, p + 2 + nd * (1 + k), nd, 0)
+    nd = ipool[ndim_at(p)]
+    return strided_offsets(ipool, dims_at(p), strides_at(p, nd, k), nd, 0)
 
 
 @_jit
@@ -192,14 +199,14 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
 def _rows(ipool, p):
     """Row view of a GENERAL block: ``(nd, row length, inner stride of input 0, of input 1,
     row starts in input 0, in input 1)``."""
-    nd = ipool[p + 1]
-    m = ipool[p + 1 + nd]
-    s0 = ipool[p + 1 + 2 * nd]
-    s1 = ipool[p + 1 + 3 * nd]
+    nd = ipool[ndim_at(p)]
+    m = ipool[row_length_at(p, nd)]
+    s0 = ipool[inner_stride_at(p, nd, 0)]
+    s1 = ipool[inner_stride_at(p, nd, 1)]
     if nd == 1:  # one row starting at 0 in both inputs: no offsets to allocate
         return nd, m, s0, s1, ipool[p : p + 1], ipool[p : p + 1]
-    o0 = strided_offsets(ipool, p + 2, p + 2 + nd, nd - 1, 0)
-    o1 = strided_offsets(ipool, p + 2, p + 2 + 2 * nd, nd - 1, 0)
+    o0 = strided_offsets(ipool, dims_at(p), strides_at(p, nd, 0), nd - 1, 0)
+    o1 = strided_offsets(ipool, dims_at(p), strides_at(p, nd, 1), nd - 1, 0)
     return nd, m, s0, s1, o0, o1
 
 

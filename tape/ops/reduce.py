@@ -1,10 +1,7 @@
 """Reductions over any set of axes: ``sum``, ``max``, ``min``, ``prod``.
 
-Attribute block: ``[nd, in_shape[nd], out_strides[nd]]``, where ``out_strides`` are the
-C-order strides of the kept-dims output with ``0`` on reduced axes, so input element ``j`` adds
-into output element ``offsets[j]``. Unit axes are dropped and neighbouring axes merged at record
-time (``(25, 10, 1000)`` summed over axis 2 is ``(250, 1000)`` with strides ``(1, 0)``) by
-the front end, :mod:`tape.frontend.ops.reduce`. ``mean``, ``var``, ``std``, ``norm`` and
+Attribute block: ``[nd, in_shape[nd], out_strides[nd]]`` (:mod:`tape.ops.blocks.reduce`):
+input element ``j`` adds into output element ``offsets[j]``. ``mean``, ``var``, ``std``, ``norm`` and
 ``logsumexp`` are built from these in :mod:`tape.functional`.
 """
 
@@ -14,25 +11,32 @@ from numba import njit
 from tape.layout.columns import E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
+from tape.ops.blocks import reduce as block
 from tape.ops.loops import active, strided_offsets, total, view
 
 _jit = njit(**UNCACHED_JIT)
+# the block's positions, as the GPU kernels compile them too
+ndim_at = _jit(block.ndim_at)
+dims_at = _jit(block.dims_at)
+row_length_at = _jit(block.row_length_at)
+strides_at = _jit(block.strides_at)
+inner_stride_at = _jit(block.inner_stride_at)
 
 
 @_jit
 def _out_offsets(ipool, p):
-    nd = ipool[p]
-    return strided_offsets(ipool, p + 1, p + 1 + nd, nd, 0)
+    nd = ipool[ndim_at(p)]
+    return strided_offsets(ipool, dims_at(p), strides_at(p, nd), nd, 0)
 
 
 @_jit
 def _rows(ipool, p):
     """The input as rows of its innermost axis: ``(row length, output stride along the row
     (1: kept axis, 0: reduced), output offset of each row's start)``."""
-    nd = ipool[p]
-    m = ipool[p + nd] if nd else 1
-    inner = ipool[p + 2 * nd] if nd else 0
-    starts = strided_offsets(ipool, p + 1, p + 1 + nd, nd - 1 if nd else 0, 0)
+    nd = ipool[ndim_at(p)]
+    m = ipool[row_length_at(p, nd)] if nd else 1
+    inner = ipool[inner_stride_at(p, nd)] if nd else 0
+    starts = strided_offsets(ipool, dims_at(p), strides_at(p, nd), nd - 1 if nd else 0, 0)
     return m, inner, starts
 
 
@@ -310,10 +314,9 @@ def _prod_hvp(i, entries, bufs, ipool, data, grad, t, gt):
 
 def _py_out_offsets(t, i):
     """Output offset of every input element (the block decoded in NumPy)."""
-    p = int(t.entries[i, E_ATTR])
-    nd = int(t.ipool[p])
-    shape = tuple(int(v) for v in t.ipool[p + 1 : p + 1 + nd])
-    strides = np.asarray(t.ipool[p + 1 + nd : p + 1 + 2 * nd], np.int64)
+    shape, strides = block.decode(t.ipool, int(t.entries[i, E_ATTR]))
+    nd = len(shape)
+    strides = np.asarray(strides, np.int64)
     if nd == 0:
         return np.zeros(1, np.int64)
     idx = np.indices(shape).reshape(nd, -1)
@@ -337,10 +340,10 @@ def check(t, i, e):
     innermost axis and, when the output stride along them is 0, touches each row's output
     offset even if the rows are empty."""
     x, y = e[E_IN0], e[E_OUT]
-    (nd,) = validate.block(t, i, 0, 1, "the number of axes")
+    (nd,) = validate.block(t, i, block.ndim_at(0), 1, "the number of axes")
     validate.count(t, i, nd, "the number of axes")
-    ints = validate.block(t, i, 1, 2 * nd, f"{nd} input extents and {nd} output strides")
-    ds, st = ints[:nd], ints[nd:]
+    validate.block(t, i, block.dims_at(0), 2 * nd, f"{nd} input extents and {nd} output strides")
+    ds, st = (list(v) for v in block.decode(t.ipool, int(e[E_ATTR])))  # inside: checked above
     n = validate.dims(t, i, ds, "the input shape")
     validate.equal_sizes(t, i, "the input", x, n, f"the block's input shape is {tuple(ds)}")
     validate.inside(t, i, "the output", y, validate.span(ds, st))

@@ -52,6 +52,7 @@ from tape.layout.columns import (
     LEAF,
     SAME,
 )
+from tape.ops.blocks import broadcast
 
 MAX_DIMS = 64
 """NumPy's limit on the number of dimensions; no shape or block of a real tape has more."""
@@ -208,14 +209,15 @@ def check_broadcast(t, i, e):
         want = "GENERAL (3)" if n_in == 2 else "SAME (0) or GENERAL (3)"
         fail(t, i, f"broadcast mode {mode}, expected {want}")
     # binary loops read the innermost axis as rows: they need one
-    (nd,) = block(t, i, 1, 1, "the number of axes")
+    (nd,) = block(t, i, broadcast.ndim_at(0), 1, "the number of axes")
     count(t, i, nd, "the number of broadcast axes", lo=1 if n_in == 2 else 0)
-    ints = block(t, i, 2, nd * (1 + n_in), f"{nd} extents and {n_in} x {nd} strides")
-    ds = ints[:nd]
+    block(t, i, broadcast.dims_at(0), nd * (1 + n_in), f"{nd} extents and {n_in} x {nd} strides")
+    b = broadcast.decode(t.ipool, int(e[E_ATTR]), n_in)  # inside the pool: checked above
+    ds = list(b.dims)
     total = dims(t, i, ds, "the broadcast shape")
     if total != n:
         fail(t, i, f"broadcast shape {tuple(ds)} has {total} elements, but the output has {n}")
-    strides = [ints[nd * (1 + k) : nd * (2 + k)] for k in range(n_in)]
+    strides = [list(st) for st in b.strides]
     for k, st in enumerate(strides):
         # The recorder only emits strides >= 0 (0 where an input is broadcast); the binary
         # reverse's contiguous fast path would read a negative-stride operand as a run.

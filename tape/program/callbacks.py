@@ -93,7 +93,7 @@ def entry_name(t, i):
     """The name entry ``i`` of tape ``t`` shows: its op's, or ``<Function>.apply``."""
     code = int(t.entries[i, E_OP])
     if code == CALLBACK:
-        return t.callbacks[int(t.ipool[t.entries[i, E_ATTR]])].label
+        return t.callbacks[call_id(t, i)].label
     from tape.ops import registry
 
     return registry.OPS[code].name
@@ -128,6 +128,17 @@ def add_group(target, call, values, diff):
     return call.outs
 
 
+def call_id(tp, i):
+    """The call that callback entry ``i`` belongs to: the first int of its attribute block
+    ``[id, part]``, an index into ``tp.callbacks``."""
+    return int(tp.ipool[tp.entries[i, E_ATTR]])
+
+
+def call_part(tp, i):
+    """Which of its call's entries callback entry ``i`` is (the block's second int)."""
+    return int(tp.ipool[tp.entries[i, E_ATTR] + 1])
+
+
 def groups(tp):
     """The callback groups of ``tp`` in entry order: ``(start, stop, call)``."""
     n = tp.n_entries
@@ -135,7 +146,7 @@ def groups(tp):
     out = []
     last = None
     for i in idx:
-        cid = int(tp.ipool[tp.entries[i, E_ATTR]])
+        cid = call_id(tp, i)
         if last is not None and last[2] == cid and last[1] == i:
             last[1] = i + 1
             continue
@@ -147,14 +158,12 @@ def groups(tp):
 def eager_backward(tp, i, emask, need, done):
     """Eager ``backward`` reached callback entry ``i``: run the call's ``backward`` once, at
     the first entry of its group that the roots need (the last one the reverse loop visits)."""
-    cid = int(tp.ipool[tp.entries[i, E_ATTR]])
+    cid = call_id(tp, i)
     if cid in done:
         return
     call = tp.callbacks[cid]
     j = i - 1
-    while (
-        j >= 0 and tp.entries[j, E_OP] == CALLBACK and int(tp.ipool[tp.entries[j, E_ATTR]]) == cid
-    ):
+    while j >= 0 and tp.entries[j, E_OP] == CALLBACK and call_id(tp, j) == cid:
         if emask[j]:
             return  # an earlier entry of the group will run it
         j -= 1

@@ -7,6 +7,7 @@ import numpy as np
 
 from tape.frontend import tensor
 from tape.layout.columns import ACTIVE
+from tape.ops.blocks import reduce as reduce_block
 from tape.ops.reduce import MAX, MIN, PROD, SUM
 
 
@@ -57,20 +58,11 @@ def _block(op, shape, axis, keepdims):
     """The reduction's output shape and attribute block (validating ``axis``)."""
     ndim = len(shape)
     axes = normalize_axes(op.name, axis, ndim)
-    kept = reduced_shape(shape, axes, True)
     if op in (MAX, MIN) and any(shape[a] == 0 for a in axes):
         raise ValueError(
             f"{op.name}: cannot reduce over a zero-size axis of a tensor of shape {shape}"
         )
-    strides = []
-    acc = 1
-    for k in range(len(kept) - 1, -1, -1):
-        strides.append(0 if k in axes else acc)
-        acc *= kept[k]
-    dims, ostrides = [], []
-    if ndim:
-        dims, (ostrides,) = tensor._coalesce(list(shape), [list(reversed(strides))])
-    return reduced_shape(shape, axes, keepdims), (len(dims), *dims, *ostrides)
+    return reduced_shape(shape, axes, keepdims), reduce_block.encode(shape, axes)
 
 
 def sum(x, axis=None, keepdims=False):  # noqa: A001

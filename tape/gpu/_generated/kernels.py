@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "4f724837ced8f29c807316aace4a2c6dc21bd41d860ac66f7ef5dc9a3985bcc6"
+FINGERPRINT = "2a2422f274e8dd2a2f5d2bbe2668a542cd8a11f91a99d3d0b0d4c2536fdca099"
 
 from numba import cuda, float64
 

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dcdf29683bcbb2465ad4e0fc71696920d19c2ff403d5ead65783c8fc81067fdb"
+FINGERPRINT = "326c66eb36db8f015a5f06a6418aacb94a290ee985dc5acb685bd62403f99361"
 
 import numpy as np
 from numba import njit

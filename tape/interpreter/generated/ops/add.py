@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c6a3fce3cf96c3c1f532038d4e996f6bb3fad3218b60343607bf11b5de586bc8"
+FINGERPRINT = "f2b072a8cb47bf772e6e2309facf939430bbbd9c3e4a999653c365c2464d1244"
 
 import numpy as np
 from numba import njit

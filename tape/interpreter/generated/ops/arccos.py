@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6355303426b6be4bd85b4ef6dff6d7dd08077fa91802eba5f988dc03cf1bf19b"
+FINGERPRINT = "55cb25dcb27ba8e7a56c8551279c502ab80578182084fd4c924e27be8c729e3d"
 
 import numpy as np
 from numba import njit

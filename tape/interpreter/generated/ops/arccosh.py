@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f9f5fd9a76707a3f5fafcfe390c89e3f01469851e8954c2fd3674b6d022dc5db"
+FINGERPRINT = "d502857ce242c3fe578cebf5d96baa0b12af2a341521700dd148fa1fe5fb1aed"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0ed528cc44890c482e1df65cdf31da767582301501fdb5e2372115b0c4ea06de"
+FINGERPRINT = "83dccca601ea1fe05ba2420d487b58452063455e51054ff69d492356bbda3a0d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbf5e0fe45a24706e1d8c9ece45a0b803276ec0bfc7243bc0a73343c2b63ee1a"
+FINGERPRINT = "76dbdb9efffeab0c3183e8ed9cff2807ef61049f56dc8dd20c1be2a8c156288d"
 
 import numpy as np
 from numba import njit

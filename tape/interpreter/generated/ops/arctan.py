@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d63ca5dd89da30b6d1ca2a6c6f2508935363627b1af13a1fda9b24dba279f2e3"
+FINGERPRINT = "f4e5d31d89793d63d4ef7d294c3566204107b090c1ad72eec418950aa10a6e8f"
 
 import numpy as np
 from numba import njit

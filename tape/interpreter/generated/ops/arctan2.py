@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9b5b167746995b436080a88b2bcd3441e131d3a1a635d50a8b9456aed05dbf14"
+FINGERPRINT = "82abbb33fb1f7321afded0198f80e04c680b0d2eb607baedaf70bc59d22fd04a"
 
 import numpy as np
 from numba import njit

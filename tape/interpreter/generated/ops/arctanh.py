@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "816006198af787c00096fb7ee21b8e3b2c96db45adfbcbdcd38a7e01d2bae63d"
+FINGERPRINT = "b66b6e94a24820377d40d4f90755a32f92f52ebd93c4f1ebb29066704a7a906a"
 
 import numpy as np
 from numba import njit

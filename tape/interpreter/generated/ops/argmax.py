@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0089dacb69746dd1dc479498e034ae8bb75f9442335291b789f5982ad9df6792"
+FINGERPRINT = "f46667c11c1bc1dc423f6e395fd1eedae1e57930e7066f86e8822094ffc071af"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "130634f62cbd0ceb2e98507ea2857913d75ae4a6cd37fe0247a4a00a01b1857e"
+FINGERPRINT = "a054d941350d0abee90f0f3a267cf78e3927158127bcc11d893b5b150420d811"
 
 import numpy as np
 from numba import njit

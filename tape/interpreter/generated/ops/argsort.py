@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3a8b6a5bd72a73e4a422da6cedbe1c68136356c5cce2b24197215da9ec6beef1"
+FINGERPRINT = "18166158add61eb77437192833fe38d1d1bfdb80fd3ea2dd8970c8a0524f3b4d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9b8161527a4ca32a493f86d1321ea57c91bcf501d61b536395930f2524aa62c5"
+FINGERPRINT = "fd2fbf2fc8e60c787a900a53254ba1c0c939dcf30f8289456ac5810b1480ac18"
 
 import numpy as np
 from numba import njit

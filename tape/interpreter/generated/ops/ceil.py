@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "69e1f92389a83fdd12448c6616933d6e3f673c50f5c150f12b90ac8408f0d7ca"
+FINGERPRINT = "48e8fdaa166750599eedc784020ef0750c80a510b9306f0535cce51d59b479cc"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6407137b608d9c9e4d4d344a31df68acd7ff1cc615b56b513f7e9faa1d6c2e65"
+FINGERPRINT = "7b25b21abf567582dde146da6c6630f2d8bc4c3db6d6906051145a015c31d4d5"
 
 import numpy as np
 from numba import njit

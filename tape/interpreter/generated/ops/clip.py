@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d0a988236a4bb07f7be35e3c07230e5e77dc7cfdeba330f3d47d3df79ce2392a"
+FINGERPRINT = "816f32545152510c4a43dfd2c0512577daea65d3806a9a63a64c174c2a6f725b"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7b4d9bc769c5e70694ac832ec353c35f50bb21dd7529b1520fcb5cfe4cceb5f0"
+FINGERPRINT = "d6e34c1bf801b8fe9711c3f8bfb56042dd34f46a169a13c38b7aada242d0e564"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "388af7154d7f1fb780fa2d32befc1838391dbe5eeffa8421344bf0e6a99d1c37"
+FINGERPRINT = "c9779c44bb3d577231de70f007894d66f66b4e5e877d538f70d23ed9cf0409ed"
 
 import numpy as np
 from numba import njit

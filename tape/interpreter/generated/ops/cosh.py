@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4c0e87314ea785429cbdda46dce174277960c7945a989e6215cd3fb5c3cb2452"
+FINGERPRINT = "d1775288c2151c5bef024ffc9dd5bdd64cc10462958b7a80e880ce6a4f2caef8"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0f69324539011decb714ed4a85fe3667382961c21024d838856bcc8520b5197"
+FINGERPRINT = "51b798b7420bf7e534ab8ac40b9a0dce02142899caea1e63d6f55a437e6f8002"
 
 import numpy as np
 from numba import njit

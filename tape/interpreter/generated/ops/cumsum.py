@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "838543e8167a8a9c27409db05e5781c49aa0d3ed4b6891b1c0f761e5075ddb16"
+FINGERPRINT = "99ad6063c43fb6a1a35e8e1b9a0c404751a4de02ef7ed7b061496f9eb0f99c9b"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e73632113a44177f0e6fc06289973862e31dd460bee867320d80d51b1a9948e6"
+FINGERPRINT = "dcb9613074ea109ac1fe21bdde5d6f3b9c6011c1fe5804c5aa9452b832a7907d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "55893ed66e57d4562f5d6cfd391575974d396facff3912338420e0b9991ac32a"
+FINGERPRINT = "71e7048b30c33c81fdc40d6543c581e9cd2a3100b2694699ab1e6dd7d0dfb7dc"
 
 import numpy as np
 from numba import njit

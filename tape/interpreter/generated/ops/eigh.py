@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "67ce601e87902aebffa5e2d776c304affc64cd80ed6cc0a9377808b7382902f9"
+FINGERPRINT = "b49a475b64da4070c06cdd02a09c65aebeb0eaa2f8c211368adf67c8e340951d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "69b1decfda653a2dde60129b0247b95a0b98f57ee04facf4c5a4e049ac638fa2"
+FINGERPRINT = "9328fcf041aa9e10ba92a34b542d0ef9f66bed8cc024e723a60bab9e37549dca"
 
 import numpy as np
 from numba import njit

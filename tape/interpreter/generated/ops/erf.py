@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "63f98eb4babf4d965f50e5b94c8e12ca3848dbf9bcc3d2d659645b3ba0df208f"
+FINGERPRINT = "92066ce9799285b16f031cc8cef0fddf1749aeff384c791050b1d98deab98738"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9434e10873b6273fe7becab52098bfd3db33985acadade87559c94284e18c565"
+FINGERPRINT = "41489a31e2f55939d43dee9d0fac52c13028269c892ff1827e06c818ec392db1"
 
 import numpy as np
 from numba import njit

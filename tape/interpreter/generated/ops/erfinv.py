@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b0cb3f78f33298e6d7d8ffab4640c2098ccbf450ec047c629b867a83d1bddc0a"
+FINGERPRINT = "deed8a11acce30bbc0003fbb3105cbf05e20c317daaa5d92f88ee0cdcf2f5954"
 
 import numpy as np
 from numba import njit

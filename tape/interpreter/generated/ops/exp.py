@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0fd1fd2878bc50145331f2c684c3cf97e19b4ae84c93c12adf597207e0bfd810"
+FINGERPRINT = "ca9d8d015f07d9d9b8811f3311ae1b7c051b4444b8361745e37969018514b34b"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6886410b2f49b9b4beed0caea1eeba571ce01f0daa708a6723c79653ec4db029"
+FINGERPRINT = "068da0070ede066e418b599e6dc1b5433c126b3702320f8c237eaa6b0b28b667"
 
 import numpy as np
 from numba import njit

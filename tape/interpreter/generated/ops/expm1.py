@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b3000293cebad81f6aa7327282ef9f2fffad4d4ef8ede725696eae7943d2d62d"
+FINGERPRINT = "8fb41b88f1b8da73f174113cdaf14b6e4b66d827acd9bcfb5dcdad0ec78528ff"
 
 import numpy as np
 from numba import njit

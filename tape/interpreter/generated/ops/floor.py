@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "482e01d5a65b40e78d8cbe4173100484b71e59104cb72da4eccde3459244e0c6"
+FINGERPRINT = "0800818dcb03c73e2acbcc277c31ce88560df34e1093dfa89dc006aae8c485aa"
 
 import numpy as np
 from numba import njit

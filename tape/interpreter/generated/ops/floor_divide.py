@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1b9a7165761ec865d5faac69228fe3a77d06d6b69b215c349e5bc09a094253b0"
+FINGERPRINT = "d9c84f45c78423934ee7b41fb8d5482d59db4b4f480322c7cdd09efb785e1342"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6217d3c17d284dccb3fb00b7dbb9d8ebb7d91d291428f2587ab3583aa259cc73"
+FINGERPRINT = "56f45e39ae8524280a9607b2cc238d8496ad3260aadafee0cf040c25d98e372e"
 
 import numpy as np
 from numba import njit

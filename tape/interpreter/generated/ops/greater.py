@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "237be73875b71c8a4a0cb0b4ef97b7d135ca9d13a938babe01db138eb92f0bd0"
+FINGERPRINT = "2a03da5fd080584147cf303d316ac193ca9bfbfe87d9d1115f89605e5e2d6ece"
 
 import numpy as np
 from numba import njit

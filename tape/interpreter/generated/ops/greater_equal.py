@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "50661122bb00f94160c72e933ae7755934cc2466640cfb1674a0dac704b7cbe1"
+FINGERPRINT = "fa0129a7ecc7f6127f492b9140b6c8aac2bab6891b9f159f7d3f461c6c91e5e4"
 
 import numpy as np
 from numba import njit

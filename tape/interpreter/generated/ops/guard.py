@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ad71d2fa6f125da04bc7c3ade43c164cdd151615285759738853a15ef6d6c789"
+FINGERPRINT = "ee6a043b8e2046db8c2ebf10924044ee039d8e65ea2dfcd956f781b50ba88266"
 
 import numpy as np
 from numba import njit

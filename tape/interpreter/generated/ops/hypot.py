@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f18371175e333cf1056550d8d3dd5c13f8f331ad450ce75ce754ce486b479b7d"
+FINGERPRINT = "4cc6e61373223076d864636fba400f00c12c13b4058a883d08670f20a3f5d67d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f3ca6c1581983bf5a261e1b98215b54176884333cadc456bed967e6fe528204f"
+FINGERPRINT = "ef1aefd2fbd5869c7c6e34c443607788e0a53acdbc2c4c26515ba10fbeb23f17"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "94e2101746b772628338236252deccf92847d38c9903e612a95bfb2f56b8b286"
+FINGERPRINT = "5f2f4676a3363defb31e5a267db6d1736ff77c01ba5f777601d80f6417fc583a"
 
 import numpy as np
 from numba import njit

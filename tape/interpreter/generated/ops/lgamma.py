@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1d7f7dc7f46e216790d0d2c84d15ff2a3758b7e4b15d1d36c7e55561f27d31ce"
+FINGERPRINT = "76ce415b9da2df760c321304d4fd2d1be8942f38514c021f13fad6a333e949d8"
 
 import numpy as np
 from numba import njit

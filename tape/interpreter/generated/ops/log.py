@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee024b80f14b5c0298ac59a6b25c737be1e174da0d7e1d37d5a32b54cd73d30d"
+FINGERPRINT = "7b4010156be32d2f0599cd4ffba2e088587b7dd9565d1bad9cf321eee7fd5486"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f759a9882fb3365549fac7b235c1ff874db5937edad1494f7f721dbd672f5aa1"
+FINGERPRINT = "79cf459a885c694def2ef6ff5983ec3aa75f1603146f28670ce0c53aebace016"
 
 import numpy as np
 from numba import njit

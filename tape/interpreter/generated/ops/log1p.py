@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ae8c6a3efc1d6aa009a15cd4253a82d3ead57635d760febc4848c454111f708c"
+FINGERPRINT = "f3f8744f83761941bf0fc9e6f7b5a339e77f27c4a6ffa2fdb4aecbf92d16b043"
 
 import numpy as np
 from numba import njit

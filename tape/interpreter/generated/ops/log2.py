@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d507b02adf3181c499ee13eef3eea777007277092617c6b419d8870704ec9bc7"
+FINGERPRINT = "04db38c113a72f79c6b80ec518d48e59520a274d6b83c12dc6ce9b52a7347bda"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3bc154cea486ebee512ad7439f767b5f24bfffb14ef2e2b18ca0a9a6f76b1333"
+FINGERPRINT = "7262f05033301801ff2b78d99c8e7b3e5bc1880b61b69b1e13e091570868bffe"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e6f171162de2b41be4c576ff97d646da55fffeef1b78437ce9e19c188a476c2f"
+FINGERPRINT = "6709181790bc8d8dd6e281aca3343993c00eac8525160ad4d2d03b207e3b464e"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "651ceeda164ac4cfb2f1cc5381295c8a599f7906011fc2efbe27f123a7a4365c"
+FINGERPRINT = "8b1e3ff9f96d1389f232e26cfed4dee5a4c4b09858f63c6e9b9354e3b10adca8"
 
 import numpy as np
 from numba import njit

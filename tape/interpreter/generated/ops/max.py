@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8a65c3e7108095a005e94231b09ed7ef1874899a5b853221d4c2f8a04c8228f2"
+FINGERPRINT = "e78a45580398267a659b714813454a991c7159df0a35d2fb1060a20b6aadbac7"
 
 import numpy as np
 from numba import njit

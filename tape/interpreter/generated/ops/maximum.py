@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "803f88398db553901f516dffeedaa845f922a41b9518f20c9b34710ae2ff39b9"
+FINGERPRINT = "138574317ba9f44d446f22a48c65f539ed2aa831c83bf51dc728ba008e8c56b0"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aa5e705b68c613cb2f86837d3148b8a93348c58da454dbd36466f2b0e1590365"
+FINGERPRINT = "133f07f065b74e7b0ebe7b87cc52e8520d50c2f1e77b6460e9f840db91510566"
 
 import numpy as np
 from numba import njit

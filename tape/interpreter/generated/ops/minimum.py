@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a606c17fc59a11613d66504f2464d64a9aa990f59d0a6894768522fe2d011ada"
+FINGERPRINT = "383cddf134c8bfd8268af5368f8898071a3544e562ce1003e7a4197f628715cc"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ce2e94a1f2c071c6e10bab3bf4ae109ec38efb7f755232ac085cdcf1d09e62b2"
+FINGERPRINT = "bc72989ed78f254589358b9e1acd26afa5f74faf31d51ec02d319adfdc851baa"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a7358da58bcd03e15ab73323773cf8811a403e8298ad79ad01654a2e21f1b2ef"
+FINGERPRINT = "4c74e6b2462d6713606bf9762d34bdc130fdf4ec4d24025d92bbdbff32f81ddb"
 
 import numpy as np
 from numba import njit

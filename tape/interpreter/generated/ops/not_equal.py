@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "39a35e415cbbd2b76680d1c80b648105e5cae3d7ab0db57c676b5a35bee6214c"
+FINGERPRINT = "4331b58daa3d41ac839ad486214ace7b0ef7a47f9066620c6875cea69099eb9b"
 
 import numpy as np
 from numba import njit

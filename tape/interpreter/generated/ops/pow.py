@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "80bff62d73823597fbc5e2656ec73818ad85a7aabe36e1050a3c6257d775f344"
+FINGERPRINT = "affdb8a31c3e79040af646fe488ec7d22ac784c3a33d3f77cfa1fd21d9793331"
 
 import numpy as np
 from numba import njit

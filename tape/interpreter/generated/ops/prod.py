@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ea4dabf23c948292baf5612b0c36e038b99fa203e00eb0320ac0bea1a2ae42b0"
+FINGERPRINT = "01a40c931e56eda427393125c712b166ad2859df82b229e7cb83c235b52958b4"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2357b2f7bb702b514a2f2e1ac7976b6089c052d2a1eb969486604e2f4a4d3794"
+FINGERPRINT = "595b7d90ac07304e41ef371ac52122a5966440e3b1e9820fa3665115b8fbf7ee"
 
 import numpy as np
 from numba import njit

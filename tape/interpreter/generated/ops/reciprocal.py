@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "75fa6ad18bf077382df2f4e3a0aa0e6f95c63783ff6499203271a96f6716f038"
+FINGERPRINT = "73f331c014e6d1311c0f59eca332836872f92dc4edf81c772f7a1c8f16c82cc3"
 
 import numpy as np
 from numba import njit

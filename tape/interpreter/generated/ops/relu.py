@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3a40026ae3de28a99bf15009d82cd9b14fe2f037715c3d508ef5af29b3d60319"
+FINGERPRINT = "4558aa7a9ebe5a5f96669c174e04ffab4fe08282b22284fc1b77d9a75aa9522d"
 
 import numpy as np
 from numba import njit

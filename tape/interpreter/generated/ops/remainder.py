@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "505e156098db57ef39ce7c26b7a6d83743495ec75c5af76b27b615b70aec0dff"
+FINGERPRINT = "493a913f90e4d39b12784b2681d8cfae7825a54f012597609d174dcc5f2faf87"
 
 import numpy as np
 from numba import njit

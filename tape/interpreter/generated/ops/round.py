@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e55a550416bd24a499431a3cd87865a79ab5e54e46c5e84f3bc7171e665b2680"
+FINGERPRINT = "906bca6744060828a021147d5a40047edb7e2857c949691c899cee6d06470dda"
 
 import numpy as np
 from numba import njit

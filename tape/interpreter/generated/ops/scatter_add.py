@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "900c85ce87bd133daa06d18a0844a26f6c46661e32eded7667666cbeb76f9662"
+FINGERPRINT = "90050f52a1090ae49b912157ae47467c5027ec74a6bfc5ac3a9ae5ccb2a05d3a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "46ebbb342b9f9787a3b5f79678c300537468924488f0005413aefcf005a54392"
+FINGERPRINT = "72c1605a510a4023da0a14bd0f390230b8cccae7420be196f5f31c1d5cae6179"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a066bc05d159138c67592463b35621004dd663765fe8ff7be6d574c74869f832"
+FINGERPRINT = "1b6ff2d01f2314851ca22eeb73825c6d47f53fc7a78169dc172b411f748c6547"
 
 import numpy as np
 from numba import njit

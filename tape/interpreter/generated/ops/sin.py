@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "281f371ad28c84a2a6f4ed114717d2e1f26df3b2a946332c24a1d02245cb0d1e"
+FINGERPRINT = "a143733d590befc83d1a118c42a251cb53427a6251751729aea3df75f88c7e92"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7b744f72fd4e448de52d725b37058e1da5a3ce89fa0f794949907db3fbb83957"
+FINGERPRINT = "2ab8624bbb6291382b93a5205edef3028a98d9c8fda72d4f2b7e40d979cba4d8"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c649967f9ea803d451bea6a075d9c1684b3073e6a212144a97738be8d720df4b"
+FINGERPRINT = "16aae1ee34550c5b63bba8322a353892281800a690a9ebaa8588a048f6a9c38c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c3f0b9f414d043d06b1e645b7fca2e62bb262fbbc8a5f06465619c9ec1fb5fc3"
+FINGERPRINT = "5fcfde4b2dd9041ab7c80b0050272172612b819441f58d326848b418888d6e53"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "45ea796f5e9d8b2b497e04434247f574fc77e8fe73cf0415406e035ff369c630"
+FINGERPRINT = "da364fe3d43f5ce52a0a46652e9fb0abf88c18070c4ae69628312e97fc9797a3"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8714188f64cb58b1d90f1b606c5a61c5641e81f07182b1ed424f9f5631c49d5e"
+FINGERPRINT = "159673be9cc75af7b7848d12b766d79216ff4caceaeaf59e2d428d40c1b77957"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "58ceaa3f5e52f935b4c8c1dcdb3ac9599289365e24f227069736c78606bad472"
+FINGERPRINT = "89eda55b9e1c6126dcadaf6bdec20d2230a14b909aa7f689ebbc21c9ef2f2ef2"
 
 import numpy as np
 from numba import njit

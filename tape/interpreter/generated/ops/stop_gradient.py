@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "764f987e39907712dc6047727f7e1079c641e91da07ec4fe14383827d4552a96"
+FINGERPRINT = "0dbe4d8bc4d7aa866e2994571d00dccbf18e6e46f76755a82beca63954875f1a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "54ff3e554c8ddff987b55dce14f464fd56f676375944eb07ab2070fa60bca337"
+FINGERPRINT = "7e9e0da825c2eb19bc8e1e91741c6c1218725fcd8b97cb6f67fe422697bc0124"
 
 import numpy as np
 from numba import njit

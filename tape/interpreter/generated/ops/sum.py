@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "52c01a319a511ca5a6077e69f8b844a6bfb2e20c5a66399fc4b8d65ce365b9c9"
+FINGERPRINT = "50b6cbfc968969c5d799574c0787c4ede809ae18e6b2bd0bc617b01ebffea2ae"
 
 import numpy as np
 from numba import njit

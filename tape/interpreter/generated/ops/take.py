@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5102973fcdb927d01b4c799f4e910829903f1c6483e6716d1c06603eadba618e"
+FINGERPRINT = "5b3be5af68f9342b2655bc4682083903b0681049adf51c50eb485878d18ce3bb"
 
 import numpy as np
 from numba import njit

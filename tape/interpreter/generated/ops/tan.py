@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a99738154dfc71a780912baf04135c720f78e01e89bbbeb18642d0ca2f3560cd"
+FINGERPRINT = "f90ebc3e25632754fc66b2a773fef1cd9483171985595559d24176ef0ae3ab00"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "74bd632cd080d328723503c0b29d00f874427355384bebfd2229b506f197d73b"
+FINGERPRINT = "060445c41d1c827df66cf39db7a3789c17e78b18a34df179afaf0253498a4e0d"
 
 import numpy as np
 from numba import njit

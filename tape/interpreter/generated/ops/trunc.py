@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5c08c8c7302f12066b90f460865950a233a0cac0b1b1607cd6c2575a60dc9e93"
+FINGERPRINT = "913c6033f83675c59a2c9fa449c867944432f302c0a050bb9b97a4689df06b5b"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "857ac81c9a32d8c2bd8aa416aff7c0ef9ed6aedd659f7de1a7366e927d186554"
+FINGERPRINT = "e202ce565fc4a0a3c931fefdef434964d48bbf1700135f216e1df0b0bffcbbcd"
 
 import numpy as np
 from numba import njit

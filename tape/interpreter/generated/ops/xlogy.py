@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "56636ad7efc46b0c7b7c5eb3f2ed3727cdd549aec2ee052fbc8ffa959cef4140"
+FINGERPRINT = "5c9b37e16024fe6d17c80b5dde16da5dfc866b09fc80210ffb8d585338166b69"
 
 import numpy as np
 from numba import njit

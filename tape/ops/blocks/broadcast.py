@@ -1,0 +1,140 @@
+"""The broadcast block of binary and ternary entries, defined once.
+
+An elementwise entry with two or three inputs carries, at ``p = entries[i, E_ATTR]``::
+
+    [mode, nd, dims[nd], strides_0[nd], ..., strides_{n_in - 1}[nd]]
+
+``mode`` is ``GENERAL`` (or ``SAME``, ternary only: every input has the output's size, and the
+block is ``[SAME]``). ``dims`` is the output's shape with unit axes dropped and neighbouring
+axes merged wherever every input walks them contiguously; ``strides_k`` are input ``k``'s
+element strides along those axes (0 where it is broadcast). Binary entries always use
+``GENERAL``, with at least one axis: equal shapes are one row of stride 1, a one-element input
+has stride 0, and the kernels loop over the innermost axis as rows.
+
+Everything that reads or writes the block goes through this module: :func:`encode` (the
+recording), :func:`decode` (validation, the compiled tier), and the position functions below,
+plain functions of ints that the CPU loops (:mod:`tape.ops.loops`) compile inline and the GPU
+loops (:mod:`tape.gpu._loops`) compile as device functions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from tape.layout.columns import GENERAL, SAME
+
+# ---------------------------------------------------------------- positions (CPU and GPU)
+
+
+def ndim_at(p):
+    """Position of ``nd``."""
+    return p + 1
+
+
+def dims_at(p):
+    """Position of ``dims[0]``."""
+    return p + 2
+
+
+def row_length_at(p, nd):
+    """Position of the innermost extent, the length of a row."""
+    return p + 1 + nd
+
+
+def strides_at(p, nd, k):
+    """Position of input ``k``'s first stride."""
+    return p + 2 + nd * (1 + k)
+
+
+def inner_stride_at(p, nd, k):
+    """Position of input ``k``'s stride along a row (the innermost axis)."""
+    return p + 1 + nd * (2 + k)
+
+
+# ---------------------------------------------------------------- Python side
+
+
+class Broadcast(NamedTuple):
+    """A decoded block: ``mode``, the merged ``dims`` and one stride tuple per input (empty
+    for ``SAME``)."""
+
+    mode: int
+    dims: tuple
+    strides: tuple
+
+
+def encode(name, shapes):
+    """``(output shape, block)`` for an elementwise op ``name`` over inputs of ``shapes``;
+    the block is None for one input. Raises ValueError, naming the op, for shapes that do not
+    broadcast."""
+    try:
+        out = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(
+            f"{name}: operands could not be broadcast together with shapes "
+            + " and ".join(str(s) for s in shapes)
+        ) from None
+    n = math.prod(out)
+    if len(shapes) == 1:
+        return out, None
+    sizes = [math.prod(s) for s in shapes]
+    if len(shapes) == 2:
+        # binary entries always use the row form; equal shapes and scalars are one row
+        if all(s == n for s in sizes):
+            return out, [GENERAL, 1, n, 1, 1]
+        if sizes[0] == 1 and sizes[1] == n:
+            return out, [GENERAL, 1, n, 0, 1]
+        if sizes[1] == 1 and sizes[0] == n:
+            return out, [GENERAL, 1, n, 1, 0]
+    elif all(s == n for s in sizes):
+        return out, [SAME]
+    nd = len(out)
+    strides = []
+    for s in shapes:
+        st = [0] * nd
+        acc = 1
+        for k in range(len(s) - 1, -1, -1):
+            st[nd - len(s) + k] = 0 if s[k] == 1 and out[nd - len(s) + k] != 1 else acc
+            acc *= s[k]
+        strides.append(st)
+    dims, strides = coalesce(list(out), strides)
+    ints = [GENERAL, len(dims), *dims]
+    for st in strides:
+        ints.extend(st)
+    return out, ints
+
+
+def coalesce(dims, strides):
+    """Drop unit axes and merge neighbours that every operand walks contiguously, so the
+    kernels' innermost rows are as long as possible: (25, 10, 1000) - (25, 10, 1) becomes
+    (250, 1000) with inner strides 1 and 0. (The reduce block merges its axes the same way.)"""
+    keep = [k for k, n in enumerate(dims) if n != 1] or [len(dims) - 1]
+    dims = [dims[k] for k in keep]
+    strides = [[st[k] for k in keep] for st in strides]
+    k = len(dims) - 2
+    while k >= 0:
+        if all(st[k] == st[k + 1] * dims[k + 1] for st in strides):
+            dims[k : k + 2] = [dims[k] * dims[k + 1]]
+            for st in strides:
+                st[k : k + 2] = [st[k + 1]]
+        k -= 1
+    return dims, strides
+
+
+def decode(ipool, p, n_in) -> Broadcast:
+    """The block at ``p`` of an entry with ``n_in`` inputs. The reader must know the block
+    lies inside ``ipool`` (:func:`tape.ops.validate.check_broadcast` checks a loaded tape's)."""
+    mode = int(ipool[p])
+    if mode == SAME:
+        return Broadcast(mode, (), ())
+    nd = int(ipool[ndim_at(p)])
+    d = dims_at(p)
+    dims = tuple(int(v) for v in ipool[d : d + nd])
+    strides = tuple(
+        tuple(int(v) for v in ipool[strides_at(p, nd, k) : strides_at(p, nd, k) + nd])
+        for k in range(n_in)
+    )
+    return Broadcast(mode, dims, strides)
