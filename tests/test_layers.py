@@ -187,12 +187,11 @@ def test_an_upward_import_fails_the_check():
 BLOCK_CODECS_OUTSIDE_OPS = {"tape.program.callbacks"}
 NO_CODEC_YET = {
     # GPU kernels of structural families whose blocks have no codec yet (copy, take, guard,
-    # scan, factorisations, scatter, spectral): each gets one in tape/ops/blocks/, and leaves
+    # scan, factorisations, spectral): each gets one in tape/ops/blocks/, and leaves
     # this list, as its CPU and GPU kernels move onto it
     "tape.gpu._kernels",
     "tape.gpu._factor_kernels",
     "tape.gpu._scan_kernels",
-    "tape.gpu._scatter_kernels",
     "tape.gpu._spectral_kernels",
 }
 

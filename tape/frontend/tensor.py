@@ -32,9 +32,11 @@ from tape.layout.columns import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, L
 from tape.layout.source import user_line
 from tape.ops import registry
 from tape.ops.blocks import broadcast
+from tape.ops.blocks.copy import c_strides
+from tape.ops.blocks.copy import encode as copy_block
 from tape.ops.elementwise import STOP_GRADIENT
 from tape.ops.guard import EQUAL, GUARD, INT, TRUTH
-from tape.ops.movement import COPY, c_strides, copy_block
+from tape.ops.movement import COPY
 from tape.program import anomaly as _anomaly
 from tape.program.core import Tape, resolve
 

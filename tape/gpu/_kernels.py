@@ -43,7 +43,9 @@ from tape.gpu._loops import (
     woff,
 )
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
+from tape.ops.blocks import copy as copy_block
 from tape.ops.blocks import reduce as reduce_block
+from tape.ops.blocks import rows as rows_block
 from tape.ops.guard import INT, TRUTH
 
 _dev = cuda.jit(**DEVICE_JIT)
@@ -336,31 +338,43 @@ def _reduce_work(n_out, parts, block):
 
 
 # ---------------------------------------------------------------- copy
-# attribute block: [nd, shape[nd], in_off, in_strides[nd], out_off, out_strides[nd]]
+# attribute block: [nd, shape[nd], in_off, in_strides[nd], out_off, out_strides[nd]], read
+# through the positions of its codec, tape.ops.blocks.copy
+
+_c_ndim_at = _dev(copy_block.ndim_at)
+_c_dims_at = _dev(copy_block.dims_at)
+_c_in_off_at = _dev(copy_block.in_off_at)
+_c_in_strides_at = _dev(copy_block.in_strides_at)
+_c_out_off_at = _dev(copy_block.out_off_at)
+_c_out_strides_at = _dev(copy_block.out_strides_at)
 
 
 @_dev
 def _copy_n(prog, p):
-    nd = ip(prog, p)
+    nd = ip(prog, _c_ndim_at(p))
+    dims = _c_dims_at(p)
     n = 1
     for d in range(nd):
-        n *= ip(prog, p + 1 + d)
+        n *= ip(prog, dims + d)
     return n
 
 
 @_dev
 def _copy_at(prog, p, j):
-    nd = ip(prog, p)
-    src = ip(prog, p + 1 + nd)
-    dst = ip(prog, p + 2 + 2 * nd)
+    nd = ip(prog, _c_ndim_at(p))
+    dims = _c_dims_at(p)
+    ins = _c_in_strides_at(p, nd)
+    outs = _c_out_strides_at(p, nd)
+    src = ip(prog, _c_in_off_at(p, nd))
+    dst = ip(prog, _c_out_off_at(p, nd))
     r = j
     for d in range(nd - 1, -1, -1):
-        s = ip(prog, p + 1 + d)
+        s = ip(prog, dims + d)
         q = udiv(r, s)
         k = r - q * s
         r = q
-        src += k * ip(prog, p + 2 + nd + d)
-        dst += k * ip(prog, p + 3 + 2 * nd + d)
+        src += k * ip(prog, ins + d)
+        dst += k * ip(prog, outs + d)
     return src, dst
 
 
@@ -382,12 +396,12 @@ def copy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
     gx = goff(prog) + boff(prog, a)
     gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
     p = ent(prog, i, E_ATTR)
-    nd = ip(prog, p)
+    nd = ip(prog, _c_ndim_at(p))
     # a zero input stride (broadcast_to) sends several output elements to one input element
     atomic = False
     if not solo:
         for d in range(nd):
-            if ip(prog, p + 2 + nd + d) == 0 and ip(prog, p + 1 + d) > 1:
+            if ip(prog, _c_in_strides_at(p, nd) + d) == 0 and ip(prog, _c_dims_at(p) + d) > 1:
                 atomic = True
     for j in range(t0, _copy_n(prog, p), ts):
         s, d = _copy_at(prog, p, j)
@@ -395,7 +409,11 @@ def copy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
 
 
 # ---------------------------------------------------------------- take
-# attribute block: [n_rows, inner]; input 1 holds the row indices (as floats)
+# attribute block: [n_rows, inner] (tape.ops.blocks.rows); input 1 holds the row indices (as
+# floats)
+
+n_rows_at = _dev(rows_block.n_rows_at)
+inner_at = _dev(rows_block.inner_at)
 
 
 @_dev
@@ -406,8 +424,8 @@ def take_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     n_idx = bsize(prog, ib)
     y = boff(prog, ent(prog, i, E_OUT))
     p = ent(prog, i, E_ATTR)
-    n_rows = ip(prog, p)
-    inner = ip(prog, p + 1)
+    n_rows = ip(prog, n_rows_at(p))
+    inner = ip(prog, inner_at(p))
     if ph == 0:
         # indices are data: check them all before any is used (the kernel stops on a bad one)
         for j in range(t0, n_idx, ts):
@@ -440,8 +458,8 @@ def take_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
     gx = goff(prog) + boff(prog, a)
     gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
     p = ent(prog, i, E_ATTR)
-    n_rows = ip(prog, p)
-    inner = ip(prog, p + 1)
+    n_rows = ip(prog, n_rows_at(p))
+    inner = ip(prog, inner_at(p))
     for e in range(t0, n_idx * inner, ts):
         j = e // inner
         t = e - j * inner

@@ -8,7 +8,7 @@ from __future__ import annotations
 from numba import cuda
 
 from tape.gpu._config import DEVICE_JIT
-from tape.gpu._kernels import GpuKernel
+from tape.gpu._kernels import GpuKernel, inner_at, n_rows_at
 from tape.gpu._loops import accumulate, active, boff, bsize, ent, goff, ip, ix, reject
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
 
@@ -24,8 +24,8 @@ def scatter_add_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     yb = ent(prog, i, E_OUT)
     y = boff(prog, yb)
     p = ent(prog, i, E_ATTR)
-    n_rows = ip(prog, p)
-    inner = ip(prog, p + 1)
+    n_rows = ip(prog, n_rows_at(p))
+    inner = ip(prog, inner_at(p))
     if ph == 0:
         for j in range(t0, n_idx, ts):
             v = A[ix(idx + j, step, base)]
@@ -60,8 +60,8 @@ def scatter_add_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
     gx = goff(prog) + boff(prog, a)
     gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
     p = ent(prog, i, E_ATTR)
-    n_rows = ip(prog, p)
-    inner = ip(prog, p + 1)
+    n_rows = ip(prog, n_rows_at(p))
+    inner = ip(prog, inner_at(p))
     for e in range(t0, n_idx * inner, ts):
         j = e // inner
         t = e - j * inner

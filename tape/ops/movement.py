@@ -5,15 +5,16 @@ Reshape, squeeze, unsqueeze, flatten and contiguous slices are not here: they ar
 their input's memory (:func:`tape.frontend.tensor.view`) and cost no entry at all. The front ends
 (transpose, indexing, concatenate, take) are in :mod:`tape.frontend.ops.movement`.
 
-``copy`` attribute block: ``[nd, shape[nd], in_off, in_strides[nd], out_off, out_strides[nd]]``.
-Element ``idx`` of ``shape`` is read at ``in_off + idx . in_strides`` of the input and written
-at ``out_off + idx . out_strides`` of the output. Broadcasting is a zero input stride (the
-reverse then sums), transposition is permuted strides, ``x[::-2]`` a negative one, and each
-part of a concatenation is one ``copy`` entry writing its own region of a shared output.
+``copy`` attribute block (:mod:`tape.ops.blocks.copy`): element ``idx`` of a shape is read
+at ``in_off + idx . in_strides`` of the input and written at ``out_off + idx . out_strides``
+of the output. Broadcasting is a zero input stride (the reverse then sums), transposition is
+permuted strides, ``x[::-2]`` a negative one, and each part of a concatenation is one ``copy``
+entry writing its own region of a shared output.
 
-``take`` attribute block: ``[n_rows, inner]``: the input is viewed as ``(n_rows, inner)`` and
-output row ``j`` is input row ``index[j]`` (negative indices count from the end). Indices are
-data, so the kernel checks them before it touches memory and stops the sweep on a bad one.
+``take`` attribute block (:mod:`tape.ops.blocks.rows`): the input is viewed as
+``(n_rows, inner)`` and output row ``j`` is input row ``index[j]`` (negative indices count
+from the end). Indices are data, so the kernel checks them before it touches memory and stops
+the sweep on a bad one.
 """
 
 import numpy as np
@@ -22,16 +23,28 @@ from numba import njit
 from tape.layout.columns import B_OFF, E_ATTR, E_IN0, E_IN1, E_OP, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
+from tape.ops.blocks import copy as copy_block_codec
+from tape.ops.blocks import rows as rows_block
 from tape.ops.loops import active, strided_offsets, view
 
 _jit = njit(**UNCACHED_JIT)
+# the blocks' positions, as the GPU kernels compile them too
+_c_ndim_at = _jit(copy_block_codec.ndim_at)
+_c_dims_at = _jit(copy_block_codec.dims_at)
+_c_in_off_at = _jit(copy_block_codec.in_off_at)
+_c_in_strides_at = _jit(copy_block_codec.in_strides_at)
+_c_out_off_at = _jit(copy_block_codec.out_off_at)
+_c_out_strides_at = _jit(copy_block_codec.out_strides_at)
+n_rows_at = _jit(rows_block.n_rows_at)
+inner_at = _jit(rows_block.inner_at)
 
 
 @_jit
 def _copy_offsets(ipool, p):
-    nd = ipool[p]
-    src = strided_offsets(ipool, p + 1, p + 2 + nd, nd, ipool[p + 1 + nd])
-    dst = strided_offsets(ipool, p + 1, p + 3 + 2 * nd, nd, ipool[p + 2 + 2 * nd])
+    nd = ipool[_c_ndim_at(p)]
+    d = _c_dims_at(p)
+    src = strided_offsets(ipool, d, _c_in_strides_at(p, nd), nd, ipool[_c_in_off_at(p, nd)])
+    dst = strided_offsets(ipool, d, _c_out_strides_at(p, nd), nd, ipool[_c_out_off_at(p, nd)])
     return src, dst
 
 
@@ -63,8 +76,8 @@ def take_fwd(i, entries, bufs, ipool, data):
     idx = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    n_rows = ipool[p]
-    inner = ipool[p + 1]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
     for j in range(idx.shape[0]):
         v = idx[j]
         # the range first: int() of NaN, inf or a huge float is undefined behaviour
@@ -89,8 +102,8 @@ def take_rev(i, entries, bufs, ipool, data, grad):
     gx = view(bufs, grad, a)
     gy = view(bufs, grad, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    n_rows = ipool[p]
-    inner = ipool[p + 1]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
     for j in range(idx.shape[0]):
         r = int(idx[j])
         if r < 0:
@@ -105,8 +118,8 @@ def take_jvp(i, entries, bufs, ipool, data, T):
     # kernel checked them)
     idx = view(bufs, data, entries[i, E_IN1])
     p = entries[i, E_ATTR]
-    n_rows = ipool[p]
-    inner = ipool[p + 1]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], entries[i, E_IN0])
         ty = view(bufs, T[d], entries[i, E_OUT])
@@ -118,12 +131,11 @@ def take_jvp(i, entries, bufs, ipool, data, T):
 
 
 def _copy_elems(t, i):
-    p = int(t.entries[i, E_ATTR])
-    ints = [int(v) for v in t.ipool[p : p + 1 + 3 * int(t.ipool[p]) + 2]]
-    nd = ints[0]
-    shape = ints[1 : 1 + nd]
-    in_off, in_st = ints[1 + nd], np.asarray(ints[2 + nd : 2 + 2 * nd], np.int64)
-    out_off, out_st = ints[2 + 2 * nd], np.asarray(ints[3 + 2 * nd : 3 + 3 * nd], np.int64)
+    shape, in_off, in_st, out_off, out_st = copy_block_codec.decode(
+        t.ipool, int(t.entries[i, E_ATTR])
+    )
+    nd = len(shape)
+    in_st, out_st = np.asarray(in_st, np.int64), np.asarray(out_st, np.int64)
     idx = np.indices(shape).reshape(nd, -1) if nd else np.zeros((0, 1), np.int64)
     return out_off + out_st @ idx, in_off + in_st @ idx
 
@@ -137,8 +149,7 @@ def copy_sparsity(t, i, data):
 def take_sparsity(t, i, data):
     """Output row ``j`` depends on input row ``index[j]`` (the indices in the value arena
     ``data``: a pattern holds for these indices only)."""
-    p = int(t.entries[i, E_ATTR])
-    n_rows, inner = int(t.ipool[p]), int(t.ipool[p + 1])
+    n_rows, inner = rows_block.decode(t.ipool, int(t.entries[i, E_ATTR]))
     idx = t.view(data, int(t.entries[i, E_IN1])).ravel().astype(np.int64) % max(n_rows, 1)
     j = np.arange(idx.shape[0] * inner)
     return [(0, j, idx[j // inner] * inner + j % inner)], []
@@ -149,12 +160,11 @@ def check_copy(t, i, e):
     ``in_off + idx . in_strides`` to output offset ``out_off + idx . out_strides``; a copy
     writes distinct output elements, so no more than the output holds."""
     x, y = e[E_IN0], e[E_OUT]
-    (nd,) = validate.block(t, i, 0, 1, "the number of axes")
+    (nd,) = validate.block(t, i, copy_block_codec.ndim_at(0), 1, "the number of axes")
     validate.count(t, i, nd, "the number of axes")
-    ints = validate.block(t, i, 1, 3 * nd + 2, f"a shape, 2 offsets and 2 x {nd} strides")
-    ds = ints[:nd]
-    in_off, in_st = ints[nd], ints[nd + 1 : 2 * nd + 1]
-    out_off, out_st = ints[2 * nd + 1], ints[2 * nd + 2 :]
+    validate.block(t, i, 0, copy_block_codec.size(nd), f"a shape, 2 offsets and 2 x {nd} strides")
+    ds, in_off, in_st, out_off, out_st = copy_block_codec.decode(t.ipool, int(e[E_ATTR]))
+    ds = list(ds)
     n = validate.dims(t, i, ds, "the copied shape")
     if n > validate.size(t, y):
         validate.fail(
@@ -171,7 +181,8 @@ def check_take(t, i, e):
     entry may write them) and, since a reverse sweep may run on the arena as loaded, the
     saved values must be in range too."""
     x, idx, y = e[E_IN0], e[E_IN1], e[E_OUT]
-    n_rows, inner = validate.block(t, i, 0, 2, "n_rows and inner")
+    validate.block(t, i, 0, rows_block.SIZE, "n_rows and inner")
+    n_rows, inner = rows_block.decode(t.ipool, int(e[E_ATTR]))
     validate.count(t, i, n_rows, "n_rows", hi=1 << 62)
     validate.count(t, i, inner, "inner", hi=1 << 62)
     validate.equal_sizes(
@@ -200,7 +211,7 @@ def check_take(t, i, e):
 def take_failure(t, i, read, at):
     """Why a ``take`` (or ``scatter_add``) entry stopped the sweep: the first index out of
     range (or not an integer), as the kernel checks them."""
-    rows = int(t.ipool[t.entries[i, E_ATTR]])
+    rows = rows_block.decode(t.ipool, int(t.entries[i, E_ATTR])).n_rows
     idx = np.asarray(read(int(t.entries[i, E_IN1]))).ravel()
     bad = [v for v in idx if not -rows <= v < rows or v != int(v)]
     if not bad:
@@ -226,18 +237,3 @@ TAKE = registry.structural(
 
 
 # ---------------------------------------------------------------- attribute blocks
-
-
-def c_strides(shape):
-    """C-order strides (in elements) of ``shape``."""
-    out = []
-    acc = 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(reversed(out))
-
-
-def copy_block(shape, in_off, in_strides, out_off, out_strides):
-    """The ``copy`` attribute block (see the module docstring)."""
-    return [len(shape), *shape, in_off, *in_strides, out_off, *out_strides]

@@ -14,8 +14,9 @@ from numba import njit
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry
+from tape.ops.blocks import rows as rows_block
 from tape.ops.loops import active, view
-from tape.ops.movement import check_take, take_failure
+from tape.ops.movement import check_take, inner_at, n_rows_at, take_failure
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -32,8 +33,8 @@ def scatter_add_fwd(i, entries, bufs, ipool, data):
     idx = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    n_rows = ipool[p]
-    inner = ipool[p + 1]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
     for j in range(idx.shape[0]):
         v = idx[j]
         if not (v >= -n_rows and v < n_rows):  # the range first: int() of NaN is undefined
@@ -57,8 +58,8 @@ def scatter_add_rev(i, entries, bufs, ipool, data, grad):
     gx = view(bufs, grad, a)
     gy = view(bufs, grad, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    n_rows = ipool[p]
-    inner = ipool[p + 1]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
     for j in range(idx.shape[0]):
         r = _rows(idx[j], n_rows)
         for t in range(inner):
@@ -70,8 +71,8 @@ def scatter_add_jvp(i, entries, bufs, ipool, data, T):
     # the forward scatter on tangents, with the indices read from the values (checked there)
     idx = view(bufs, data, entries[i, E_IN1])
     p = entries[i, E_ATTR]
-    n_rows = ipool[p]
-    inner = ipool[p + 1]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], entries[i, E_IN0])
         ty = view(bufs, T[d], entries[i, E_OUT])
@@ -85,7 +86,7 @@ def scatter_add_jvp(i, entries, bufs, ipool, data, T):
 def scatter_add_sparsity(t, i, data):
     """Output row ``index[j]`` depends on input row ``j`` (for these indices)."""
     p = int(t.entries[i, E_ATTR])
-    n_rows, inner = int(t.ipool[p]), int(t.ipool[p + 1])
+    n_rows, inner = rows_block.decode(t.ipool, p)
     idx = t.view(data, int(t.entries[i, E_IN1])).ravel().astype(np.int64) % max(n_rows, 1)
     j = np.arange(idx.shape[0] * inner)
     return [(0, idx[j // inner] * inner + j % inner, j)], []

@@ -11,8 +11,8 @@ import numpy as np
 
 from tape.frontend import tensor
 from tape.frontend.ops import movement, reduce
+from tape.ops.blocks.copy import c_strides
 from tape.ops.linalg import MATMUL
-from tape.ops.movement import c_strides
 
 
 def matmul(a, b):

@@ -13,7 +13,10 @@ import operator
 import numpy as np
 
 from tape.frontend import tensor
-from tape.ops.movement import COPY, TAKE, c_strides, copy_block
+from tape.ops.blocks import rows as rows_block
+from tape.ops.blocks.copy import c_strides
+from tape.ops.blocks.copy import encode as copy_block
+from tape.ops.movement import COPY, TAKE
 
 
 def strided(x, shape, offset, strides):
@@ -156,7 +159,9 @@ def take(x, index, axis=0):
     inner = int(np.prod(rest, dtype=np.int64))
     flat_idx = tensor.view(idx, (idx.numel(),), 0)
     rows = tensor.view(moved, (moved.shape[0], inner), 0)
-    out = tensor.apply(TAKE, [rows, flat_idx], (idx.numel(), inner), [moved.shape[0], inner])
+    out = tensor.apply(
+        TAKE, [rows, flat_idx], (idx.numel(), inner), rows_block.encode(moved.shape[0], inner)
+    )
     out = tensor.view(out, idx.shape + rest, 0)
     if axis == 0:
         return out

@@ -10,6 +10,7 @@ import numpy as np
 
 from tape.frontend import tensor
 from tape.frontend.ops import movement
+from tape.ops.blocks import rows as rows_block
 from tape.ops.scatter import SCATTER_ADD
 
 
@@ -27,7 +28,7 @@ def scatter_add(rows, index, n_rows):
     rest = rows.shape[1:]
     inner = math.prod(rest)
     flat = tensor.view(rows, (rows.shape[0], inner), 0)
-    out = tensor.apply(SCATTER_ADD, [flat, idx], (n_rows, inner), [n_rows, inner])
+    out = tensor.apply(SCATTER_ADD, [flat, idx], (n_rows, inner), rows_block.encode(n_rows, inner))
     return tensor.view(out, (n_rows,) + rest, 0)
 
 

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "2a2422f274e8dd2a2f5d2bbe2668a542cd8a11f91a99d3d0b0d4c2536fdca099"
+FINGERPRINT = "01af0205e964bdae41eb63b7b58d778bc3b2232dabb9bc4da6f122fd4dee3c9a"
 
 from numba import cuda, float64
 

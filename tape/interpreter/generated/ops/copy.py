@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6e34c1bf801b8fe9711c3f8bfb56042dd34f46a169a13c38b7aada242d0e564"
+FINGERPRINT = "38e3d6fb08fbade5dc6c3f1df49db997a874200497434a1b594281e84cbaa8ea"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "90050f52a1090ae49b912157ae47467c5027ec74a6bfc5ac3a9ae5ccb2a05d3a"
+FINGERPRINT = "98a788a3102de080322af77ecfbc5ad0795de94718ddfce709f255df9a3c4525"
 
 import numpy as np
 from numba import njit

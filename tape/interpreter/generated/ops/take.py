@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5b3be5af68f9342b2655bc4682083903b0681049adf51c50eb485878d18ce3bb"
+FINGERPRINT = "13d2b5fe935df791450c2c9bee0f968c81a8741eff29a51652cf5b8edf2f9333"
 
 import numpy as np
 from numba import njit
