@@ -180,20 +180,13 @@ def test_an_upward_import_fails_the_check():
     assert public_names("import tape.nn\nfrom tape.core import Tape\n") == ["tape.nn", "tape.core"]
 
 
-# Attribute blocks are read through their codecs (tape/ops/blocks/): outside tape/ops, an
-# index into the integer pool at a fixed offset from a position (``ipool[p + 2]``) is a block
-# read by hand. The callback block ``[id, part]`` belongs to the program layer, whose
-# tape.program.callbacks is its codec.
-BLOCK_CODECS_OUTSIDE_OPS = {"tape.program.callbacks"}
-NO_CODEC_YET = {
-    # GPU kernels of structural families whose blocks have no codec yet (copy, take, guard,
-    # scan, factorisations, spectral): each gets one in tape/ops/blocks/, and leaves
-    # this list, as its CPU and GPU kernels move onto it
-    "tape.gpu._kernels",
-    "tape.gpu._factor_kernels",
-    "tape.gpu._scan_kernels",
-    "tape.gpu._spectral_kernels",
-}
+# Attribute blocks are read through their codecs (tape/ops/blocks/): anywhere else, an index
+# into the integer pool at a fixed offset from a position (``ipool[p + 2]``, on the GPU
+# ``ip(prog, p + 2)``) is a block read by hand. The exceptions: the codecs themselves; the
+# callback block ``[id, part]``, which belongs to the program layer and whose codec is
+# tape.program.callbacks; and tape.ops.loops, whose ``ipool[p : p + 1]`` is a one-row
+# placeholder (no block is read).
+BLOCK_READERS = ("tape.ops.blocks", "tape.program.callbacks", "tape.ops.loops")
 
 
 def raw_block_reads(source):
@@ -235,14 +228,9 @@ def raw_block_reads(source):
     return found
 
 
-@pytest.mark.parametrize("name", sorted(m for m in KNOWN if not m.startswith("tape.ops")))
+@pytest.mark.parametrize("name", sorted(m for m in KNOWN if not m.startswith(BLOCK_READERS)))
 def test_attribute_blocks_are_read_through_their_codecs(name):
-    if name in BLOCK_CODECS_OUTSIDE_OPS:
-        return
     bad = raw_block_reads(KNOWN[name].read_text())
-    if name in NO_CODEC_YET:
-        assert bad, f"{name} reads no block by hand any more: take it off NO_CODEC_YET"
-        return
     assert not bad, f"{name} reads attribute blocks by hand (use tape/ops/blocks/): {bad}"
 
 

@@ -45,6 +45,9 @@ from tape.frontend.functional import exp, log, norm, stop_gradient
 from tape.frontend.functional import sum as _sum
 from tape.frontend.ops.linalg import matmul
 from tape.frontend.ops.movement import broadcast_to, strided, swapaxes
+from tape.ops.blocks import matrices as sq
+from tape.ops.blocks import qr as qr_block
+from tape.ops.blocks import solve as sv
 from tape.ops.factor import CHOLESKY, GENERAL, LOWER, SLOGDET, SOLVE, UPPER
 from tape.ops.spectral import EIGH, QR
 
@@ -133,7 +136,7 @@ def _solve(a, b, mode, name):
     a3, sa = _batched(a, batch, n, n)
     b3, sb = _batched(b2, batch, n, k)
     nb = math.prod(batch)
-    out = tensor.apply(SOLVE, [a3, b3], batch + (n, k), [nb, n, k, sa, sb, mode])
+    out = tensor.apply(SOLVE, [a3, b3], batch + (n, k), sv.encode(nb, n, k, sa, sb, mode))
     return tensor.view(out, batch + (n,), 0) if vec else out
 
 
@@ -161,7 +164,7 @@ def cholesky(a):
     a = _square(a, "cholesky")
     n = a.shape[-1]
     nb = math.prod(a.shape[:-2])
-    return tensor.apply(CHOLESKY, [a], a.shape, [nb, n])
+    return tensor.apply(CHOLESKY, [a], a.shape, sq.encode(nb, n))
 
 
 def slogdet(a):
@@ -172,7 +175,7 @@ def slogdet(a):
     n = a.shape[-1]
     batch = a.shape[:-2]
     nb = math.prod(batch)
-    out = tensor.apply(SLOGDET, [a], (nb, 2), [nb, n])
+    out = tensor.apply(SLOGDET, [a], (nb, 2), sq.encode(nb, n))
     sign = strided(out, batch, 0, _batch_strides(batch))
     lad = strided(out, batch, 1, _batch_strides(batch))
     return SlogdetResult(stop_gradient(sign), lad)
@@ -240,7 +243,7 @@ def eigh(a, UPLO="L"):
     n = a.shape[-1]
     batch = a.shape[:-2]
     nb = math.prod(batch)
-    out = tensor.apply(EIGH, [a], (nb * (n + n * n),), [nb, n])
+    out = tensor.apply(EIGH, [a], (nb * (n + n * n),), sq.encode(nb, n))
     return EighResult(tensor.view(out, batch + (n,), 0), tensor.view(out, batch + (n, n), nb * n))
 
 
@@ -278,7 +281,7 @@ def qr(a, mode="reduced"):
         )
     batch = a.shape[:-2]
     nb = math.prod(batch)
-    out = tensor.apply(QR, [a], (nb * (m * n + n * n),), [nb, m, n])
+    out = tensor.apply(QR, [a], (nb * (m * n + n * n),), qr_block.encode(nb, m, n))
     return QRResult(
         tensor.view(out, batch + (m, n), 0), tensor.view(out, batch + (n, n), nb * m * n)
     )

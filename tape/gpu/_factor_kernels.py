@@ -19,6 +19,8 @@ from tape.gpu._config import DEVICE_JIT
 from tape.gpu._kernels import GpuKernel
 from tape.gpu._loops import accumulate, active, boff, ent, goff, ip, ix, reject, woff
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
+from tape.ops.blocks import matrices as sq
+from tape.ops.blocks import solve as sv
 from tape.ops.factor import LOWER, UPPER
 
 _dev = cuda.jit(**DEVICE_JIT)
@@ -137,8 +139,8 @@ def solve_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     bo = boff(prog, ent(prog, i, E_IN1))
     y = boff(prog, ent(prog, i, E_OUT))
     p = ent(prog, i, E_ATTR)
-    nb, n, k = ip(prog, p), ip(prog, p + 1), ip(prog, p + 2)
-    sa, sb, mode = ip(prog, p + 3), ip(prog, p + 4), ip(prog, p + 5)
+    nb, n, k = ip(prog, p + sv.BATCH), ip(prog, p + sv.N), ip(prog, p + sv.K)
+    sa, sb, mode = ip(prog, p + sv.STRIDE_A), ip(prog, p + sv.STRIDE_B), ip(prog, p + sv.MODE)
     for b in range(t0, nb, ts):
         yb = y + b * n * k
         _copy(A, bo + b * sb, yb, n * k, step, base)
@@ -162,8 +164,8 @@ def solve_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
     a, x = boff(prog, ia), boff(prog, io)
     g0 = goff(prog)
     p = ent(prog, i, E_ATTR)
-    nb, n, k = ip(prog, p), ip(prog, p + 1), ip(prog, p + 2)
-    sa, sb, mode = ip(prog, p + 3), ip(prog, p + 4), ip(prog, p + 5)
+    nb, n, k = ip(prog, p + sv.BATCH), ip(prog, p + sv.N), ip(prog, p + sv.K)
+    sa, sb, mode = ip(prog, p + sv.STRIDE_A), ip(prog, p + sv.STRIDE_B), ip(prog, p + sv.MODE)
     at_a = sa == 0 and nb > 1 and not solo
     at_b = sb == 0 and nb > 1 and not solo
     for b in range(t0, nb, ts):
@@ -200,7 +202,7 @@ def _square_work(n_out, parts, block):
 @_dev
 def cholesky_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     p = ent(prog, i, E_ATTR)
-    nb, n = ip(prog, p), ip(prog, p + 1)
+    nb, n = ip(prog, p + sq.BATCH), ip(prog, p + sq.N)
     for b in range(t0, nb, ts):
         a = boff(prog, ent(prog, i, E_IN0)) + b * n * n
         y = boff(prog, ent(prog, i, E_OUT)) + b * n * n
@@ -230,7 +232,7 @@ def cholesky_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
         return
     g0 = goff(prog)
     p = ent(prog, i, E_ATTR)
-    nb, n = ip(prog, p), ip(prog, p + 1)
+    nb, n = ip(prog, p + sq.BATCH), ip(prog, p + sq.N)
     for b in range(t0, nb, ts):
         low = boff(prog, ent(prog, i, E_OUT)) + b * n * n
         gl = g0 + low
@@ -274,7 +276,7 @@ def _slogdet_work(n_out, parts, block):
 @_dev
 def slogdet_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     p = ent(prog, i, E_ATTR)
-    nb, n = ip(prog, p), ip(prog, p + 1)
+    nb, n = ip(prog, p + sq.BATCH), ip(prog, p + sq.N)
     for b in range(t0, nb, ts):
         a = boff(prog, ent(prog, i, E_IN0)) + b * n * n
         y = boff(prog, ent(prog, i, E_OUT)) + 2 * b
@@ -295,7 +297,7 @@ def slogdet_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
         return
     g0 = goff(prog)
     p = ent(prog, i, E_ATTR)
-    nb, n = ip(prog, p), ip(prog, p + 1)
+    nb, n = ip(prog, p + sq.BATCH), ip(prog, p + sq.N)
     for b in range(t0, nb, ts):
         a = boff(prog, ia) + b * n * n
         g = A[ix(g0 + boff(prog, ent(prog, i, E_OUT)) + 2 * b + 1, step, base)]

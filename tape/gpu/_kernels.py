@@ -44,6 +44,7 @@ from tape.gpu._loops import (
 )
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.ops.blocks import copy as copy_block
+from tape.ops.blocks import matmul as mm
 from tape.ops.blocks import reduce as reduce_block
 from tape.ops.blocks import rows as rows_block
 from tape.ops.guard import INT, TRUTH
@@ -470,7 +471,7 @@ def take_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
 
 
 # ---------------------------------------------------------------- matmul
-# attribute block: [batch, m, k, n, stride_a, stride_b]; one thread per output element, in the
+# attribute block: [batch, m, k, n, stride_a, stride_b] (tape.ops.blocks.matmul); one thread per output element, in the
 # reverse one per element of dA (phase 0) and of dB (phase 1): each has one writer, and the
 # phases are apart because A and B may be the same buffer (a @ a).
 
@@ -481,12 +482,12 @@ def matmul_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     b = boff(prog, ent(prog, i, E_IN1))
     y = boff(prog, ent(prog, i, E_OUT))
     p = ent(prog, i, E_ATTR)
-    nb = ip(prog, p)
-    m = ip(prog, p + 1)
-    kk = ip(prog, p + 2)
-    n = ip(prog, p + 3)
-    sa = ip(prog, p + 4)
-    sb = ip(prog, p + 5)
+    nb = ip(prog, p + mm.BATCH)
+    m = ip(prog, p + mm.M)
+    kk = ip(prog, p + mm.K)
+    n = ip(prog, p + mm.N)
+    sa = ip(prog, p + mm.STRIDE_A)
+    sb = ip(prog, p + mm.STRIDE_B)
     for e in range(t0, nb * m * n, ts):
         bi = e // (m * n)
         rem = e - bi * m * n
@@ -508,12 +509,12 @@ def matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
     b = boff(prog, ib)
     gyo = goff(prog) + boff(prog, ent(prog, i, E_OUT))
     p = ent(prog, i, E_ATTR)
-    nb = ip(prog, p)
-    m = ip(prog, p + 1)
-    kk = ip(prog, p + 2)
-    n = ip(prog, p + 3)
-    sa = ip(prog, p + 4)
-    sb = ip(prog, p + 5)
+    nb = ip(prog, p + mm.BATCH)
+    m = ip(prog, p + mm.M)
+    kk = ip(prog, p + mm.K)
+    n = ip(prog, p + mm.N)
+    sa = ip(prog, p + mm.STRIDE_A)
+    sb = ip(prog, p + mm.STRIDE_B)
     if ph == 0:
         if not active(prog, ia):
             return

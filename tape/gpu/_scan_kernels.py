@@ -15,6 +15,7 @@ from tape.gpu._config import DEVICE_JIT
 from tape.gpu._kernels import GpuKernel
 from tape.gpu._loops import active, boff, ent, goff, ip, ix, udiv
 from tape.layout.columns import E_ATTR, E_IN0, E_OUT
+from tape.ops.blocks import scan as sc
 
 _dev = cuda.jit(**DEVICE_JIT)
 
@@ -24,8 +25,8 @@ def _start(prog, i, r):
     """``(n, inner, offset of row r's first element)`` for the entry's ``(outer, n, inner)``
     view."""
     p = ent(prog, i, E_ATTR)
-    n = ip(prog, p + 1)
-    inner = ip(prog, p + 2)
+    n = ip(prog, p + sc.N)
+    inner = ip(prog, p + sc.INNER)
     o = udiv(r, inner)
     return n, inner, o * n * inner + (r - o * inner)
 
@@ -33,7 +34,7 @@ def _start(prog, i, r):
 @_dev
 def _n_rows(prog, i):
     p = ent(prog, i, E_ATTR)
-    return ip(prog, p) * ip(prog, p + 2)
+    return ip(prog, p + sc.OUTER) * ip(prog, p + sc.INNER)
 
 
 # ---------------------------------------------------------------- cumsum, cumprod
@@ -125,7 +126,7 @@ def argsort_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     # permutation as the CPU's merge sort (a stable order is unique)
     x = boff(prog, ent(prog, i, E_IN0))
     y = boff(prog, ent(prog, i, E_OUT))
-    descending = ip(prog, ent(prog, i, E_ATTR) + 3) != 0
+    descending = ip(prog, ent(prog, i, E_ATTR) + sc.DESCENDING) != 0
     for r in range(t0, _n_rows(prog, i), ts):
         n, inner, s = _start(prog, i, r)
         for j in range(n):

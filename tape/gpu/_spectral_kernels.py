@@ -23,6 +23,8 @@ from tape.gpu._config import DEVICE_JIT
 from tape.gpu._kernels import GpuKernel
 from tape.gpu._loops import active, boff, ent, goff, ip, ix, reject, woff
 from tape.layout.columns import E_ATTR, E_IN0, E_OUT
+from tape.ops.blocks import matrices as sq
+from tape.ops.blocks import qr as qr_block
 
 _dev = cuda.jit(**DEVICE_JIT)
 
@@ -141,7 +143,7 @@ def _sort_and_sign(A, w, v, n, step, base):
 @_dev
 def eigh_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     p = ent(prog, i, E_ATTR)
-    nb, n = ip(prog, p), ip(prog, p + 1)
+    nb, n = ip(prog, p + sq.BATCH), ip(prog, p + sq.N)
     a0 = boff(prog, ent(prog, i, E_IN0))
     y0 = boff(prog, ent(prog, i, E_OUT))
     for b in range(t0, nb, ts):
@@ -173,7 +175,7 @@ def eigh_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
         return
     g0 = goff(prog)
     p = ent(prog, i, E_ATTR)
-    nb, n = ip(prog, p), ip(prog, p + 1)
+    nb, n = ip(prog, p + sq.BATCH), ip(prog, p + sq.N)
     if n == 0:
         return
     y0 = boff(prog, ent(prog, i, E_OUT))
@@ -242,7 +244,7 @@ def _qr_work(n_out, parts, block):
 @_dev
 def qr_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     p = ent(prog, i, E_ATTR)
-    nb, m, n = ip(prog, p), ip(prog, p + 1), ip(prog, p + 2)
+    nb, m, n = ip(prog, p + qr_block.BATCH), ip(prog, p + qr_block.M), ip(prog, p + qr_block.N)
     a0 = boff(prog, ent(prog, i, E_IN0))
     y0 = boff(prog, ent(prog, i, E_OUT))
     for b in range(t0, nb, ts):
@@ -322,7 +324,7 @@ def qr_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
         return
     g0 = goff(prog)
     p = ent(prog, i, E_ATTR)
-    nb, m, n = ip(prog, p), ip(prog, p + 1), ip(prog, p + 2)
+    nb, m, n = ip(prog, p + qr_block.BATCH), ip(prog, p + qr_block.M), ip(prog, p + qr_block.N)
     y0 = boff(prog, ent(prog, i, E_OUT))
     for b in range(t0, nb, ts):
         q = y0 + b * m * n

@@ -28,6 +28,8 @@ from numba import njit
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
+from tape.ops.blocks import matrices as sq
+from tape.ops.blocks import solve as sv
 from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
@@ -111,7 +113,10 @@ def _try_solve(a, b):
 
 @_jit
 def _solve_block(ipool, p):
-    return ipool[p], ipool[p + 1], ipool[p + 2], ipool[p + 3], ipool[p + 4], ipool[p + 5]
+    return (
+        ipool[p + sv.BATCH], ipool[p + sv.N], ipool[p + sv.K], ipool[p + sv.STRIDE_A],
+        ipool[p + sv.STRIDE_B], ipool[p + sv.MODE],
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- solve
@@ -253,7 +258,7 @@ def cholesky_fwd(i, entries, bufs, ipool, data):
     A = view(bufs, data, entries[i, E_IN0])
     Y = view(bufs, data, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         low, ok = _try_cholesky(_from_lower(_mat(A, b * n * n, n, n)))
         if not ok:
@@ -284,7 +289,7 @@ def cholesky_rev(i, entries, bufs, ipool, data, grad):
         view(bufs, grad, a),
     )
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         s, _ = _cholesky_s(_mat(L, b * n * n, n, n), _mat(gL, b * n * n, n, n))
         ga = _mat(gA, b * n * n, n, n)
@@ -298,7 +303,7 @@ def cholesky_jvp(i, entries, bufs, ipool, data, T):
     act = active(bufs, a)
     L = view(bufs, data, o)
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         low = _mat(L, b * n * n, n, n)
         li = _inv_lower(low)
@@ -319,7 +324,7 @@ def cholesky_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     L, gL = view(bufs, data, o), view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         low = _mat(L, b * n * n, n, n)
         gl = _mat(gL, b * n * n, n, n)
@@ -343,7 +348,7 @@ def slogdet_fwd(i, entries, bufs, ipool, data):
     A = view(bufs, data, entries[i, E_IN0])
     Y = view(bufs, data, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         a = _mat(A, b * n * n, n, n)
         if not np.all(np.isfinite(a)):
@@ -368,7 +373,7 @@ def slogdet_rev(i, entries, bufs, ipool, data, grad):
         return
     A, gA, gY = view(bufs, data, a), view(bufs, grad, a), view(bufs, grad, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         g = gY[2 * b + 1]
         if g != 0.0:
@@ -383,7 +388,7 @@ def slogdet_jvp(i, entries, bufs, ipool, data, T):
     act = active(bufs, a)
     A = view(bufs, data, a)
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         it = _inv_t(_mat(A, b * n * n, n, n)) if act else np.zeros((n, n), A.dtype)
         for d in range(T.shape[0]):
@@ -400,7 +405,7 @@ def slogdet_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     A, gY = view(bufs, data, a), view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         it = _inv_t(_mat(A, b * n * n, n, n))
         g = gY[2 * b + 1]
@@ -438,15 +443,13 @@ def _dense_sparsity(t, i, inputs, nb, out_per, nonlinear):
 def solve_sparsity(t, i, data):
     """``X[b]`` depends on all of ``A[b]`` and ``B[b]``; ``A`` interacts with itself and
     with ``B`` (``X`` is linear in ``B``)."""
-    p = int(t.entries[i, E_ATTR])
-    nb, n, k, sa, sb, _ = (int(v) for v in t.ipool[p : p + 6])
+    nb, n, k, sa, sb, _ = sv.decode(t.ipool, int(t.entries[i, E_ATTR]))
     return _dense_sparsity(t, i, [(0, n * n, sa), (1, n * k, sb)], nb, n * k, [(0, 0), (0, 1)])
 
 
 def _square_sparsity(out_per):
     def sparsity(t, i, data):
-        p = int(t.entries[i, E_ATTR])
-        nb, n = int(t.ipool[p]), int(t.ipool[p + 1])
+        nb, n = sq.decode(t.ipool, int(t.entries[i, E_ATTR]))
         return _dense_sparsity(t, i, [(0, n * n, n * n)], nb, out_per(n), [(0, 0)])
 
     sparsity.__doc__ = "Each output matrix depends on all of its input matrix, nonlinearly."
@@ -458,8 +461,8 @@ def check_solve(t, i, e):
     ``batch`` ``n x n`` matrices ``stride_a`` apart, ``B`` as ``n x k`` matrices ``stride_b``
     apart; ``mode`` 0, 1 or 2."""
     a, b, y = e[E_IN0], e[E_IN1], e[E_OUT]
-    names = ("batch", "n", "k", "stride_a", "stride_b", "mode")
-    ints = validate.block(t, i, 0, 6, ", ".join(names))
+    names = sv.Solve._fields
+    ints = validate.block(t, i, 0, sv.SIZE, ", ".join(names))
     for name, v in zip(names, ints):
         validate.count(t, i, v, name, hi=1 << 62)
     nb, n, k, sa, sb, mode = ints
@@ -475,7 +478,7 @@ def check_solve(t, i, e):
 def _check_square(out_per):
     def check(t, i, e):
         a, y = e[E_IN0], e[E_OUT]
-        nb, n = validate.block(t, i, 0, 2, "batch, n")
+        nb, n = validate.block(t, i, 0, sq.SIZE, "batch, n")
         validate.count(t, i, nb, "batch", hi=1 << 62)
         validate.count(t, i, n, "n", hi=1 << 31)
         validate.equal_sizes(t, i, "input 0", a, nb * n * n, f"{nb} matrices of {n} x {n}")

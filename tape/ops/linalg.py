@@ -1,8 +1,8 @@
 """Linear algebra: batched matrix product through BLAS.
 
-``matmul`` attribute block: ``[batch, m, k, n, stride_a, stride_b]``: output matrix ``b`` is
-``A[b] @ B[b]`` with ``A[b]`` starting at ``b * stride_a`` (``0``: one matrix shared by the whole
-batch, whose adjoint then sums over the batch). One- and two-dimensional operands are reshaped
+``matmul`` attribute block (:mod:`tape.ops.blocks.matmul`): ``[batch, m, k, n, stride_a,
+stride_b]``: output matrix ``b`` is ``A[b] @ B[b]`` with ``A[b]`` starting at ``b * stride_a``
+(``0``: one matrix shared by the whole batch, whose adjoint then sums over the batch). One- and two-dimensional operands are reshaped
 to this form by the front end, :mod:`tape.frontend.ops.linalg` (reshapes are free aliases).
 """
 
@@ -13,6 +13,7 @@ from tape.layout.columns import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blas import gemm_acc
+from tape.ops.blocks import matmul as mm
 from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
@@ -24,7 +25,7 @@ def matmul_fwd(i, entries, bufs, ipool, data):
     B = view(bufs, data, entries[i, E_IN1])
     Y = view(bufs, data, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    nb, m, k, n, sa, sb = ipool[p], ipool[p + 1], ipool[p + 2], ipool[p + 3], ipool[p + 4], ipool[p + 5]  # fmt: skip
+    nb, m, k, n, sa, sb = _block(ipool, p)
     if m * n == 0:
         return -1
     for b in range(nb):
@@ -50,7 +51,7 @@ def matmul_rev(i, entries, bufs, ipool, data, grad):
     gB = view(bufs, grad, ib)
     gY = view(bufs, grad, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    nb, m, k, n, sa, sb = ipool[p], ipool[p + 1], ipool[p + 2], ipool[p + 3], ipool[p + 4], ipool[p + 5]  # fmt: skip
+    nb, m, k, n, sa, sb = _block(ipool, p)
     if m * n * k == 0:
         return
     for b in range(nb):
@@ -161,7 +162,10 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
 
 @_jit
 def _block(ipool, p):
-    return ipool[p], ipool[p + 1], ipool[p + 2], ipool[p + 3], ipool[p + 4], ipool[p + 5]
+    return (
+        ipool[p + mm.BATCH], ipool[p + mm.M], ipool[p + mm.K], ipool[p + mm.N],
+        ipool[p + mm.STRIDE_A], ipool[p + mm.STRIDE_B],
+    )  # fmt: skip
 
 
 def sparsity(t, i, data):
@@ -169,8 +173,7 @@ def sparsity(t, i, data):
     given as two factors each (rows, then their broadcast): linear in the sizes, where the
     element pairs would be ``m n k`` per matrix. ``A[b][r, j]`` and ``B[b][j, c]`` interact
     (group ``(b, j)``)."""
-    p = int(t.entries[i, E_ATTR])
-    nb, m, k, n, sa, sb = (int(v) for v in t.ipool[p : p + 6])
+    nb, m, k, n, sa, sb = mm.decode(t.ipool, int(t.entries[i, E_ATTR]))
     size_a = int(t.bufs[t.entries[i, E_IN0], B_SIZE])
     size_b = int(t.bufs[t.entries[i, E_IN1], B_SIZE])
 
@@ -197,8 +200,9 @@ def check(t, i, e):
     reverse still visits every element of the input adjoints, so both extents are checked
     whenever they are nonempty.)"""
     a, b, y = e[E_IN0], e[E_IN1], e[E_OUT]
-    names = ("batch", "m", "k", "n", "stride_a", "stride_b")
-    ints = validate.block(t, i, 0, 6, ", ".join(names))
+    names = mm.Matmul._fields
+    validate.block(t, i, 0, mm.SIZE, ", ".join(names))
+    ints = mm.decode(t.ipool, int(e[E_ATTR]))
     for name, v in zip(names, ints):
         validate.count(t, i, v, name, hi=1 << 62)
     nb, m, k, n, sa, sb = ints

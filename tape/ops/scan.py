@@ -28,6 +28,7 @@ from numba import njit
 from tape.layout.columns import E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
+from tape.ops.blocks import scan as sc
 from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
@@ -35,7 +36,7 @@ _jit = njit(**UNCACHED_JIT)
 
 @_jit
 def _block(ipool, p):
-    return ipool[p], ipool[p + 1], ipool[p + 2]
+    return ipool[p + sc.OUTER], ipool[p + sc.N], ipool[p + sc.INNER]
 
 
 @_jit
@@ -298,7 +299,7 @@ def argsort_fwd(i, entries, bufs, ipool, data):
     y = view(bufs, data, entries[i, E_OUT])
     p = entries[i, E_ATTR]
     outer, n, inner = _block(ipool, p)
-    descending = ipool[p + 3] != 0
+    descending = ipool[p + sc.DESCENDING] != 0
     if n == 0:
         return -1
     keys = np.empty(n, data.dtype)
@@ -356,8 +357,7 @@ def argmin_fwd(i, entries, bufs, ipool, data):
 
 
 def _blocks(t, i):
-    p = int(t.entries[i, E_ATTR])
-    return (int(v) for v in t.ipool[p : p + 3])
+    return sc.decode(t.ipool, int(t.entries[i, E_ATTR]))
 
 
 def _scan_sparsity(nonlinear):
@@ -398,7 +398,9 @@ def _check_rows(t, i, e, n_flags, out_size):
     """The block's ``outer, n, inner`` (and ``n_flags`` flags after them): the input holds
     exactly ``outer * n * inner`` elements, the output ``out_size(outer, n, inner)``."""
     x, y = e[E_IN0], e[E_OUT]
-    ints = validate.block(t, i, 0, 3 + n_flags, "outer, n and inner" + " and a flag" * n_flags)
+    ints = validate.block(
+        t, i, 0, sc.SIZE + n_flags, "outer, n and inner" + " and a flag" * n_flags
+    )
     outer, n, inner = ints[:3]
     validate.dims(t, i, [outer, n, inner], "the (outer, n, inner) view")
     for flag in ints[3:]:

@@ -47,6 +47,8 @@ from numba import njit
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
+from tape.ops.blocks import matrices as sq
+from tape.ops.blocks import qr as qr_block
 from tape.ops.factor import _dot, _from_lower, _mat, _phi, _tri_solve
 from tape.ops.loops import active, view
 
@@ -169,7 +171,7 @@ def eigh_fwd(i, entries, bufs, ipool, data):
     A = view(bufs, data, entries[i, E_IN0])
     Y = view(bufs, data, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     if n == 0:
         return -1
     for b in range(nb):
@@ -194,7 +196,7 @@ def eigh_rev(i, entries, bufs, ipool, data, grad):
         return
     Y, gY, gA = view(bufs, data, o), view(bufs, grad, o), view(bufs, grad, a)
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     if n == 0:
         return
     for b in range(nb):
@@ -217,7 +219,7 @@ def eigh_jvp(i, entries, bufs, ipool, data, T):
     act = active(bufs, a)
     Y = view(bufs, data, o)
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for d in range(T.shape[0]):
         tY = view(bufs, T[d], o)
         tY[:] = 0.0
@@ -251,7 +253,7 @@ def eigh_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     Y, gY = view(bufs, data, o), view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    nb, n = ipool[p], ipool[p + 1]
+    nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     if n == 0:
         return
     for b in range(nb):
@@ -323,7 +325,7 @@ def qr_fwd(i, entries, bufs, ipool, data):
     A = view(bufs, data, entries[i, E_IN0])
     Y = view(bufs, data, entries[i, E_OUT])
     p = entries[i, E_ATTR]
-    nb, m, n = ipool[p], ipool[p + 1], ipool[p + 2]
+    nb, m, n = ipool[p + qr_block.BATCH], ipool[p + qr_block.M], ipool[p + qr_block.N]
     if n == 0:
         return -1
     eps = _eps(A)
@@ -364,7 +366,7 @@ def qr_rev(i, entries, bufs, ipool, data, grad):
         return
     Y, gY, gA = view(bufs, data, o), view(bufs, grad, o), view(bufs, grad, a)
     p = entries[i, E_ATTR]
-    nb, m, n = ipool[p], ipool[p + 1], ipool[p + 2]
+    nb, m, n = ipool[p + qr_block.BATCH], ipool[p + qr_block.M], ipool[p + qr_block.N]
     if n == 0:
         return
     for b in range(nb):
@@ -381,7 +383,7 @@ def qr_jvp(i, entries, bufs, ipool, data, T):
     act = active(bufs, a)
     Y = view(bufs, data, o)
     p = entries[i, E_ATTR]
-    nb, m, n = ipool[p], ipool[p + 1], ipool[p + 2]
+    nb, m, n = ipool[p + qr_block.BATCH], ipool[p + qr_block.M], ipool[p + qr_block.N]
     for d in range(T.shape[0]):
         tY = view(bufs, T[d], o)
         tY[:] = 0.0
@@ -411,7 +413,7 @@ def qr_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     Y, gY = view(bufs, data, o), view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    nb, m, n = ipool[p], ipool[p + 1], ipool[p + 2]
+    nb, m, n = ipool[p + qr_block.BATCH], ipool[p + qr_block.M], ipool[p + qr_block.N]
     if n == 0:
         return
     for b in range(nb):
@@ -467,7 +469,7 @@ def qr_sparsity(t, i, data):
 def check_eigh(t, i, e):
     """Validation of an ``eigh`` entry: ``batch`` ``n x n`` input matrices, an output of
     ``batch * (n + n * n)`` (eigenvalues, then eigenvectors)."""
-    nb, n = validate.block(t, i, 0, 2, "batch, n")
+    nb, n = validate.block(t, i, 0, sq.SIZE, "batch, n")
     validate.count(t, i, nb, "batch", hi=1 << 62)
     validate.count(t, i, n, "n", hi=1 << 31)
     validate.equal_sizes(t, i, "input 0", e[E_IN0], nb * n * n, f"{nb} matrices of {n} x {n}")
@@ -478,7 +480,7 @@ def check_eigh(t, i, e):
 def check_qr(t, i, e):
     """Validation of a ``qr`` entry: ``batch`` ``m x n`` input matrices with ``m >= n``, an
     output of ``batch * (m * n + n * n)`` (``Q``, then ``R``)."""
-    nb, m, n = validate.block(t, i, 0, 3, "batch, m, n")
+    nb, m, n = validate.block(t, i, 0, qr_block.SIZE, "batch, m, n")
     validate.count(t, i, nb, "batch", hi=1 << 62)
     validate.count(t, i, m, "m", hi=1 << 31)
     validate.count(t, i, n, "n", hi=1 << 31)

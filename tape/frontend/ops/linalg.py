@@ -11,6 +11,7 @@ import numpy as np
 
 from tape.frontend import tensor
 from tape.frontend.ops import movement, reduce
+from tape.ops.blocks import matmul as mm
 from tape.ops.blocks.copy import c_strides
 from tape.ops.linalg import MATMUL
 
@@ -58,7 +59,9 @@ def matmul(a, b):
     nb = math.prod(batch)
     a3, sa = _batched(a2, ba, batch, nb)
     b3, sb = _batched(b2, bb, batch, nb)
-    out = tensor.apply(MATMUL, [a3, b3], (nb, m, n) if batch else (m, n), [nb, m, k, n, sa, sb])
+    out = tensor.apply(
+        MATMUL, [a3, b3], (nb, m, n) if batch else (m, n), mm.encode(nb, m, k, n, sa, sb)
+    )
     shape = batch + (m, n)
     if a.ndim == 1:
         shape = shape[:-2] + shape[-1:]

@@ -21,6 +21,7 @@ import numpy as np
 
 from tape.frontend import tensor
 from tape.frontend.ops import movement
+from tape.ops.blocks import scan as sc
 from tape.ops.scan import ARGMAX, ARGMIN, ARGSORT, CUMPROD, CUMSUM
 
 KINDS = (None, "stable", "mergesort", "quicksort", "heapsort")
@@ -91,7 +92,7 @@ def _check_positions(fn, x, n):
 def _scan(op, fn, x, axis, dim):
     x = tensor.as_tensor(x)
     x, ax = _flat_or_axis(fn, x, _pick(fn, axis, dim, None))
-    return tensor.apply(op, [x], x.shape, list(_rows(x.shape, ax)))
+    return tensor.apply(op, [x], x.shape, sc.encode(*_rows(x.shape, ax)))
 
 
 def cumsum(x, axis=None, *, dim=None):
@@ -120,7 +121,7 @@ def argsort(x, axis=-1, kind=None, *, dim=None, descending=False, stable=True):
     x, ax = _flat_or_axis("argsort", x, _pick("argsort", axis, dim, -1))
     outer, n, inner = _rows(x.shape, ax)
     _check_positions("argsort", x, n)
-    ints = [outer, n, inner, int(bool(descending))]
+    ints = [*sc.encode(outer, n, inner), int(bool(descending))]  # then sc.DESCENDING
     return tensor.apply(ARGSORT, [x], x.shape, ints, dtype=tensor.int64)
 
 
@@ -217,7 +218,7 @@ def arg_extreme(name, x, axis, keepdims):
             f"of shape {shape}"
         )
     _check_positions(name, x, n)
-    return tensor.apply(op, [x], out_shape, [outer, n, inner], dtype=tensor.int64)
+    return tensor.apply(op, [x], out_shape, sc.encode(outer, n, inner), dtype=tensor.int64)
 
 
 EXPORTS = (cumsum, cumprod, argsort, sort, topk)

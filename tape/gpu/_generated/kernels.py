@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "01af0205e964bdae41eb63b7b58d778bc3b2232dabb9bc4da6f122fd4dee3c9a"
+FINGERPRINT = "11107b047ae7b8c18a3e68712446599ef3f3644d08b946b1bb2805746e7f1fe0"
 
 from numba import cuda, float64
 

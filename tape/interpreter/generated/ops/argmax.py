@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f46667c11c1bc1dc423f6e395fd1eedae1e57930e7066f86e8822094ffc071af"
+FINGERPRINT = "3050e1b925026e824d667ac1345610848c6e6904016db59f9134ea97fbfd24e3"
 
 import numpy as np
 from numba import njit

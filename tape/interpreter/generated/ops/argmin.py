@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a054d941350d0abee90f0f3a267cf78e3927158127bcc11d893b5b150420d811"
+FINGERPRINT = "9446997d51837905e1e965632d483a3775e9c5953dc829d30b7336281ed4c9ad"
 
 import numpy as np
 from numba import njit

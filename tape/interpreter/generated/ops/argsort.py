@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "18166158add61eb77437192833fe38d1d1bfdb80fd3ea2dd8970c8a0524f3b4d"
+FINGERPRINT = "29daa41e438edf0e55c5a43461b7f8a95774ddfad317b971df49e9ea98f4856e"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7b25b21abf567582dde146da6c6630f2d8bc4c3db6d6906051145a015c31d4d5"
+FINGERPRINT = "0c88c1d2d3375ba8362b72eece17094b1e014689e85c5420da217ff5d2e63eef"
 
 import numpy as np
 from numba import njit

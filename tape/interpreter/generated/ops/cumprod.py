@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "51b798b7420bf7e534ab8ac40b9a0dce02142899caea1e63d6f55a437e6f8002"
+FINGERPRINT = "d98b77996511bac32ac2a2a2b122497a51757b114a0f3af08021847a59cf1f58"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "99ad6063c43fb6a1a35e8e1b9a0c404751a4de02ef7ed7b061496f9eb0f99c9b"
+FINGERPRINT = "acb4a81477f0080ef7ca1091f6681061087295790fb25c1aa87e9b5d236e8cb9"
 
 import numpy as np
 from numba import njit

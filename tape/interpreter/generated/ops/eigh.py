@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b49a475b64da4070c06cdd02a09c65aebeb0eaa2f8c211368adf67c8e340951d"
+FINGERPRINT = "4d13558e687404f1dea192e1c5cb02e3abc743db725af2e0f759126676dabd62"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b1e3ff9f96d1389f232e26cfed4dee5a4c4b09858f63c6e9b9354e3b10adca8"
+FINGERPRINT = "bf72dd819d8973d08638552c9b8f23b398a86973d82dce2b3ecbe85bf3783a84"
 
 import numpy as np
 from numba import njit

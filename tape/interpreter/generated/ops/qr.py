@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "595b7d90ac07304e41ef371ac52122a5966440e3b1e9820fa3665115b8fbf7ee"
+FINGERPRINT = "744ff69900ae99780f76cec8320cba4aecb827d8bc10ed94087c7c78dfe732b5"
 
 import numpy as np
 from numba import njit

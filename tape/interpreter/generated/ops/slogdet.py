@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "16aae1ee34550c5b63bba8322a353892281800a690a9ebaa8588a048f6a9c38c"
+FINGERPRINT = "16ca9acb8a25c415a960c31d1e7ce2bf85842c86618e27cadae79ed7380a975a"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "da364fe3d43f5ce52a0a46652e9fb0abf88c18070c4ae69628312e97fc9797a3"
+FINGERPRINT = "234dc64aa70d3455aa4b4f70fddefa8a4be0e423bc7bd88ea7152e47bc9cfe0c"
 
 import numpy as np
 from numba import njit
