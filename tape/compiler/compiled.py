@@ -1977,7 +1977,11 @@ def generate(t):
             "from tape.interpreter.dispatch import unit_address as _unit_address",
         ]
     if gen.custom:
-        src += ["from tape.frontend.custom import _c_add, _c_as_tuple, _c_check, _c_store", ""]
+        src += [
+            "from tape.compiler.custom_calls import add as _c_add, as_tuple as _c_as_tuple",
+            "from tape.compiler.custom_calls import check as _c_check, store as _c_store",
+            "",
+        ]
         src += [f"# {k} = user functions {fn.name!r} (set on loading; source {_source_key(fn)})"
                 for k, fn in _custom_globals(gen)]  # fmt: skip
     src += [""]

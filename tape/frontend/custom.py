@@ -55,8 +55,6 @@ computes one output element (:mod:`tape.gpu._custom`). ::
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.extending import overload
 
 from tape.frontend import tensor
 from tape.layout.columns import B_KIND, CONST
@@ -225,59 +223,6 @@ class CustomOp:
         active = grad_on and any(target.bufs[b, B_KIND] != CONST for b in call.ins)
         (b,) = callbacks.add_group(target, call, [y.astype(target.dtype, copy=False)], [active])
         return tensor.Tensor._traced(target, b, shape, dtype, active, self.name)
-
-
-# ---------------------------------------------------------------- compiled-tier helpers
-# The compiled tier (:mod:`tape.compiled`) calls the user's functions from generated code;
-# these adapt what they return (an array or a number; one cotangent or a tuple).
-
-
-def _c_as_tuple(x):
-    """``x`` if it is a tuple, else ``(x,)`` (compiled code only)."""
-
-
-@overload(_c_as_tuple)
-def _c_as_tuple_impl(x):
-    if isinstance(x, types.BaseTuple):
-        return lambda x: x
-    return lambda x: (x,)
-
-
-@njit
-def _c_store(dst, y):
-    """Write the user's output (an array or a number) into the flat buffer ``dst``."""
-    a = np.asarray(y)
-    if a.size != dst.shape[0]:
-        raise ValueError("custom op: fwd returned an output of another size than recorded")
-    if a.ndim == 0:
-        dst[0] = a.item()
-    else:
-        dst[:] = a.ravel()
-
-
-@njit
-def _c_add(dst, g):
-    """Add one cotangent (an array or a number) into the flat adjoint ``dst``."""
-    a = np.asarray(g)
-    if a.size != dst.shape[0]:
-        raise ValueError("custom op: vjp returned a cotangent of another size than its input")
-    if a.ndim == 0:
-        dst[0] += a.item()
-    else:
-        dst += a.ravel()
-
-
-def _c_check(gs, n):
-    """Fails to compile unless the vjp returned ``n`` cotangents."""
-
-
-@overload(_c_check)
-def _c_check_impl(gs, n):
-    def impl(gs, n):
-        if len(gs) != n:
-            raise ValueError("custom op: vjp returned another number of cotangents than inputs")
-
-    return impl
 
 
 def _as_float(x):
