@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from numba import njit
 
 import tape as tp
-from tape.compiler import compiled
+from tape.compiler import compiled, params
 from tape.frontend.testing import sample_inputs as sample
 from tape.ops.registry import OPS
 
@@ -805,7 +805,7 @@ def program_agrees(program, sh, seed):
     agree(ti, tc, rng.uniform(-1, 1, sh[0]), rng.uniform(-1, 1, sh[1]))
 
 
-# long enough (>= compiled._BLOCK_MIN elements) for the reverse loops to run in blocks,
+# long enough (>= params.BLOCK_MIN elements) for the reverse loops to run in blocks,
 # with partial blocks, broadcast (per-block summed) and strided operands
 long_shapes = st.sampled_from(
     [((70,), (70,)), ((3, 700), (700,)), ((1100,), ()), ((2, 1), (1, 1500)), ((1030, 1), (1, 3))]
@@ -925,8 +925,8 @@ def test_short_loops_call_the_transcendental_rules_and_long_ones_inline_them():
         return tp.sum(tp.tanh(a) * tp.sigmoid(a)) + tp.sum(tp.exp(-b * b) + tp.log(1.0 + b * b))
 
     rng = np.random.default_rng(3)
-    a = rng.normal(size=compiled._BLOCK_MIN - 1)
-    b = rng.normal(size=4 * compiled._BLOCK_MIN)
+    a = rng.normal(size=params.BLOCK_MIN - 1)
+    b = rng.normal(size=4 * params.BLOCK_MIN)
     ti, tc = both(f, a, b)
     src = tc.compiled_source
     units = re.split(r"\n(?=@njit|# ---- )", src)

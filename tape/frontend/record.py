@@ -166,7 +166,7 @@ def record(
     if compile is True:
         t.compile()
     elif compile == "auto":
-        from tape.compiler.compiled import AUTO_AFTER
+        from tape.compiler.params import AUTO_AFTER
 
         t.compile_after = AUTO_AFTER
     return t if device in (None, "cpu") else t.to(device)

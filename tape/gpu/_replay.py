@@ -108,7 +108,7 @@ def kernels_for(t):
         return full
     mod = _BY_SET.get(codes)
     if mod is None:
-        from tape.compiler.compiled import load_module
+        from tape.compiler.cache import load_module
 
         mod = _BY_SET[codes] = load_module(_codegen.generate(codes), "tape_gpu")
         mod.OPS = codes

@@ -1,0 +1,63 @@
+"""The compiled tier's limits and sizes, shared by its passes (:mod:`tape.compiler.analyse`,
+:mod:`tape.compiler.emit`, :mod:`tape.compiler.compiled`)."""
+
+from __future__ import annotations
+
+GENERATOR_VERSION = 10
+
+MAX_UNIT_KINDS = 400
+"""Tapes that need more distinct kinds of unit than this are not compiled
+(:func:`compile_tape` raises :class:`CompileError`; automatic promotion leaves them on the
+interpreter): Numba's compile time grows with them. Repeated steps (a time loop recorded
+unrolled) share their kinds, so the length of a tape does not count."""
+
+AUTO_AFTER = 100
+"""Automatic promotion: a tape recorded with ``compile="auto"`` (the default) is compiled at its
+``AUTO_AFTER``-th replay."""
+
+# What a fused loop does with an op comes from its record (:class:`tape.registry.Op`):
+# ``cheap`` ops' values are recomputed by the reverse loop rather than stored by the forward
+# one (a load costs more than the arithmetic); a reverse loop runs in blocks (``_block_loop``)
+# only if all its ops ``vectorise``; an open fused group moves past a structural op's entry
+# unless it ``may_stop`` the sweep.
+
+BLOCK = 1024
+"""Elements per block of a fused reverse loop (``_block_loop``): its scratch arrays (one per
+input adjoint) stay in the L1 cache."""
+
+SHIFT_MAX = 64
+"""Views of one buffer whose offsets differ by at most this many elements (``x[1:]`` and
+``x[:-1]``) add their adjoints in one pass per block of a fused reverse loop (see
+``Gen.shifted_adds``)."""
+
+BLOCK_MIN = 64
+"""Fused reverse loops shorter than this run element by element (``_element_loop``): no
+scratch arrays to allocate, and too short for vector code to pay. So do loops with an op
+that does not vectorise (``Op.vectorises``)."""
+
+SHORT_SUM = 16
+"""A folded sum over at most this many elements is added up in the unit itself: a call to
+``_sum_reassoc`` costs more than the adds."""
+
+INLINE_KINDS = 4
+"""A tape with a module of its own (a custom op's loop) and at most this many kinds of unit
+has its units and sweeps inlined
+(``inline='always'``) into the functions that call them: for a small tape the calls, not the
+loops, are what a replay costs. Larger tapes keep one function per unit kind (LLVM optimises
+each loop on its own, and the compile stays short)."""
+
+FEW_RANGES = 16
+"""Adjoint ranges to zero that the generated code names one by one (more: a table)."""
+
+TAGS = {"full": "", "row": "p", "tile": "t", "block": "q"}
+"""The letter after ``d``/``g``/``x``/``e`` in a view's name: how a loop over rows reads it."""
+
+
+def tag(kind):
+    """The letter of an input's kind (see :meth:`Plan.fusable`) in its names."""
+    return TAGS[kind if isinstance(kind, str) else kind[0]]
+
+
+OPEN_GROUPS = 8
+"""Fused groups that stay open at once while the tape is cut into units (see
+:meth:`Plan._group`): the oldest is placed when another opens."""
