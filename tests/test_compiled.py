@@ -745,7 +745,7 @@ def test_second_process_loads_the_compiled_tape_from_the_disk_cache(tmp_path):
         "def f(x):\n"
         "    return tp.sum(tp.exp(x[1:]) * x[:-1] ** 3 - x[:-1])\n"
         "t = tp.record(f, np.linspace(0, 1, 7), compile=True)\n"
-        "m = t._run_with[0]\n"
+        "m = t.run_with[0]\n"
         # gradient_args: what compile() compiles for a scalar output (gradient()'s path)
         "hits = sum(m.gradient_args.stats.cache_hits.values())\n"
         "miss = sum(m.gradient_args.stats.cache_misses.values())\n"
@@ -1112,15 +1112,15 @@ def test_tapes_share_one_runtime_and_add_no_module_of_their_own():
     before = {m for m in _sys.modules if m.startswith("tape_")}
     t2 = tp.record(g, x, compile=True)
     new = {m for m in _sys.modules if m.startswith("tape_")} - before
-    assert t1._run_with[0].module is t2._run_with[0].module
-    assert t1._run_with[0].module.__name__.startswith("tape_runtime_")
+    assert t1.run_with[0].module is t2.run_with[0].module
+    assert t1.run_with[0].module.__name__.startswith("tape_runtime_")
     assert all(m.startswith("tape_unit_") for m in new), new  # only g's new fused loops
     assert "#   entry 3: matmul.\n" in t2.compiled_source  # an entry the interpreter runs
     close(t2.gradient(x), tp.record(g, x, compile=False).gradient(x))
     close(t1.gradient(x), np.tanh(x) + x * (1.0 - np.tanh(x) ** 2))
     ka = t1.kernel_args()
     with pytest.raises(ValueError, match="taken before the tape was compiled"):
-        t1._run_with[0].forward_sweep(ka.entries, ka.bufs, t1.ipool[: t1.n_ipool], ka.data,
+        t1.run_with[0].forward_sweep(ka.entries, ka.bufs, t1.ipool[: t1.n_ipool], ka.data,
                                       np.int64(0), ka.n_entries)  # fmt: skip
 
 

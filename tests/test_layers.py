@@ -248,3 +248,40 @@ def test_a_raw_block_read_fails_the_check():
     assert raw_block_reads("d = ipool[p + 2 : p + 2 + nd]\n")
     assert raw_block_reads("nd = ip(prog, p + 1)\n")
     assert not raw_block_reads("nd = ipool[broadcast.ndim_at(p)]\n")
+
+
+# The layers that extend replay (transforms, the GPU, the compiled tier) go through the
+# tape's public interface (replay_state, run_replay, thread_workspace, outputs_of, run_with,
+# callback_sweeps, extensions): a private attribute of a tape there is a test failure. A tape
+# is recognised by the names the code gives it.
+_TAPE_NAMES = {"t", "tp", "tape", "sub"}
+_TAPE_ATTRS = {"t", "tp"}
+EXTENDING = ("tape.transforms", "tape.gpu", "tape.compiler")
+
+
+def private_tape_uses(source):
+    """``(line, text)`` of each ``t._x`` / ``self.t._x`` / ``plan.tp._x`` in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+            continue
+        if node.attr.startswith("__"):
+            continue
+        v = node.value
+        if (isinstance(v, ast.Name) and v.id in _TAPE_NAMES) or (
+            isinstance(v, ast.Attribute) and v.attr in _TAPE_ATTRS
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(m for m in KNOWN if m.startswith(EXTENDING)))
+def test_extensions_use_the_tapes_public_interface(name):
+    bad = private_tape_uses(KNOWN[name].read_text())
+    assert not bad, f"{name} reaches into a tape's private members: {bad}"
+
+
+def test_a_private_tape_use_fails_the_check():
+    assert private_tape_uses("ws = t._workspace()\n")
+    assert private_tape_uses("x = plan.tp._replay\n")
+    assert not private_tape_uses("ws = t.thread_workspace()\n")

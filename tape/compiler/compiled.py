@@ -487,7 +487,7 @@ def _generic_tables(t, plan, gen, frows, rrows, tail, zero, leaves, shared):
 
 
 class CompiledSweeps:
-    """What a compiled tape replays through (``Tape._run_with``): the entry points of its
+    """What a compiled tape replays through (``Tape.run_with``): the entry points of its
     module (the shared runtime, or a module of the tape's own: see :func:`compile_tape`),
     with the tape's ``TABLE_CALLS`` (the interpreter kernels its units call) and ``SOURCE``
     (``t.compiled_source``)."""

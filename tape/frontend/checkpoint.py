@@ -161,11 +161,11 @@ class _Call:
         """Load the arguments into this thread's workspace of the sub-tape; its sweeps and
         pool, counting the replay toward the compiled tier's promotion."""
         sub = self.sub
-        r = sub._replay or sub._check_replay()
+        r = sub._replay or sub.replay_state()
         sub._n_replays += 1
         if sub._n_replays == sub.compile_after:
             sub._promote()
-        ws = sub._workspace()
+        ws = sub.thread_workspace()
         ws.ok = False
         _gather(ws.data, p.sub_args, data, p.args)
         return r, ws
@@ -182,7 +182,7 @@ class _Call:
         p = self.plan(tp)
         sub = self.sub
         _, ws = self._sub_run(tp, data, p)
-        sw, pool = sub._run_with
+        sw, pool = sub.run_with
         if sw is not sub._compiled_ready and not sub._interp_ready:
             sub._kernels_ready(sw)
         status = sw.forward_sweep(sub.entries, sub.bufs, pool, ws.data, 0, sub.n_entries)
@@ -211,7 +211,7 @@ class _Call:
         sub = self.sub
         r, ws = self._sub_run(tp, data, p)
         seeds = np.ascontiguousarray(grad[p.outs], sub.dtype)
-        sw, pool = sub._run_with
+        sw, pool = sub.run_with
         if sw is not sub._compiled_ready and not sub._interp_ready:
             sub._kernels_ready(sw)
         status = sw.forward_backward(
@@ -333,7 +333,7 @@ def checkpoint(fn, *args, use_reentrant=None, **kwargs):
         rec, eager = tensor.tapes_of(eager_ts)
         if not eager and not any(x._rg for x in eager_ts):
             outs = [tensor.Tensor(v) for v in values]  # nothing to differentiate: no graph
-            return outs[0] if sub._out_single else tuple(outs)
+            return outs[0] if sub.single_output else tuple(outs)
         target = tensor._union(eager, eager_ts)
     if sub.dtype.itemsize > target.dtype.itemsize:
         target.promote(sub.dtype)
@@ -363,7 +363,7 @@ def checkpoint(fn, *args, use_reentrant=None, **kwargs):
             )
         else:
             outs.append(tensor.Tensor(v))
-    return outs[0] if sub._out_single else tuple(outs)
+    return outs[0] if sub.single_output else tuple(outs)
 
 
 def _values(sub):

@@ -102,7 +102,7 @@ def jacobian(fn, argnums=0, mode="auto"):
     def g(*args):
         t, arrs = traced(args)
         J = t.jacobian(*arrs, mode=mode)
-        if t._out_single:
+        if t.single_output:
             return _per_arg(J, order, single)
         return tuple(_per_arg(j, order, single) for j in J)
 

@@ -148,7 +148,7 @@ def record(
         from tape.frontend.tensor import stale
 
         stale(t, t.outputs)
-    t._out_single = single
+    t.single_output = single
     t.output_dtypes = [o.dtype if isinstance(o, Tensor) else np.asarray(o).dtype for o in outs]
     t.leaves, t.leaf_bufs, t.leaf_vers = (
         [],

@@ -836,10 +836,10 @@ def gradient_batch(t, *args, threads=None):
     packed, arrs = plan.pack_args(args)
     n = packed.shape[0]
     threads = _check_threads(threads)
-    cache = getattr(t, "_cuda_batch", None)
+    st = t.extensions()
+    cache = st.get("gpu_batch")
     if cache is None or cache.n != n or cache.plan is not plan or cache.threads != threads:
-        cache = CudaBatch(t, n, threads=threads)
-        t._cuda_batch = cache
+        cache = st["gpu_batch"] = CudaBatch(t, n, threads=threads)
     cache._load(packed, arrs)
     cache.run()
     return cache.results()

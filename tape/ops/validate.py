@@ -499,7 +499,7 @@ def _check_signature(t):
     for k, d in enumerate(dtypes):
         if not isinstance(d, np.dtype) or d.kind not in "biuf":
             _bad(f"input_dtypes[{k}] is {d!r}, expected a numeric NumPy dtype")
-    single = t._out_single
+    single = t.single_output
     if not isinstance(single, (bool, np.bool_)):
         _bad(f"out_single must be a bool, got {single!r}")
     if single and len(outputs) != 1:

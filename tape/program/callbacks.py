@@ -17,7 +17,7 @@ entries. Instead:
 - eager ``backward`` (an entry-by-entry loop in Python) calls the Function's ``backward`` when
   it reaches the group;
 - a replay runs the interpreter's sweeps in segments between groups
-  (:class:`CallbackSweeps`, which stands in for the sweeps module in ``Tape._run_with``): the
+  (:class:`CallbackSweeps`, which stands in for the sweeps module in ``Tape.run_with``): the
   forward sweep stops before a group, Python runs ``forward`` on the arena's values and writes
   the outputs, and the sweep resumes after it; the reverse sweep likewise stops after a group,
   Python runs ``backward`` on the outputs' adjoints and adds the results to the inputs'
@@ -174,12 +174,12 @@ def eager_backward(tp, i, emask, need, done):
 def failed_guard(tp):
     """The :class:`GuardError` of the sub-tape whose failure stopped ``tp``'s last forward
     sweep at a callback group on this thread (:func:`tape.checkpoint`), or ``None``."""
-    seg = getattr(tp, "_segments", None)
+    seg = getattr(tp, "callback_sweeps", None)
     return None if seg is None else getattr(seg._tls, "failed", None)
 
 
 class CallbackSweeps:
-    """Stands in for the sweeps module in ``Tape._run_with`` for a tape with callbacks: the
+    """Stands in for the sweeps module in ``Tape.run_with`` for a tape with callbacks: the
     interpreter's sweeps, run in segments between the callback groups (same signatures)."""
 
     def __init__(self, tp):

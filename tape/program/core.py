@@ -163,7 +163,7 @@ class Tape:
         ``float64`` (default) or ``float32``.
     """
 
-    _run_with = (sweeps, None)
+    run_with = (sweeps, None)
     _interp_ready = False  # the interpreter's kernels of this tape's ops are in the table
     _compiled_ready = None  # the compiled module whose table calls are prepared
     """``(sweeps, pool)``: the compiled code replays run (the interpreter's sweeps, or this
@@ -187,7 +187,9 @@ class Tape:
     _lift = None  # a tape.checkpoint sub-tape being recorded: what becomes an input
     closed = False  # set by an eager backward: new leaf expressions start elsewhere
     _merged = None  # (tape, buffer shift) once merged into another tape
-    _out_single = True
+    single_output = True  # the recorded function returned one value (not a tuple)
+    extension_state: dict | None = None
+    """See :meth:`extensions`."""
     _replay = None
     on_change = "retrace"  # what to do when a guard fails at replay (see tape.record)
     _retrace = None  # callable(*args) -> a new Tape of the same function, set by record
@@ -522,7 +524,10 @@ class Tape:
     # arena and an adjoint arena. Each thread has its own default workspace, so the replay
     # methods are safe to call from many threads at once (the sweeps release the GIL).
 
-    def _check_replay(self):
+    def replay_state(self) -> dict:
+        """The replay's per-tape state (signature, roots, seed, output dtypes), made on first
+        use; raises unless the tape was recorded with a signature. Part of the interface the
+        layers above (transforms, the GPU, checkpoints) extend replay through."""
         if not self.inputs and not self.outputs:
             raise RuntimeError(
                 "this tape was not made by tape.record(); replay methods need a recorded "
@@ -534,16 +539,25 @@ class Tape:
                     self._prepare_replay()
         return self._replay
 
+    def extensions(self) -> dict:
+        """The per-tape state of the layers that extend replay (``"batch"``: the batched plan,
+        ``"derivatives"``, ``"sparsity"``, ``"gpu_batch"``), each under a key of its own: they
+        cache what they derive from a tape here, never in attributes of their own."""
+        st = self.extension_state
+        if st is None:
+            st = self.extension_state = {}
+        return st
+
     def _prepare_replay(self):
         self._tls = threading.local()
         self._variants_lock = threading.Lock()
         sig = Signature(self)
         if self.callbacks:
-            self._segments = CallbackSweeps(self)  # the interpreter, around the callbacks
+            self.callback_sweeps = CallbackSweeps(self)  # the interpreter, around the callbacks
             if self.tier == "interpreter":
-                self._run_with = (self._segments, self.ipool)
-        elif self._run_with[0] is sweeps:
-            self._run_with = (sweeps, self.ipool)
+                self.run_with = (self.callback_sweeps, self.ipool)
+        elif self.run_with[0] is sweeps:
+            self.run_with = (sweeps, self.ipool)
         self._replay = dict(
             sig=sig,
             roots=np.asarray(self.outputs, np.int64),
@@ -579,10 +593,11 @@ class Tape:
     @property
     def signature(self) -> Signature:
         """The replay signature (argument names, shapes, dtypes; see :mod:`tape.program.replay`)."""
-        return self._check_replay()["sig"]
+        return self.replay_state()["sig"]
 
-    def _workspace(self):
-        """This thread's default workspace (made on first use)."""
+    def thread_workspace(self):
+        """This thread's default workspace (made on first use): the arenas :meth:`run_replay`
+        ran on, for reading its values and adjoints."""
         ws = getattr(self._tls, "ws", None)
         if ws is None:
             ws = self._tls.ws = _Workspace(self)
@@ -592,11 +607,11 @@ class Tape:
         """A private set of value and adjoint arenas with the tape's program, for calling the
         sweeps from your own ``@njit`` code without sharing memory with other replays (one per
         thread). Its arrays are fresh; :meth:`input_slice` tells where to write arguments."""
-        r = self._check_replay()
+        r = self.replay_state()
         self._interpreter_ready()  # tape.kernels replays any tape on the interpreter
         ws = _Workspace(self)
         return KernelArgs(
-            self.entries, self.bufs, self._run_with[1], ws.data, ws.grad,
+            self.entries, self.bufs, self.run_with[1], ws.data, ws.grad,
             self.n_entries, self.n_bufs, r["roots"], r["seed"],
         )  # fmt: skip
 
@@ -611,19 +626,19 @@ class Tape:
                 a = self._replay["sig"].check_arg(k, a)
             views[k][...] = a
 
-    def _run(self, args, grad, interp=False):
+    def run_replay(self, args, grad, interp=False):
         """Load ``args`` into this thread's workspace and replay (forward, and with ``grad``
         zero + backward). Returns ``(tape, workspace)`` of the tape that ran: this one or, after
         a failed guard, a retraced variant. ``interp``: on the interpreter whatever the tier
         (every entry's value written: the derivative drivers need them)."""
         r = self._replay
         if r is None:
-            r = self._check_replay()
+            r = self.replay_state()
         if not interp:  # derivative drivers (interp) run on the interpreter: no promotion
             self._n_replays += 1
             if self._n_replays == self.compile_after:
                 self._promote()
-        ws = self._workspace()
+        ws = self.thread_workspace()
         ws.ok = False  # until the sweep finishes: a backward over a half-run forward is refused
         if self._variants:
             self._tls.active = None
@@ -631,7 +646,7 @@ class Tape:
         if _anomaly.ON and _anomaly.enabled():
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
         elif grad:
-            sw, pool = self._run_with
+            sw, pool = self.run_with
             if sw is not self._compiled_ready and not self._interp_ready:
                 # the driver compiles while helper processes compile op kernels
                 self._kernels_ready(sw, lambda: _dispatch.precompile(sw.forward_backward, (
@@ -642,8 +657,8 @@ class Tape:
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
         else:
-            interp_sw = self._segments if self.callbacks else sweeps
-            sw, pool = (interp_sw, self.ipool) if interp else self._run_with
+            interp_sw = self.callback_sweeps if self.callbacks else sweeps
+            sw, pool = (interp_sw, self.ipool) if interp else self.run_with
             if sw is not self._compiled_ready and not self._interp_ready:
                 self._kernels_ready(sw)
             status = sw.forward_sweep(self.entries, self.bufs, pool, ws.data, 0, self.n_entries)
@@ -671,7 +686,7 @@ class Tape:
             raise err
         for v in list(self._variants):  # a snapshot: other threads may reorder the list
             try:
-                _, vws = v._run(args, grad, interp)
+                _, vws = v.run_replay(args, grad, interp)
             except _Miss:
                 continue
             with self._variants_lock:  # most recently used first
@@ -683,7 +698,7 @@ class Tape:
         v = self._retrace(*args)
         v.on_change = "_variant"
         try:
-            _, vws = v._run(args, grad, interp)
+            _, vws = v.run_replay(args, grad, interp)
         except _Miss:
             raise GuardError(
                 "the function took another path when traced again at the same arguments (its "
@@ -708,11 +723,11 @@ class Tape:
                               "the recorded path: on_change='warn')", GuardWarning, stacklevel=4)  # fmt: skip
             # the interpreter (compiled code runs whole tapes only), in segments around callbacks
             self._interpreter_ready()
-            fs = self._segments.forward_sweep if self.callbacks else sweeps.forward_sweep
+            fs = self.callback_sweeps.forward_sweep if self.callbacks else sweeps.forward_sweep
             status = fs(self.entries, self.bufs, self.ipool, ws.data, status + 1, self.n_entries)
         ws.ok = True
         if grad:
-            sw, pool = self._run_with
+            sw, pool = self.run_with
             sw.backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
@@ -724,7 +739,7 @@ class Tape:
         """The tape (this one or a variant) and workspace of this thread's last replay."""
         v = getattr(self._tls, "active", None)
         tp = self if v is None else v
-        return tp, tp._workspace()
+        return tp, tp.thread_workspace()
 
     def forward(self, *args):
         """Replay the recorded computation on new arguments (same shapes as recorded).
@@ -732,15 +747,16 @@ class Tape:
         Returns the output(s) as NumPy values (copies, in the dtype the function returned); a
         scalar output comes back as a NumPy scalar.
         """
-        tp, ws = self._run(args, False)
-        return tp._outputs(ws)
+        tp, ws = self.run_replay(args, False)
+        return tp.outputs_of(ws)
 
-    def _outputs(self, ws):
+    def outputs_of(self, ws):
+        """The outputs a replay left in workspace ``ws``, as :meth:`forward` returns them."""
         outs = []
         for v, d in zip(ws.out_views, self._replay["out_dtypes"]):
             v = v.astype(d, copy=True)
             outs.append(v[()] if v.ndim == 0 else v)
-        return outs[0] if self._out_single else tuple(outs)
+        return outs[0] if self.single_output else tuple(outs)
 
     def backward(self, seed=None):
         """Reverse sweep over this thread's last forward replay, accumulating into
@@ -749,7 +765,7 @@ class Tape:
         ``seed`` is the adjoint of the output (default 1 for a scalar output; required
         otherwise), or a sequence of them for several outputs.
         """
-        self._check_replay()
+        self.replay_state()
         tp, ws = self._last()
         if not ws.ok:
             raise RuntimeError(
@@ -764,7 +780,7 @@ class Tape:
                 sweeps.forward_sweep(tp.entries, tp.bufs, tp.ipool, ws.data, 0, tp.n_entries)
             _anomaly.backward(tp, ws.data, ws.grad, r["roots"], seeds, False)
             return
-        sw, pool = tp._run_with
+        sw, pool = tp.run_with
         if sw is not tp._compiled_ready and not tp._interp_ready:
             tp._kernels_ready(sw)
         sw.backward(
@@ -777,7 +793,7 @@ class Tape:
         """Accumulated gradients of this thread's replays, one array per differentiated
         argument: views of the adjoint workspace (they change with every backward; copy them to
         keep them), or copies when the argument's dtype differs from the arena's."""
-        self._check_replay()
+        self.replay_state()
         tp, ws = self._last()
         return [
             v if v.dtype == d else v.astype(d)
@@ -786,7 +802,7 @@ class Tape:
 
     def zero_grad(self):
         """Zero this thread's accumulated gradients."""
-        self._check_replay()
+        self.replay_state()
         for tp in [self, *self._variants]:
             if getattr(tp._tls, "ws", None) is not None:
                 for v in tp._tls.ws.grad_views:
@@ -810,7 +826,7 @@ class Tape:
                 try:
                     ws = self._tls.ws
                 except AttributeError:
-                    ws = self._workspace()
+                    ws = self.thread_workspace()
                 status = fn(ints, ws.arena, *args)  # raises only before it writes
                 if status < 0:
                     ws.ok = True
@@ -821,16 +837,16 @@ class Tape:
                 return tp._grads_out(ws, None)
         r = self._replay
         if r is None:
-            r = self._check_replay()
+            r = self.replay_state()
         if r["simple"] and out is None and not self._variants and not _anomaly.ON:
             # the common call, inlined (a replay from Python costs little more than the sweep)
             self._n_replays += 1
             if self._n_replays == self.compile_after:
                 self._promote()
-            ws = getattr(self._tls, "ws", None) or self._workspace()
+            ws = getattr(self._tls, "ws", None) or self.thread_workspace()
             ws.ok = False
             self._load_args(ws, args)
-            sw, pool = self._run_with
+            sw, pool = self.run_with
             call = (
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
@@ -847,7 +863,7 @@ class Tape:
             return tp._grads_out(ws, out)
         if r["sig"].n_seed != 1:
             r["sig"].require_scalar()
-        tp, ws = self._run(args, True)
+        tp, ws = self.run_replay(args, True)
         return tp._grads_out(ws, out)
 
     def _run_direct(self, args):
@@ -862,7 +878,7 @@ class Tape:
         fn, ints, fast, _ = d
         if not _direct_ok(args, fast):
             return None
-        ws = getattr(self._tls, "ws", None) or self._workspace()
+        ws = getattr(self._tls, "ws", None) or self.thread_workspace()
         status = fn(ints, ws.arena, *args)  # raises only before it writes
         if status < 0:
             ws.ok = True
@@ -885,10 +901,10 @@ class Tape:
 
     def value_and_grad(self, *args):
         """``(value, gradient)`` of the scalar output at ``args`` (see :meth:`gradient`)."""
-        r = self._check_replay()
+        r = self.replay_state()
         r["sig"].require_scalar("value_and_grad()")
-        tp, ws = self._run_direct(args) or self._run(args, True)
-        return tp._outputs(ws), tp._grads_out(ws, None)
+        tp, ws = self._run_direct(args) or self.run_replay(args, True)
+        return tp.outputs_of(ws), tp._grads_out(ws, None)
 
     def gradient_batch(self, *args, n_threads=None):
         """Per-instance values and gradients over a leading batch axis of every argument, in
@@ -948,7 +964,7 @@ class Tape:
         Numba's cache) and returns the tape. Values and gradients are the interpreter's, to
         rounding. Raises :class:`tape.compiled.CompileError` for tapes the tier does not take
         (needing more than ``tape.compiled.MAX_UNIT_KINDS`` kinds of unit)."""
-        self._check_replay()
+        self.replay_state()
         if self.callbacks and not python_free(self):
             refuse(self, "compile()", CompileError)
         with _PREPARE_LOCK:  # one compile, however many threads promote at once
@@ -981,7 +997,7 @@ class Tape:
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
-        self._run_with = (mod, pool)
+        self.run_with = (mod, pool)
 
     def _promote(self):
         """Automatic promotion (``tape.record(..., compile="auto")``): compile at the
@@ -1001,13 +1017,13 @@ class Tape:
     @property
     def tier(self) -> str:
         """``"compiled"`` after :meth:`compile` (or promotion), else ``"interpreter"``."""
-        sw = self._run_with[0]
+        sw = self.run_with[0]
         return "interpreter" if sw is sweeps or isinstance(sw, CallbackSweeps) else "compiled"
 
     @property
     def compiled_source(self):
         """The generated source of the compiled tier (``None`` on the interpreter)."""
-        sw = self._run_with[0]
+        sw = self.run_with[0]
         return None if sw is sweeps else sw.SOURCE
 
     @property
@@ -1016,7 +1032,7 @@ class Tape:
         tape's tier: :mod:`tape.kernels` on the interpreter, the compiled module's own once
         compiled (``tape.kernels`` still replays a compiled tape correctly, on the
         interpreter)."""
-        sw = self._run_with[0]
+        sw = self.run_with[0]
         if sw is sweeps:
             from tape.program import kernels
 
@@ -1034,11 +1050,11 @@ class Tape:
         them (see :class:`KernelArgs`). The arenas are the ones :meth:`forward`,
         :meth:`gradient` and :attr:`grads` use on this thread: writes are seen by both. Use
         :meth:`workspace` for arenas of your own."""
-        r = self._check_replay()
+        r = self.replay_state()
         self._interpreter_ready()  # tape.kernels replays any tape on the interpreter
-        ws = self._workspace()
+        ws = self.thread_workspace()
         return KernelArgs(
-            self.entries, self.bufs, self._run_with[1], ws.data, ws.grad,
+            self.entries, self.bufs, self.run_with[1], ws.data, ws.grad,
             self.n_entries, self.n_bufs, r["roots"], r["seed"],
         )  # fmt: skip
 
@@ -1130,7 +1146,7 @@ class Tape:
             input_dtypes=[np.dtype(d).str for d in self.input_dtypes],
             wrt=self.wrt,
             outputs=self.outputs,
-            out_single=self._out_single,
+            out_single=self.single_output,
             shapes=[list(s) for s in self.shapes],
             op_names={str(c): registry.OPS[c].name for c in ops},
             output_dtypes=[np.dtype(d).str for d in self.output_dtypes],
@@ -1187,7 +1203,7 @@ class Tape:
             meta["outputs"],
         )
         t.input_dtypes = [np.dtype(d) for d in meta["input_dtypes"]]
-        t._out_single = meta["out_single"]
+        t.single_output = meta["out_single"]
         _load_optional_meta(t, meta)
         from tape.ops.validate import check_tape
 

@@ -70,7 +70,7 @@ class Signature:
         self.dtypes = [np.dtype(d) for d in t.input_dtypes]
         self.wrt = list(t.wrt)
         self.out_shapes = [t.shapes[b] for b in t.outputs]
-        self.out_single = t._out_single
+        self.out_single = t.single_output
         self.dtype = t.dtype
         self.n_seed = int(sum(int(t.bufs[b, B_SIZE]) for b in t.outputs))
 

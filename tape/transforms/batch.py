@@ -127,10 +127,10 @@ def _plan(t, gpu=False):
     if not gpu:
         refuse(t, "batched replay (gradient_batch)")
     key = (t.n_entries, t.n_bufs, t.n_data, tuple(t.inputs), tuple(t.outputs), tuple(t.wrt))
-    plan = getattr(t, "_batch_plan", None)
+    st = t.extensions()
+    plan = st.get("batch")
     if plan is None or plan[0] != key:
-        plan = (key, BatchPlan(t))
-        t._batch_plan = plan
+        plan = st["batch"] = (key, BatchPlan(t))
     return plan[1]
 
 
@@ -170,7 +170,7 @@ def gradient_batch(t, *args, n_threads=None):
     status = np.empty(batch, np.int64)
     if batch:
         chunks = max(1, min(batch, (n_threads or get_num_threads()) * 4))
-        sw, pool = t._run_with
+        sw, pool = t.run_with
         sw.gradient_batch_kernel(
             t.entries, t.bufs, pool, t.data[: t.n_data], t.n_entries, t.n_bufs,
             plan.emask, plan.need, plan.roots, plan.seed, plan.in_offs, plan.in_sizes, packed,

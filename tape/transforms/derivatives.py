@@ -121,7 +121,7 @@ class _Plan:
             flat[c : c + n].reshape(s)
             for c, n, s in zip(self.out_row, self.out_size, self.out_shapes)
         ]
-        return parts[0] if self.tp._out_single else tuple(parts)
+        return parts[0] if self.tp.single_output else tuple(parts)
 
     def in_values(self, values, what):
         """Values structured like the arguments (one array per argument, or a single array
@@ -188,15 +188,16 @@ def _describe(v):
 def _forward(t, args):
     """Replay the forward sweep at ``args``: ``(plan, values)``, every entry's value written
     (on the interpreter: a compiled forward keeps intermediates in registers)."""
-    tp, ws = t._run(args, False, interp=True)
+    tp, ws = t.run_replay(args, False, interp=True)
     return _plan(tp), ws.data
 
 
 def _plan(tp):
     """The tape's :class:`_Plan`, made on first use."""
-    plan = getattr(tp, "_deriv_plan", None)
+    st = tp.extensions()
+    plan = st.get("derivatives")
     if plan is None:
-        plan = tp._deriv_plan = _Plan(tp)
+        plan = st["derivatives"] = _Plan(tp)
     return plan
 
 
@@ -269,7 +270,7 @@ def _jac_rev_rows(plan, data, U):
     if tp.callbacks:  # the reverse sweep in segments around the callbacks, row by row
         roots = np.asarray(plan.roots, np.int64)
         for r in range(U.shape[0]):
-            tp._segments.backward(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries,
+            tp.callback_sweeps.backward(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries,
                                   tp.n_bufs, roots, np.ascontiguousarray(U[r], tp.dtype), True)  # fmt: skip
             out[r] = plan.read_inputs(grad[None, :])[0]
         return out
@@ -288,7 +289,7 @@ def jvp(t, *args, tangents):
     plan, data = _forward(t, args)
     v = plan.flat_in(tangents, "jvp: tangents")
     out = _jac_fwd_rows(plan, data, v[None, :])[0]
-    return plan.tp._outputs(plan.tp._workspace()), _cast_out(plan, plan.split_out(out))
+    return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_out(plan, plan.split_out(out))
 
 
 def vjp(t, *args, cotangent):
@@ -297,7 +298,7 @@ def vjp(t, *args, cotangent):
     plan, data = _forward(t, args)
     u = plan.flat_out(cotangent, "vjp: cotangent")
     g = _jac_rev_rows(plan, data, u[None, :])[0]
-    return plan.tp._outputs(plan.tp._workspace()), _cast_in(plan, plan.split_in(g))
+    return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_in(plan, plan.split_in(g))
 
 
 def jacobian(t, *args, mode="auto", sparse=False):
@@ -359,7 +360,7 @@ def _blocks(plan, J):
             for c, n, si in zip(plan.in_col, plan.in_size, plan.in_shapes)
         ]
         outs.append(row[0] if len(row) == 1 else tuple(row))
-    return outs[0] if plan.tp._out_single else tuple(outs)
+    return outs[0] if plan.tp.single_output else tuple(outs)
 
 
 def hessian(t, *args, sparse=False):
@@ -425,7 +426,7 @@ def sparsity(t, *args):
     if args:
         plan, data = _forward(t, args)
     else:
-        t._check_replay()
+        t.replay_state()
         plan, data = _plan(t), t.data
     _second(plan, "sparsity()")
     return SP.patterns(plan, data)
@@ -440,7 +441,7 @@ def _cast_in(plan, g):
 
 
 def _cast_out(plan, v):
-    dts = [d if d.kind == "f" else plan.tp.dtype for d in plan.tp._replay["out_dtypes"]]
+    dts = [d if d.kind == "f" else plan.tp.dtype for d in plan.tp.replay_state()["out_dtypes"]]
     if isinstance(v, tuple):
         return tuple(a.astype(d, copy=False) for a, d in zip(v, dts))
     return v.astype(dts[0], copy=False)

@@ -237,7 +237,7 @@ def patterns(plan, data) -> Sparsity:
     gather indices)."""
     tp = plan.tp
     key = _key(plan, data)
-    cache = tp.__dict__.setdefault("_sparsity_cache", {})
+    cache = tp.extensions().setdefault("sparsity", {})
     hit = cache.get(key)
     if hit is not None:
         return hit

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "11107b047ae7b8c18a3e68712446599ef3f3644d08b946b1bb2805746e7f1fe0"
+FINGERPRINT = "a253e3ffffba1afdf2309b835c1652ccfd784afbc3639837877d118767b66315"
 
 from numba import cuda, float64
 
