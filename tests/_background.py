@@ -59,6 +59,37 @@ def register_simulator_suite(key, path, test_name, timeout=2400):
     )
 
 
+def test_file_key(name):
+    """The job key of test file ``name`` run in the background."""
+    return f"file:{name}"
+
+
+def register_test_file(name, test_name, timeout=2400):
+    """Job: pytest on ``tests/<name>`` alone, wanted by the parametrized test ``test_name``
+    whose parameter is ``name`` (``tests/test_background_files.py``)."""
+    register(
+        test_file_key(name),
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", f"tests/{name}"],
+        {BACKGROUND_RUN: name},
+        timeout,
+        wanted=lambda item: item.originalname == test_name and f"[{name}]" in item.name,
+    )
+
+
+BACKGROUND_RUN = "TAPE_TESTS_BACKGROUND_RUN"
+"""Set in a background run of a test file (to the file's name)."""
+
+
+def background_files(items):
+    """The files whose tests the main process leaves to a background run: those registered
+    with :func:`register_test_file` whose waiting test is collected too (not in a background
+    run itself)."""
+    if os.environ.get(BACKGROUND_RUN):
+        return set()
+    keys = {j.key for it in items for j in _wanted(it)}
+    return {k.split(":", 1)[1] for k in keys if k.startswith("file:")}
+
+
 def _wanted(item):
     return [j for j in _JOBS.values() if j.wanted(item)]
 

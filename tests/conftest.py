@@ -17,6 +17,13 @@ def rng():
 
 
 def pytest_collection_modifyitems(config, items):
+    # files that run in a subprocess on the second core (tests/test_background_files.py)
+    files = _background.background_files(items)
+    if files:
+        moved = [it for it in items if it.path.name in files]
+        if moved:
+            config.hook.pytest_deselected(items=moved)
+            items[:] = [it for it in items if it.path.name not in files]
     _background.order(items)
 
 
