@@ -4,10 +4,12 @@ A test module registers a job with :func:`register` when it is imported: the com
 environment it adds, a timeout, and which collected tests need its result. When collection
 ends, ``conftest.py`` moves those tests to the end of the run and starts one background
 thread that runs the wanted jobs one after another, so the main pytest process works through
-every other test meanwhile. A test that needs a job calls :func:`result`, which waits for it.
+every other test meanwhile. A test that needs a job calls :func:`result`, which waits for it;
+while it would wait, it runs the next job nobody has started yet itself, so once the main
+process is through its own tests both cores drain the queue.
 
-One job at a time keeps each job's timeout meaningful on a two-core machine: the main
-process has one core, the jobs the other.
+Each job runs with a core to itself (the main process takes a job only when it has nothing
+else to do), which keeps each job's timeout meaningful on a two-core machine.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
     result: object = None  # subprocess.CompletedProcess, or the exception it raised
     proc: object = None
+    claimed: bool = False  # a thread has taken it (under _LOCK)
 
 
 _JOBS: dict[str, Job] = {}
@@ -149,9 +152,19 @@ def _run_one(job):
         job.done.set()
 
 
+def _claim(job):
+    """Take ``job`` for this thread; False if another thread has it."""
+    with _LOCK:
+        if job.claimed:
+            return False
+        job.claimed = True
+        return True
+
+
 def _run_all(jobs):
     for job in jobs:
-        _run_one(job)
+        if _claim(job):
+            _run_one(job)
 
 
 def result(key):
@@ -160,8 +173,15 @@ def result(key):
     job = _JOBS[key]
     if job not in _ORDER:
         _ORDER.append(job)
-        _run_one(job)
-    job.done.wait()
+    while not job.done.is_set():
+        # this job if nobody runs it yet, else the next one nobody runs: the main process has
+        # nothing else to do, so its core takes work off the background thread's queue
+        todo = [job] + [j for j in _ORDER if j is not job]
+        mine = next((j for j in todo if _claim(j)), None)
+        if mine is None:
+            job.done.wait()
+            break
+        _run_one(mine)
     if isinstance(job.result, BaseException):
         raise job.result
     return job.result
