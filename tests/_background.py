@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,8 @@ class Job:
     result: object = None  # subprocess.CompletedProcess, or the exception it raised
     proc: object = None
     claimed: bool = False  # a thread has taken it (under _LOCK)
+    priority: int = 1  # jobs start in this order (then in the order of the tests that want them)
+    seconds: float = 0.0  # how long it ran
 
 
 _JOBS: dict[str, Job] = {}
@@ -43,23 +46,42 @@ _LOCK = threading.Lock()
 _STOP = threading.Event()
 
 
-def register(key, args, env_extra, timeout, wanted):
+def register(key, args, env_extra, timeout, wanted, priority=1):
     """Declare job ``key``: ``python *args`` in the project root with ``env_extra`` added
     to the environment, killed after ``timeout`` seconds; ``wanted(item)`` says whether a
-    collected test item needs it. Registering a key twice keeps the first."""
-    _JOBS.setdefault(key, Job(key, list(args), dict(env_extra), float(timeout), wanted))
+    collected test item needs it; jobs of a lower ``priority`` start first (the long ones:
+    the others fill in around them). Registering a key twice keeps the first."""
+    job = Job(key, list(args), dict(env_extra), float(timeout), wanted, priority=priority)
+    _JOBS.setdefault(key, job)
 
 
-def register_simulator_suite(key, path, test_name, timeout=2400):
+SHARD = "TAPE_TESTS_SHARD"
+"""``k/n`` in a job that runs every ``n``-th collected test from the ``k``-th on
+(``conftest.py``): one long suite as ``n`` jobs that both cores can share."""
+
+
+def register_simulator_suite(key, path, test_name, timeout=2400, shards=1):
     """Job ``key``: pytest on the test file ``path`` with Numba's CUDA simulator on, wanted by
-    the test named ``test_name`` (which checks its result)."""
-    register(
-        key,
-        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(path)],
-        {"NUMBA_ENABLE_CUDASIM": "1"},
-        timeout,
-        wanted=lambda item: item.name == test_name,
-    )
+    the test named ``test_name`` (which checks its result); as ``shards`` jobs
+    ``key/0`` .. (each a share of the tests, :data:`SHARD`), which :func:`result` of ``key``
+    combines."""
+    for k in range(shards):
+        register(
+            key if shards == 1 else f"{key}/{k}",
+            ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(path)],
+            {"NUMBA_ENABLE_CUDASIM": "1", **({SHARD: f"{k}/{shards}"} if shards > 1 else {})},
+            timeout,
+            wanted=lambda item: item.name == test_name,
+            priority=0,
+        )
+
+
+def shard(items):
+    """Keep this job's share of ``items`` (:data:`SHARD`); all of them outside a shard."""
+    spec = os.environ.get(SHARD)
+    if spec:
+        k, n = (int(v) for v in spec.split("/"))
+        items[:] = items[k::n]
 
 
 def test_file_key(name):
@@ -124,11 +146,21 @@ def start(items):
                 todo.append(j)
     if not todo:
         return
+    todo.sort(key=lambda j: j.priority)  # stable: the tests' order within a priority
     _ORDER[:] = todo
     threading.Thread(target=_run_all, args=(todo,), name="tests-background", daemon=True).start()
 
 
 def _run_one(job):
+    t0 = time.perf_counter()
+    try:
+        _run_job(job)
+    finally:
+        job.seconds = time.perf_counter() - t0
+        job.done.set()
+
+
+def _run_job(job):
     env = dict(os.environ, **job.env_extra)
     env.pop("PYTEST_ADDOPTS", None)
     try:
@@ -148,8 +180,6 @@ def _run_one(job):
         job.result = subprocess.CompletedProcess(job.args, job.proc.returncode, out, err)
     except BaseException as e:  # noqa: BLE001  (handed to the test that waits for it)
         job.result = e
-    finally:
-        job.done.set()
 
 
 def _claim(job):
@@ -168,8 +198,30 @@ def _run_all(jobs):
 
 
 def result(key):
-    """The finished job ``key`` as a ``subprocess.CompletedProcess`` (waits for it). Runs it
-    here and now if it was not started in the background (a test selected by hand)."""
+    """The finished job ``key`` as a ``subprocess.CompletedProcess`` (waits for it), or, for
+    a suite registered in shards, one that joins theirs (the worst return code, the outputs
+    one after the other). Runs a job here and now if it was not started in the background (a
+    test selected by hand)."""
+    keys = [key] if key in _JOBS else sorted(k for k in _JOBS if k.startswith(key + "/"))
+    if not keys:
+        raise KeyError(key)
+    parts = [_result(k) for k in keys]
+    if len(parts) == 1:
+        return parts[0]
+    return subprocess.CompletedProcess(
+        parts[0].args, max((r.returncode for r in parts), key=abs),
+        "\n".join(r.stdout for r in parts), "\n".join(r.stderr for r in parts),
+    )  # fmt: skip
+
+
+def report(write):
+    """One line per background job that ran: how long it took."""
+    ran = [j for j in _ORDER if j.done.is_set()]
+    if ran:
+        write("Background jobs: " + ", ".join(f"{j.key} {j.seconds:.0f} s" for j in ran))
+
+
+def _result(key):
     job = _JOBS[key]
     if job not in _ORDER:
         _ORDER.append(job)

@@ -24,6 +24,11 @@ def pytest_collection_modifyitems(config, items):
         if moved:
             config.hook.pytest_deselected(items=moved)
             items[:] = [it for it in items if it.path.name not in files]
+    kept = list(items)
+    _background.shard(items)  # a share of the tests, in a sharded background job
+    if len(items) < len(kept):
+        ids = {id(it) for it in items}
+        config.hook.pytest_deselected(items=[it for it in kept if id(it) not in ids])
     _background.order(items)
 
 
@@ -43,6 +48,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_terminal_summary(terminalreporter):
     _compile_time.report(terminalreporter.write_line)
+    _background.report(terminalreporter.write_line)
 
 
 def pytest_sessionfinish(session, exitstatus):
