@@ -36,7 +36,6 @@ class Job:
     result: object = None  # subprocess.CompletedProcess, or the exception it raised
     proc: object = None
     claimed: bool = False  # a thread has taken it (under _LOCK)
-    priority: int = 1  # jobs start in this order (then in the order of the tests that want them)
     seconds: float = 0.0  # how long it ran
 
 
@@ -46,42 +45,23 @@ _LOCK = threading.Lock()
 _STOP = threading.Event()
 
 
-def register(key, args, env_extra, timeout, wanted, priority=1):
+def register(key, args, env_extra, timeout, wanted):
     """Declare job ``key``: ``python *args`` in the project root with ``env_extra`` added
     to the environment, killed after ``timeout`` seconds; ``wanted(item)`` says whether a
-    collected test item needs it; jobs of a lower ``priority`` start first (the long ones:
-    the others fill in around them). Registering a key twice keeps the first."""
-    job = Job(key, list(args), dict(env_extra), float(timeout), wanted, priority=priority)
-    _JOBS.setdefault(key, job)
+    collected test item needs it. Registering a key twice keeps the first."""
+    _JOBS.setdefault(key, Job(key, list(args), dict(env_extra), float(timeout), wanted))
 
 
-SHARD = "TAPE_TESTS_SHARD"
-"""``k/n`` in a job that runs every ``n``-th collected test from the ``k``-th on
-(``conftest.py``): one long suite as ``n`` jobs that both cores can share."""
-
-
-def register_simulator_suite(key, path, test_name, timeout=2400, shards=1):
+def register_simulator_suite(key, path, test_name, timeout=2400):
     """Job ``key``: pytest on the test file ``path`` with Numba's CUDA simulator on, wanted by
-    the test named ``test_name`` (which checks its result); as ``shards`` jobs
-    ``key/0`` .. (each a share of the tests, :data:`SHARD`), which :func:`result` of ``key``
-    combines."""
-    for k in range(shards):
-        register(
-            key if shards == 1 else f"{key}/{k}",
-            ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(path)],
-            {"NUMBA_ENABLE_CUDASIM": "1", **({SHARD: f"{k}/{shards}"} if shards > 1 else {})},
-            timeout,
-            wanted=lambda item: item.name == test_name,
-            priority=0,
-        )
-
-
-def shard(items):
-    """Keep this job's share of ``items`` (:data:`SHARD`); all of them outside a shard."""
-    spec = os.environ.get(SHARD)
-    if spec:
-        k, n = (int(v) for v in spec.split("/"))
-        items[:] = items[k::n]
+    the test named ``test_name`` (which checks its result)."""
+    register(
+        key,
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(path)],
+        {"NUMBA_ENABLE_CUDASIM": "1"},
+        timeout,
+        wanted=lambda item: item.name == test_name,
+    )
 
 
 def test_file_key(name):
@@ -146,7 +126,6 @@ def start(items):
                 todo.append(j)
     if not todo:
         return
-    todo.sort(key=lambda j: j.priority)  # stable: the tests' order within a priority
     _ORDER[:] = todo
     threading.Thread(target=_run_all, args=(todo,), name="tests-background", daemon=True).start()
 
@@ -198,30 +177,8 @@ def _run_all(jobs):
 
 
 def result(key):
-    """The finished job ``key`` as a ``subprocess.CompletedProcess`` (waits for it), or, for
-    a suite registered in shards, one that joins theirs (the worst return code, the outputs
-    one after the other). Runs a job here and now if it was not started in the background (a
-    test selected by hand)."""
-    keys = [key] if key in _JOBS else sorted(k for k in _JOBS if k.startswith(key + "/"))
-    if not keys:
-        raise KeyError(key)
-    parts = [_result(k) for k in keys]
-    if len(parts) == 1:
-        return parts[0]
-    return subprocess.CompletedProcess(
-        parts[0].args, max((r.returncode for r in parts), key=abs),
-        "\n".join(r.stdout for r in parts), "\n".join(r.stderr for r in parts),
-    )  # fmt: skip
-
-
-def report(write):
-    """One line per background job that ran: how long it took."""
-    ran = [j for j in _ORDER if j.done.is_set()]
-    if ran:
-        write("Background jobs: " + ", ".join(f"{j.key} {j.seconds:.0f} s" for j in ran))
-
-
-def _result(key):
+    """The finished job ``key`` as a ``subprocess.CompletedProcess`` (waits for it). Runs it
+    here and now if it was not started in the background (a test selected by hand)."""
     job = _JOBS[key]
     if job not in _ORDER:
         _ORDER.append(job)
@@ -237,6 +194,13 @@ def _result(key):
     if isinstance(job.result, BaseException):
         raise job.result
     return job.result
+
+
+def report(write):
+    """One line: how long each background job that ran took."""
+    ran = [j for j in _ORDER if j.done.is_set()]
+    if ran:
+        write("Background jobs: " + ", ".join(f"{j.key} {j.seconds:.0f} s" for j in ran))
 
 
 def stop():

@@ -24,11 +24,6 @@ def pytest_collection_modifyitems(config, items):
         if moved:
             config.hook.pytest_deselected(items=moved)
             items[:] = [it for it in items if it.path.name not in files]
-    kept = list(items)
-    _background.shard(items)  # a share of the tests, in a sharded background job
-    if len(items) < len(kept):
-        ids = {id(it) for it in items}
-        config.hook.pytest_deselected(items=[it for it in kept if id(it) not in ids])
     _background.order(items)
 
 

@@ -49,7 +49,7 @@ if not IN_SIM:
     # ------------------------------------------------------------ normal test process
 
     # Runs on the second core while the main process works (tests/_background.py).
-    _background.register_simulator_suite("cuda_sim", __file__, "test_simulator_suite", shards=2)
+    _background.register_simulator_suite("cuda_sim", __file__, "test_simulator_suite")
 
     @needs_numba_cuda
     def test_simulator_suite():
