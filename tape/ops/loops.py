@@ -38,12 +38,14 @@ _jit = njit(**UNCACHED_JIT)
 # uncacheable (Numba embeds the dispatcher's address).
 _loop = njit(inline="always", **UNCACHED_JIT)
 masked = _jit(_masked.masked)
-# the broadcast block's positions (tape.ops.blocks.broadcast), as the GPU loops compile them too
-ndim_at = _jit(broadcast.ndim_at)
-dims_at = _jit(broadcast.dims_at)
-row_length_at = _jit(broadcast.row_length_at)
-strides_at = _jit(broadcast.strides_at)
-inner_stride_at = _jit(broadcast.inner_stride_at)
+# the broadcast block's positions (tape.ops.blocks.broadcast), as the GPU loops compile them
+# too: inlined in Numba IR (a function compiled on its own costs each first kernel a compile)
+_position = njit(inline="always", **UNCACHED_JIT)
+ndim_at = _position(broadcast.ndim_at)
+dims_at = _position(broadcast.dims_at)
+row_length_at = _position(broadcast.row_length_at)
+strides_at = _position(broadcast.strides_at)
+inner_stride_at = _position(broadcast.inner_stride_at)
 
 
 @njit(fastmath={"reassoc"}, **UNCACHED_JIT)

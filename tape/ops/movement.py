@@ -28,15 +28,17 @@ from tape.ops.blocks import rows as rows_block
 from tape.ops.loops import active, strided_offsets, view
 
 _jit = njit(**UNCACHED_JIT)
-# the blocks' positions, as the GPU kernels compile them too
-_c_ndim_at = _jit(copy_block_codec.ndim_at)
-_c_dims_at = _jit(copy_block_codec.dims_at)
-_c_in_off_at = _jit(copy_block_codec.in_off_at)
-_c_in_strides_at = _jit(copy_block_codec.in_strides_at)
-_c_out_off_at = _jit(copy_block_codec.out_off_at)
-_c_out_strides_at = _jit(copy_block_codec.out_strides_at)
-n_rows_at = _jit(rows_block.n_rows_at)
-inner_at = _jit(rows_block.inner_at)
+# the blocks' positions, as the GPU kernels compile them too (inlined in Numba IR: see
+# tape.ops.loops)
+_position = njit(inline="always", **UNCACHED_JIT)
+_c_ndim_at = _position(copy_block_codec.ndim_at)
+_c_dims_at = _position(copy_block_codec.dims_at)
+_c_in_off_at = _position(copy_block_codec.in_off_at)
+_c_in_strides_at = _position(copy_block_codec.in_strides_at)
+_c_out_off_at = _position(copy_block_codec.out_off_at)
+_c_out_strides_at = _position(copy_block_codec.out_strides_at)
+n_rows_at = _position(rows_block.n_rows_at)
+inner_at = _position(rows_block.inner_at)
 
 
 @_jit

@@ -15,12 +15,14 @@ from tape.ops.blocks import reduce as block
 from tape.ops.loops import active, strided_offsets, total, view
 
 _jit = njit(**UNCACHED_JIT)
-# the block's positions, as the GPU kernels compile them too
-ndim_at = _jit(block.ndim_at)
-dims_at = _jit(block.dims_at)
-row_length_at = _jit(block.row_length_at)
-strides_at = _jit(block.strides_at)
-inner_stride_at = _jit(block.inner_stride_at)
+# the block's positions, as the GPU kernels compile them too (inlined in Numba IR: see
+# tape.ops.loops)
+_position = njit(inline="always", **UNCACHED_JIT)
+ndim_at = _position(block.ndim_at)
+dims_at = _position(block.dims_at)
+row_length_at = _position(block.row_length_at)
+strides_at = _position(block.strides_at)
+inner_stride_at = _position(block.inner_stride_at)
 
 
 @_jit

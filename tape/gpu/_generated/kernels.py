@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "a253e3ffffba1afdf2309b835c1652ccfd784afbc3639837877d118767b66315"
+FINGERPRINT = "178f23c9069f4848c3f506aba4b9b1c3259c957ead08f8163c627ec89b7ca7c8"
 
 from numba import cuda, float64
 

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "326c66eb36db8f015a5f06a6418aacb94a290ee985dc5acb685bd62403f99361"
+FINGERPRINT = "da3a45a42632bd94964f4c64291a5ea6bb0248bf69d80affe9bb8f09db306389"
 
 import numpy as np
 from numba import njit

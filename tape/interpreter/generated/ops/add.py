@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f2b072a8cb47bf772e6e2309facf939430bbbd9c3e4a999653c365c2464d1244"
+FINGERPRINT = "157662c9b613d59d22bbe57a55d5572d8df03ecab664cd5093a3c902f277d6cf"
 
 import numpy as np
 from numba import njit

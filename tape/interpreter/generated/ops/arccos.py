@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "55cb25dcb27ba8e7a56c8551279c502ab80578182084fd4c924e27be8c729e3d"
+FINGERPRINT = "d0c2ff814efdc08df50718386ca7054fd1878cfb99a35b7ca1c22c2991f3dabe"
 
 import numpy as np
 from numba import njit

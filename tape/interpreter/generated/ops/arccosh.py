@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d502857ce242c3fe578cebf5d96baa0b12af2a341521700dd148fa1fe5fb1aed"
+FINGERPRINT = "d749df665375ba6f8960969be17a9e0375c3b3419f3c89d60cc06b783d0e97c7"
 
 import numpy as np
 from numba import njit

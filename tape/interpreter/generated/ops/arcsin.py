@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "83dccca601ea1fe05ba2420d487b58452063455e51054ff69d492356bbda3a0d"
+FINGERPRINT = "0ecfbdd08d279d51306da2a797bf03e853b9b3f3c270828be0aac96828856477"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "76dbdb9efffeab0c3183e8ed9cff2807ef61049f56dc8dd20c1be2a8c156288d"
+FINGERPRINT = "8ffb08ea7f70b8cad892a41327e517002a9707e59fecfb6638e84bea8bbc7aea"
 
 import numpy as np
 from numba import njit

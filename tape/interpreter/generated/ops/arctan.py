@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f4e5d31d89793d63d4ef7d294c3566204107b090c1ad72eec418950aa10a6e8f"
+FINGERPRINT = "92bc9b5cfc925ded9eafe53c8fdfa361ca1f74511f92f60cf1f3f1b3dcd81def"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "82abbb33fb1f7321afded0198f80e04c680b0d2eb607baedaf70bc59d22fd04a"
+FINGERPRINT = "3b0c239aadb5737172dd7047a1b88a9e9f0e82b5cf570040621fee1e4b210394"
 
 import numpy as np
 from numba import njit

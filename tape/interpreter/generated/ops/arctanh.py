@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b66b6e94a24820377d40d4f90755a32f92f52ebd93c4f1ebb29066704a7a906a"
+FINGERPRINT = "c4a6f4b433d35d192d46afc6d6962969dcbd91f4f45f7482013dfab9e2a23e30"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3050e1b925026e824d667ac1345610848c6e6904016db59f9134ea97fbfd24e3"
+FINGERPRINT = "74bd66c42ce708ecbc4b9f71097430907d79950593d8f2e9e914baa7ba13af56"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9446997d51837905e1e965632d483a3775e9c5953dc829d30b7336281ed4c9ad"
+FINGERPRINT = "dbf9c327dba71f6a8ee016a9cf02f45338a14b865ade0d92c4ad4e911470583b"
 
 import numpy as np
 from numba import njit

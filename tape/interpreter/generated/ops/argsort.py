@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "29daa41e438edf0e55c5a43461b7f8a95774ddfad317b971df49e9ea98f4856e"
+FINGERPRINT = "62eb8c9561d7d72c4ea3170350042c179c2f307cbdf26f7f47b2d35a92dda3da"
 
 import numpy as np
 from numba import njit

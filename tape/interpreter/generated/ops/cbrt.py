@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fd2fbf2fc8e60c787a900a53254ba1c0c939dcf30f8289456ac5810b1480ac18"
+FINGERPRINT = "4e400041372852d7c48d41239c2cf5d4db31f4960ff267df4ef7522a7a9742bf"
 
 import numpy as np
 from numba import njit

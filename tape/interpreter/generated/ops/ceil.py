@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "48e8fdaa166750599eedc784020ef0750c80a510b9306f0535cce51d59b479cc"
+FINGERPRINT = "e0e647c07d93b97bf1eb6543091cd39f5042f4ec2a48c65eff5f31d605b0521b"
 
 import numpy as np
 from numba import njit

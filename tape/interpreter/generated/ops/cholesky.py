@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c88c1d2d3375ba8362b72eece17094b1e014689e85c5420da217ff5d2e63eef"
+FINGERPRINT = "1df216c74d5325bc5d68f27965f5084344e8c2a577f47cfd82cd01016bee0f90"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "816f32545152510c4a43dfd2c0512577daea65d3806a9a63a64c174c2a6f725b"
+FINGERPRINT = "a4011e0f7bf0958b4f0666ac8173dae0b2935236c3415b3fc1df4dc879cf3985"
 
 import numpy as np
 from numba import njit

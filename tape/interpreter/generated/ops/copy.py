@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38e3d6fb08fbade5dc6c3f1df49db997a874200497434a1b594281e84cbaa8ea"
+FINGERPRINT = "9ab04e3c84e8eb529580302711b74724e2b9d6f179c846a69dda28d8b18a76c4"
 
 import numpy as np
 from numba import njit

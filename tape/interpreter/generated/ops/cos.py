@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c9779c44bb3d577231de70f007894d66f66b4e5e877d538f70d23ed9cf0409ed"
+FINGERPRINT = "0e4614ec4576e2f6982a734fc10aecfee8dfd186157f5ee7d3da143f8c2de40c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d1775288c2151c5bef024ffc9dd5bdd64cc10462958b7a80e880ce6a4f2caef8"
+FINGERPRINT = "408d422b5b5bec3ad7062c3a85271b1478de047a39c7c02c7b4d70fe77dae780"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d98b77996511bac32ac2a2a2b122497a51757b114a0f3af08021847a59cf1f58"
+FINGERPRINT = "51ea0fd7baea691763bac38bc3e993b2c7e93ebaf19e4af13117d08d61e7e275"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "acb4a81477f0080ef7ca1091f6681061087295790fb25c1aa87e9b5d236e8cb9"
+FINGERPRINT = "bf1c8314c77fd70d5dff18adc6a2e1b425ab7f25067c09fe79f113b8fccde243"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dcb9613074ea109ac1fe21bdde5d6f3b9c6011c1fe5804c5aa9452b832a7907d"
+FINGERPRINT = "8c3968dcca02c6f3ea9fbf0700bb4632801bf504fdd90277d90603c5214a9d43"
 
 import numpy as np
 from numba import njit

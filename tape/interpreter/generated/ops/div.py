@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "71e7048b30c33c81fdc40d6543c581e9cd2a3100b2694699ab1e6dd7d0dfb7dc"
+FINGERPRINT = "56b515904ed469f3c3c00f2eb2ddcb34a9d3194ff21e7216ee138ec487c4c580"
 
 import numpy as np
 from numba import njit

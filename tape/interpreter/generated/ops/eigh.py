@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4d13558e687404f1dea192e1c5cb02e3abc743db725af2e0f759126676dabd62"
+FINGERPRINT = "11db4a2a14780080a305fcd48d5d70cd261415351a27b465007fc09ddf756f34"
 
 import numpy as np
 from numba import njit

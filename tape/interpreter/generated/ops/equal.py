@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9328fcf041aa9e10ba92a34b542d0ef9f66bed8cc024e723a60bab9e37549dca"
+FINGERPRINT = "dab06a51bc1f392705724d538bec81dd10fdd528102316d303f0112301be818f"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "92066ce9799285b16f031cc8cef0fddf1749aeff384c791050b1d98deab98738"
+FINGERPRINT = "d5783ebc15acd9d66f61134e6d6f180663cdf8278a2cecbe3b7636ecb35109ac"
 
 import numpy as np
 from numba import njit

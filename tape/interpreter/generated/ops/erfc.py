@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "41489a31e2f55939d43dee9d0fac52c13028269c892ff1827e06c818ec392db1"
+FINGERPRINT = "7d84598cb837363e29317f5da74b5bd240b9b589dc9e0366b5322881e7ded66d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "deed8a11acce30bbc0003fbb3105cbf05e20c317daaa5d92f88ee0cdcf2f5954"
+FINGERPRINT = "6656fcb7b11a85b9004dd2716a4b5da884e01724a46709234fd87c4a9f862a30"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ca9d8d015f07d9d9b8811f3311ae1b7c051b4444b8361745e37969018514b34b"
+FINGERPRINT = "3ca3717a8f4cf29bdb2e8dd4fb960db5fac149691b8824b90bb811668e6b0028"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "068da0070ede066e418b599e6dc1b5433c126b3702320f8c237eaa6b0b28b667"
+FINGERPRINT = "479a99dea5afe51c021a8ae4172f092edfed0acc136e162e52753a524c40293d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8fb41b88f1b8da73f174113cdaf14b6e4b66d827acd9bcfb5dcdad0ec78528ff"
+FINGERPRINT = "ab0fe69e2e844bbfcf5c9435972cc276910651b70ae29560a61598d665a32ab7"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0800818dcb03c73e2acbcc277c31ce88560df34e1093dfa89dc006aae8c485aa"
+FINGERPRINT = "9ab41b2db4154311e0bece9630dfb1a7f916257c1fccc2d61703b63d0a213e33"
 
 import numpy as np
 from numba import njit

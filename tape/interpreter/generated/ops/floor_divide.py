@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d9c84f45c78423934ee7b41fb8d5482d59db4b4f480322c7cdd09efb785e1342"
+FINGERPRINT = "36c0bc6ff90d4d77e64866be8714edcad8cd42c00fa9e45036dad33378dc0e18"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "56f45e39ae8524280a9607b2cc238d8496ad3260aadafee0cf040c25d98e372e"
+FINGERPRINT = "a3a00d64342e719dc1c9bce72aa6837c8166d943038cba87c3ffc15ae5a83455"
 
 import numpy as np
 from numba import njit

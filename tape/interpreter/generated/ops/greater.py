@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2a03da5fd080584147cf303d316ac193ca9bfbfe87d9d1115f89605e5e2d6ece"
+FINGERPRINT = "8839826b78a4de2e2aa3f9b5045f53886e6f4110bc55d92b34091b88a630ab6d"
 
 import numpy as np
 from numba import njit

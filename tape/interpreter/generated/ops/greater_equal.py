@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fa0129a7ecc7f6127f492b9140b6c8aac2bab6891b9f159f7d3f461c6c91e5e4"
+FINGERPRINT = "5488811fa52d8339b886ba65a6470a279b60e33aa719593da5f3af17cbc5059e"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee6a043b8e2046db8c2ebf10924044ee039d8e65ea2dfcd956f781b50ba88266"
+FINGERPRINT = "602e7591dd33443ba6d8a140e4bdab13b80f0bfea2b598eb8ff2523c0c2bf27b"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4cc6e61373223076d864636fba400f00c12c13b4058a883d08670f20a3f5d67d"
+FINGERPRINT = "754ebdbd5165484933b2e6ff04ac2fb6f70894747629160b93579ad92e688e03"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ef1aefd2fbd5869c7c6e34c443607788e0a53acdbc2c4c26515ba10fbeb23f17"
+FINGERPRINT = "7e608a53fc6cb9dfab33bc4644a6a4be3970493015c3e0d6c49da2bb52a1e8cb"
 
 import numpy as np
 from numba import njit

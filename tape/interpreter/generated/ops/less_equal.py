@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5f2f4676a3363defb31e5a267db6d1736ff77c01ba5f777601d80f6417fc583a"
+FINGERPRINT = "52756cc01a4d5db6c215ff90f203afc7094d8d1b1f882b1b7d8aa7f17c15dc34"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "76ce415b9da2df760c321304d4fd2d1be8942f38514c021f13fad6a333e949d8"
+FINGERPRINT = "dd4887b26eac78c539d3631cfec8ee02b2250d9a0272607919ed66caea1a51ef"
 
 import numpy as np
 from numba import njit

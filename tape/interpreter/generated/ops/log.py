@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7b4010156be32d2f0599cd4ffba2e088587b7dd9565d1bad9cf321eee7fd5486"
+FINGERPRINT = "38cb2088cf71b6de680baeb53de465c61362d07f1dd22301231d60c711ce9b3e"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "79cf459a885c694def2ef6ff5983ec3aa75f1603146f28670ce0c53aebace016"
+FINGERPRINT = "f269401ec7a56dad836e0fd6c06b36cfaee87e37754bc68a7eae104003383f06"
 
 import numpy as np
 from numba import njit

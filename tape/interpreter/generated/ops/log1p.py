@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f3f8744f83761941bf0fc9e6f7b5a339e77f27c4a6ffa2fdb4aecbf92d16b043"
+FINGERPRINT = "3deae90e0e584bd7af4ab31c15b45bcd455568002db60fab7a035ac088ae466f"
 
 import numpy as np
 from numba import njit

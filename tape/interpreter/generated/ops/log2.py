@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "04db38c113a72f79c6b80ec518d48e59520a274d6b83c12dc6ce9b52a7347bda"
+FINGERPRINT = "5b48cd9b3617a9b67db55dc66f14b290f065a35ec4070745906b9aee14d5eeda"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7262f05033301801ff2b78d99c8e7b3e5bc1880b61b69b1e13e091570868bffe"
+FINGERPRINT = "5cb3cfb0d35f6260389614ee0c8e8a35748bc08900b3a345eb4e5ba174236298"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6709181790bc8d8dd6e281aca3343993c00eac8525160ad4d2d03b207e3b464e"
+FINGERPRINT = "e22b01c422e8b528edc69e0297147823f3d0120851afdd7e87ce445faea3ebd4"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bf72dd819d8973d08638552c9b8f23b398a86973d82dce2b3ecbe85bf3783a84"
+FINGERPRINT = "fc3ec4a2ba77c4bec49a52efc7c7f1e29e566380640564c1c1b4a0682ee6f50b"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e78a45580398267a659b714813454a991c7159df0a35d2fb1060a20b6aadbac7"
+FINGERPRINT = "11337e3fa59426e43ee1c88ef063ce413cfca6ee4cec3d86208655c2bc8e658c"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "138574317ba9f44d446f22a48c65f539ed2aa831c83bf51dc728ba008e8c56b0"
+FINGERPRINT = "fdb4786e54113558a21154e5109b74ba0aece1adc7834ac67263293f26737669"
 
 import numpy as np
 from numba import njit

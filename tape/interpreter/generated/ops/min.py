@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "133f07f065b74e7b0ebe7b87cc52e8520d50c2f1e77b6460e9f840db91510566"
+FINGERPRINT = "12838eeee19227aae016317dc0c32f360f5d07b07d48c9d0e60f5501c4590ec6"
 
 import numpy as np
 from numba import njit

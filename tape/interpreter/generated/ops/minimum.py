@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "383cddf134c8bfd8268af5368f8898071a3544e562ce1003e7a4197f628715cc"
+FINGERPRINT = "8869fdecb0b69f11c8e77b27e89a4124efaf4901c1b2c1809e8a8a91a98261ce"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bc72989ed78f254589358b9e1acd26afa5f74faf31d51ec02d319adfdc851baa"
+FINGERPRINT = "8e1ac7c8bb6eb136cf64a3b636cba48e845092aac4fbe95d2e6f86c1d3b577c5"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4c74e6b2462d6713606bf9762d34bdc130fdf4ec4d24025d92bbdbff32f81ddb"
+FINGERPRINT = "42178c5a617659d78c0ee7bfc9d92ec4a2bb8a6dbc44e86dc590752e5f059cfd"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4331b58daa3d41ac839ad486214ace7b0ef7a47f9066620c6875cea69099eb9b"
+FINGERPRINT = "d5874bb2bf605511ee6af1ac4cf81364070f7132cb7e2b49bf14bc3f98863e0a"
 
 import numpy as np
 from numba import njit

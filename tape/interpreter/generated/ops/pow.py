@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "affdb8a31c3e79040af646fe488ec7d22ac784c3a33d3f77cfa1fd21d9793331"
+FINGERPRINT = "b66a7c2e48b1cf995935bfa896ec99bac4b668de30c717f497173de552d458f1"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "01a40c931e56eda427393125c712b166ad2859df82b229e7cb83c235b52958b4"
+FINGERPRINT = "6f835d43226ba391addc38f9d26b544cb4d44f5d560ba2399c36f06729ba694a"
 
 import numpy as np
 from numba import njit

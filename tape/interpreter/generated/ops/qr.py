@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "744ff69900ae99780f76cec8320cba4aecb827d8bc10ed94087c7c78dfe732b5"
+FINGERPRINT = "b8dbf6365c1abdebb896b1047330f31f0beef0a3ef5f13ffecb891f9483caa2c"
 
 import numpy as np
 from numba import njit

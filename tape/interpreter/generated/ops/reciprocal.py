@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "73f331c014e6d1311c0f59eca332836872f92dc4edf81c772f7a1c8f16c82cc3"
+FINGERPRINT = "05a039944d8cc2b2261523fe4d6788bdfe24b93d24340260e27eca7d368f0948"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4558aa7a9ebe5a5f96669c174e04ffab4fe08282b22284fc1b77d9a75aa9522d"
+FINGERPRINT = "ba085a18c53c5ff5223e6f2099daf594076727cf90aecc6da385cb2b65202afc"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "493a913f90e4d39b12784b2681d8cfae7825a54f012597609d174dcc5f2faf87"
+FINGERPRINT = "ee81a4855640969483570d30cfd6710f7d65a57651c107205fcf3afb8c8b7b90"
 
 import numpy as np
 from numba import njit

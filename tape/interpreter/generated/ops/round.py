@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "906bca6744060828a021147d5a40047edb7e2857c949691c899cee6d06470dda"
+FINGERPRINT = "536835d096651021d1b9b3ab1b6299adf576a9da00d47d55333ed9b79ecd0bea"
 
 import numpy as np
 from numba import njit

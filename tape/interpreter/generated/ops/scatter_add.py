@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98a788a3102de080322af77ecfbc5ad0795de94718ddfce709f255df9a3c4525"
+FINGERPRINT = "637c0911c5618c2e340877367023151104c5617cb637e55f585bc5cea3452f89"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "72c1605a510a4023da0a14bd0f390230b8cccae7420be196f5f31c1d5cae6179"
+FINGERPRINT = "e2886f84d3c10770f5d6ad00082b15821c4408fb48c4218ded7cc96398aee76a"
 
 import numpy as np
 from numba import njit

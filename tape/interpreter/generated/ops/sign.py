@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1b6ff2d01f2314851ca22eeb73825c6d47f53fc7a78169dc172b411f748c6547"
+FINGERPRINT = "9dac1e7f883b0040ec0693bca62b1088d0f39acbdff502c86f5ac870124b777e"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a143733d590befc83d1a118c42a251cb53427a6251751729aea3df75f88c7e92"
+FINGERPRINT = "3bad3784caf63e95b0f74a133c676b30ef04e0c3d71dcdd46e34242931571098"
 
 import numpy as np
 from numba import njit

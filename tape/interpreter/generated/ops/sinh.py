@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2ab8624bbb6291382b93a5205edef3028a98d9c8fda72d4f2b7e40d979cba4d8"
+FINGERPRINT = "a34b83c45ab9b2f952687c8972a3df26ea4c54ea7c51424e8fa19ea949813096"
 
 import numpy as np
 from numba import njit

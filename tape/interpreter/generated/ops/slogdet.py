@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "16ca9acb8a25c415a960c31d1e7ce2bf85842c86618e27cadae79ed7380a975a"
+FINGERPRINT = "0eec75d775fb0dd23ffb9efe6d02172f297cb3343febf472646d6d1318a5d654"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5fcfde4b2dd9041ab7c80b0050272172612b819441f58d326848b418888d6e53"
+FINGERPRINT = "0a4f586f375974a94abd00d48c68c09c5373424bc025a5cf7f2e0d08d01c5ca4"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "234dc64aa70d3455aa4b4f70fddefa8a4be0e423bc7bd88ea7152e47bc9cfe0c"
+FINGERPRINT = "dd58af662308c6ae9c4929808de5133f1ea282306ef3c8b0ddea0749e44be2f2"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "159673be9cc75af7b7848d12b766d79216ff4caceaeaf59e2d428d40c1b77957"
+FINGERPRINT = "e3324d1cc05ad145378c47bfb707425368dd8f21b19a503b92f108f251e2cc20"
 
 import numpy as np
 from numba import njit

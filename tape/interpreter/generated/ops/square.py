@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "89eda55b9e1c6126dcadaf6bdec20d2230a14b909aa7f689ebbc21c9ef2f2ef2"
+FINGERPRINT = "58bbeb18c850d26cf66ca4ff39b410df593c05238ad90f7e34ea460f4c3925b4"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0dbe4d8bc4d7aa866e2994571d00dccbf18e6e46f76755a82beca63954875f1a"
+FINGERPRINT = "7f9914e47db2ba2df05777d131ec508cd48d5559071e544b20162dc17e298cef"
 
 import numpy as np
 from numba import njit

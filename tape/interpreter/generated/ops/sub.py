@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7e9e0da825c2eb19bc8e1e91741c6c1218725fcd8b97cb6f67fe422697bc0124"
+FINGERPRINT = "3e5d6aa11698da282fa3a76f46958716fd99bf1b3e3249a8846a8dc63e3a0e0d"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "50b6cbfc968969c5d799574c0787c4ede809ae18e6b2bd0bc617b01ebffea2ae"
+FINGERPRINT = "b47c9ea5dbf207ec84076470c97efd13672559a3b350f0507ec27fc1590b25f4"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "13d2b5fe935df791450c2c9bee0f968c81a8741eff29a51652cf5b8edf2f9333"
+FINGERPRINT = "e3793fbe1a4d44e30090cbe616c42aa7c6d925e79683ff3caf7a7a83249e0418"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f90ebc3e25632754fc66b2a773fef1cd9483171985595559d24176ef0ae3ab00"
+FINGERPRINT = "959c9c6200a67f4964f52742ea0477acad88109e503ce48adae3df7d31d727a0"
 
 import numpy as np
 from numba import njit

@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "060445c41d1c827df66cf39db7a3789c17e78b18a34df179afaf0253498a4e0d"
+FINGERPRINT = "07f6bc5097cfc29bb8eea3d09e76cc9d6531d62f5894265591c6f21b497112ce"
 
 import numpy as np
 from numba import njit

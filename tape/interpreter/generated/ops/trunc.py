@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "913c6033f83675c59a2c9fa449c867944432f302c0a050bb9b97a4689df06b5b"
+FINGERPRINT = "dc23a8c23e772c9beb4fc2041ef9752e2341001bee94aed15b806ceec17bb9a3"
 
 import numpy as np
 from numba import njit

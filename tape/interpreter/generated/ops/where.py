@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e202ce565fc4a0a3c931fefdef434964d48bbf1700135f216e1df0b0bffcbbcd"
+FINGERPRINT = "6a0e700462d0b63305c938605b53a44d653bee676a295c2c7e79799f2133f8f5"
 
 import numpy as np
 from numba import njit

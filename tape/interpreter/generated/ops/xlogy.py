@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5c9b37e16024fe6d17c80b5dde16da5dfc866b09fc80210ffb8d585338166b69"
+FINGERPRINT = "a425f1fe769e1ed70011210220e39ceecddbb9c9335d77a8508d8517a6cac43b"
 
 import numpy as np
 from numba import njit
