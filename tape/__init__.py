@@ -187,6 +187,7 @@ def _check_fresh():
 
 _check_fresh()
 _aliases.install()  # the public names of the modules imported above
+_aliases.keep_transforms()  # from tape.transforms import grad, as before the layer folders
 
 
 def warmup(dtypes=("float64",)):

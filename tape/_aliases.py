@@ -73,6 +73,34 @@ class _Finder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_loader(name, _Same(real))
 
 
+TRANSFORMS = (
+    "grad",
+    "value_and_grad",
+    "jacobian",
+    "jacfwd",
+    "jacrev",
+    "hessian",
+    "jvp",
+    "vjp",
+    "hvp",
+)
+"""The JAX-style transforms that ``tape.transforms`` (a module before it became the layer
+folder of derivatives, sparsity and batching) exported: :func:`keep_transforms` puts them
+back on that package, so ``from tape.transforms import grad`` keeps working."""
+
+
+def keep_transforms():
+    """Attach :data:`TRANSFORMS` from ``tape.frontend.function_transforms`` to the
+    ``tape.transforms`` package (from here, the app layer: the package itself imports
+    nothing from the front end)."""
+    import tape.frontend.function_transforms as fn
+    import tape.transforms as layer
+
+    for name in TRANSFORMS:
+        if not hasattr(layer, name):
+            setattr(layer, name, getattr(fn, name))
+
+
 def install():
     """Register the public names of modules already imported, and find the others on import."""
     if not any(isinstance(f, _Finder) for f in sys.meta_path):

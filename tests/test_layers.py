@@ -285,3 +285,19 @@ def test_a_private_tape_use_fails_the_check():
     assert private_tape_uses("ws = t._workspace()\n")
     assert private_tape_uses("x = plan.tp._replay\n")
     assert not private_tape_uses("ws = t.thread_workspace()\n")
+
+
+def test_public_names_are_the_layer_modules():
+    import tape.core
+    import tape.nn.functional
+    import tape.optim
+
+    import tape
+    from tape.transforms import grad, jvp
+
+    assert tape.core is tape.program.core and tape.optim is tape.frontend.optim
+    assert tape.nn.functional is tape.frontend.nn.functional
+    assert _aliases.home("tape.cuda._replay") == "tape.gpu._replay"  # (not imported: numba.cuda)
+    # tape.transforms became the layer folder; its JAX-style names still import from it
+    assert grad is tape.grad and jvp is tape.jvp
+    assert callable(tape.record)  # the function, not the module behind tape.record
