@@ -918,7 +918,7 @@ def test_integer_powers_are_multiplied_out():
 
 def test_short_loops_call_the_transcendental_rules_and_long_ones_inline_them():
     """exp, log, tanh and sigmoid are inlined in Numba IR where a loop is long enough to
-    vectorise; a loop shorter than _BLOCK_MIN calls them as functions of their own (``_o_``),
+    vectorise; a loop shorter than params.BLOCK_MIN calls them as functions of their own (``_o_``),
     which compiles faster. Both give the interpreter's numbers."""
 
     def f(a, b):
@@ -1078,7 +1078,7 @@ def test_fused_loops_are_shared_across_tapes_and_lengths():
     from tape.interpreter import dispatch as _dispatch
 
     mods, registered = [], []
-    for n in (10, 14):  # both short (element loops), both summed in the loop (< _SHORT_SUM)
+    for n in (10, 14):  # both short (element loops), both summed in the loop (< params.SHORT_SUM)
         rng = np.random.default_rng(n)
         x, w = rng.uniform(-1.0, 1.0, n), rng.uniform(0.5, 1.5, n)
         ti, tc = both(f, x, w, wrt=[0])

@@ -423,7 +423,7 @@ def _listing(t, plan, gen, frows, rrows, tail, units, zero, leaves):
     return "\n".join(
         [
             *_summary(t, plan, frows, rrows),
-            "Replayed by the shared runtime (tape_runtime: tape.compiled.runtime_source()), from",
+            "Replayed by the shared runtime (tape_runtime: tape.compiler.runtime.runtime_source()), from",
             'the tables appended to the integer pool (``t.kernel_args().ipool``)."""',
             "",
             "# forward units, in order:",
