@@ -494,3 +494,36 @@ else:
         x = rng.standard_normal((3, 4)).astype(np.float32)
         t = tp.record(lambda a: (tp.cumsum(a, 1) * tp.sort(a, 0)).sum() + tp.cumprod(a).sum(), x)
         check(t, [x], rtol=1e-5, atol=1e-5)
+
+    def _lanes_cases():
+        """Every case of every op whose GPU kernel is built from its element loops (the
+        record's ``lanes``): such an op has no GPU test of its own."""
+        import cases_factor
+        import cases_scan
+        import cases_scatter
+        import cases_spectral
+
+        from tape.ops.registry import OPS
+
+        merged = {}
+        for cases in (cases_scan.CASES, cases_factor.CASES, cases_scatter.CASES,
+                      cases_spectral.CASES):  # fmt: skip
+            for name, lst in cases.items():
+                merged.setdefault(name, []).extend(lst)
+        out = [(op.name, k, c) for op in OPS if op.lanes for k, c in enumerate(merged[op.name])]
+        assert out, "no op with element loops (lanes)"
+        return out
+
+    LANES_CASES = _lanes_cases()
+
+    @pytest.mark.parametrize(
+        "name,k,case", LANES_CASES, ids=[f"{n}-{k}" for n, k, _ in LANES_CASES]
+    )
+    def test_lanes_ops_match_cpu_on_device(name, k, case, rng):
+        fn, _, xs = case
+        w = rng.uniform(0.5, 1.5, fn(*[tp.tensor(x) for x in xs]).shape)
+        t = tp.record(lambda *a: (fn(*a) * w).sum(), *xs)
+        check(t, xs)
+        # other data, the same tape: the values and adjoints of the device follow the CPU's
+        x2 = [x + rng.uniform(-0.25, 0.25, np.shape(x)) for x in xs]
+        check(t, x2)

@@ -708,8 +708,6 @@ def _install_torch_methods(T):
     # PyTorch's methods: x.sort() gives (values, indices), where tape.sort (NumPy) gives values
     T.at = property(scatter.at)
     T.index_add = scatter.index_add
-    T.cumsum = scan.cumsum
-    T.cumprod = scan.cumprod
     T.sort = scan.sort_method
     T.argsort = scan.argsort_method
     T.topk = scan.topk

@@ -2,20 +2,29 @@
 
 The input is viewed as ``(outer, n, inner)`` (attribute block ``[outer, n, inner, ...]``) and
 one thread owns each row ``(o, q)`` (``t0`` / ``ts`` over the ``outer * inner`` rows): a
-sequential scan, a stable insertion sort, a sequential search. Each output element and each
+sequential scan, a stable insertion sort, a sequential search.
+
+The scans (``cumsum``, ``cumprod``, and any op whose record gives element loops, ``lanes``)
+have no code here: :func:`lanes_kernel` compiles the CPU's element loops for the device. The
+selection ops keep their own: the CPU's ``argsort`` is a merge sort on scratch rows of ``n``
+elements, which a thread does not have (it sorts into its output row by insertion), and
+``argmax`` / ``argmin`` are short searches whose output drops the axis. Each output element and each
 input adjoint element has one writer, so there are no atomics and one phase each. Rows are
 walked in the order of the CPU kernels, so the results are the same bits.
 """
 
 from __future__ import annotations
 
-from numba import cuda
+from numba import cuda, float64, int64
 
+import tape.ops  # noqa: F401  (fills the registry)
 from tape.gpu._config import DEVICE_JIT
 from tape.gpu._kernels import GpuKernel
 from tape.gpu._loops import active, boff, ent, goff, ip, ix, udiv
+from tape.gpu._rules import device_rule
 from tape.layout.columns import E_ATTR, E_IN0, E_OUT
 from tape.ops.blocks import scan as sc
+from tape.ops.registry import OPS
 
 _dev = cuda.jit(**DEVICE_JIT)
 
@@ -37,76 +46,51 @@ def _n_rows(prog, i):
     return ip(prog, p + sc.OUTER) * ip(prog, p + sc.INNER)
 
 
-# ---------------------------------------------------------------- cumsum, cumprod
+# ---------------------------------------------------------------- ops with element loops
 
 
-@_dev
-def _scan_fwd(is_prod, i, prog, A, base, step, t0, ts):
-    x = boff(prog, ent(prog, i, E_IN0))
-    y = boff(prog, ent(prog, i, E_OUT))
-    for r in range(t0, _n_rows(prog, i), ts):
-        n, inner, s = _start(prog, i, r)
-        if n == 0:
-            continue
-        acc = A[ix(x + s, step, base)]
-        A[ix(y + s, step, base)] = acc
-        for j in range(1, n):
-            v = A[ix(x + s + j * inner, step, base)]
-            acc = acc * v if is_prod else acc + v
-            A[ix(y + s + j * inner, step, base)] = acc
+def lanes_kernel(op):
+    """The GPU path of an op whose record gives its element loops (``Op.lanes``: cumsum,
+    cumprod): the CPU's loops compiled as device functions, one thread per row (one lane,
+    ``w = 1``, strided by the arena layout), so the results are the same bits."""
+    fwd_lanes, rev_lanes = op.lanes
+    f = device_rule(fwd_lanes)
 
+    @_dev
+    def fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+        b = int64(base)
+        st = int64(step)
+        x = boff(prog, ent(prog, i, E_IN0))
+        y = boff(prog, ent(prog, i, E_OUT))
+        for r in range(t0, _n_rows(prog, i), ts):
+            n, inner, s = _start(prog, i, r)
+            if n > 0:
+                f(A, b + (x + s) * st, b + (y + s) * st, inner * st, n, 1)
 
-@_dev
-def cumsum_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
-    _scan_fwd(False, i, prog, A, base, step, t0, ts)
+    if rev_lanes is None:
+        return GpuKernel(fwd, None, 1, 0)
+    g_ = device_rule(rev_lanes)
 
+    @_dev
+    def rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+        a = ent(prog, i, E_IN0)
+        if not active(prog, a):
+            return
+        b = int64(base)
+        st = int64(step)
+        x = boff(prog, a)
+        y = boff(prog, ent(prog, i, E_OUT))
+        g = goff(prog)
+        acc = cuda.local.array(1, float64)
+        for r in range(t0, _n_rows(prog, i), ts):
+            n, inner, s = _start(prog, i, r)
+            if n > 0:
+                e = x + s
+                o = y + s
+                g_(A, A, b + e * st, b + o * st, b + (g + e) * st, b + (g + o) * st,
+                   inner * st, n, 1, acc)  # fmt: skip
 
-@_dev
-def cumprod_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
-    _scan_fwd(True, i, prog, A, base, step, t0, ts)
-
-
-@_dev
-def cumsum_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
-    # dL/dx_j = sum_{k >= j} gy_k
-    a = ent(prog, i, E_IN0)
-    if not active(prog, a):
-        return
-    gx = goff(prog) + boff(prog, a)
-    gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
-    for r in range(t0, _n_rows(prog, i), ts):
-        n, inner, s = _start(prog, i, r)
-        acc = 0.0
-        for j in range(n - 1, -1, -1):
-            e = s + j * inner
-            acc += A[ix(gy + e, step, base)]
-            A[ix(gx + e, step, base)] += acc
-
-
-@_dev
-def cumprod_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
-    # dL/dx_j = y_{j-1} S_j, S_j = gy_j + x_{j+1} S_{j+1}: no division, exact with zeros
-    a = ent(prog, i, E_IN0)
-    if not active(prog, a):
-        return
-    o_ = ent(prog, i, E_OUT)
-    x = boff(prog, a)
-    y = boff(prog, o_)
-    gx = goff(prog) + x
-    gy = goff(prog) + y
-    for r in range(t0, _n_rows(prog, i), ts):
-        n, inner, s = _start(prog, i, r)
-        acc = 0.0
-        for j in range(n - 1, -1, -1):
-            e = s + j * inner
-            if j == n - 1:
-                acc = A[ix(gy + e, step, base)]
-            else:
-                acc = A[ix(gy + e, step, base)] + A[ix(x + e + inner, step, base)] * acc
-            if j > 0:
-                A[ix(gx + e, step, base)] += A[ix(y + e - inner, step, base)] * acc
-            else:
-                A[ix(gx + e, step, base)] += acc
+    return GpuKernel(fwd, rev, 1, 1)
 
 
 # ---------------------------------------------------------------- argsort
@@ -177,8 +161,7 @@ def argmin_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
 
 
 KERNELS = {
-    "cumsum": GpuKernel(cumsum_fwd, cumsum_rev, 1, 1),
-    "cumprod": GpuKernel(cumprod_fwd, cumprod_rev, 1, 1),
+    **{op.gpu: lanes_kernel(op) for op in OPS if op.lanes is not None},
     "argsort": GpuKernel(argsort_fwd, None, 1, 0),
     "argmax": GpuKernel(argmax_fwd, None, 1, 0),
     "argmin": GpuKernel(argmin_fwd, None, 1, 0),

@@ -110,7 +110,14 @@ class Op:
     gpu : str or None
         Structural ops: the key of the op's GPU kernel in
         :data:`tape.gpu._kernels.GPU_KERNELS`, resolved only by the CUDA code (this module
-        never imports it).
+        never imports it). An op with ``lanes`` needs none: its key is its name.
+    lanes : tuple or None
+        Structural ops over the ``(outer, n, inner)`` view of the scan block
+        (:mod:`tape.ops.blocks.scan`) whose rows are independent: ``(fwd, rev)``, the op's
+        element loops (``rev`` None without a reverse rule), written once for both targets
+        (see :mod:`tape.ops.scan`). The CPU kernels call them on ``inner`` adjacent rows at a
+        time; the GPU compiles them as device functions and runs one row per thread
+        (:func:`tape.gpu._scan_kernels.lanes_kernel`), so the op has no GPU code of its own.
     check : callable or None
         ``check(t, i, entry)``: raises ``ValueError`` unless entry ``i`` of tape ``t`` keeps
         this op's kernels inside their buffers (see the module docstring).
@@ -179,6 +186,7 @@ class Op:
     describe_failure: Callable | None = None
     error: type = IndexError
     gpu: str | None = None
+    lanes: tuple | None = None
     check: Callable | None = None
     domain: tuple = (-2.0, 2.0)
     domains: tuple | None = None
@@ -274,7 +282,10 @@ def structural(name, fwd, rev, *, module, n_inputs, differentiable, check=None, 
     kernel (the CUDA code generator fails without one), ``jvp``, ``hvp`` and ``sparsity``
     (derivatives beyond the first and sparsity patterns; required when an input is
     differentiable). ``facts``: the record's other
-    fields (see :class:`Op`)."""
+    fields (see :class:`Op`); with ``lanes`` (the op's element loops, see :class:`Op`) the GPU
+    kernel is built from them and ``gpu`` defaults to the op's name."""
+    if facts.get("lanes") is not None and gpu is None:
+        gpu = name
     return _register(
         Op(
             name=name,

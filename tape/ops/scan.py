@@ -25,13 +25,16 @@ The index ops have no differentiable input and write integer positions into the 
 import numpy as np
 from numba import njit
 
-from tape.layout.columns import E_ATTR, E_IN0, E_OUT
+from tape.layout.columns import B_OFF, E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blocks import scan as sc
 from tape.ops.loops import active, view
 
 _jit = njit(**UNCACHED_JIT)
+# the entry kernels that take an op's element loops as an argument: inlined in Numba IR, so the
+# loops are constants of each op's kernel (as tape.ops.loops does with rules)
+_lanes = njit(inline="always", **UNCACHED_JIT)
 
 
 @_jit
@@ -46,107 +49,141 @@ def _row(a, o, q, n, inner):
     return a[b : b + (n - 1) * inner + 1 : inner]
 
 
-# ---------------------------------------------------------------- cumsum
+# ---------------------------------------------------------------- cumsum, cumprod
+# Their element loops are written once for both targets (the ops' ``lanes``): element ``j`` of
+# lane ``k`` is at ``a[x + j * s + k]``, for ``w`` lanes (adjacent rows of the inner axis).
+# The CPU kernels pass the ``inner`` rows of one outer index at a time (the lane loop runs
+# over contiguous memory and vectorises; ``w = 1`` walks one row in a register); the GPU runs
+# one row per thread (``w = 1``, offsets in its own arena layout). ``g`` is the adjoint arena
+# (the data arena's twin on the CPU, the same arena on the GPU) and ``acc`` a scratch of ``w``
+# elements (the adjoint dtype on the CPU, float64 on the GPU).
+
+
+@_jit
+def cumsum_lanes(a, x, y, s, n, w):
+    """``y_j = x_0 + ... + x_j`` along each lane, summed in order."""
+    if w == 1:
+        acc = a[x]  # not 0.0 + x: keeps a leading -0.0, as NumPy does
+        a[y] = acc
+        for j in range(1, n):
+            acc += a[x + j * s]
+            a[y + j * s] = acc
+        return
+    for k in range(w):
+        a[y + k] = a[x + k]
+    for j in range(1, n):
+        ys = a[y + j * s : y + j * s + w]
+        yp = a[y + (j - 1) * s : y + (j - 1) * s + w]
+        xs = a[x + j * s : x + j * s + w]
+        for k in range(w):
+            ys[k] = yp[k] + xs[k]
+
+
+@_jit
+def cumsum_rev_lanes(a, g, x, y, gx, gy, s, n, w, acc):
+    """``dL/dx_j = sum_{k >= j} gy_k``: a cumulative sum backwards."""
+    for k in range(w):
+        acc[k] = 0.0
+    if w == 1:
+        t = acc[0]
+        for j in range(n - 1, -1, -1):
+            t += g[gy + j * s]
+            g[gx + j * s] += t
+        return
+    for j in range(n - 1, -1, -1):
+        gys = g[gy + j * s : gy + j * s + w]
+        gxs = g[gx + j * s : gx + j * s + w]
+        for k in range(w):
+            acc[k] += gys[k]
+            gxs[k] += acc[k]
+
+
+@_jit
+def cumprod_lanes(a, x, y, s, n, w):
+    """``y_j = x_0 * ... * x_j`` along each lane, multiplied in order."""
+    if w == 1:
+        acc = a[x]
+        a[y] = acc
+        for j in range(1, n):
+            acc *= a[x + j * s]
+            a[y + j * s] = acc
+        return
+    for k in range(w):
+        a[y + k] = a[x + k]
+    for j in range(1, n):
+        ys = a[y + j * s : y + j * s + w]
+        yp = a[y + (j - 1) * s : y + (j - 1) * s + w]
+        xs = a[x + j * s : x + j * s + w]
+        for k in range(w):
+            ys[k] = yp[k] * xs[k]
+
+
+@_jit
+def cumprod_rev_lanes(a, g, x, y, gx, gy, s, n, w, acc):
+    """``dL/dx_j = y_{j-1} S_j`` with ``S_j = gy_j + x_{j+1} S_{j+1}``: no division, exact
+    with zeros; each lane walked on its own (the recursion runs along the lane)."""
+    for k in range(w):
+        t = g[gy + (n - 1) * s + k]
+        for j in range(n - 1, -1, -1):
+            e = j * s + k
+            if j < n - 1:
+                t = g[gy + e] + a[x + e + s] * t
+            if j > 0:
+                g[gx + e] += a[y + e - s] * t
+            else:
+                g[gx + e] += t
+
+
+@_lanes
+def lanes_fwd(f, i, entries, bufs, ipool, data):
+    """The CPU entry kernel of an op with element loops ``f`` (its record's ``lanes``): the
+    ``inner`` rows of each outer index as ``inner`` lanes."""
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return -1
+    x = bufs[entries[i, E_IN0], B_OFF]
+    y = bufs[entries[i, E_OUT], B_OFF]
+    m = n * inner
+    for o in range(outer):
+        f(data, x + o * m, y + o * m, inner, n, inner)
+    return -1
+
+
+@_lanes
+def lanes_rev(f, i, entries, bufs, ipool, data, grad):
+    """The CPU reverse kernel of an op with element loops ``f``: adds to the input's adjoint."""
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    x = bufs[a, B_OFF]
+    y = bufs[entries[i, E_OUT], B_OFF]
+    acc = np.empty(inner, grad.dtype)
+    m = n * inner
+    for o in range(outer):
+        f(data, grad, x + o * m, y + o * m, x + o * m, y + o * m, inner, n, inner, acc)
 
 
 @_jit
 def cumsum_fwd(i, entries, bufs, ipool, data):
-    x = view(bufs, data, entries[i, E_IN0])
-    y = view(bufs, data, entries[i, E_OUT])
-    outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return -1
-    m = n * inner
-    for o in range(outer):
-        xs = x[o * m : (o + 1) * m]
-        ys = y[o * m : (o + 1) * m]
-        if inner == 1:
-            acc = xs[0]  # not 0.0 + x: keeps a leading -0.0, as NumPy does
-            ys[0] = acc
-            for j in range(1, n):
-                acc += xs[j]
-                ys[j] = acc
-        else:
-            # the same sequential sums, row by row of the inner axis (contiguous loops)
-            ys[:inner] = xs[:inner]
-            for j in range(1, n):
-                for q in range(inner):
-                    ys[j * inner + q] = ys[(j - 1) * inner + q] + xs[j * inner + q]
-    return -1
+    return lanes_fwd(cumsum_lanes, i, entries, bufs, ipool, data)
 
 
 @_jit
 def cumsum_rev(i, entries, bufs, ipool, data, grad):
-    # dL/dx_j = sum_{k >= j} gy_k: a cumulative sum backwards
-    a = entries[i, E_IN0]
-    if not active(bufs, a):
-        return
-    gx = view(bufs, grad, a)
-    gy = view(bufs, grad, entries[i, E_OUT])
-    outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return
-    m = n * inner
-    acc = np.zeros(inner, grad.dtype)
-    for o in range(outer):
-        gxs = gx[o * m : (o + 1) * m]
-        gys = gy[o * m : (o + 1) * m]
-        acc[:] = 0.0
-        for j in range(n - 1, -1, -1):
-            for q in range(inner):
-                acc[q] += gys[j * inner + q]
-                gxs[j * inner + q] += acc[q]
-
-
-# ---------------------------------------------------------------- cumprod
+    lanes_rev(cumsum_rev_lanes, i, entries, bufs, ipool, data, grad)
 
 
 @_jit
 def cumprod_fwd(i, entries, bufs, ipool, data):
-    x = view(bufs, data, entries[i, E_IN0])
-    y = view(bufs, data, entries[i, E_OUT])
-    outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return -1
-    m = n * inner
-    for o in range(outer):
-        xs = x[o * m : (o + 1) * m]
-        ys = y[o * m : (o + 1) * m]
-        ys[:inner] = xs[:inner]
-        for j in range(1, n):
-            for q in range(inner):
-                ys[j * inner + q] = ys[(j - 1) * inner + q] * xs[j * inner + q]
-    return -1
+    return lanes_fwd(cumprod_lanes, i, entries, bufs, ipool, data)
 
 
 @_jit
 def cumprod_rev(i, entries, bufs, ipool, data, grad):
-    # dL/dx_j = y_{j-1} S_j, S_j = gy_j + x_{j+1} S_{j+1}: no division, exact with zeros
-    a = entries[i, E_IN0]
-    if not active(bufs, a):
-        return
-    o_ = entries[i, E_OUT]
-    x = view(bufs, data, a)
-    y = view(bufs, data, o_)
-    gx = view(bufs, grad, a)
-    gy = view(bufs, grad, o_)
-    outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return
-    for o in range(outer):
-        for q in range(inner):
-            xs = _row(x, o, q, n, inner)
-            ys = _row(y, o, q, n, inner)
-            gxs = _row(gx, o, q, n, inner)
-            gys = _row(gy, o, q, n, inner)
-            s = gys[n - 1]
-            for j in range(n - 1, -1, -1):
-                if j < n - 1:
-                    s = gys[j] + xs[j + 1] * s
-                if j > 0:
-                    gxs[j] += ys[j - 1] * s
-                else:
-                    gxs[j] += s
+    lanes_rev(cumprod_rev_lanes, i, entries, bufs, ipool, data, grad)
 
 
 EXACT_ROW = 64
@@ -435,12 +472,14 @@ def check_arg_extreme(t, i, e):
 LINEAR = registry.LINEAR
 CUMSUM = registry.structural(
     "cumsum", cumsum_fwd, cumsum_rev, module=__name__, n_inputs=1, differentiable=(True,),
-    check=check_scan, gpu="cumsum", jvp=LINEAR, hvp=LINEAR, sparsity=_scan_sparsity(False),
+    check=check_scan, lanes=(cumsum_lanes, cumsum_rev_lanes), method=True, jvp=LINEAR,
+    hvp=LINEAR, sparsity=_scan_sparsity(False),
     may_stop=False,
 )  # fmt: skip
 CUMPROD = registry.structural(
     "cumprod", cumprod_fwd, cumprod_rev, module=__name__, n_inputs=1, differentiable=(True,),
-    check=check_scan, gpu="cumprod", jvp=cumprod_jvp, hvp=cumprod_hvp,
+    check=check_scan, lanes=(cumprod_lanes, cumprod_rev_lanes), method=True, jvp=cumprod_jvp,
+    hvp=cumprod_hvp,
     sparsity=_scan_sparsity(True),
     may_stop=False,
 )  # fmt: skip

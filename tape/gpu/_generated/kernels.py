@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "178f23c9069f4848c3f506aba4b9b1c3259c957ead08f8163c627ec89b7ca7c8"
+FINGERPRINT = "25c6e059d3ef220be8f19bf74fbaa3cbd980bc184445df8c74c397d8a50d7d19"
 
 from numba import cuda, float64
 

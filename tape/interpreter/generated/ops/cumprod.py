@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "51ea0fd7baea691763bac38bc3e993b2c7e93ebaf19e4af13117d08d61e7e275"
+FINGERPRINT = "1116223b714407f85ccaef02f8ec02fee96b103b6f9b1a05930d52ba93141103"
 
 import numpy as np
 from numba import njit

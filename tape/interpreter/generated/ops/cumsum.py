@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bf1c8314c77fd70d5dff18adc6a2e1b425ab7f25067c09fe79f113b8fccde243"
+FINGERPRINT = "25daa16ab9f2051c2b1c118a298abf00188bc3a3efe4b1d1070ce4eb93774013"
 
 import numpy as np
 from numba import njit
