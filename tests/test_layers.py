@@ -250,13 +250,14 @@ def test_a_raw_block_read_fails_the_check():
     assert not raw_block_reads("nd = ipool[broadcast.ndim_at(p)]\n")
 
 
-# The layers that extend replay (transforms, the GPU, the compiled tier) go through the
-# tape's public interface (replay_state, run_replay, thread_workspace, outputs_of, run_with,
+# The layers that extend replay (transforms, the GPU, the compiled tier) and the front end's
+# checkpoints go through the tape's public interface (replay_state, run_replay,
+# thread_workspace, outputs_of, last_replay, prepared_sweeps, count_replay, run_with,
 # callback_sweeps, extensions): a private attribute of a tape there is a test failure. A tape
 # is recognised by the names the code gives it.
 _TAPE_NAMES = {"t", "tp", "tape", "sub"}
 _TAPE_ATTRS = {"t", "tp"}
-EXTENDING = ("tape.transforms", "tape.gpu", "tape.compiler")
+EXTENDING = ("tape.transforms", "tape.gpu", "tape.compiler", "tape.frontend.checkpoint")
 
 
 def private_tape_uses(source):

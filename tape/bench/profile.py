@@ -22,7 +22,7 @@ def profile_tape(t, args, repeat=5, min_time=2e-4):
     from tape.program.callbacks import entry_name
 
     t.gradient(*args)  # fills this thread's workspace, compiles
-    t, ws = t._last()  # the tape that ran (a retraced variant, if one did) and its workspace
+    t, ws = t.last_replay()  # the tape that ran (a retraced variant, if one did) and its workspace
     r = t._replay
     emask, need = sweeps.reach(t.entries, t.bufs, t.n_entries, r["roots"])
     data, grad = ws.data, ws.grad

@@ -169,7 +169,7 @@ from tape.compiler.runtime import (
 )
 from tape.interpreter import warm as _warm
 from tape.interpreter.dispatch import precompile, register_unit, unit_signature_types
-from tape.interpreter.generated import sweeps as _S
+from tape.interpreter.generated import sweeps as interp_sweeps
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
@@ -256,13 +256,13 @@ def generate(t):
         "The tables that say which kind each unit is and where its buffers lie are appended",
         'to the integer pool the sweeps get (``t.kernel_args().ipool``)."""',
         "",
-        f'SWEEPS = "{_S.FINGERPRINT}"  # the interpreter whose run_fwd / run_rev it calls',
+        f'SWEEPS = "{interp_sweeps.FINGERPRINT}"  # the interpreter whose run_fwd / run_rev it calls',
         "",
         "import numpy as np",
         "from numba import njit, prange",
         "",
         "from tape.layout.config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT",
-        "from tape.interpreter.generated import sweeps as _S",
+        "from tape.interpreter.generated import sweeps as interp_sweeps",
         "from tape.ops.loops import masked as _masked",
         "from tape.compiler.emit import outline_rule as _outline_rule",
         "from tape.compiler.emit import sum_reassoc as _sum_reassoc",
@@ -360,8 +360,8 @@ def generate(t):
     src.append(drivers_text(shared_only=True))
     text = "\n".join(src)
     calls = sorted(
-        {(0, int(c)) for c in re.findall(r"_S\.run_fwd\((\d+)", text)}
-        | {(1, int(c)) for c in re.findall(r"_S\.run_rev\((\d+)", text)}
+        {(0, int(c)) for c in re.findall(r"interp_sweeps\.run_fwd\((\d+)", text)}
+        | {(1, int(c)) for c in re.findall(r"interp_sweeps\.run_rev\((\d+)", text)}
     )
     src += [
         "",

@@ -435,7 +435,9 @@ class Gen:
         c = Code(self.p.B)
         c.p(i)
         doc = f"Entry P[0]: {op.name}{', broadcasting' if op.kind != 'structural' else ''}."
-        call = f"st = _S.run_fwd({op.code}, P[0], entries, bufs, ipool, data)  # {op.name}"
+        call = (
+            f"st = interp_sweeps.run_fwd({op.code}, P[0], entries, bufs, ipool, data)  # {op.name}"
+        )
         return self.add("_fwd", c, doc, [call], inline=True), c.params
 
     @staticmethod
@@ -546,7 +548,9 @@ class Gen:
         op = self.p.ops[i]
         c = Code(self.p.B)
         c.p(i)
-        call = f"_S.run_rev({op.code}, P[0], entries, bufs, ipool, data, grad)  # {op.name}"
+        call = (
+            f"interp_sweeps.run_rev({op.code}, P[0], entries, bufs, ipool, data, grad)  # {op.name}"
+        )
         return self.add(
             "_rev", c, f"Entry P[0]: {op.name} (reverse).", [call], inline=True
         ), c.params
@@ -877,8 +881,8 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
         tables = ["    entries = bufs = ints  # unread: the inlined units take them, unused"]
     else:
         tables = [
-            f"    entries = _S.table2d(ints[0 : {ne}], {t.n_entries}, {we})",
-            f"    bufs = _S.table2d(ints[{ne} : {ne + nb}], {t.n_bufs}, {wb})",
+            f"    entries = interp_sweeps.table2d(ints[0 : {ne}], {t.n_entries}, {we})",
+            f"    bufs = interp_sweeps.table2d(ints[{ne} : {ne + nb}], {t.n_bufs}, {wb})",
         ]
     out = [
         "@njit(**COMPILED_JIT)",

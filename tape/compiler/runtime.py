@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from tape.interpreter.generated import sweeps as _S
+from tape.interpreter.generated import sweeps as interp_sweeps
 from tape.layout.columns import (
     E_OP,
 )
@@ -47,7 +47,7 @@ from tape.layout.config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT
 from tape.interpreter.dispatch import call_unit_fwd as _call_unit_fwd
 from tape.interpreter.dispatch import call_unit_rev as _call_unit_rev
 from tape.interpreter.dispatch import unit_address as _unit_address
-from tape.interpreter.generated import sweeps as _S
+from tape.interpreter.generated import sweeps as interp_sweeps
 
 MAGIC = @MAGIC@
 STALE_POOL = @STALE@
@@ -97,7 +97,7 @@ def _forward_units(entries, bufs, ipool, data, h, n_units):
         if k < 0:  # a fused loop of a unit module, through the unit table
             _call_unit_fwd(_unit_address(-k, data), (data, P))
         else:  # entry P[0], by the interpreter's kernel for its op
-            st = _S.run_fwd(entries[P[0], @E_OP@], P[0], entries, bufs, ipool, data)
+            st = interp_sweeps.run_fwd(entries[P[0], @E_OP@], P[0], entries, bufs, ipool, data)
             if st >= 0:
                 return st
     return -1
@@ -115,7 +115,7 @@ def _reverse_units(entries, bufs, ipool, data, grad, h, zl):
         if k < 0:
             _call_unit_rev(_unit_address(-k, data), (data, grad, P, zl))
         else:
-            _S.run_rev(entries[P[0], @E_OP@], P[0], entries, bufs, ipool, data, grad)
+            interp_sweeps.run_rev(entries[P[0], @E_OP@], P[0], entries, bufs, ipool, data, grad)
 
 
 @njit(**UNIT_JIT)
@@ -194,8 +194,8 @@ def _gradient(ints, arena, xs):
         raise ValueError(STALE_POOL)
     ne = ipool[h + @H_NE@] * ipool[h + @H_WE@]
     nb = ipool[h + @H_NB@] * ipool[h + @H_WB@]
-    entries = _S.table2d(ints[0:ne], ipool[h + @H_NE@], ipool[h + @H_WE@])
-    bufs = _S.table2d(ints[ne : ne + nb], ipool[h + @H_NB@], ipool[h + @H_WB@])
+    entries = interp_sweeps.table2d(ints[0:ne], ipool[h + @H_NE@], ipool[h + @H_WE@])
+    bufs = interp_sweeps.table2d(ints[ne : ne + nb], ipool[h + @H_NB@], ipool[h + @H_WB@])
     data = arena[0:nd]
     grad = arena[nd:]
     at = ipool[h + @H_INS@]
@@ -224,7 +224,7 @@ def runtime_source() -> str:
     """The text of the shared runtime (:data:`_RUNTIME` and the shared drivers), made once
     per process."""
     fields = {k: str(v) for k, v in globals().items() if k.startswith("H_")}
-    fields.update(SWEEPS=_S.FINGERPRINT, MAGIC=str(MAGIC), STALE=repr(STALE_POOL),
+    fields.update(SWEEPS=interp_sweeps.FINGERPRINT, MAGIC=str(MAGIC), STALE=repr(STALE_POOL),
                   E_OP=str(E_OP))  # fmt: skip
     sized = []
     for n in range(1, SIZED_ARGS + 1):

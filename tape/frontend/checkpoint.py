@@ -67,7 +67,7 @@ class _Lift:
 
     def begin(self, t):
         """Recording of sub-tape ``t`` starts."""
-        t._lift = self
+        t.lift = self
 
     def add(self, t, x, value):
         """Make ``x`` an input of ``t`` (differentiated if it is floating); its buffer."""
@@ -161,10 +161,8 @@ class _Call:
         """Load the arguments into this thread's workspace of the sub-tape; its sweeps and
         pool, counting the replay toward the compiled tier's promotion."""
         sub = self.sub
-        r = sub._replay or sub.replay_state()
-        sub._n_replays += 1
-        if sub._n_replays == sub.compile_after:
-            sub._promote()
+        r = sub.replay_state()
+        sub.count_replay()
         ws = sub.thread_workspace()
         ws.ok = False
         _gather(ws.data, p.sub_args, data, p.args)
@@ -175,16 +173,14 @@ class _Call:
         :meth:`Tape.forward`, which raises the right error or follows the policy."""
         self._policy(tp)
         self.sub.forward(*self._args(tp, data))
-        return self.sub._last()
+        return self.sub.last_replay()
 
     def forward(self, tp, data, tls):
         """Replay the sub-tape on the arguments in ``data``; write the outputs there."""
         p = self.plan(tp)
         sub = self.sub
         _, ws = self._sub_run(tp, data, p)
-        sw, pool = sub.run_with
-        if sw is not sub._compiled_ready and not sub._interp_ready:
-            sub._kernels_ready(sw)
+        sw, pool = sub.prepared_sweeps()
         status = sw.forward_sweep(sub.entries, sub.bufs, pool, ws.data, 0, sub.n_entries)
         if status >= 0:
             _, ws = self._slow(tp, data)
@@ -211,9 +207,7 @@ class _Call:
         sub = self.sub
         r, ws = self._sub_run(tp, data, p)
         seeds = np.ascontiguousarray(grad[p.outs], sub.dtype)
-        sw, pool = sub.run_with
-        if sw is not sub._compiled_ready and not sub._interp_ready:
-            sub._kernels_ready(sw)
+        sw, pool = sub.prepared_sweeps()
         status = sw.forward_backward(
             sub.entries, sub.bufs, pool, ws.data, ws.grad,
             sub.n_entries, sub.n_bufs, r["roots"], seeds, True,
@@ -258,7 +252,7 @@ def _record_sub(fn, args, parent, dtype):
     wrt = [k for k, v in enumerate(vals) if v.dtype.kind == "f"]
     lift = _Lift(parent)
     sub = record(fn, *vals, wrt=wrt, dtype=dtype, on_change="raise", _lift=lift)
-    sub._retrace = None  # the enclosing tape retraces (see _Call._policy)
+    sub.retracer = None  # the enclosing tape retraces (see _Call._policy)
     return sub, list(lift.found)
 
 

@@ -162,7 +162,7 @@ def record(
         args = [np.asarray(a).astype(d, copy=False) for a, d in zip(args, in_dtypes)]
         return record(fn, *args, wrt=wrt, dtype=t.dtype, on_change="_variant", compile=compile)
 
-    t._retrace = retrace
+    t.retracer = retrace
     if compile is True:
         t.compile()
     elif compile == "auto":

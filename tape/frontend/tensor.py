@@ -188,7 +188,7 @@ def nested_in(inner, outer) -> bool:
     while inner is not None:
         if inner is outer:
             return True
-        lift = inner._lift
+        lift = inner.lift
         inner = lift.parent if lift is not None else None
     return False
 
@@ -870,7 +870,7 @@ def _buffer_in(target: Tape, x, grad_on):
                 return x._buf
         key = id(x)
         b, ver = _copied(target, x, key)
-        if b is None and tp is None and x._base is None and target._lift is None:
+        if b is None and tp is None and x._base is None and target.lift is None:
             # a leaf or constant owning its value: the common case
             b = target.copy_in(
                 x, LEAF if (x._rg and grad_on and not target.recording) else CONST, ver
@@ -881,8 +881,8 @@ def _buffer_in(target: Tape, x, grad_on):
             target.leaf_bufs[key] = b
             target.leaf_vers[key] = ver
             target.leaves.append((x, b))  # keeps x alive; not a leaf, so it gets no .grad
-        elif b is None and target._lift is not None and target.recording and target._lift.wants(x):
-            b = target._lift.add(target, x, x._arena_value())  # a checkpoint's closure tensor
+        elif b is None and target.lift is not None and target.recording and target.lift.wants(x):
+            b = target.lift.add(target, x, x._arena_value())  # a checkpoint's closure tensor
         elif b is None:
             kind = (
                 LEAF if (x._rg and grad_on and not target.recording and x._tape is None) else CONST

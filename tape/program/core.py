@@ -184,7 +184,7 @@ class Tape:
     cold_jobs = ()  # ... and of these (tape.interpreter.warm jobs: a recording that will compile)
     callbacks = None  # {call id: tape.autograd.Call}: autograd.Function calls
     recording = False
-    _lift = None  # a tape.checkpoint sub-tape being recorded: what becomes an input
+    lift = None  # the front end's hook while recording a checkpoint's sub-tape (tape.checkpoint)
     closed = False  # set by an eager backward: new leaf expressions start elsewhere
     _merged = None  # (tape, buffer shift) once merged into another tape
     single_output = True  # the recorded function returned one value (not a tuple)
@@ -192,7 +192,7 @@ class Tape:
     """See :meth:`extensions`."""
     _replay = None
     on_change = "retrace"  # what to do when a guard fails at replay (see tape.record)
-    _retrace = None  # callable(*args) -> a new Tape of the same function, set by record
+    retracer = None  # callable(*args) -> a new Tape of the same function, set by tape.record
     max_variants = 8
     retraces = 0
     _tls = None  # per-thread default workspace and last variant (made for replay)
@@ -586,6 +586,21 @@ class Tape:
                 _dispatch.prepare((code,), self.dtype, (kind,))
             self._compiled_ready = sw
 
+    def prepared_sweeps(self):
+        """``(sweeps, pool)`` of the tier this tape replays on (:attr:`run_with`), with the
+        op kernels those sweeps call prepared in this process. Part of the replay interface."""
+        sw, pool = self.run_with
+        if sw is not self._compiled_ready and not self._interp_ready:
+            self._kernels_ready(sw)
+        return sw, pool
+
+    def count_replay(self):
+        """Count one replay toward the compiled tier (``compile="auto"`` compiles the tape at
+        its :attr:`compile_after`-th replay); for replays that run the sweeps themselves."""
+        self._n_replays += 1
+        if self._n_replays == self.compile_after:
+            self._promote()
+
     def _interpreter_ready(self):
         if not self._interp_ready:
             self._kernels_ready(sweeps)
@@ -676,7 +691,7 @@ class Tape:
             raise _Miss
         if policy == "warn":
             return self._resume_past_guards(status, ws, grad)
-        if policy != "retrace" or self._retrace is None:
+        if policy != "retrace" or self.retracer is None:
             err = failure(self, status, buffer_reader(self, ws.data))
             if policy == "retrace":
                 err.args = (
@@ -695,7 +710,7 @@ class Tape:
                     self._variants.insert(0, v)
             self._tls.active = v
             return v, vws
-        v = self._retrace(*args)
+        v = self.retracer(*args)
         v.on_change = "_variant"
         try:
             _, vws = v.run_replay(args, grad, interp)
@@ -735,8 +750,9 @@ class Tape:
         self._tls.active = None
         return self, ws
 
-    def _last(self):
-        """The tape (this one or a variant) and workspace of this thread's last replay."""
+    def last_replay(self):
+        """The tape (this one or a retraced variant) and workspace of this thread's last
+        replay."""
         v = getattr(self._tls, "active", None)
         tp = self if v is None else v
         return tp, tp.thread_workspace()
@@ -766,7 +782,7 @@ class Tape:
         otherwise), or a sequence of them for several outputs.
         """
         self.replay_state()
-        tp, ws = self._last()
+        tp, ws = self.last_replay()
         if not ws.ok:
             raise RuntimeError(
                 "backward: no complete forward replay on this thread to go back through (the "
@@ -794,7 +810,7 @@ class Tape:
         argument: views of the adjoint workspace (they change with every backward; copy them to
         keep them), or copies when the argument's dtype differs from the arena's."""
         self.replay_state()
-        tp, ws = self._last()
+        tp, ws = self.last_replay()
         return [
             v if v.dtype == d else v.astype(d)
             for v, d in zip(ws.grad_views, tp._replay["grad_dtypes"])
