@@ -7,6 +7,10 @@ the working copies in the entry's scratch (``work``). Gaussian elimination uses 
 pivoting; a zero pivot, or a Cholesky pivot that is not positive, rejects the entry as the
 CPU kernels do. Where the batch shares one matrix (a batch stride of 0), its adjoint is
 accumulated with atomics.
+
+Why the CPU code is not shared: the CPU kernels (:mod:`tape.ops.factor`) call LAPACK through
+Numba's ``np.linalg`` and allocate their working arrays; a device has neither, so these are
+loops of their own over the entry's scratch.
 """
 
 from __future__ import annotations

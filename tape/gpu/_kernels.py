@@ -12,6 +12,12 @@ Reductions are owned by blocks: the elements reducing into one output are split 
 ``parts`` blocks (``parts = max(1, n_blocks // n_out)``: a full reduction uses the whole grid),
 each block combines its share in shared memory and writes one partial to the scratch, and a
 second phase combines the partials. No atomics, and the same order on every run.
+
+Why these do not share the CPU's code: a CPU kernel walks its entry in one thread with
+vectorised loops (BLAS for the matrix product); here every entry is split over the whole grid,
+with phases and barriers between the parts. The scans do share it
+(:func:`tape.gpu._scan_kernels.lanes_kernel`): their rows are independent, so a row is one
+thread's work on the device and one of a CPU kernel's lanes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
 """GPU entry kernels of ``scatter_add`` (:mod:`tape.ops.scatter`): ``take``'s kernels with
 input and output exchanged. Forward: check every index (phase 0), zero the output (phase 1),
 add the rows (phase 2, atomics: repeated indices meet). Reverse: a gather of the output's
-adjoint rows."""
+adjoint rows.
+
+Why the CPU code is not shared: the CPU adds the rows in order in one loop; on the device
+the rows are split over threads, which meet at repeated indices (hence the atomics and a
+separate phase that zeroes the output first)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,10 @@ diagonal of ``R`` positive. The rejections (non-finite data, a rank-deficient ``
 treatment of repeated eigenvalues in the reverse rule follow the CPU kernels; the arena's
 machine epsilon is read back from a rounding test in the scratch (the kernels are compiled
 for float64 and float32 arenas alike).
+
+Why the CPU code is not shared: the CPU kernels (:mod:`tape.ops.spectral`) call LAPACK
+(``np.linalg.eigh``, ``np.linalg.qr``); a device has no LAPACK, so it runs these algorithms,
+whose results agree with LAPACK's up to rounding.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "25c6e059d3ef220be8f19bf74fbaa3cbd980bc184445df8c74c397d8a50d7d19"
+FINGERPRINT = "ba86eef97286a58ef31775f5ac8fbccd38bd46e14d48410f713122ac5d8cbada"
 
 from numba import cuda, float64
 
