@@ -264,6 +264,32 @@ def test_helper_processes_compile_cold_kernels_into_the_cache(tmp_path):
     assert lines[1] == (([0], [1]), ([1], [0])), lines[1]
 
 
+DRIVER_CHILD = """
+import numpy as np
+import tape as tp
+from tape.interpreter import warm as W
+from tape.interpreter.generated import sweeps
+
+x = np.linspace(0.1, 0.9, 5)
+t = tp.record(lambda a: (a * a).sum(), x)  # its first kernel, cold, hands the driver over
+W.drain()  # the helper has compiled it into the cache
+g = t.gradient(x)
+fb = sweeps.forward_backward
+print(np.allclose(g, 2 * x), sum(fb.stats.cache_hits.values()), sum(fb.stats.cache_misses.values()))
+"""
+
+
+def test_a_helper_compiles_the_gradient_driver_while_a_cold_process_records(tmp_path):
+    # the helper compiles forward_backward for the argument types a replay passes: the
+    # gradient loads it from the cache (a compile here would be a miss)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), TAPE_COMPILE_WORKERS="1")
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER_CHILD], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "1", "0"], r.stdout
+
+
 def _waits_on_a_flock(pid):
     with open("/proc/locks") as fh:  # a blocked waiter's line reads "N: -> FLOCK ... PID ..."
         return any("->" in ln and "FLOCK" in ln and f" {pid} " in ln for ln in fh)

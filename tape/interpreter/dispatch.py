@@ -32,6 +32,7 @@ loop by ``-id`` (:func:`unit_address` range-checks it and refuses an empty slot)
 from __future__ import annotations
 
 import importlib
+import os
 import threading
 import warnings
 
@@ -373,6 +374,8 @@ def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also
                 tab[k, c] = NOTHING
             else:
                 pending.append((k, c, fn))
+        if pending and speculate and _warm.compile_helpers() > 0:
+            speculate_driver(dt)
 
         def speculate_after(x):  # a forward kernel compiled: a helper takes the reverse one
             k, c, _ = x
@@ -444,6 +447,74 @@ def precompile(fn, args):
     """Compile dispatcher ``fn`` (or load it from Numba's cache) for the types of ``args``,
     as a call would, without calling it."""
     fn.compile(tuple(fn.typeof_pyval(a) for a in args))
+
+
+# ---------------------------------------------------------------- the gradient driver, early
+# ``forward_backward`` (what ``t.gradient`` and ``t.value_and_grad`` call) knows no op, so in a
+# process whose cache lacks it a helper can compile it while this process records: the first
+# op kernel that is not in the cache hands it over (:func:`speculate_driver`), and the replay
+# then loads it (:func:`precompile_driver`) instead of compiling it after the recording.
+
+
+def driver_job(dtype) -> str:
+    """The helper job of the interpreter's ``forward_backward`` for arenas of ``dtype``."""
+    return f"driver {np.dtype(dtype).name} forward_backward"
+
+
+def _driver_args(dtype):
+    """Arguments of the types a replay passes ``forward_backward`` (only their types count)."""
+    i2 = np.zeros((1, 1), np.int64)
+    i1 = np.zeros(1, np.int64)
+    d = np.zeros(1, dtype)
+    return (i2, i2, i1, d, d, 1, 1, i1, d, True)
+
+
+def _sweeps():
+    from tape.interpreter.generated import sweeps
+
+    return sweeps
+
+
+_DRIVER_SENT: set = set()
+
+
+def speculate_driver(dtype):
+    """Hand the gradient driver of ``dtype`` to a helper, once per process and only where
+    Numba's cache has no entry of it yet (a process that compiles op kernels from an empty
+    cache will compile it too)."""
+    dt = np.dtype(dtype)
+    if dt in _DRIVER_SENT:
+        return
+    _DRIVER_SENT.add(dt)
+    try:
+        cached = os.path.exists(_sweeps().forward_backward._cache._cache_file._index_path)
+    except AttributeError:  # no cache (caching off) or another Numba: nothing to hand over
+        return
+    if not cached:
+        _warm.submit([driver_job(dt)])
+
+
+def precompile_driver(sw, args, wait):
+    """Compile ``sw.forward_backward`` for ``args`` (or load it from Numba's cache). For the
+    interpreter's sweeps, under the job's lock: where a helper is compiling it, wait for it
+    (``wait``) or return ``False`` at once and let a later call load it."""
+    sweeps = _sweeps()
+    if sw is not sweeps:
+        precompile(sw.forward_backward, args)
+        return True
+    dt = np.dtype(args[3].dtype)
+    done = _warm.locked(
+        driver_job(dt), lambda: precompile(sweeps.forward_backward, args) or True, wait
+    )
+    return done is not None
+
+
+def _build_driver(dtype, name):
+    if name == "forward_backward":
+        precompile(_sweeps().forward_backward, _driver_args(np.dtype(dtype)))
+
+
+_warm.register("driver", _build_driver)
 
 
 def prepared(kind, code, dtype) -> bool:

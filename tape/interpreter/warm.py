@@ -107,9 +107,10 @@ def register(what, build):
     HANDLERS[what] = build
 
 
-def locked(job, fn):
-    """``fn()`` under ``job``'s lock, waiting for another process that holds it."""
-    return _locked(job, lambda _: fn(), None, wait=True)
+def locked(job, fn, wait=True):
+    """``fn()`` under ``job``'s lock, waiting for another process that holds it (``wait``) or
+    returning ``None`` at once, without calling ``fn``."""
+    return _locked(job, lambda _: fn(), None, wait=wait)
 
 
 def _lock_dir() -> Path:

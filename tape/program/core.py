@@ -601,6 +601,13 @@ class Tape:
         if self._n_replays == self.compile_after:
             self._promote()
 
+    def _driver_ready(self, sw, call):
+        """Prepare the op kernels of a replay through ``sw.forward_backward(*call)`` and the
+        driver itself: the driver compiles while helper processes compile op kernels, unless
+        a helper is compiling it already (then it is loaded once the kernels are ready)."""
+        self._kernels_ready(sw, lambda: _dispatch.precompile_driver(sw, call, wait=False))
+        _dispatch.precompile_driver(sw, call, wait=True)  # loads it if a helper compiled it
+
     def _interpreter_ready(self):
         if not self._interp_ready:
             self._kernels_ready(sweeps)
@@ -663,10 +670,11 @@ class Tape:
         elif grad:
             sw, pool = self.run_with
             if sw is not self._compiled_ready and not self._interp_ready:
-                # the driver compiles while helper processes compile op kernels
-                self._kernels_ready(sw, lambda: _dispatch.precompile(sw.forward_backward, (
+                call = (
                     self.entries, self.bufs, pool, ws.data, ws.grad,
-                    self.n_entries, self.n_bufs, r["roots"], r["seed"], True)))  # fmt: skip
+                    self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
+                )  # fmt: skip
+                self._driver_ready(sw, call)
             status = sw.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
@@ -868,8 +876,7 @@ class Tape:
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
             )  # fmt: skip
             if sw is not self._compiled_ready and not self._interp_ready:
-                # the driver compiles while helper processes compile op kernels
-                self._kernels_ready(sw, lambda: _dispatch.precompile(sw.forward_backward, call))
+                self._driver_ready(sw, call)
             status = sw.forward_backward(*call)
             if status < 0:
                 ws.ok = True

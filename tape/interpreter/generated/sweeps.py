@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "19a191fca8e5bd72f60c4b67dbe75a39a04906ba12c4233f71292142b7da0aac"
+FINGERPRINT = "c57a3e25e69269c4a4dcdc6cdc7c33e3f83221b24a0075391653904ee794a52e"
 
 import numpy as np
 from numba import njit, prange
