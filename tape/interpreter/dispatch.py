@@ -500,7 +500,8 @@ def precompile_driver(sw, args, wait):
     (``wait``) or return ``False`` at once and let a later call load it."""
     sweeps = _sweeps()
     if sw is not sweeps:
-        precompile(sw.forward_backward, args)
+        if hasattr(sw.forward_backward, "compile"):  # a compiled tape's (callbacks: Python)
+            precompile(sw.forward_backward, args)
         return True
     dt = np.dtype(args[3].dtype)
     done = _warm.locked(

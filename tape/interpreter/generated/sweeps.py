@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c57a3e25e69269c4a4dcdc6cdc7c33e3f83221b24a0075391653904ee794a52e"
+FINGERPRINT = "193c814cb1ba3816b55d41b5af805d8450084b02ab7ffda11fae2a39e326ec65"
 
 import numpy as np
 from numba import njit, prange
