@@ -38,6 +38,15 @@ CASES = {
         (lambda x: tp.cumprod(x, dim=1), lambda x: np.cumprod(x, axis=1), [ONE_ZERO]),
         (lambda x: tp.cumprod(x, dim=0), lambda x: np.cumprod(x, axis=0), [ONE_ZERO]),
     ],
+    "logcumsumexp": [
+        (lambda x: tp.logcumsumexp(x), lambda x: np.logaddexp.accumulate(x.ravel()), [_r(3, 4)]),
+        (lambda x: tp.logcumsumexp(x, axis=0), lambda x: np.logaddexp.accumulate(x, axis=0), [_r(3, 4)]),
+        (lambda x: x.logcumsumexp(1), lambda x: np.logaddexp.accumulate(x, axis=1), [_r(2, 3, 4)]),
+        (lambda x: tp.logcumsumexp(x, dim=-1), lambda x: np.logaddexp.accumulate(x, axis=-1), [_r(2, 5)]),
+        # exp(x) overflows: the scan never forms it
+        (lambda x: tp.logcumsumexp(x), lambda x: np.logaddexp.accumulate(x), [_r(6, lo=700.0, hi=760.0)]),
+        (lambda x: tp.logcumsumexp(x), lambda x: np.logaddexp.accumulate(x.ravel()), [np.array(1.5)]),
+    ],
     "argsort": [
         (lambda x: tp.sort(x), lambda x: np.sort(x), [_r(3, 4)]),
         (lambda x: tp.sort(x, axis=0), lambda x: np.sort(x, axis=0), [_r(3, 4)]),

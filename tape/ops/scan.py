@@ -5,8 +5,8 @@ The input is viewed as ``(outer, n, inner)`` with ``n`` the length of the axis, 
 ``j`` of row ``(o, q)`` is at ``o * n * inner + j * inner + q`` (a free reshape: no axis is ever
 moved). The front ends are in :mod:`tape.frontend.ops.scan`.
 
-``cumsum``, ``cumprod`` attribute block: ``[outer, n, inner]``; the output has the input's
-layout. ``cumprod``'s rules divide by nothing, so they are exact when elements are zero: with
+``cumsum``, ``cumprod``, ``logcumsumexp`` attribute block: ``[outer, n, inner]``; the output
+has the input's layout. ``cumprod``'s rules divide by nothing, so they are exact when elements are zero: with
 ``y`` the output, ``dL/dx_j = y_{j-1} S_j`` where ``S_j = gy_j + x_{j+1} S_{j+1}`` runs
 backwards along the row (``y_{-1} = 1``).
 
@@ -184,6 +184,125 @@ def cumprod_fwd(i, entries, bufs, ipool, data):
 @_jit
 def cumprod_rev(i, entries, bufs, ipool, data, grad):
     lanes_rev(cumprod_rev_lanes, i, entries, bufs, ipool, data, grad)
+
+
+# ---------------------------------------------------------------- logcumsumexp
+
+
+@_jit
+def logcumsumexp_lanes(a, x, y, s, n, w):
+    """``y_j = log(exp(x_0) + ... + exp(x_j))``, as ``y_j = logaddexp(y_{j-1}, x_j)`` in
+    order: no overflow, NumPy's ``np.logaddexp.accumulate``."""
+    if w == 1:
+        acc = a[x]
+        a[y] = acc
+        for j in range(1, n):
+            acc = np.logaddexp(acc, a[x + j * s])
+            a[y + j * s] = acc
+        return
+    for k in range(w):
+        a[y + k] = a[x + k]
+    for j in range(1, n):
+        ys = a[y + j * s : y + j * s + w]
+        yp = a[y + (j - 1) * s : y + (j - 1) * s + w]
+        xs = a[x + j * s : x + j * s + w]
+        for k in range(w):
+            ys[k] = np.logaddexp(yp[k], xs[k])
+
+
+@_jit
+def logcumsumexp_rev_lanes(a, g, x, y, gx, gy, s, n, w, acc):
+    """``dL/dx_j = sum_{k >= j} gy_k exp(x_j - y_k) = exp(x_j - y_j) R_j`` with
+    ``R_j = gy_j + exp(y_j - y_{j+1}) R_{j+1}``: every exponential is of a number <= 0, so
+    nothing overflows. NaN where a row starts with -inf (as ``logaddexp``'s rule: the
+    derivative is not defined there)."""
+    for k in range(w):
+        t = g[gy + (n - 1) * s + k]
+        for j in range(n - 1, -1, -1):
+            e = j * s + k
+            if j < n - 1:
+                t = g[gy + e] + np.exp(a[y + e] - a[y + e + s]) * t
+            g[gx + e] += np.exp(a[x + e] - a[y + e]) * t
+
+
+@_jit
+def logcumsumexp_fwd(i, entries, bufs, ipool, data):
+    return lanes_fwd(logcumsumexp_lanes, i, entries, bufs, ipool, data)
+
+
+@_jit
+def logcumsumexp_rev(i, entries, bufs, ipool, data, grad):
+    lanes_rev(logcumsumexp_rev_lanes, i, entries, bufs, ipool, data, grad)
+
+
+@_jit
+def _lcse_tangent_row(xs, ys, txs, tys, n):
+    # ty_j = sum_{k <= j} exp(x_k - y_j) tx_k = exp(y_{j-1} - y_j) ty_{j-1} + exp(x_j - y_j) tx_j
+    acc = np.exp(xs[0] - ys[0]) * txs[0]
+    tys[0] = acc
+    for j in range(1, n):
+        acc = np.exp(ys[j - 1] - ys[j]) * acc + np.exp(xs[j] - ys[j]) * txs[j]
+        tys[j] = acc
+
+
+@_jit
+def logcumsumexp_jvp(i, entries, bufs, ipool, data, T):
+    a = entries[i, E_IN0]
+    o_ = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o_)
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        ty = view(bufs, T[d], o_)
+        for o in range(outer):
+            for q in range(inner):
+                _lcse_tangent_row(
+                    _row(x, o, q, n, inner), _row(y, o, q, n, inner), _row(tx, o, q, n, inner),
+                    _row(ty, o, q, n, inner), n,
+                )  # fmt: skip
+
+
+@_jit
+def logcumsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    # the tangent of gx_j = E_j R_j (E_j = exp(x_j - y_j), F_j = exp(y_j - y_{j+1})):
+    # tE_j = E_j (tx_j - ty_j), tF_j = F_j (ty_j - ty_{j+1}), tR_j = gty_j + tF_j R_{j+1} +
+    # F_j tR_{j+1}; ty recomputed by the tangent rule
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o_ = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o_)
+    gy = view(bufs, grad, o_)
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    ty = np.empty(n, T.dtype)
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        gtx = view(bufs, GT[d], a)
+        gty = view(bufs, GT[d], o_)
+        for o in range(outer):
+            for q in range(inner):
+                xs = _row(x, o, q, n, inner)
+                ys = _row(y, o, q, n, inner)
+                gys = _row(gy, o, q, n, inner)
+                txs = _row(tx, o, q, n, inner)
+                gtxs = _row(gtx, o, q, n, inner)
+                gtys = _row(gty, o, q, n, inner)
+                _lcse_tangent_row(xs, ys, txs, ty, n)
+                r = gys[n - 1]
+                tr = gtys[n - 1]
+                for j in range(n - 1, -1, -1):
+                    if j < n - 1:
+                        f = np.exp(ys[j] - ys[j + 1])
+                        tr = gtys[j] + f * (ty[j] - ty[j + 1]) * r + f * tr
+                        r = gys[j] + f * r
+                    e = np.exp(xs[j] - ys[j])
+                    gtxs[j] += e * (txs[j] - ty[j]) * r + e * tr
 
 
 EXACT_ROW = 64
@@ -482,6 +601,12 @@ CUMPROD = registry.structural(
     hvp=cumprod_hvp,
     sparsity=_scan_sparsity(True),
     may_stop=False,
+)  # fmt: skip
+LOGCUMSUMEXP = registry.structural(
+    "logcumsumexp", logcumsumexp_fwd, logcumsumexp_rev, module=__name__, n_inputs=1,
+    differentiable=(True,), check=check_scan, dtype="float", method=True,
+    lanes=(logcumsumexp_lanes, logcumsumexp_rev_lanes), jvp=logcumsumexp_jvp,
+    hvp=logcumsumexp_hvp, sparsity=_scan_sparsity(True), may_stop=False,
 )  # fmt: skip
 ARGSORT = registry.structural(
     "argsort", argsort_fwd, None, module=__name__, n_inputs=1, differentiable=(False,),

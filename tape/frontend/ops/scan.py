@@ -1,5 +1,5 @@
 """Front ends of the scans and selections (:mod:`tape.ops.scan`): ``cumsum``, ``cumprod``,
-``argsort``, ``sort``, ``topk`` and the taped ``argmax`` / ``argmin``.
+``logcumsumexp``, ``argsort``, ``sort``, ``topk`` and the taped ``argmax`` / ``argmin``.
 
 Every op views its input as ``(outer, n, inner)`` around the chosen axis (a free reshape), so
 no axis is moved. The index ops record entries that a replay recomputes on its own data
@@ -22,7 +22,7 @@ import numpy as np
 from tape.frontend import tensor
 from tape.frontend.ops import movement
 from tape.ops.blocks import scan as sc
-from tape.ops.scan import ARGMAX, ARGMIN, ARGSORT, CUMPROD, CUMSUM
+from tape.ops.scan import ARGMAX, ARGMIN, ARGSORT, CUMPROD, CUMSUM, LOGCUMSUMEXP
 
 KINDS = (None, "stable", "mergesort", "quicksort", "heapsort")
 
@@ -107,6 +107,14 @@ def cumprod(x, axis=None, *, dim=None):
     multiplies the flattened tensor, as ``numpy.cumprod``. Its derivatives divide by
     nothing, so they are exact when elements are zero."""
     return _scan(CUMPROD, "cumprod", x, axis, dim)
+
+
+def logcumsumexp(x, axis=None, *, dim=None):
+    """``log(cumsum(exp(x)))`` along ``axis`` (``dim`` in PyTorch; ``axis=None``: the
+    flattened tensor), computed as ``numpy.logaddexp.accumulate``: nothing overflows.
+    Integer inputs give float64. The derivative is NaN where a row starts with -inf, as
+    ``logaddexp``'s."""
+    return _scan(LOGCUMSUMEXP, "logcumsumexp", x, axis, dim)
 
 
 def argsort(x, axis=-1, kind=None, *, dim=None, descending=False, stable=True):
@@ -221,5 +229,5 @@ def arg_extreme(name, x, axis, keepdims):
     return tensor.apply(op, [x], out_shape, sc.encode(outer, n, inner), dtype=tensor.int64)
 
 
-EXPORTS = (cumsum, cumprod, argsort, sort, topk)
+EXPORTS = (cumsum, cumprod, logcumsumexp, argsort, sort, topk)
 """The public functions, exported by :mod:`tape.functional`."""

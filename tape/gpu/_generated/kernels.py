@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "ba86eef97286a58ef31775f5ac8fbccd38bd46e14d48410f713122ac5d8cbada"
+FINGERPRINT = "1d288128b473765c63c952709a6848c200e729e2231db2085cc3dc2431d00da6"
 
 from numba import cuda, float64
 
@@ -180,6 +180,8 @@ k_cumsum_fwd = GPU_KERNELS["cumsum"].fwd
 k_cumsum_rev = GPU_KERNELS["cumsum"].rev
 k_cumprod_fwd = GPU_KERNELS["cumprod"].fwd
 k_cumprod_rev = GPU_KERNELS["cumprod"].rev
+k_logcumsumexp_fwd = GPU_KERNELS["logcumsumexp"].fwd
+k_logcumsumexp_rev = GPU_KERNELS["logcumsumexp"].rev
 k_argsort_fwd = GPU_KERNELS["argsort"].fwd
 k_argmax_fwd = GPU_KERNELS["argmax"].fwd
 k_argmin_fwd = GPU_KERNELS["argmin"].fwd
@@ -344,23 +346,25 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_cumsum_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 71:  # cumprod
         k_cumprod_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 72:  # argsort
+    elif op == 72:  # logcumsumexp
+        k_logcumsumexp_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 73:  # argsort
         k_argsort_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 73:  # argmax
+    elif op == 74:  # argmax
         k_argmax_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 74:  # argmin
+    elif op == 75:  # argmin
         k_argmin_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 75:  # solve
+    elif op == 76:  # solve
         k_solve_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 76:  # cholesky
+    elif op == 77:  # cholesky
         k_cholesky_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 77:  # slogdet
+    elif op == 78:  # slogdet
         k_slogdet_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 78:  # scatter_add
+    elif op == 79:  # scatter_add
         k_scatter_add_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 79:  # eigh
+    elif op == 80:  # eigh
         k_eigh_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 80:  # qr
+    elif op == 81:  # qr
         k_qr_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
@@ -495,17 +499,19 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_cumsum_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 71:  # cumprod
         k_cumprod_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 75:  # solve
+    elif op == 72:  # logcumsumexp
+        k_logcumsumexp_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 76:  # solve
         k_solve_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 76:  # cholesky
+    elif op == 77:  # cholesky
         k_cholesky_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 77:  # slogdet
+    elif op == 78:  # slogdet
         k_slogdet_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 78:  # scatter_add
+    elif op == 79:  # scatter_add
         k_scatter_add_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 79:  # eigh
+    elif op == 80:  # eigh
         k_eigh_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
-    elif op == 80:  # qr
+    elif op == 81:  # qr
         k_qr_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
