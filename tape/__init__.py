@@ -101,6 +101,9 @@ from tape.transforms import batch as _batch  # noqa: F401  (registers Tape.gradi
 # isort: split
 from tape.frontend import linalg  # after tape.functional, which it builds on
 
+# isort: split
+from tape.frontend import numpy_api  # noqa: F401,I001  (NumPy and SciPy calls on tensors record)
+
 __version__ = "0.1.0"
 
 double = float64

@@ -306,7 +306,8 @@ class Tensor:
         "_tape", "_buf", "_value", "_base", "_last", "shape", "dtype", "_rg", "grad", "_op", "_ver",
         "_copied", "__weakref__",
     )  # fmt: skip
-    __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
+    # NumPy's protocols (ufuncs, ``np.sum`` & co.): tape.frontend.numpy_api installs them
+    __array_ufunc__ = None
 
     def __init__(self, value, requires_grad=False, _ver=None):
         self._tape = None
