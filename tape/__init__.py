@@ -44,7 +44,9 @@ from tape.frontend.functional import __all__ as _functional_all
 from tape.frontend.ops.creation import (
     Generator,
     accelerator,
+    as_tensor,
     default_generator,
+    from_numpy,
     initial_seed,
     manual_seed,
     normal,
@@ -60,7 +62,6 @@ from tape.frontend.tensor import (
     GradFn,
     Tensor,
     arange,
-    as_tensor,
     bool_,
     device,
     empty,
@@ -114,7 +115,7 @@ bool = bool_  # noqa: A001
 
 __all__ = [
     "Tape", "KernelArgs", "sweeps", "kernels", "compiled", "linalg", "CompileError", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck", "custom_op", "CustomOp", "checkpoint",
-    "tensor", "as_tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
+    "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "set_grad_enabled", "inference_mode",
     "float64", "float32", "int64", "int32", "bool_", "warmup",
@@ -146,7 +147,7 @@ def _derivatives():
 _core.register_extension("derivatives", _derivatives)
 
 
-_LAZY = ("autograd", "optimize", "sparse", "derivatives", "optim", "nn")
+_LAZY = ("autograd", "optimize", "sparse", "derivatives", "optim", "nn", "cuda")
 _UNSUPPORTED_DTYPES = (
     "half",
     "float16",

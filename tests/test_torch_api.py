@@ -2062,3 +2062,94 @@ def test_autograd_grad_through_function():
         assert x.grad is None
     np.testing.assert_allclose(res[0], res[1], rtol=1e-14)
     np.testing.assert_allclose(res[0], np.arange(4.0) * _dp3(XP), rtol=1e-14)
+
+
+# ---------------------------------------------------------------- interop for PyTorch scripts
+
+
+def test_from_numpy_shares_memory_or_refuses():
+    a = np.arange(6.0).reshape(2, 3)
+    t = tape.from_numpy(a)
+    a[0, 0] = 5.0
+    assert t[0, 0].item() == 5.0 and np.shares_memory(t.numpy(), a)
+    assert tape.as_tensor(a).numpy() is a and tape.as_tensor(t) is t
+    assert not np.shares_memory(tape.as_tensor(a, dtype=tape.float32).numpy(), a)
+    with pytest.raises(TypeError, match="int32"):
+        tape.from_numpy(np.arange(3, dtype=np.int32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        tape.from_numpy(a.T)
+    with pytest.raises(TypeError, match="expected np.ndarray"):
+        tape.from_numpy([1.0])
+
+
+def test_retain_grad_accumulates_and_refuses_inside_a_recording():
+    x = tape.tensor([1.0, -2.0], requires_grad=True)
+    y = x.exp()
+    y.retain_grad()
+    (y * y).sum().backward(retain_graph=True)
+    np.testing.assert_allclose(y.grad.numpy(), 2 * np.exp([1.0, -2.0]), rtol=1e-14)
+    (y * y).sum().backward()
+    np.testing.assert_allclose(y.grad.numpy(), 4 * np.exp([1.0, -2.0]), rtol=1e-14)
+    with pytest.raises(RuntimeError, match="requires_grad=False"):
+        tape.tensor([1.0]).retain_grad()
+
+    def f(a):
+        b = a * 2.0
+        b.retain_grad()
+        return b.sum()
+
+    with pytest.raises(RuntimeError, match="inside tape.record"):
+        tape.record(f, np.ones(2))
+
+
+def test_cuda_queries_answer_as_a_cpu_only_pytorch():
+    assert tape.cuda.is_available() is False and tape.cuda.device_count() == 0
+    tape.cuda.manual_seed(1)
+    tape.cuda.manual_seed_all(1)
+    with pytest.raises(AssertionError, match="tensors live on the CPU"):
+        tape.cuda.current_device()
+
+
+def test_autograd_gradcheck_signatures():
+    a = tape.tensor([0.2, 0.9], requires_grad=True)
+    assert tape.autograd.gradcheck(lambda x: x.sin() * x, (a,))
+    assert tape.autograd.gradcheck(lambda x: x.exp(), a)  # a single tensor
+    assert tape.autograd.gradgradcheck(lambda x, c: (x * c).tanh(), (a, tape.tensor([1.0, 3.0])))
+    with pytest.raises(ValueError, match="requires_grad=True"):
+        tape.autograd.gradcheck(lambda x: x * 2, (tape.tensor([1.0]),))
+
+    class WrongGrad(tape.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 3.0  # wrong: d(x*x)/dx = 2x
+
+    assert tape.autograd.gradcheck(WrongGrad.apply, (a,), raise_exception=False) is False
+    with pytest.raises(RuntimeError):  # GradcheckError is a RuntimeError, as PyTorch's
+        tape.autograd.gradcheck(WrongGrad.apply, (a,))
+
+
+def test_grad_assignment_is_checked():
+    x = tape.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(TypeError, match="Tensor or None"):
+        x.grad = np.zeros(2)
+    with pytest.raises(RuntimeError, match="different size"):
+        x.grad = tape.zeros(3)
+    with pytest.raises(RuntimeError, match="different type"):
+        x.grad = tape.zeros(2, dtype=tape.float32)
+    x.grad = tape.ones(2)
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [3.0, 5.0])
+
+
+def test_new_constructors_take_the_tensors_dtype():
+    w = tape.tensor([1.0], dtype=tape.float32)
+    assert w.new_zeros(2, 3).shape == (2, 3) and w.new_zeros(2, 3).dtype == np.float32
+    assert w.new_ones((2,), dtype=tape.float64).dtype == np.float64
+    assert w.new_full((2,), 3.0).tolist() == [3.0, 3.0]
+    v = w.new_tensor([1, 2], requires_grad=True)
+    assert v.dtype == np.float32 and v.requires_grad and v.is_leaf
+    assert w.new_empty(3).shape == (3,)

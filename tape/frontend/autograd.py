@@ -16,7 +16,7 @@ from tape.layout.columns import B_KIND, CONST, LEAF
 from tape.program import callbacks as _callbacks
 from tape.program.replay import ReplayError
 
-__all__ = ["grad", "backward", "Function", "FunctionCtx"]
+__all__ = ["grad", "backward", "Function", "FunctionCtx", "gradcheck", "gradgradcheck"]
 
 CREATE_GRAPH = (
     "tape.autograd.grad(create_graph=True): eager graphs are first order. For second "
@@ -404,3 +404,78 @@ def _apply(fn, args):
         else:
             result[pos] = o  # eager: a plain tensor outside the graph, as in PyTorch
     return result[0] if single else tuple(result)
+
+
+# ---------------------------------------------------------------- PyTorch's gradcheck
+
+
+def _check_inputs(what, inputs):
+    inputs = _seq(inputs)
+    wrt = [k for k, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
+    if not wrt:
+        raise ValueError(
+            f"{what} expects at least one input tensor to require gradient, but none of them "
+            "have requires_grad=True."
+        )
+    return inputs, wrt
+
+
+def _values_of(inputs):
+    return [x._peek() if isinstance(x, Tensor) else np.asarray(x) for x in inputs]
+
+
+def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True,
+              **flags):  # fmt: skip
+    """PyTorch's ``torch.autograd.gradcheck(func, inputs, ...)``: compare the gradient of
+    ``func`` with respect to the ``inputs`` that require grad with central finite
+    differences (:func:`tape.gradcheck`, float64). Returns True; on a mismatch raises
+    :class:`tape.GradcheckError` (a ``RuntimeError``), or returns False with
+    ``raise_exception=False``. PyTorch's other flags (``check_forward_ad``, ``fast_mode``, ...)
+    are accepted: forward mode is always checked against reverse mode."""
+    from tape.frontend.testing import GradcheckError
+    from tape.frontend.testing import gradcheck as _gradcheck
+
+    inputs, wrt = _check_inputs("gradcheck", inputs)
+    try:
+        return _gradcheck(func, *_values_of(inputs), eps=eps, atol=atol, rtol=rtol, wrt=wrt)
+    except GradcheckError:
+        if raise_exception:
+            raise
+        return False
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
+                  gen_non_contig_grad_outputs=False, raise_exception=True, **flags):  # fmt: skip
+    """PyTorch's ``torch.autograd.gradgradcheck``: second derivatives of ``func`` (through
+    ``<grad_outputs, func(inputs)>``, random ``grad_outputs`` unless given) against finite
+    differences of its gradient: Hessian-vector products of the recorded tape
+    (:func:`tape.gradcheck` with ``order=2``). Returns True, raises
+    :class:`tape.GradcheckError`, or returns False with ``raise_exception=False``."""
+    from tape.frontend.testing import GradcheckError
+    from tape.frontend.testing import gradcheck as _gradcheck
+
+    inputs, wrt = _check_inputs("gradgradcheck", inputs)
+    vals = _values_of(inputs)
+    with no_grad():
+        outs = func(*[_tensor.tensor(v) for v in vals])
+    outs = _seq(outs)
+    if grad_outputs is None:
+        rng = np.random.default_rng(0)
+        us = [rng.standard_normal(o.shape) for o in outs]
+    else:
+        us = [g._peek() if isinstance(g, Tensor) else np.asarray(g, np.float64)
+              for g in _seq(grad_outputs)]  # fmt: skip
+
+    def scalar(*args):
+        total = None
+        for o, u in zip(_seq(func(*args)), us):
+            term = (o * u).sum()
+            total = term if total is None else total + term
+        return total
+
+    try:
+        return _gradcheck(scalar, *vals, eps=eps, atol=atol, rtol=rtol, wrt=wrt, order=2)
+    except GradcheckError:
+        if raise_exception:
+            raise
+        return False

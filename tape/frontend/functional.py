@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tape.frontend import tensor as _tensor_mod
 from tape.frontend.ops import creation, linalg, movement, reduce, scan, scatter
 from tape.frontend.tensor import (
     Tensor,
@@ -687,6 +688,30 @@ def _uniform_(value, a=0.0, b=1.0, *, generator=None, **kw):
     return creation._rng(generator).uniform(a, b, value.shape)
 
 
+def _new(make):
+    """PyTorch's ``x.new_zeros(*size)`` & co.: a new leaf of ``x``'s dtype unless given."""
+
+    def method(x, *size, dtype=None, device=None, requires_grad=False):
+        return make(*size, dtype=x.dtype if dtype is None else dtype, device=device,
+                    requires_grad=requires_grad)  # fmt: skip
+
+    method.__name__ = "new_" + make.__name__
+    method.__doc__ = f"``x.new_{make.__name__}(*size)``: {make.__name__}, in ``x``'s dtype."
+    return method
+
+
+def _new_full(x, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    """``x.new_full(size, fill_value)``: a new leaf filled with ``fill_value``, ``x``'s dtype."""
+    return _tensor_mod.full(size, fill_value, dtype=x.dtype if dtype is None else dtype,
+                            requires_grad=requires_grad, device=device)  # fmt: skip
+
+
+def _new_tensor(x, data, *, dtype=None, device=None, requires_grad=False):
+    """``x.new_tensor(data)``: a new leaf holding a copy of ``data``, ``x``'s dtype."""
+    return _tensor_mod.tensor(data, dtype=x.dtype if dtype is None else dtype,
+                              requires_grad=requires_grad, device=device)  # fmt: skip
+
+
 def _install_torch_methods(T):
     """PyTorch's method names and arguments (``dim``, ``keepdim``, ``alpha``), on top of the
     registry's."""
@@ -735,6 +760,11 @@ def _install_torch_methods(T):
     T.expand_as = lambda x, other: movement.broadcast_to(x, other.shape)
     T.view_as = lambda x, other: reshape(x, other.shape)
     T.contiguous = lambda x, memory_format=None: x  # tensors are always C-contiguous
+    T.new_zeros = _new(_tensor_mod.zeros)
+    T.new_ones = _new(_tensor_mod.ones)
+    T.new_empty = _new(_tensor_mod.empty)
+    T.new_full = _new_full
+    T.new_tensor = _new_tensor
     T.type_as = lambda x, other: x.to(other.dtype)
     T.add_ = _leaf_inplace("add_", lambda v, o, alpha=1: v + alpha * _val(o))
     T.sub_ = _leaf_inplace("sub_", lambda v, o, alpha=1: v - alpha * _val(o))

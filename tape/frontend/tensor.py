@@ -294,6 +294,11 @@ def _check_dtype(dt):
     return dt
 
 
+_RETAINED: dict = {}
+"""``id -> weakref`` of the non-leaf tensors whose gradient ``backward()`` keeps
+(:meth:`Tensor.retain_grad`); by id, as tensors compare elementwise."""
+
+
 class Tensor:
     """An n-dimensional array that can record the operations applied to it.
 
@@ -303,7 +308,7 @@ class Tensor:
     """
 
     __slots__ = (
-        "_tape", "_buf", "_value", "_base", "_last", "shape", "dtype", "_rg", "grad", "_op", "_ver",
+        "_tape", "_buf", "_value", "_base", "_last", "shape", "dtype", "_rg", "_grad", "_op", "_ver",
         "_copied", "__weakref__",
     )  # fmt: skip
     # NumPy's protocols (ufuncs, ``np.sum`` & co.): tape.frontend.numpy_api installs them
@@ -319,7 +324,7 @@ class Tensor:
         self.shape = value.shape
         self.dtype = value.dtype
         self._op = None
-        self.grad = None
+        self._grad = None
         self._rg = False
         self._copied = False  # a strided slice or transpose: a copy where PyTorch has a view
         if requires_grad:
@@ -336,7 +341,7 @@ class Tensor:
         t.shape = shape
         t.dtype = dtype
         t._rg = requires_grad
-        t.grad = None
+        t._grad = None
         t._op = op
         t._ver = None
         t._copied = False
@@ -387,6 +392,53 @@ class Tensor:
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def grad(self):
+        """The accumulated gradient (a leaf's, or a tensor's after :meth:`retain_grad`), or
+        None. Assigning checks what PyTorch checks: a tensor of this shape and dtype, or None."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, g):
+        if g is not None:
+            if not isinstance(g, Tensor):
+                raise TypeError(
+                    f"assigned grad expected to be a Tensor or None but got grad of type "
+                    f"{type(g).__name__}"
+                )
+            if g.shape != self.shape:
+                raise RuntimeError(
+                    f"assigned grad has data of a different size: {g.shape}, the tensor's is "
+                    f"{self.shape}"
+                )
+            if g.dtype != self.dtype:
+                raise RuntimeError(
+                    f"assigned grad has data of a different type: {g.dtype}, the tensor's is "
+                    f"{self.dtype}"
+                )
+        self._grad = g
+
+    def retain_grad(self):
+        """Keep this tensor's gradient in :attr:`grad` after ``backward()`` although it is not
+        a leaf (PyTorch's); it accumulates over backward calls, as a leaf's does. A leaf keeps
+        its gradient anyway."""
+        if not self._rg:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self._tape is not None and self._op is not None:
+            if self._resolve()[0].recording:
+                raise RuntimeError(
+                    "retain_grad() inside tape.record(): a recorded tape gives the adjoint of "
+                    "any value through t.vjp or by returning it"
+                )
+            k = id(self)
+            _RETAINED[k] = weakref.ref(self, lambda _, k=k: _RETAINED.pop(k, None))
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether :meth:`retain_grad` was called on this (non-leaf) tensor."""
+        r = _RETAINED.get(id(self))
+        return r is not None and r() is self
 
     def numel(self) -> int:
         """Number of elements."""
@@ -784,20 +836,32 @@ class Tensor:
         if not retain_graph:
             tp.mark_freed(need)
         bufs, grad = tp.bufs, tp.grad
+        for r in list(_RETAINED.values()) if _RETAINED else ():  # retain_grad(): non-leaves
+            t = r()
+            if t is None:
+                continue
+            rtp, rb = t._resolve()
+            if rtp is tp and need[rb]:
+                off = bufs.item(rb, B_OFF)
+                g = grad[off : off + bufs.item(rb, B_SIZE)].reshape(t.shape)
+                if t._grad is None:
+                    t._grad = Tensor(g.astype(t.dtype))
+                else:
+                    t._grad._value += g
         for leaf, lb in tp.leaves:
             if leaf._rg and leaf._op is None and need[lb] and bufs.item(lb, B_KIND) == LEAF:
                 off = bufs.item(lb, B_OFF)
                 g = grad[off : off + bufs.item(lb, B_SIZE)]
-                if leaf.grad is None:  # a new tensor owning a copy, in the leaf's dtype
-                    leaf.grad = Tensor(g.astype(leaf.dtype).reshape(leaf.shape))
+                if leaf._grad is None:  # a new tensor owning a copy, in the leaf's dtype
+                    leaf._grad = Tensor(g.astype(leaf.dtype).reshape(leaf.shape))
                 else:
-                    leaf.grad._value += g.reshape(leaf.shape)
+                    leaf._grad._value += g.reshape(leaf.shape)
 
     def _accumulate(self, g):
-        if self.grad is None:
-            self.grad = Tensor(np.array(g, dtype=self.dtype))
+        if self._grad is None:
+            self._grad = Tensor(np.array(g, dtype=self.dtype))
         else:
-            self.grad._value += g
+            self._grad._value += g
 
     # ------------------------------------------------------------ display
 

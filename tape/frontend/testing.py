@@ -12,8 +12,9 @@ from tape.ops import registry
 from tape.program.replay import run_entry, run_entry_back
 
 
-class GradcheckError(AssertionError):
-    """The analytic gradient disagrees with central finite differences."""
+class GradcheckError(AssertionError, RuntimeError):
+    """The analytic gradient disagrees with central finite differences (an ``AssertionError``,
+    and a ``RuntimeError`` as PyTorch's ``torch.autograd.gradcheck.GradcheckError``)."""
 
 
 def _numpy_args(inputs):

@@ -32,6 +32,55 @@ from tape.gpu._replay import CudaBatch, CudaTape, available, gradient_batch
 
 __all__ = ["CudaTape", "CudaBatch", "gradient_batch", "available", "to_device"]
 
+# ---------------------------------------------------------------- PyTorch's torch.cuda queries
+# A script written for PyTorch asks ``torch.cuda.is_available()`` before it puts tensors on
+# the GPU. tape's tensors always live on the CPU (a recorded tape replays on the GPU:
+# ``t.to("cuda")``), so these answer as a CPU-only PyTorch does, and ``available()`` says
+# whether tapes can replay on a GPU here.
+
+_NO_CUDA_TENSORS = (
+    "tape's tensors live on the CPU (tape has no CUDA tensors); record a tape and replay it on "
+    "a GPU with t.to('cuda') (tape.cuda.available() says whether one can run here)"
+)
+
+
+def is_available() -> bool:
+    """Whether tensors can be placed on a CUDA device: never in tape, as in a CPU-only PyTorch
+    (see :func:`available` for replaying tapes on a GPU)."""
+    return False
+
+
+def device_count() -> int:
+    """CUDA devices tensors can use: 0 (see :func:`is_available`)."""
+    return 0
+
+
+def is_initialized() -> bool:
+    return False
+
+
+def manual_seed(seed) -> None:
+    """Seed the CUDA generators: there are none, so, as PyTorch without CUDA, nothing happens."""
+    int(seed)
+
+
+manual_seed_all = manual_seed
+
+
+def synchronize(device=None) -> None:
+    """Wait for CUDA tensor work: there is none."""
+
+
+def empty_cache() -> None:
+    """Free cached CUDA tensor memory: there is none."""
+
+
+def _no_cuda(*args, **kwargs):
+    raise AssertionError(_NO_CUDA_TENSORS)
+
+
+current_device = get_device_name = get_device_properties = set_device = _no_cuda
+
 
 def to_device(t, device="cuda", **kwargs):
     """``t.to(device)``: a :class:`CudaTape` for ``"cuda"`` (``"cuda:0"``), ``t`` for ``"cpu"``."""

@@ -182,3 +182,49 @@ class _Accelerator:
 
 
 accelerator = _Accelerator()
+
+
+# ---------------------------------------------------------------- tensors over NumPy memory
+
+
+def from_numpy(ndarray) -> tensor.Tensor:
+    """A tensor over ``ndarray``'s memory, as PyTorch's ``torch.from_numpy``: a write to one
+    shows in the other, and ``t.numpy()`` gives the array back. The array must hold a dtype
+    tensors keep (float64, float32, int64, bool) in C order; anything else raises rather than
+    copy (:func:`tape.tensor` copies)."""
+    if not isinstance(ndarray, np.ndarray):
+        raise TypeError(f"from_numpy: expected np.ndarray (got {type(ndarray).__name__})")
+    dt = ndarray.dtype
+    if dt.kind not in "biuf" or tensor._check_dtype(dt) != dt:
+        held = (
+            f"hold {dt} data as {tensor._check_dtype(dt)}" if dt.kind in "biuf" else "are numeric"
+        )
+        raise TypeError(
+            f"from_numpy: tensors {held}, so the memory of an array of dtype {dt} cannot be "
+            "shared; tape.tensor(a) converts a copy"
+        )
+    if not ndarray.flags.c_contiguous:
+        raise ValueError(
+            f"from_numpy: tensors are C-contiguous and this array (shape {ndarray.shape}, strides "
+            f"{ndarray.strides}) is not, so its memory cannot be shared; tape.tensor(a) copies it"
+        )
+    return tensor.Tensor(ndarray)
+
+
+def as_tensor(data, dtype=None, device=None) -> tensor.Tensor:
+    """``data`` as a tensor, as PyTorch's ``torch.as_tensor``: a tensor of the same dtype is
+    returned as it is (another dtype: converted); a NumPy array of a dtype tensors keep, in C
+    order, is shared (:func:`from_numpy`), not copied; anything else is copied
+    (:func:`tape.tensor`)."""
+    tensor.check_device(device, "as_tensor")
+    if isinstance(data, tensor.Tensor):
+        return data if dtype is None or np.dtype(dtype) == data.dtype else data.to(dtype)
+    if (
+        isinstance(data, np.ndarray)
+        and (dtype is None or np.dtype(dtype) == data.dtype)
+        and data.dtype.kind in "biuf"
+        and tensor._check_dtype(data.dtype) == data.dtype
+        and data.flags.c_contiguous
+    ):
+        return tensor.Tensor(data)
+    return tensor.tensor(data, dtype=dtype)
