@@ -2031,8 +2031,8 @@ def test_autograd_grad_errors():
         tape.autograd.grad(l2, a)  # non-scalar output without grad_outputs
     with pytest.raises(RuntimeError):
         tape.autograd.grad(l1, tape.tensor([1.0]))  # input does not require grad
-    with pytest.raises(NotImplementedError):
-        tape.autograd.grad(l1, a, create_graph=True)
+    with pytest.raises(NotImplementedError, match="not a leaf"):
+        tape.autograd.grad(l1, h, create_graph=True)  # differentiable gradients: of leaves
 
 
 def test_autograd_grad_vs_torch():
@@ -2153,3 +2153,71 @@ def test_new_constructors_take_the_tensors_dtype():
     v = w.new_tensor([1, 2], requires_grad=True)
     assert v.dtype == np.float32 and v.requires_grad and v.is_leaf
     assert w.new_empty(3).shape == (3,)
+
+
+# ---------------------------------------------------------------- create_graph=True
+
+XV = np.array([0.3, -0.7, 1.1])
+WV = np.array([[0.5, -0.2, 0.1], [0.3, 0.8, -0.4]])
+
+
+def _penalty(lib, x, w):
+    y = (lib.tanh(w @ x) ** 2).sum() + (x.sin() * x).sum()
+    (g,) = lib.autograd.grad(y, x, create_graph=True)
+    return y, g, (g**2).sum()
+
+
+def _y_of(xv, wv):
+    return np.sum(np.tanh(wv @ xv) ** 2) + np.sum(np.sin(xv) * xv)
+
+
+def test_gradient_penalty_matches_finite_differences():
+    def pen_of(xv, wv):
+        x = tape.tensor(xv, requires_grad=True)
+        return _penalty(tape, x, tape.tensor(wv))[2].item()
+
+    x = tape.tensor(XV, requires_grad=True)
+    w = tape.tensor(WV, requires_grad=True)
+    y, g, pen = _penalty(tape, x, w)
+    assert g.requires_grad and not g.is_leaf
+    (y + pen).backward()
+    eps = 1e-6
+    for k in range(3):
+        e = np.zeros(3)
+        e[k] = eps
+        fd_pen = (pen_of(XV + e, WV) - pen_of(XV - e, WV)) / (2 * eps)
+        fd_y = (_y_of(XV + e, WV) - _y_of(XV - e, WV)) / (2 * eps)
+        np.testing.assert_allclose(x.grad.numpy()[k], fd_pen + fd_y, rtol=1e-6, atol=1e-8)
+    for i in range(2):
+        for j in range(3):
+            e = np.zeros_like(WV)
+            e[i, j] = eps
+            fd = (pen_of(XV, WV + e) - pen_of(XV, WV - e)) / (2 * eps)
+            fd_y = (_y_of(XV, WV + e) - _y_of(XV, WV - e)) / (2 * eps)
+            np.testing.assert_allclose(w.grad.numpy()[i, j], fd + fd_y, rtol=1e-6, atol=1e-8)
+
+
+def test_gradient_penalty_matches_pytorch():
+    torch = pytest.importorskip("torch")
+    got, want = [], []
+    for lib, out in ((tape, got), (torch, want)):
+        x = lib.tensor(XV, requires_grad=True)
+        w = lib.tensor(WV, requires_grad=True)
+        _, g, pen = _penalty(lib, x, w)
+        pen.backward()
+        out += [g.detach().numpy().copy(), x.grad.numpy().copy(), w.grad.numpy().copy()]
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_double_backward_and_third_order():
+    x = tape.tensor(XV, requires_grad=True)
+    (x**3).sum().backward(create_graph=True)
+    g = x.grad
+    np.testing.assert_allclose(g.numpy(), 3 * XV**2, rtol=1e-14)
+    (h,) = tape.autograd.grad(g.sum(), x)
+    np.testing.assert_allclose(h.numpy(), 6 * XV, rtol=1e-14)
+    (g1,) = tape.autograd.grad((x**4).sum(), x, create_graph=True)
+    (g2,) = tape.autograd.grad(g1.sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match="third order"):
+        tape.autograd.grad(g2.sum(), x)

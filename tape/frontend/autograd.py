@@ -12,18 +12,11 @@ import numpy as np
 
 from tape.frontend import tensor as _tensor
 from tape.frontend.tensor import Tensor, no_grad
-from tape.layout.columns import B_KIND, CONST, LEAF
+from tape.layout.columns import B_KIND, B_OFF, CONST, LEAF
 from tape.program import callbacks as _callbacks
 from tape.program.replay import ReplayError
 
 __all__ = ["grad", "backward", "Function", "FunctionCtx", "gradcheck", "gradgradcheck"]
-
-CREATE_GRAPH = (
-    "tape.autograd.grad(create_graph=True): eager graphs are first order. For second "
-    "derivatives record the function and use the tape's drivers: t = tape.record(fn, x); "
-    "t.hvp(x, v=v) or t.hessian(x) (or the transforms tape.hvp(fn, (x,), (v,)) and "
-    "tape.hessian(fn)(x))"
-)
 
 
 def _seq(x):
@@ -39,11 +32,16 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     ``inputs`` may be leaves or intermediate tensors of the graph. An input the outputs do
     not depend on raises, unless ``allow_unused`` (it then gets ``None``, or zeros with
     ``materialize_grads``). ``retain_graph`` defaults to ``create_graph``; without it the
-    graph is freed as by ``backward()``. ``create_graph=True`` raises ``NotImplementedError``
-    naming the drivers to use instead.
+    graph is freed as by ``backward()``.
+
+    ``create_graph=True`` returns gradients that are differentiable once more (gradient
+    penalties, double backward): each is an output of one node whose backward is a
+    Hessian-vector product by forward-over-reverse over the same graph, giving every leaf's
+    mixed second derivative at once. The ``inputs`` must then be leaves; differentiating such
+    a gradient again with ``create_graph=True`` (third order) raises ``NotImplementedError``.
     """
-    if create_graph:
-        raise NotImplementedError(CREATE_GRAPH)
+    if retain_graph is None:
+        retain_graph = create_graph
     outs = _seq(outputs)
     ins = _seq(inputs)
     if not outs:
@@ -105,6 +103,13 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             "Trying to backward through the graph a second time: specify retain_graph=True "
             "on the first backward() or grad() call"
         )
+    if create_graph:
+        for k, x in enumerate(ins):
+            if x._tape is not None and not x.is_leaf:
+                raise NotImplementedError(
+                    f"grad(create_graph=True): inputs[{k}] is not a leaf; differentiable "
+                    "gradients are taken with respect to leaf tensors (requires_grad=True)"
+                )
     need = tp.run_backward(roots, np.concatenate(seeds), zero_leaves=True)
     res = []
     for k, x in enumerate(ins):
@@ -131,7 +136,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             res.append(Tensor(np.zeros(x.shape, x.dtype)) if materialize_grads else None)
         else:
             res.append(Tensor(np.asarray(g, dtype=x.dtype).reshape(x.shape)))
-    if not (retain_graph or False):
+    if create_graph:
+        return _differentiable(tp, outs, np.concatenate(seeds), ins, res, need)
+    if not retain_graph:
         tp.mark_freed(need)
     return tuple(res)
 
@@ -479,3 +486,119 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=
         if raise_exception:
             raise
         return False
+
+
+# ---------------------------------------------------------------- create_graph=True
+
+
+class _SecondOrder:
+    """What the node of a differentiable gradient needs: the graph's outputs and seeds, the
+    gradients' inputs, the leaves the node feeds, and the gradient values."""
+
+    def __init__(self, outs, seeds, ins, leaves, values):
+        self.outs, self.seeds, self.ins, self.leaves, self.values = outs, seeds, ins, leaves, values
+
+    def hvp(self, us):
+        """For each leaf ``l``: ``d/dl <u, grad_x y>`` = the Hessian-vector product of the
+        graph at ``l``, with the tangent ``u_k`` on input ``k`` (forward-over-reverse)."""
+        from tape.interpreter import dispatch
+        from tape.interpreter.generated import sweeps
+
+        tp = self.outs[0]._resolve()[0]
+        roots = np.array([o._resolve()[1] for o in self.outs], np.int64)
+        if tp._freed is not None and tp.reaches_freed(roots):
+            raise RuntimeError(
+                "Trying to backward through the graph a second time: the graph of a "
+                "create_graph=True gradient was freed by a backward() without retain_graph"
+            )
+        n = tp.n_entries
+        emask, need = sweeps.reach(tp.entries, tp.bufs, n, roots)
+        sub = np.ascontiguousarray(tp.entries[:n][np.asarray(emask[:n], bool)])
+        if (sub[:, 0] < 0).any():
+            raise NotImplementedError(
+                "the gradient of a create_graph=True gradient passes through an "
+                "autograd.Function or a custom op, or through another create_graph=True "
+                "gradient (third order): they have first derivatives only"
+            )
+        dt = tp.dtype
+        dispatch.prepare(np.unique(sub[:, 0]), dt, (dispatch.REV, dispatch.TAN, dispatch.HREV))
+        m = tp.data.shape[0]
+        T = np.zeros((1, m), dt)
+        GT = np.zeros((1, m), dt)
+        grad = np.zeros(m, dt)
+        bufs = tp.bufs
+        for x, u in zip(self.ins, us):
+            if u is None:
+                continue
+            u = np.asarray(u._peek() if isinstance(u, Tensor) else u, dt).ravel()
+            for leaf, lb in tp.leaves:
+                if leaf is x:
+                    off = bufs.item(lb, B_OFF)
+                    T[0, off : off + u.size] = u
+        seeds = np.ascontiguousarray(self.seeds, dt)
+        sweeps.hvp_pass(sub, bufs, tp.ipool, tp.data, grad, T, GT, sub.shape[0], tp.n_bufs,
+                        roots, seeds)  # fmt: skip
+        out = []
+        for leaf_t in self.leaves:
+            g = None
+            for leaf, lb in tp.leaves:
+                if leaf is leaf_t and need[lb] and bufs[lb, B_KIND] == LEAF:
+                    off = bufs.item(lb, B_OFF)
+                    a = GT[0, off : off + leaf_t.numel()]
+                    g = a.copy() if g is None else g + a
+            out.append(None if g is None else Tensor(g.astype(leaf_t.dtype).reshape(leaf_t.shape)))
+        return out
+
+
+class _GradientNode(Function):
+    """The node of the gradients ``grad(..., create_graph=True)`` returns: its inputs are
+    the graph's leaves, its backward the Hessian-vector product (:meth:`_SecondOrder.hvp`)."""
+
+    @staticmethod
+    def forward(ctx, state, *leaves):
+        ctx.state = state
+        return tuple(Tensor(np.array(v, copy=True)) for v in state.values)
+
+    @staticmethod
+    def backward(ctx, *us):
+        return (None, *ctx.state.hvp(us))
+
+
+def _differentiable(tp, outs, seeds, ins, res, need):
+    leaves, seen = [], set()
+    for leaf, lb in tp.leaves:  # true leaves (not views of them, which share their memory)
+        if leaf._rg and leaf._op is None and need[lb] and id(leaf) not in seen:
+            seen.add(id(leaf))
+            leaves.append(leaf)
+    pos = [k for k, r in enumerate(res) if r is not None]
+    if not pos:
+        return tuple(res)
+    state = _SecondOrder(
+        list(outs), seeds, [ins[k] for k in pos], leaves, [res[k]._peek() for k in pos]
+    )
+    got = _GradientNode.apply(state, *leaves)
+    got = (got,) if isinstance(got, Tensor) else tuple(got)
+    out = list(res)
+    for k, g in zip(pos, got):
+        out[k] = g
+    return tuple(out)
+
+
+def backward_create_graph(t, gradient, inputs=None):
+    """``t.backward(gradient, create_graph=True)``: every leaf's (or ``inputs``') gradient
+    accumulates into ``.grad`` as a tensor that is differentiable once more."""
+    tp = t._resolve()[0] if t._tape is not None else None
+    if inputs is None:
+        if tp is None:
+            inputs = [t] if t._rg else []
+        else:
+            inputs, seen = [], set()
+            for leaf, _ in tp.leaves:
+                if leaf._rg and leaf._op is None and id(leaf) not in seen:
+                    seen.add(id(leaf))
+                    inputs.append(leaf)
+    gs = grad(t, inputs, None if gradient is None else [gradient], create_graph=True,
+              allow_unused=True)  # fmt: skip
+    for x, g in zip(inputs, gs):
+        if g is not None:
+            x.grad = g if x.grad is None else x.grad + g

@@ -783,14 +783,14 @@ class Tensor:
 
         ``gradient`` is the adjoint of ``self`` (needed unless ``self`` has one element).
         As in PyTorch, a second backward through any part of the same graph raises unless the
-        first passed ``retain_graph=True`` (then it accumulates again). Higher-order gradients
-        (``create_graph``) come from recorded tapes instead: ``Tape.hvp``, ``Tape.hessian``,
-        ``tape.hessian``.
+        first passed ``retain_graph=True`` (then it accumulates again). With
+        ``create_graph=True`` the gradients are differentiable once more (see
+        :func:`tape.autograd.grad`).
         """
-        if create_graph:
-            from tape.frontend.autograd import CREATE_GRAPH
+        if create_graph:  # gradients that are differentiable once more
+            from tape.frontend.autograd import backward_create_graph
 
-            raise NotImplementedError(CREATE_GRAPH.replace("tape.autograd.grad(", "backward(", 1))
+            return backward_create_graph(self, gradient)
         if not self._rg:
             raise RuntimeError(
                 "element 0 of tensors does not require grad and does not have a grad_fn"
