@@ -2221,3 +2221,27 @@ def test_double_backward_and_third_order():
     (g2,) = tape.autograd.grad(g1.sum(), x, create_graph=True)
     with pytest.raises(NotImplementedError, match="third order"):
         tape.autograd.grad(g2.sum(), x)
+
+
+def test_pytorch_keyword_names_and_out():
+    a = tape.tensor([[1.0, 2.0], [3.0, 4.0]])
+    b = tape.tensor([[0.5], [1.0]])
+    np.testing.assert_array_equal(tape.matmul(input=a, other=b).numpy(), a.numpy() @ b.numpy())
+    np.testing.assert_array_equal(tape.matmul(a, other=b).numpy(), a.numpy() @ b.numpy())
+    np.testing.assert_array_equal(tape.sum(input=a, dim=0).numpy(), [4.0, 6.0])
+    np.testing.assert_array_equal(
+        tape.where(condition=a > 2, input=a, other=b).numpy(),
+        np.where(a.numpy() > 2, a.numpy(), b.numpy()),
+    )
+    np.testing.assert_array_equal(tape.add(a, a, alpha=2).numpy(), 3 * a.numpy())
+    out = tape.empty(2, 2)
+    assert tape.sin(a, out=out) is out
+    np.testing.assert_allclose(out.numpy(), np.sin(a.numpy()), rtol=1e-15)
+    with pytest.raises(TypeError, match="multiple values"):
+        tape.matmul(a, b, input=a)
+    with pytest.raises(RuntimeError, match="don't support automatic differentiation"):
+        tape.mul(tape.tensor([1.0], requires_grad=True), 2.0, out=tape.zeros(1))
+    with pytest.raises(RuntimeError, match="does not resize out"):
+        tape.exp(a, out=tape.zeros(3))
+    with pytest.raises(TypeError, match="must be Tensor"):
+        tape.exp(a, out=np.zeros((2, 2)))

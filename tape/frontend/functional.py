@@ -11,6 +11,7 @@ and their methods are listed here. Reductions accept NumPy's ``axis=`` and PyTor
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from typing import NamedTuple
 
@@ -783,3 +784,74 @@ def _install_torch_methods(T):
 
 
 _install()
+
+
+# ---------------------------------------------------------------- PyTorch's keywords and out=
+# ``torch.add(input=a, other=b)``, ``torch.matmul(a, other=b)``, ``torch.sin(x, out=y)``: the
+# module-level functions take PyTorch's keyword names for their tensor arguments and ``out=``
+# (the Tensor methods, installed above, are the plain functions).
+
+
+def _write_out(name, out, r):
+    """``out=``: the result copied into ``out``, as PyTorch (which refuses it with grad)."""
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{name}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if out.requires_grad or r.requires_grad:
+        raise RuntimeError(
+            f"{name}(): functions with out=... arguments don't support automatic "
+            "differentiation, but one of the arguments requires grad."
+        )
+    if r._tape is not None:
+        raise RuntimeError(f"{name}(out=...) inside tape.record(): return the result instead")
+    if tuple(out.shape) != tuple(r.shape):
+        raise RuntimeError(
+            f"{name}(): out= has shape {tuple(out.shape)}, the result has shape "
+            f"{tuple(r.shape)} (tape does not resize out)"
+        )
+    if out.dtype != r.dtype:
+        raise RuntimeError(f"{name}(): result type {r.dtype} can't be cast to out's {out.dtype}")
+    with _tensor_mod.no_grad():
+        out.copy_(r)
+    return out
+
+
+def _torch_keywords(fn, names):
+    """``fn`` taking its leading tensor arguments by PyTorch's ``names`` too, and ``out=``."""
+
+    def call(*args, out=None, **kw):
+        if kw and builtins.any(n in kw for n in names):
+            args = list(args)
+            for k, n in enumerate(names):
+                if n in kw:
+                    if len(args) != k:
+                        raise TypeError(f"{fn.__name__}() got multiple values for argument {n!r}")
+                    args.append(kw.pop(n))
+        if "alpha" in kw and fn in (add, sub):  # torch.add(a, b, alpha=2): a + 2 * b
+            alpha = kw.pop("alpha")
+            args = [args[0], _scaled(args[1], alpha)]
+        r = fn(*args, **kw)
+        return r if out is None else _write_out(fn.__name__, out, r)
+
+    functools.update_wrapper(call, fn)
+    return call
+
+
+def _keywords():
+    g = globals()
+    named = {op.name: ("input", "other")[: op.arity] for op in registry.OPS if op.arity in (1, 2)}
+    named.update(
+        {"where": ("condition", "input", "other"), "clip": ("input",), "clamp": ("input",)}
+    )
+    for name in ("matmul", "mm", "bmm", "dot"):
+        named[name] = ("input", "other")
+    named.update({"mv": ("input", "vec"), "outer": ("input", "vec2")})
+    for name in ("sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std", "norm",
+                 "cumsum", "cumprod", "logcumsumexp", "softmax", "log_softmax", "exp", "log",
+                 "abs", "sqrt", "neg", "sigmoid", "tanh", "relu"):  # fmt: skip
+        named.setdefault(name, ("input",))
+    for name, names in named.items():
+        if name in g and callable(g[name]):
+            g[name] = _torch_keywords(g[name], names)
+
+
+_keywords()
