@@ -49,3 +49,10 @@ for bad in (1.0, torch.zeros(2), torch.zeros(3, dtype=torch.float32)):
         print("grad assignment:", type(e).__name__)
 x.grad = None
 print("grad after None:", x.grad)
+
+# PyTorch's keyword names and out=
+m = torch.matmul(input=torch.tensor([[1.0, 2.0]]), other=torch.tensor([[3.0], [4.0]]))
+print("matmul(input=, other=):", m.tolist())
+o = torch.empty(2)
+r = torch.add(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]), alpha=2, out=o)
+print("add(..., alpha=2, out=o):", o.tolist(), r is o)
