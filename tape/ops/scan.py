@@ -166,6 +166,53 @@ def lanes_rev(f, i, entries, bufs, ipool, data, grad):
         f(data, grad, x + o * m, y + o * m, x + o * m, y + o * m, inner, n, inner, acc)
 
 
+@_lanes
+def rows_jvp(f, i, entries, bufs, ipool, data, T):
+    """The tangent kernel of a scan whose tangent rule ``f(xs, ys, txs, tys, n)`` runs along
+    one row (strided views of ``n`` elements), for every row and direction."""
+    a = entries[i, E_IN0]
+    o_ = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o_)
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        ty = view(bufs, T[d], o_)
+        for o in range(outer):
+            for q in range(inner):
+                f(_row(x, o, q, n, inner), _row(y, o, q, n, inner), _row(tx, o, q, n, inner),
+                  _row(ty, o, q, n, inner), n)  # fmt: skip
+
+
+@_lanes
+def rows_hvp(f, i, entries, bufs, ipool, data, grad, T, GT):
+    """The forward-over-reverse kernel of a scan whose rule
+    ``f(xs, ys, gys, txs, gtxs, gtys, ty, n)`` adds one row's tangent adjoints into ``gtxs``
+    (``ty``: a scratch row of ``n``), for every row and direction."""
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o_ = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    y = view(bufs, data, o_)
+    gy = view(bufs, grad, o_)
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    ty = np.empty(n, T.dtype)
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        gtx = view(bufs, GT[d], a)
+        gty = view(bufs, GT[d], o_)
+        for o in range(outer):
+            for q in range(inner):
+                f(_row(x, o, q, n, inner), _row(y, o, q, n, inner), _row(gy, o, q, n, inner),
+                  _row(tx, o, q, n, inner), _row(gtx, o, q, n, inner), _row(gty, o, q, n, inner),
+                  ty, n)  # fmt: skip
+
+
 @_jit
 def cumsum_fwd(i, entries, bufs, ipool, data):
     return lanes_fwd(cumsum_lanes, i, entries, bufs, ipool, data)
@@ -246,63 +293,30 @@ def _lcse_tangent_row(xs, ys, txs, tys, n):
 
 
 @_jit
+def _lcse_hvp_row(xs, ys, gys, txs, gtxs, gtys, ty, n):
+    # the tangent of gx_j = E_j R_j (E_j = exp(x_j - y_j), F_j = exp(y_j - y_{j+1})):
+    # tE_j = E_j (tx_j - ty_j), tF_j = F_j (ty_j - ty_{j+1}), tR_j = gty_j + tF_j R_{j+1} +
+    # F_j tR_{j+1}; ty recomputed by the tangent rule
+    _lcse_tangent_row(xs, ys, txs, ty, n)
+    r = gys[n - 1]
+    tr = gtys[n - 1]
+    for j in range(n - 1, -1, -1):
+        if j < n - 1:
+            f = np.exp(ys[j] - ys[j + 1])
+            tr = gtys[j] + f * (ty[j] - ty[j + 1]) * r + f * tr
+            r = gys[j] + f * r
+        e = np.exp(xs[j] - ys[j])
+        gtxs[j] += e * (txs[j] - ty[j]) * r + e * tr
+
+
+@_jit
 def logcumsumexp_jvp(i, entries, bufs, ipool, data, T):
-    a = entries[i, E_IN0]
-    o_ = entries[i, E_OUT]
-    x = view(bufs, data, a)
-    y = view(bufs, data, o_)
-    outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return
-    for d in range(T.shape[0]):
-        tx = view(bufs, T[d], a)
-        ty = view(bufs, T[d], o_)
-        for o in range(outer):
-            for q in range(inner):
-                _lcse_tangent_row(
-                    _row(x, o, q, n, inner), _row(y, o, q, n, inner), _row(tx, o, q, n, inner),
-                    _row(ty, o, q, n, inner), n,
-                )  # fmt: skip
+    rows_jvp(_lcse_tangent_row, i, entries, bufs, ipool, data, T)
 
 
 @_jit
 def logcumsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT):
-    # the tangent of gx_j = E_j R_j (E_j = exp(x_j - y_j), F_j = exp(y_j - y_{j+1})):
-    # tE_j = E_j (tx_j - ty_j), tF_j = F_j (ty_j - ty_{j+1}), tR_j = gty_j + tF_j R_{j+1} +
-    # F_j tR_{j+1}; ty recomputed by the tangent rule
-    a = entries[i, E_IN0]
-    if not active(bufs, a):
-        return
-    o_ = entries[i, E_OUT]
-    x = view(bufs, data, a)
-    y = view(bufs, data, o_)
-    gy = view(bufs, grad, o_)
-    outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return
-    ty = np.empty(n, T.dtype)
-    for d in range(T.shape[0]):
-        tx = view(bufs, T[d], a)
-        gtx = view(bufs, GT[d], a)
-        gty = view(bufs, GT[d], o_)
-        for o in range(outer):
-            for q in range(inner):
-                xs = _row(x, o, q, n, inner)
-                ys = _row(y, o, q, n, inner)
-                gys = _row(gy, o, q, n, inner)
-                txs = _row(tx, o, q, n, inner)
-                gtxs = _row(gtx, o, q, n, inner)
-                gtys = _row(gty, o, q, n, inner)
-                _lcse_tangent_row(xs, ys, txs, ty, n)
-                r = gys[n - 1]
-                tr = gtys[n - 1]
-                for j in range(n - 1, -1, -1):
-                    if j < n - 1:
-                        f = np.exp(ys[j] - ys[j + 1])
-                        tr = gtys[j] + f * (ty[j] - ty[j + 1]) * r + f * tr
-                        r = gys[j] + f * r
-                    e = np.exp(xs[j] - ys[j])
-                    gtxs[j] += e * (txs[j] - ty[j]) * r + e * tr
+    rows_hvp(_lcse_hvp_row, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 EXACT_ROW = 64
@@ -337,65 +351,32 @@ def _cumprod_tangent_row(xs, ys, txs, tys, n):
 
 
 @_jit
+def _cumprod_hvp_row(xs, ys, gys, txs, gtxs, gtys, ty, n):
+    # the tangent of gx_j = y_{j-1} S_j: ty_{j-1} S_j + y_{j-1} tS_j, with
+    # tS_j = gty_j + tx_{j+1} S_{j+1} + x_{j+1} tS_{j+1} (ty recomputed: no division)
+    ty[0] = txs[0]
+    for j in range(1, n):
+        ty[j] = ty[j - 1] * xs[j] + ys[j - 1] * txs[j]
+    s = gys[n - 1]
+    ts = gtys[n - 1]
+    for j in range(n - 1, -1, -1):
+        if j < n - 1:
+            ts = gtys[j] + txs[j + 1] * s + xs[j + 1] * ts
+            s = gys[j] + xs[j + 1] * s
+        if j > 0:
+            gtxs[j] += ty[j - 1] * s + ys[j - 1] * ts
+        else:
+            gtxs[j] += ts
+
+
+@_jit
 def cumprod_jvp(i, entries, bufs, ipool, data, T):
-    a = entries[i, E_IN0]
-    o_ = entries[i, E_OUT]
-    x = view(bufs, data, a)
-    y = view(bufs, data, o_)
-    outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return
-    for d in range(T.shape[0]):
-        tx = view(bufs, T[d], a)
-        ty = view(bufs, T[d], o_)
-        for o in range(outer):
-            for q in range(inner):
-                _cumprod_tangent_row(
-                    _row(x, o, q, n, inner), _row(y, o, q, n, inner), _row(tx, o, q, n, inner),
-                    _row(ty, o, q, n, inner), n,
-                )  # fmt: skip
+    rows_jvp(_cumprod_tangent_row, i, entries, bufs, ipool, data, T)
 
 
 @_jit
 def cumprod_hvp(i, entries, bufs, ipool, data, grad, T, GT):
-    # the tangent of gx_j = y_{j-1} S_j: ty_{j-1} S_j + y_{j-1} tS_j, with
-    # tS_j = gty_j + tx_{j+1} S_{j+1} + x_{j+1} tS_{j+1} (ty recomputed: no division)
-    a = entries[i, E_IN0]
-    if not active(bufs, a):
-        return
-    o_ = entries[i, E_OUT]
-    x = view(bufs, data, a)
-    y = view(bufs, data, o_)
-    gy = view(bufs, grad, o_)
-    outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return
-    ty = np.empty(n, T.dtype)
-    for d in range(T.shape[0]):
-        tx = view(bufs, T[d], a)
-        gtx = view(bufs, GT[d], a)
-        gty = view(bufs, GT[d], o_)
-        for o in range(outer):
-            for q in range(inner):
-                xs = _row(x, o, q, n, inner)
-                ys = _row(y, o, q, n, inner)
-                gys = _row(gy, o, q, n, inner)
-                txs = _row(tx, o, q, n, inner)
-                gtxs = _row(gtx, o, q, n, inner)
-                gtys = _row(gty, o, q, n, inner)
-                ty[0] = txs[0]
-                for j in range(1, n):
-                    ty[j] = ty[j - 1] * xs[j] + ys[j - 1] * txs[j]
-                s = gys[n - 1]
-                ts = gtys[n - 1]
-                for j in range(n - 1, -1, -1):
-                    if j < n - 1:
-                        ts = gtys[j] + txs[j + 1] * s + xs[j + 1] * ts
-                        s = gys[j] + xs[j + 1] * s
-                    if j > 0:
-                        gtxs[j] += ty[j - 1] * s + ys[j - 1] * ts
-                    else:
-                        gtxs[j] += ts
+    rows_hvp(_cumprod_hvp_row, i, entries, bufs, ipool, data, grad, T, GT)
 
 
 # ---------------------------------------------------------------- argsort

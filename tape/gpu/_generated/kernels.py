@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "1d288128b473765c63c952709a6848c200e729e2231db2085cc3dc2431d00da6"
+FINGERPRINT = "cc848e3bfdd07e4db8aa2fcc6ed8dfff635b5cc23b9ba16b47d6d58bf4aa19f1"
 
 from numba import cuda, float64
 

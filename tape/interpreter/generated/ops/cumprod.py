@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1116223b714407f85ccaef02f8ec02fee96b103b6f9b1a05930d52ba93141103"
+FINGERPRINT = "3bc9e02dfbf22852cdec684d05bba261b97fd996ec67a79153072c023a9384be"
 
 import numpy as np
 from numba import njit

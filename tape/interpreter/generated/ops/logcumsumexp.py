@@ -7,7 +7,7 @@ forward, reverse, tangent and forward-over-reverse sweeps (through the address t
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a92d7a958b1a3cbd94b1c71a3061dcd38959aca7903c29139c63fc8d732523cf"
+FINGERPRINT = "36f826a22c9f216612fd2f6acaa0a42321d80fc50827e7cdba1274526fdbc6fc"
 
 import numpy as np
 from numba import njit
