@@ -751,6 +751,48 @@ def test_automatic_promotion_after_k_replays():
     assert t.compile_after is None
 
 
+def test_promotion_by_time_compiles_in_the_background_while_replays_go_on():
+    x = np.linspace(-1.0, 1.5, 9)
+    t = tp.record(rosenbrock, x)
+    assert t.compile_after_seconds == compiled.AUTO_SECONDS and compiled.AUTO_MIN == 3
+    t.compile_after_seconds = 0.0  # any time spent promotes, from the AUTO_MIN-th replay
+    for _ in range(compiled.AUTO_MIN - 1):
+        close(t.gradient(x), rosenbrock_grad(x))
+    assert t.compiling is None and t.tier == "interpreter"
+    close(t.value_and_grad(x)[1], rosenbrock_grad(x))  # the checked path counts too
+    th = t.compiling
+    assert th is not None and t.compile_after is None and t.compile_after_seconds is None
+    seen = set()
+    while th.is_alive():  # replays go on, on whichever tier is installed
+        seen.add(t.tier)
+        close(t.gradient(x), rosenbrock_grad(x))
+    th.join()
+    assert t.tier == "compiled" and "interpreter" in seen
+    close(t.gradient(x), rosenbrock_grad(x))
+
+
+def test_compile_waits_for_a_background_promotion():
+    x = np.linspace(-1.0, 1.5, 11)
+    t = tp.record(lambda v: (tp.exp(v[1:]) * v[:-1] ** 2).sum(), x)
+    t.compile_after_seconds = 0.0
+    for _ in range(compiled.AUTO_MIN):
+        t.gradient(x)
+    assert t.compiling is not None
+    assert t.compile() is t and t.tier == "compiled"
+    g = np.zeros_like(x)
+    g[:-1] += 2 * x[:-1] * np.exp(x[1:])
+    g[1:] += np.exp(x[1:]) * x[:-1] ** 2
+    close(t.gradient(x), g)
+
+
+def test_a_tape_replayed_twice_never_compiles_by_time():
+    t = tp.record(rosenbrock, np.ones(4))
+    t.compile_after_seconds = 0.0
+    t.gradient(np.ones(4))
+    t.gradient(np.ones(4))
+    assert t.compiling is None and t.tier == "interpreter"
+
+
 def test_too_many_kinds_of_unit_raises_or_stays_on_the_interpreter(monkeypatch):
     monkeypatch.setattr(compiled, "MAX_UNIT_KINDS", 1)
     with pytest.raises(tp.CompileError, match="MAX_UNIT_KINDS"):

@@ -138,6 +138,8 @@ from tape.compiler.emit import (
 )
 from tape.compiler.params import (
     AUTO_AFTER,  # noqa: F401  (public: tape.compiled.AUTO_AFTER)
+    AUTO_MIN,  # noqa: F401  (public)
+    AUTO_SECONDS,  # noqa: F401  (public)
     INLINE_KINDS,
     MAX_UNIT_KINDS,
 )
@@ -264,6 +266,7 @@ def generate(t):
         "from tape.layout.config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT",
         "from tape.interpreter.generated import sweeps as interp_sweeps",
         "from tape.ops.loops import masked as _masked",
+        "from tape.compiler.emit import span as _span",
         "from tape.compiler.emit import outline_rule as _outline_rule",
         "from tape.compiler.emit import sum_reassoc as _sum_reassoc",
         "from tape.ops.registry import BY_NAME",

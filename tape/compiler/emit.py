@@ -8,7 +8,10 @@ import importlib.util
 import re
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.core.imputils import impl_ret_borrowed
+from numba.extending import intrinsic
 
 from tape.compiler.analyse import CALLBACK_OP, Call, Group, Plan
 from tape.compiler.params import BLOCK, BLOCK_MIN, FEW_RANGES, SHIFT_MAX, SHORT_SUM, tag
@@ -112,7 +115,7 @@ class Code:
         row ``r % D`` (``("tile", D)``) or row ``r // D`` (``("block", D)``)."""
         name = f"{arena[0]}{tag(kind)}{self.n(b)}"
         off = self.p(int(self.B[b, B_OFF]))
-        self.views[name] = f"{arena}[{off} : {off} + {self.size(self.B[b, B_SIZE])}]"
+        self.views[name] = f"_span({arena}, {off}, {self.size(self.B[b, B_SIZE])})"
         if self.rows and kind != "row":
             self._by_row[name] = "r" if kind == "full" else (
                 f"(r {'%' if kind[0] == 'tile' else '//'} {self.size(kind[1])})")  # fmt: skip
@@ -132,9 +135,7 @@ class Code:
         rows, m = self.size(self.rows[0]), self.size(self.rows[1])
         out = [f"    {n}{'_all' if n in self._by_row else ''} = {e}" for n, e in self.views.items()]
         out += self._pre + [f"    for r in range({rows}):"]
-        out += [
-            f"        {n} = {n}_all[{k} * {m} : {k} * {m} + {m}]" for n, k in self._by_row.items()
-        ]
+        out += [f"        {n} = _span({n}_all, {k} * {m}, {m})" for n, k in self._by_row.items()]
         out += ["    " + x for x in self.lines] + self._post
         return out + [f"    {x}" for x in tail]
 
@@ -194,6 +195,36 @@ def outline_rule(rule):
     if d is None:
         d = _OUTLINED[rule] = njit(**UNCACHED_JIT)(rule.py_func)
     return d
+
+
+@intrinsic
+def span(typingctx, arr, start, n):
+    """``arr[start : start + n]`` of a C-contiguous 1-D array, for ``0 <= start`` and
+    ``start + n <= arr.shape[0]``, which the caller guarantees (nothing is checked or
+    clamped). Numba lowers a slice through its general indexing code; this view costs a
+    fraction of that compile time and runs as fast (the generated code makes one per buffer
+    it reads: 60 slices took 1.95 s to compile, 60 spans 1.0 s)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"):
+        return None
+    if not (isinstance(start, types.Integer) and isinstance(n, types.Integer)):
+        return None
+    sig = arr(arr, start, n)
+
+    def codegen(context, builder, sig, args):
+        aty = sig.args[0]
+        a = context.make_array(aty)(context, builder, args[0])
+        out = context.make_array(aty)(context, builder)
+        lo = context.cast(builder, args[1], sig.args[1], types.intp)
+        size = context.cast(builder, args[2], sig.args[2], types.intp)
+        item = context.get_constant(types.intp, context.get_abi_sizeof(a.data.type.pointee))
+        context.populate_array(
+            out, data=builder.gep(a.data, [lo], inbounds=True),
+            shape=cgutils.pack_array(builder, [size]), strides=cgutils.pack_array(builder, [item]),
+            itemsize=item, meminfo=a.meminfo, parent=a.parent,
+        )  # fmt: skip
+        return impl_ret_borrowed(context, builder, sig.return_type, out._getvalue())
+
+    return sig, codegen
 
 
 @njit(fastmath={"reassoc"}, **UNIT_JIT)
@@ -298,6 +329,7 @@ class Gen:
                 "",
                 "from tape.layout.config import UNIT_JIT",
                 "from tape.ops.loops import masked as _masked",
+                "from tape.compiler.emit import span as _span",
                 "from tape.compiler.emit import outline_rule as _outline_rule",
                 "from tape.compiler.emit import sum_reassoc as _sum_reassoc",
                 "from tape.ops.registry import BY_NAME",

@@ -13,7 +13,20 @@ unrolled) share their kinds, so the length of a tape does not count."""
 
 AUTO_AFTER = 100
 """Automatic promotion: a tape recorded with ``compile="auto"`` (the default) is compiled at its
-``AUTO_AFTER``-th replay."""
+``AUTO_AFTER``-th replay, unless :data:`AUTO_SECONDS` promoted it before."""
+
+AUTO_SECONDS = 0.5
+"""Automatic promotion by time: once a ``compile="auto"`` tape's replays on the interpreter
+have taken this many seconds in all (from its :data:`AUTO_MIN`-th replay on), it compiles in a
+background thread and its replays go on on the interpreter until the compiled code is ready.
+Replays that long (5 ms or more on average before the 100th) run mostly in compiled code that
+releases Python's lock, so the compile and the replays share the machine instead of the
+replays waiting for the compile. A tape whose replay costs 68 ms then promotes at its 8th
+replay instead of its 100th."""
+
+AUTO_MIN = 3
+"""Promotion by time waits for this many replays: a tape recorded and replayed once or twice
+(a check, a single gradient) never pays for a compile, however long its replay."""
 
 # What a fused loop does with an op comes from its record (:class:`tape.registry.Op`):
 # ``cheap`` ops' values are recomputed by the reverse loop rather than stored by the forward

@@ -55,10 +55,13 @@ def record(
     compile : {"auto", True, False}
         The compiled tier (:meth:`Tape.compile`, :mod:`tape.compiled`): code generated for
         this tape's structure, with fused loops. ``True`` compiles now; ``"auto"`` (default)
-        compiles at the ``tape.compiled.AUTO_AFTER``-th (100th) replay, so a tape replayed
-        in a loop gets it and a tape replayed a few times pays no compile; ``False`` keeps
-        the interpreter. Tapes too long for the tier stay on the interpreter. Retraced
-        variants follow the same rule.
+        compiles at the ``tape.compiled.AUTO_AFTER``-th (100th) replay, or, once its
+        replays on the interpreter have taken ``tape.compiled.AUTO_SECONDS`` (0.5 s) in all
+        from the third on, in a background thread while the replays go on on the
+        interpreter (``t.compiling`` is that thread; ``t.compile()`` waits for it). So a
+        tape replayed in a loop gets it, an expensive one soon, and a tape replayed a few
+        times pays no compile; ``False`` keeps the interpreter. Tapes too long for the tier
+        stay on the interpreter. Retraced variants follow the same rule.
 
     Returns
     -------
@@ -166,7 +169,7 @@ def record(
     if compile is True:
         t.compile()
     elif compile == "auto":
-        from tape.compiler.params import AUTO_AFTER
+        from tape.compiler.params import AUTO_AFTER, AUTO_SECONDS
 
-        t.compile_after = AUTO_AFTER
+        t.compile_after, t.compile_after_seconds = AUTO_AFTER, AUTO_SECONDS
     return t if device in (None, "cpu") else t.to(device)

@@ -13,6 +13,7 @@ import json
 import math
 import threading
 import warnings
+from time import perf_counter as _now
 from typing import NamedTuple
 
 import numpy as np
@@ -70,6 +71,12 @@ def register_extension(name, fn):
 
 
 _PREPARE_LOCK = threading.Lock()
+
+
+def _auto_min():
+    from tape.compiler.params import AUTO_MIN
+
+    return AUTO_MIN
 
 
 class GuardWarning(RuntimeWarning):
@@ -199,6 +206,9 @@ class Tape:
     _variants_lock = None
     _n_replays = 0  # the compiled tier (tape.compiled): replays so far ...
     compile_after = None  # ... and the count that promotes
+    _replay_s = 0.0  # seconds of counted replays on the interpreter so far ...
+    compile_after_seconds = None  # ... and the seconds that promote, in the background
+    compiling = None  # the background thread compiling this tape (automatic promotion)
 
     def __init__(self, dtype=np.float64, capacity=64):
         """An empty tape; ``capacity``: the value arena's first size (it grows as needed)."""
@@ -551,6 +561,7 @@ class Tape:
     def _prepare_replay(self):
         self._tls = threading.local()
         self._variants_lock = threading.Lock()
+        self._compile_lock = threading.Lock()
         sig = Signature(self)
         if self.callbacks:
             self.callback_sweeps = CallbackSweeps(self)  # the interpreter, around the callbacks
@@ -665,6 +676,7 @@ class Tape:
         if self._variants:
             self._tls.active = None
         self._load_args(ws, args)
+        t0 = 0.0
         if _anomaly.ON and _anomaly.enabled():
             status = _anomaly.replay(self, ws, grad, r["roots"], r["seed"])
         elif grad:
@@ -675,6 +687,8 @@ class Tape:
                     self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
                 )  # fmt: skip
                 self._driver_ready(sw, call)
+            if self.compile_after_seconds is not None and not interp:
+                t0 = _now()
             status = sw.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
                 self.n_entries, self.n_bufs, r["roots"], r["seed"], True,
@@ -684,7 +698,11 @@ class Tape:
             sw, pool = (interp_sw, self.ipool) if interp else self.run_with
             if sw is not self._compiled_ready and not self._interp_ready:
                 self._kernels_ready(sw)
+            if self.compile_after_seconds is not None and not interp:
+                t0 = _now()
             status = sw.forward_sweep(self.entries, self.bufs, pool, ws.data, 0, self.n_entries)
+        if t0:
+            self._timed(t0)
         if status < 0:
             ws.ok = True
             return self, ws
@@ -877,7 +895,12 @@ class Tape:
             )  # fmt: skip
             if sw is not self._compiled_ready and not self._interp_ready:
                 self._driver_ready(sw, call)
-            status = sw.forward_backward(*call)
+            if self.compile_after_seconds is None:
+                status = sw.forward_backward(*call)
+            else:  # promotion by time pending: the sweep's time counts
+                t0 = _now()
+                status = sw.forward_backward(*call)
+                self._timed(t0)
             if status < 0:
                 ws.ok = True
                 v = ws.grad_views
@@ -990,7 +1013,7 @@ class Tape:
         self.replay_state()
         if self.callbacks and not python_free(self):
             refuse(self, "compile()", CompileError)
-        with _PREPARE_LOCK:  # one compile, however many threads promote at once
+        with self._compile_lock:  # one compile, however many threads promote at once
             if self.tier == "interpreter":
                 self._compile_now()
         self.compile_after = None
@@ -1022,12 +1045,35 @@ class Tape:
             )  # fmt: skip
         self.run_with = (mod, pool)
 
-    def _promote(self):
+    def _timed(self, t0):
+        """A counted replay on the interpreter that started at ``t0`` (``perf_counter``) is
+        over: promotion by time (:data:`tape.compiled.AUTO_SECONDS`) once the replays so far
+        took :attr:`compile_after_seconds` in all."""
+        self._replay_s += _now() - t0
+        limit = self.compile_after_seconds
+        if (
+            limit is not None and self._replay_s >= limit and self._n_replays >= _auto_min()
+            and self.run_with[0] is sweeps
+        ):  # fmt: skip
+            self._promote(background=True)
+
+    def _promote(self, background=False):
         """Automatic promotion (``tape.record(..., compile="auto")``): compile at the
-        ``compile_after``-th replay; a tape the tier does not take stays on the interpreter."""
-        self.compile_after = None
+        ``compile_after``-th replay, or, ``background``, in a thread of its own while replays
+        go on on the interpreter (promotion by time: a replay that long runs mostly outside
+        Python's lock, so the compile and the replays share the machine). A tape the tier does
+        not take stays on the interpreter."""
+        self.compile_after = self.compile_after_seconds = None
         if self.callbacks and not python_free(self):
             return  # Python callbacks (autograd.Function) run on the interpreter
+        if background:
+            # a daemon: a process that ends meanwhile does not wait for it (Numba writes its
+            # cache files whole, so nothing is left half written)
+            th = self.compiling = threading.Thread(
+                target=self._promote, name="tape-compile", daemon=True
+            )
+            th.start()
+            return
         try:
             self.compile()
         except Exception as e:  # noqa: BLE001  (a replay must not fail because promotion did)
