@@ -60,6 +60,7 @@ from tape.frontend.ops.creation import (
 from tape.frontend.record import record
 from tape.frontend.tensor import (
     GradFn,
+    Size,
     Tensor,
     arange,
     bool_,
@@ -114,7 +115,7 @@ int = int32  # noqa: A001  (torch.int is int32)
 bool = bool_  # noqa: A001
 
 __all__ = [
-    "Tape", "KernelArgs", "sweeps", "kernels", "compiled", "linalg", "CompileError", "Tensor", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck", "custom_op", "CustomOp", "checkpoint",
+    "Tape", "KernelArgs", "sweeps", "kernels", "compiled", "linalg", "CompileError", "Tensor", "Size", "GradFn", "ReplayError", "GuardError", "GuardWarning", "detect_anomaly", "AnomalyError", "GradcheckError", "record", "load", "gradcheck", "custom_op", "CustomOp", "checkpoint",
     "tensor", "as_tensor", "from_numpy", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
     "arange", "linspace", "eye", "no_grad", "enable_grad", "is_grad_enabled",
     "set_grad_enabled", "inference_mode",

@@ -2245,3 +2245,21 @@ def test_pytorch_keyword_names_and_out():
         tape.exp(a, out=tape.zeros(3))
     with pytest.raises(TypeError, match="must be Tensor"):
         tape.exp(a, out=np.zeros((2, 2)))
+
+
+def test_shapes_are_sizes_printed_as_pytorch_prints_them():
+    x = tape.zeros(2, 3)
+    for s in (x.shape, x.size(), (x * 2).shape, tape.tensor([1.0], requires_grad=True).shape):
+        assert type(s) is tape.Size
+    assert x.shape == (2, 3) and x.size() == tape.Size([2, 3]) and hash(x.shape) == hash((2, 3))
+    assert repr(x.shape) == str(x.shape) == f"{x.shape}" == "torch.Size([2, 3])"
+    assert repr(tape.zeros(()).shape) == "torch.Size([])"
+    assert x.shape.numel() == 6 and x.size(1) == 3 and x.shape[-1] == 3
+    rows, cols = x.shape
+    assert (rows, cols) == (2, 3) and np.zeros(x.shape).shape == (2, 3)
+    assert tape.ones(x.shape).shape == (2, 3) and x.reshape(x.shape[::-1]).shape == (3, 2)
+    back = pickle.loads(pickle.dumps(x.shape))
+    assert type(back) is tape.Size and back == (2, 3)
+    # tape's own messages keep the tuple form
+    with pytest.raises(ValueError, match=r"shape \(2, 3\)"):
+        x.reshape(4)

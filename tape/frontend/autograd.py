@@ -70,14 +70,14 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             if o.numel() != 1:
                 raise RuntimeError(
                     f"grad can be implicitly created only for scalar outputs; outputs[{k}] has "
-                    f"shape {o.shape}: pass grad_outputs"
+                    f"shape {tuple(o.shape)}: pass grad_outputs"
                 )
             seeds.append(np.ones(1))
         else:
             s = np.asarray(g._peek() if isinstance(g, Tensor) else g, np.float64)
             if s.shape != tuple(o.shape):
                 raise RuntimeError(
-                    f"grad: grad_outputs[{k}] has shape {s.shape}, outputs[{k}] has shape {o.shape}"
+                    f"grad: grad_outputs[{k}] has shape {tuple(s.shape)}, outputs[{k}] has shape {tuple(o.shape)}"
                 )
             seeds.append(s.ravel())
     tapes = {id(o._resolve()[0]): o._resolve()[0] for o in outs if o._tape is not None}
@@ -269,7 +269,9 @@ class Call:
             v = outs[pos]
             v = v._peek() if isinstance(v, Tensor) else np.asarray(v)
             if v.shape != shape:
-                raise _replay_error(self, f"output {pos} has shape {v.shape}, recorded {shape}")
+                raise _replay_error(
+                    self, f"output {pos} has shape {tuple(v.shape)}, recorded {shape}"
+                )
             tp.view(data, b)[...] = v
         tls[id(self)] = ctx
 
@@ -312,7 +314,7 @@ def _sum_to(name, k, g, shape):
             raise ValueError
     except ValueError:
         raise RuntimeError(
-            f"{name}.backward: gradient {k} has shape {g.shape}, but input {k} has shape {shape}"
+            f"{name}.backward: gradient {k} has shape {tuple(g.shape)}, but input {k} has shape {shape}"
         ) from None
     lead = g.ndim - len(shape)
     g = g.sum(axis=tuple(range(lead))) if lead else g

@@ -97,8 +97,8 @@ class _Call:
             ty = np.asarray(fn.jvp(y, *xs, *ts))
             if ty.shape != y.shape and ty.size != y.size:
                 raise ValueError(
-                    f"custom_op {fn.name!r}: jvp returned shape {ty.shape}, the output has "
-                    f"shape {y.shape}"
+                    f"custom_op {fn.name!r}: jvp returned shape {tuple(ty.shape)}, the output has "
+                    f"shape {tuple(y.shape)}"
                 )
             tp.view(tensor[r], o)[...] = ty.reshape(tp.shapes[o])
 
@@ -175,7 +175,7 @@ class CustomOp:
         y = np.asarray(self.fwd(*xs))
         if y.shape != tuple(shape):
             raise ValueError(
-                f"custom_op {self.name!r}: fwd returned shape {y.shape} at {at}, expected "
+                f"custom_op {self.name!r}: fwd returned shape {tuple(y.shape)} at {at}, expected "
                 f"{tuple(shape)} (out_shape of input shapes {[x.shape for x in xs]})"
             )
         if y.dtype.kind not in "fiub":
@@ -194,8 +194,8 @@ class CustomOp:
             g = np.asarray(g)
             if g.shape != x.shape:
                 raise ValueError(
-                    f"custom_op {self.name!r}: vjp cotangent {k} has shape {g.shape}, "
-                    f"input {k} has shape {x.shape}"
+                    f"custom_op {self.name!r}: vjp cotangent {k} has shape {tuple(g.shape)}, "
+                    f"input {k} has shape {tuple(x.shape)}"
                 )
             out.append(g)
         return out

@@ -194,7 +194,7 @@ def _arg(name, x, dim, keepdim):
     d = reduce.normalize_axes(name, dim, v.ndim)
     d = d[0] if d else 0
     if v.ndim and v.shape[d] == 0:
-        raise ValueError(f"{name}: dimension {dim} of shape {v.shape} is empty")
+        raise ValueError(f"{name}: dimension {dim} of shape {tuple(v.shape)} is empty")
     out = fn(v, axis=d, keepdims=keepdim) if v.ndim else np.asarray(0)
     return Tensor(np.asarray(out, np.int64))
 
@@ -561,7 +561,7 @@ def _div(x, other, *, rounding_mode=None):
 
 def _matrix(name, x, nd):
     if x.ndim != nd:
-        raise RuntimeError(f"{name}: expected a {nd}-D tensor, got shape {x.shape}")
+        raise RuntimeError(f"{name}: expected a {nd}-D tensor, got shape {tuple(x.shape)}")
 
 
 def mm(a, b):
@@ -586,7 +586,7 @@ def bmm(a, b):
     _matrix("bmm", a, 3)
     _matrix("bmm", b, 3)
     if a.shape[0] != b.shape[0]:
-        raise RuntimeError(f"bmm: batch sizes differ: {a.shape} and {b.shape}")
+        raise RuntimeError(f"bmm: batch sizes differ: {tuple(a.shape)} and {tuple(b.shape)}")
     return linalg.matmul(a, b)
 
 
@@ -667,7 +667,7 @@ def _leaf_inplace(name, compute):
             x._value[...] = v
         except ValueError:
             raise RuntimeError(
-                f"{name}: the result of shape {np.shape(v)} does not fit the tensor's shape {x.shape}"
+                f"{name}: the result of shape {np.shape(v)} does not fit the tensor's shape {tuple(x.shape)}"
             ) from None
         x._bump()
         return x

@@ -97,7 +97,7 @@ def _square(x, name):
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ValueError(
             f"{name}: expected a square matrix or a batch of them (shape (..., n, n)), "
-            f"got shape {x.shape}"
+            f"got shape {tuple(x.shape)}"
         )
     return x
 
@@ -123,7 +123,7 @@ def _solve(a, b, mode, name):
     b2 = tensor.view(b, b.shape + (1,), 0) if vec else b
     if b2.ndim < 2 or b2.shape[-2] != n:
         raise ValueError(
-            f"{name}: b of shape {b.shape} does not match a of shape {a.shape}: expected "
+            f"{name}: b of shape {tuple(b.shape)} does not match a of shape {tuple(a.shape)}: expected "
             f"(n,) or (..., n, k) with n = {n}"
         )
     k = b2.shape[-1]
@@ -271,12 +271,12 @@ def qr(a, mode="reduced"):
     a = _float(a)
     if a.ndim < 2:
         raise ValueError(
-            f"qr: expected a matrix or a batch of them (shape (..., m, n)), got shape {a.shape}"
+            f"qr: expected a matrix or a batch of them (shape (..., m, n)), got shape {tuple(a.shape)}"
         )
     m, n = a.shape[-2:]
     if m < n:
         raise ValueError(
-            f"qr: a of shape {a.shape} has more columns than rows (m = {m} < n = {n}); only "
+            f"qr: a of shape {tuple(a.shape)} has more columns than rows (m = {m} < n = {n}); only "
             "m >= n is supported (factorise the transpose for an LQ factorisation)"
         )
     batch = a.shape[:-2]

@@ -58,7 +58,7 @@ def _scalar(x):
     """A Python number from a number or a one-element tensor (lr, betas may be tensors)."""
     if isinstance(x, Tensor):
         if x.numel() != 1:
-            raise ValueError(f"expected a number or a 1-element tensor, got shape {x.shape}")
+            raise ValueError(f"expected a number or a 1-element tensor, got shape {tuple(x.shape)}")
         return x._peek().reshape(()).item()
     return x
 
@@ -384,7 +384,7 @@ def _grad_value(p):
     g = p.grad._peek()
     if g.shape != p.shape:
         raise RuntimeError(
-            f"the gradient of a parameter has shape {g.shape}, the parameter has shape {p.shape}"
+            f"the gradient of a parameter has shape {tuple(g.shape)}, the parameter has shape {tuple(p.shape)}"
         )
     if g.dtype != p.dtype:
         g = g.astype(p.dtype)

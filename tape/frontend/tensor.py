@@ -299,11 +299,35 @@ _RETAINED: dict = {}
 (:meth:`Tensor.retain_grad`); by id, as tensors compare elementwise."""
 
 
+class Size(tuple):
+    """A tensor's shape (``x.shape``, ``x.size()``): a tuple of ints, printed as PyTorch prints
+    its ``torch.Size`` (``torch.Size([2, 3])``), so that a script written for PyTorch prints
+    the same lines. It equals the plain tuple, indexes, unpacks and hashes as one, and goes
+    wherever NumPy takes a shape. ``numel()`` is the number of elements."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"torch.Size({list(self)})"
+
+    __str__ = __repr__
+
+    def numel(self) -> int:
+        """The number of elements of a tensor of this shape."""
+        return math.prod(self)
+
+    def __reduce__(self):  # pickles (and deep-copies) as the tuple it is
+        return (Size, (tuple(self),))
+
+
+_size = tuple.__new__
+
+
 class Tensor:
     """An n-dimensional array that can record the operations applied to it.
 
     Create tensors with :func:`tensor`, :func:`zeros`, :func:`ones`, ... Attributes follow
-    PyTorch: ``requires_grad``, ``grad``, ``is_leaf``, ``grad_fn``, ``shape`` (a tuple),
+    PyTorch: ``requires_grad``, ``grad``, ``is_leaf``, ``grad_fn``, ``shape`` (a :class:`Size`),
     ``ndim``, ``dtype`` (a NumPy dtype).
     """
 
@@ -321,7 +345,7 @@ class Tensor:
         self._ver = [0] if _ver is None else _ver  # version counter, shared by memory aliases
         self._base = None  # (leaf, offset) for a view of a leaf not yet used by any tape
         self._last = None  # weakref to the open eager tape this leaf was last copied into
-        self.shape = value.shape
+        self.shape = _size(Size, value.shape)
         self.dtype = value.dtype
         self._op = None
         self._grad = None
@@ -338,7 +362,7 @@ class Tensor:
         t._value = None
         t._base = None
         t._last = None
-        t.shape = shape
+        t.shape = _size(Size, shape)
         t.dtype = dtype
         t._rg = requires_grad
         t._grad = None
@@ -409,8 +433,8 @@ class Tensor:
                 )
             if g.shape != self.shape:
                 raise RuntimeError(
-                    f"assigned grad has data of a different size: {g.shape}, the tensor's is "
-                    f"{self.shape}"
+                    f"assigned grad has data of a different size: {tuple(g.shape)}, the tensor's is "
+                    f"{tuple(self.shape)}"
                 )
             if g.dtype != self.dtype:
                 raise RuntimeError(
@@ -499,7 +523,7 @@ class Tensor:
     def _scalar(self, what):
         if self.numel() != 1:
             raise ValueError(
-                f"{what}: only one-element tensors can be converted to Python scalars, got shape {self.shape}"
+                f"{what}: only one-element tensors can be converted to Python scalars, got shape {tuple(self.shape)}"
             )
         return self._peek().reshape(()).item()
 
@@ -571,7 +595,7 @@ class Tensor:
             raise RuntimeError("cannot assign .data of a tensor computed in a graph")
         v = np.array(value.numpy() if isinstance(value, Tensor) else value, dtype=self.dtype)
         self._value = v
-        self.shape = v.shape
+        self.shape = _size(Size, v.shape)
         self._bump()
 
     def _bump(self):
@@ -599,7 +623,7 @@ class Tensor:
             self._value[...] = np.broadcast_to(v, self.shape)
         except ValueError:
             raise ValueError(
-                f"copy_: cannot copy a tensor of shape {np.shape(v)} into shape {self.shape}"
+                f"copy_: cannot copy a tensor of shape {np.shape(v)} into shape {tuple(self.shape)}"
             ) from None
         self._bump()
         return self
@@ -645,7 +669,7 @@ class Tensor:
         try:
             self._value[key] = v
         except (IndexError, ValueError) as e:
-            raise type(e)(f"setitem on a tensor of shape {self.shape}: {e}") from None
+            raise type(e)(f"setitem on a tensor of shape {tuple(self.shape)}: {e}") from None
         self._bump()
 
     def _check_cast(self, v):
@@ -799,7 +823,7 @@ class Tensor:
             if self.numel() != 1:
                 raise RuntimeError(
                     f"grad can be implicitly created only for scalar outputs; this tensor has shape "
-                    f"{self.shape}: pass backward(gradient=...) with that shape"
+                    f"{tuple(self.shape)}: pass backward(gradient=...) with that shape"
                 )
             seed = _ONE
         else:
@@ -808,7 +832,7 @@ class Tensor:
             )
             if seed.shape != self.shape:
                 raise RuntimeError(
-                    f"backward: gradient has shape {seed.shape}, the tensor has shape {self.shape}"
+                    f"backward: gradient has shape {tuple(seed.shape)}, the tensor has shape {tuple(self.shape)}"
                 )
         if self._tape is None:
             if self._base is not None:  # a view of a leaf: route through one entry
@@ -1279,11 +1303,13 @@ def reshape(x, *shape) -> Tensor:
     if -1 in shape:
         rest = math.prod(s for s in shape if s != -1)
         if rest == 0 or n % rest:
-            raise ValueError(f"reshape: cannot reshape a tensor of shape {x.shape} into {shape}")
+            raise ValueError(
+                f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} into {shape}"
+            )
         shape = tuple(n // rest if s == -1 else s for s in shape)
     if math.prod(shape) != n or any(s < 0 for s in shape):
         raise ValueError(
-            f"reshape: cannot reshape a tensor of shape {x.shape} ({n} elements) into {shape}"
+            f"reshape: cannot reshape a tensor of shape {tuple(x.shape)} ({n} elements) into {shape}"
         )
     return view(x, shape, 0)
 
@@ -1302,7 +1328,9 @@ def squeeze(x, axis=None) -> Tensor:
     axes = {a % x.ndim for a in axes} if x.ndim else set()
     for a in axes:
         if x.shape[a] != 1:
-            raise ValueError(f"squeeze: axis {a} of shape {x.shape} has length {x.shape[a]}, not 1")
+            raise ValueError(
+                f"squeeze: axis {a} of shape {tuple(x.shape)} has length {x.shape[a]}, not 1"
+            )
     return view(x, tuple(s for k, s in enumerate(x.shape) if k not in axes), 0)
 
 

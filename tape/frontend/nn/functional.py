@@ -137,12 +137,12 @@ def _pair(name, input, target):
             np.broadcast_shapes(x.shape, y.shape)
         except ValueError:
             raise RuntimeError(
-                f"{name}: the target size {y.shape} does not broadcast with the input size "
-                f"{x.shape}"
+                f"{name}: the target size {tuple(y.shape)} does not broadcast with the input size "
+                f"{tuple(x.shape)}"
             ) from None
         warnings.warn(
-            f"{name}: Using a target size ({y.shape}) that is different to the input size "
-            f"({x.shape}). This will likely lead to incorrect results due to broadcasting. "
+            f"{name}: Using a target size ({tuple(y.shape)}) that is different to the input size "
+            f"({tuple(x.shape)}). This will likely lead to incorrect results due to broadcasting. "
             "Please ensure they have the same size.",
             UserWarning,
             stacklevel=3,
@@ -159,7 +159,7 @@ def _broadcast_weight(name, what, w, x):
         ok = False
     if not ok:
         raise RuntimeError(
-            f"{name}: {what} of shape {w.shape} cannot be broadcast to the input's shape {x.shape}"
+            f"{name}: {what} of shape {tuple(w.shape)} cannot be broadcast to the input's shape {tuple(x.shape)}"
         )
     return w
 
@@ -171,8 +171,8 @@ def _weighted_reduce(name, loss, x, weight, reduction):
     w = _like(weight, x)
     if w.shape != x.shape:
         raise ValueError(
-            f"{name}: Weights and input must have the same size, got weight of shape {w.shape} "
-            f"and input of shape {x.shape}"
+            f"{name}: Weights and input must have the same size, got weight of shape {tuple(w.shape)} "
+            f"and input of shape {tuple(x.shape)}"
         )
     loss = loss * w
     if reduction == "mean":
@@ -308,7 +308,7 @@ def linear(input, weight, bias=None):
     ``(in,)``: then ``y`` has shape ``(*)``) and ``b`` broadcastable to the output."""
     x, w = _float(input), _float(weight)
     if w.ndim not in (1, 2):
-        raise RuntimeError(f"linear: weight must be 1-D or 2-D, got shape {w.shape}")
+        raise RuntimeError(f"linear: weight must be 1-D or 2-D, got shape {tuple(w.shape)}")
     if x.ndim == 0:
         raise RuntimeError("linear: input must have at least 1 dimension, got a 0-d input")
     k = w.shape[-1]
@@ -317,7 +317,7 @@ def linear(input, weight, bias=None):
         cols = w.shape[0] if w.ndim == 2 else 1
         raise RuntimeError(
             f"linear: mat1 and mat2 shapes cannot be multiplied ({rows}x{x.shape[-1]} and "
-            f"{k}x{cols}): input of shape {x.shape}, weight of shape {w.shape}"
+            f"{k}x{cols}): input of shape {tuple(x.shape)}, weight of shape {tuple(w.shape)}"
         )
     wt = _movement.transpose(w) if w.ndim == 2 else w
     if x.ndim <= 3:
@@ -333,8 +333,8 @@ def linear(input, weight, bias=None):
         ok = False
     if not ok:
         raise RuntimeError(
-            f"linear: bias of shape {b.shape} does not match the output's shape {out.shape} "
-            f"(input {x.shape}, weight {w.shape})"
+            f"linear: bias of shape {tuple(b.shape)} does not match the output's shape {tuple(out.shape)} "
+            f"(input {tuple(x.shape)}, weight {tuple(w.shape)})"
         )
     return out + b
 
@@ -425,8 +425,8 @@ def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=N
     x, y = _float(input), _float(target)
     if y.shape != x.shape:
         raise ValueError(
-            f"{name}: Using a target size ({y.shape}) that is different to the input size "
-            f"({x.shape}) is deprecated. Please ensure they have the same size."
+            f"{name}: Using a target size ({tuple(y.shape)}) that is different to the input size "
+            f"({tuple(x.shape)}) is deprecated. Please ensure they have the same size."
         )
     v = x._peek()  # a range check, not a value the result depends on
     bad = ~((v >= 0) & (v <= 1))
@@ -450,7 +450,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     x, y = _float(input), _float(target)
     if y.shape != x.shape:
         raise ValueError(
-            f"{name}: Target size ({y.shape}) must be the same as input size ({x.shape})"
+            f"{name}: Target size ({tuple(y.shape)}) must be the same as input size ({tuple(x.shape)})"
         )
     sp = _tf.softplus(-x)
     if pos_weight is None:
@@ -473,7 +473,7 @@ def _class_weight(name, weight, n_classes, x):
     if w.shape != (n_classes,):
         raise RuntimeError(
             f"{name}: weight tensor should be defined either for all {n_classes} classes or no "
-            f"classes but got weight tensor of shape: {w.shape}"
+            f"classes but got weight tensor of shape: {tuple(w.shape)}"
         )
     return w
 
@@ -486,7 +486,7 @@ def _class_target(name, target, x, ignore_index):
     if kind == "f":
         raise RuntimeError(
             f"{name}: expected target dtype to be an integer type (class indices), but got "
-            f"{t.dtype} with shape {t.shape} for input of shape {x.shape}"
+            f"{t.dtype} with shape {tuple(t.shape)} for input of shape {tuple(x.shape)}"
             + (
                 " (class probabilities must have the input's shape)"
                 if name == "cross_entropy"
@@ -503,8 +503,8 @@ def _class_target(name, target, x, ignore_index):
     if x.ndim == 1:
         if t.ndim != 0:
             raise ValueError(
-                f"{name}: for an unbatched input of shape {x.shape} the target must be a 0-d "
-                f"class index, got a target of shape {t.shape}"
+                f"{name}: for an unbatched input of shape {tuple(x.shape)} the target must be a 0-d "
+                f"class index, got a target of shape {tuple(t.shape)}"
             )
     else:
         n = x.shape[0]
@@ -512,12 +512,12 @@ def _class_target(name, target, x, ignore_index):
             raise ValueError(
                 f"{name}: Expected input batch_size ({n}) to match target batch_size "
                 f"({t.shape[0] if t.ndim else 'none: a 0-d target'}); input of shape "
-                f"{x.shape}, target of shape {t.shape}"
+                f"{tuple(x.shape)}, target of shape {tuple(t.shape)}"
             )
         expect = (n,) + x.shape[2:]
         if t.shape != expect:
             raise RuntimeError(
-                f"{name}: Expected target size {expect}, got {t.shape} (input of shape {x.shape})"
+                f"{name}: Expected target size {expect}, got {tuple(t.shape)} (input of shape {tuple(x.shape)})"
             )
     c = x.shape[0 if x.ndim == 1 else 1]
     v = t._peek()  # a range check now; replays check again in the take below
@@ -615,7 +615,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         if tkind != "f":
             raise RuntimeError(
                 f"{name}: Expected floating point type for target with class probabilities "
-                f"(a target of the input's shape {x.shape}), got an integer target"
+                f"(a target of the input's shape {tuple(x.shape)}), got an integer target"
             )
         if ignore_index >= 0:
             raise RuntimeError(f"{name}: ignore_index is not supported for floating point target")

@@ -205,7 +205,7 @@ def from_numpy(ndarray) -> tensor.Tensor:
         )
     if not ndarray.flags.c_contiguous:
         raise ValueError(
-            f"from_numpy: tensors are C-contiguous and this array (shape {ndarray.shape}, strides "
+            f"from_numpy: tensors are C-contiguous and this array (shape {tuple(ndarray.shape)}, strides "
             f"{ndarray.strides}) is not, so its memory cannot be shared; tape.tensor(a) copies it"
         )
     return tensor.Tensor(ndarray)

@@ -38,7 +38,7 @@ def matmul(a, b):
     a, b = tensor.as_tensor(a), tensor.as_tensor(b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(
-            f"matmul: operands must be at least 1-D, got shapes {a.shape} and {b.shape}"
+            f"matmul: operands must be at least 1-D, got shapes {tuple(a.shape)} and {tuple(b.shape)}"
         )
     a2 = tensor.view(a, (1,) + a.shape, 0) if a.ndim == 1 else a
     b2 = tensor.view(b, b.shape + (1,), 0) if b.ndim == 1 else b
@@ -46,7 +46,7 @@ def matmul(a, b):
     k2, n = b2.shape[-2:]
     if k != k2:
         raise ValueError(
-            f"matmul: shapes {a.shape} and {b.shape} are not aligned: "
+            f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} are not aligned: "
             f"{k} (last dim of the first) != {k2} ({'first' if b.ndim == 1 else 'second-to-last'} dim of the second)"
         )
     ba, bb = a2.shape[:-2], b2.shape[:-2]
@@ -54,7 +54,7 @@ def matmul(a, b):
         batch = np.broadcast_shapes(ba, bb)
     except ValueError:
         raise ValueError(
-            f"matmul: batch dimensions {ba} and {bb} of shapes {a.shape} and {b.shape} do not broadcast"
+            f"matmul: batch dimensions {ba} and {bb} of shapes {tuple(a.shape)} and {tuple(b.shape)} do not broadcast"
         ) from None
     nb = math.prod(batch)
     a3, sa = _batched(a2, ba, batch, nb)
@@ -120,14 +120,14 @@ def diagonal(x, offset=0, axis1=0, axis2=1, *, dim1=None, dim2=None):
     axis1 = axis1 if dim1 is None else dim1
     axis2 = axis2 if dim2 is None else dim2
     if x.ndim < 2:
-        raise ValueError(f"diagonal: the input must be at least 2-D, got shape {x.shape}")
+        raise ValueError(f"diagonal: the input must be at least 2-D, got shape {tuple(x.shape)}")
     offset = movement._int("diagonal", "offset", offset)
     a1 = movement._axis(axis1, x.ndim, "diagonal")
     a2 = movement._axis(axis2, x.ndim, "diagonal")
     if a1 == a2:
         raise ValueError(
             f"diagonal: axis1 and axis2 must be different axes, got {axis1} and {axis2} for "
-            f"shape {x.shape}"
+            f"shape {tuple(x.shape)}"
         )
     n1, n2 = x.shape[a1], x.shape[a2]
     st = c_strides(x.shape)
@@ -169,7 +169,7 @@ def diag(v, k=0):
     if v.ndim == 2:
         return diagonal(v, k)
     if v.ndim != 1:
-        raise ValueError(f"diag: the input must be 1-D or 2-D, got shape {v.shape}")
+        raise ValueError(f"diag: the input must be 1-D or 2-D, got shape {tuple(v.shape)}")
     n = v.shape[0]
     m = n + abs(k)
     idx = np.full((m, m), n, np.int64)  # position n: the appended zero
@@ -203,7 +203,7 @@ def tensordot(a, b, axes=2, *, dims=None):
         if nax < 0 or nax > a.ndim or nax > b.ndim:
             raise ValueError(
                 f"tensordot: axes={nax} needs operands of at least {nax} dimensions and "
-                f"non-negative; got shapes {a.shape} and {b.shape}"
+                f"non-negative; got shapes {tuple(a.shape)} and {tuple(b.shape)}"
             )
         ax_a, ax_b = list(range(a.ndim - nax, a.ndim)), list(range(nax))
     else:
@@ -219,14 +219,14 @@ def tensordot(a, b, axes=2, *, dims=None):
         ax_b = movement._axes("tensordot", ax_b, b.ndim)
         if len(ax_a) != len(ax_b):
             raise ValueError(
-                f"tensordot: {len(ax_a)} axes of a {a.shape} against {len(ax_b)} of b {b.shape}: "
+                f"tensordot: {len(ax_a)} axes of a {tuple(a.shape)} against {len(ax_b)} of b {tuple(b.shape)}: "
                 "expected as many of each"
             )
     for p, q in zip(ax_a, ax_b):
         if a.shape[p] != b.shape[q]:
             raise ValueError(
-                f"tensordot: shape mismatch: axis {p} of a {a.shape} has size {a.shape[p]} but "
-                f"axis {q} of b {b.shape} has size {b.shape[q]}"
+                f"tensordot: shape mismatch: axis {p} of a {tuple(a.shape)} has size {a.shape[p]} but "
+                f"axis {q} of b {tuple(b.shape)} has size {b.shape[q]}"
             )
     free_a = [d for d in range(a.ndim) if d not in ax_a]
     free_b = [d for d in range(b.ndim) if d not in ax_b]
@@ -285,7 +285,7 @@ def einsum(subscripts, *operands):
         if ell is None:
             if len(letters) != t.ndim:
                 raise ValueError(
-                    f"einsum: operand {k} has shape {t.shape} ({t.ndim} dimensions) but its "
+                    f"einsum: operand {k} has shape {tuple(t.shape)} ({t.ndim} dimensions) but its "
                     f"subscripts {term!r} name {len(letters)}"
                 )
             e = 0
@@ -293,7 +293,7 @@ def einsum(subscripts, *operands):
             e = t.ndim - len(letters)
             if e < 0:
                 raise ValueError(
-                    f"einsum: operand {k} has shape {t.shape} ({t.ndim} dimensions), fewer than "
+                    f"einsum: operand {k} has shape {tuple(t.shape)} ({t.ndim} dimensions), fewer than "
                     f"its subscripts {term!r} name"
                 )
         parsed.append((letters, ell, e))
@@ -310,7 +310,7 @@ def einsum(subscripts, *operands):
         for lab, s in zip(labels, t.shape):
             if own.setdefault(lab, s) != s:
                 raise ValueError(
-                    f"einsum: label {lab!r} is repeated in operand {k} (shape {t.shape}) over "
+                    f"einsum: label {lab!r} is repeated in operand {k} (shape {tuple(t.shape)}) over "
                     f"axes of different sizes {own[lab]} and {s}"
                 )
         for lab, s in own.items():
@@ -391,7 +391,7 @@ def _einsum_prepare(t, labels, sizes, k):
             ns = {t.shape[d] for d in where}
             if len(ns) > 1:
                 raise ValueError(
-                    f"einsum: label {lab!r} is repeated in operand {k} (shape {t.shape}) over "
+                    f"einsum: label {lab!r} is repeated in operand {k} (shape {tuple(t.shape)}) over "
                     f"axes of different sizes {sorted(ns)}"
                 )
             shape.append(t.shape[where[0]])

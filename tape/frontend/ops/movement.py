@@ -84,7 +84,7 @@ def broadcast_to(x, shape):
             raise ValueError
     except ValueError:
         raise ValueError(
-            f"broadcast_to: a tensor of shape {x.shape} cannot be broadcast to {shape}"
+            f"broadcast_to: a tensor of shape {tuple(x.shape)} cannot be broadcast to {shape}"
         ) from None
     lead = len(shape) - x.ndim
     st = c_strides(x.shape)
@@ -522,7 +522,7 @@ def torch_repeat(x, *sizes):
     if len(sizes) < x.ndim:
         raise ValueError(
             f"repeat: the number of repeat sizes ({len(sizes)}) can not be smaller than the "
-            f"number of dimensions of the tensor (shape {x.shape}); for NumPy's repeat use "
+            f"number of dimensions of the tensor (shape {tuple(x.shape)}); for NumPy's repeat use "
             "tape.repeat or x.repeat_interleave"
         )
     return tile(x, sizes)
@@ -565,8 +565,8 @@ def repeat(x, repeats, axis=None):
     n = x.shape[axis]
     if r.ndim > 1 or (r.ndim == 1 and r.size not in (1, n)):
         raise ValueError(
-            f"repeat: repeats of shape {r.shape} do not match axis {axis} (of size {n}) of a "
-            f"tensor of shape {x.shape}: expected an int or {n} counts"
+            f"repeat: repeats of shape {tuple(r.shape)} do not match axis {axis} (of size {n}) of a "
+            f"tensor of shape {tuple(x.shape)}: expected an int or {n} counts"
         )
     if r.size == 1:
         k = int(r.reshape(-1)[0])
@@ -629,7 +629,7 @@ def _split(op, x, ios, axis, equal):
         if equal and n % sections:
             raise ValueError(
                 f"{op}: array split does not result in an equal division: axis {axis} of "
-                f"shape {x.shape} (size {n}) into {sections} sections; use array_split"
+                f"shape {tuple(x.shape)} (size {n}) into {sections} sections; use array_split"
             )
         q, r = divmod(n, sections)
         sizes = [q + 1] * r + [q] * (sections - r)
@@ -655,7 +655,7 @@ def torch_split(x, split_size_or_sections, dim=0):
         if any(s < 0 for s in sizes) or sum(sizes) != n:
             raise ValueError(
                 f"split: split sizes {list(sizes)} must be non-negative and add up to {n}, the "
-                f"size of dimension {axis} of shape {x.shape}"
+                f"size of dimension {axis} of shape {tuple(x.shape)}"
             )
         bounds = [0] + list(itertools.accumulate(sizes))
     return tuple(_pieces(x, axis, bounds))
@@ -704,7 +704,7 @@ def _pairs(op, what, v, nd, integral):
         return [tuple(p) for p in np.broadcast_to(a, (nd, 2))]
     except ValueError:
         raise ValueError(
-            f"{op}: {what} of shape {a.shape} does not fit a {nd}-D tensor: expected an int, "
+            f"{op}: {what} of shape {tuple(a.shape)} does not fit a {nd}-D tensor: expected an int, "
             f"a (before, after) pair, or {nd} such pairs"
         ) from None
 
@@ -744,7 +744,7 @@ def pad(x, pad_width, mode="constant", constant_values=0):
         if constant_values.ndim != 0:
             raise ValueError(
                 "pad: a tensor constant_values must be 0-d (pass numbers for per-axis values), "
-                f"got shape {constant_values.shape}"
+                f"got shape {tuple(constant_values.shape)}"
             )
         values = [(constant_values, constant_values)] * nd
     else:
@@ -819,8 +819,8 @@ def take_along_axis(x, indices, axis=-1, *, dim=None):
             raise IndexError(f"take_along_axis: indices must be integers, got {vals.dtype}")
     if vals.ndim != nd:
         raise ValueError(
-            f"take_along_axis: indices of shape {vals.shape} must have as many dimensions as "
-            f"the tensor of shape {x.shape} ({nd})"
+            f"take_along_axis: indices of shape {tuple(vals.shape)} must have as many dimensions as "
+            f"the tensor of shape {tuple(x.shape)} ({nd})"
         )
     xs, ishape = list(x.shape), list(vals.shape)
     xs[axis] = ishape[axis] = 1
@@ -828,7 +828,7 @@ def take_along_axis(x, indices, axis=-1, *, dim=None):
         out = list(np.broadcast_shapes(tuple(xs), tuple(ishape)))
     except ValueError:
         raise ValueError(
-            f"take_along_axis: the tensor's shape {x.shape} and the indices' shape {vals.shape} "
+            f"take_along_axis: the tensor's shape {tuple(x.shape)} and the indices' shape {tuple(vals.shape)} "
             f"do not broadcast outside axis {axis}"
         ) from None
     out[axis] = vals.shape[axis]
@@ -838,7 +838,7 @@ def take_along_axis(x, indices, axis=-1, *, dim=None):
     if bad.any():
         raise IndexError(
             f"take_along_axis: index {int(vals[bad].flat[0])} is out of bounds for axis {axis} "
-            f"with size {n} (tensor of shape {x.shape})"
+            f"with size {n} (tensor of shape {tuple(x.shape)})"
         )
     st = c_strides(x.shape)
     base = np.zeros(out, np.int64)  # the flat offset of each output element's other axes

@@ -62,7 +62,7 @@ def _axis(fn, x, axis):
     nd = x.ndim
     if not -max(nd, 1) <= axis < max(nd, 1):
         raise ValueError(
-            f"{fn}: axis {axis} is out of range for a tensor of shape {x.shape} ({nd} dimensions)"
+            f"{fn}: axis {axis} is out of range for a tensor of shape {tuple(x.shape)} ({nd} dimensions)"
         )
     return int(axis) % max(nd, 1)
 
@@ -85,7 +85,7 @@ def _check_positions(fn, x, n):
     if x.dtype == tensor.float32 and n > F32_EXACT:
         raise ValueError(
             f"{fn}: positions up to {n} do not fit a float32 arena exactly (at most "
-            f"{F32_EXACT}); use float64 for a tensor of shape {x.shape}"
+            f"{F32_EXACT}); use float64 for a tensor of shape {tuple(x.shape)}"
         )
 
 
@@ -194,7 +194,7 @@ def topk(x, k, axis=-1, largest=True, sorted=True, *, dim=None):  # noqa: A002
         raise TypeError(f"topk: k must be an int, got {k!r} ({type(k).__name__})")
     if not 0 <= k <= n:
         raise ValueError(
-            f"topk: k={k} is out of range for axis {ax} (size {n}) of a tensor of shape {x.shape}"
+            f"topk: k={k} is out of range for axis {ax} (size {n}) of a tensor of shape {tuple(x.shape)}"
         )
     if x.ndim == 0:  # one row of one element (PyTorch takes 0-d tensors)
         values, idx = topk(tensor.view(x, (1,), 0), k, 0, largest, sorted)

@@ -23,7 +23,7 @@ def scatter_add(rows, index, n_rows):
     if idx.ndim != 1 or rows.ndim == 0 or rows.shape[0] != idx.shape[0]:
         raise ValueError(
             f"scatter_add: {idx.shape[0] if idx.ndim == 1 else idx.shape} indices for rows of "
-            f"shape {rows.shape}: expected one 1-D index per row"
+            f"shape {tuple(rows.shape)}: expected one 1-D index per row"
         )
     rest = rows.shape[1:]
     inner = math.prod(rest)
@@ -45,7 +45,7 @@ def index_add(x, dim, index, source, *, alpha=1):
     want = x.shape[:dim] + (n_idx,) + x.shape[dim + 1 :]
     if n_idx is None or source.shape != want:
         raise ValueError(
-            f"index_add: source of shape {source.shape} does not match x of shape {x.shape}, "
+            f"index_add: source of shape {tuple(source.shape)} does not match x of shape {tuple(x.shape)}, "
             f"dim {dim} and a 1-D index of {n_idx} (expected {want})"
         )
     moved = movement.moveaxis(source, dim, 0) if dim else source
@@ -91,7 +91,9 @@ class _Update:
         try:
             return np.asarray(pos[key])
         except IndexError as e:
-            raise IndexError(f"x.at[...].{op} on a tensor of shape {self.x.shape}: {e}") from None
+            raise IndexError(
+                f"x.at[...].{op} on a tensor of shape {tuple(self.x.shape)}: {e}"
+            ) from None
 
     def _scalar_mask(self, v):
         """``(mask, v)`` when the key is a boolean mask of ``x``'s shape and ``v`` one value:
