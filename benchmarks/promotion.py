@@ -1,6 +1,6 @@
 """Automatic promotion: time to the N-th gradient of a plainly written objective, compile included.
 
-``python benchmarks/promotion.py [--cold] [--runs R] [--json FILE]``
+``python benchmarks/promotion.py [--cold] [--runs R] [--json benchmarks/promotion.json]``
 
 The objective is ADBench's GMM (1k points, d = 10, K = 25) written as a NumPy user would write
 it: a Python loop over the components, each a gather, a small matmul and a sum, then a
@@ -106,6 +106,16 @@ print(json.dumps({"times": out, "grad": [np.asarray(v).ravel().tolist() for v in
 CONFIGS = ("tape auto", "tape count only", "tape interpreter", "tape compile=True", "jax jit")
 
 
+def cpu_model():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def run(which, cache, env_base):
     env = dict(env_base, NUMBA_CACHE_DIR=os.path.join(cache, "numba"),
                TAPE_CACHE_DIR=os.path.join(cache, "tape"))  # fmt: skip
@@ -146,7 +156,7 @@ def main(argv=None):
             if err > 1e-8:
                 raise AssertionError(f"{c}: gradient differs from JAX's by {err:.2e}")
     print(f"time to the N-th gradient (s), {'empty' if a.cold else 'warm'} caches, "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs")  # fmt: skip
+          f"{cpu_model()}, {os.cpu_count()} CPUs")  # fmt: skip
     print(f"{'':20s}" + "".join(f"{n:>16d}" for n in MARKS))
     for c in CONFIGS:
         cells = []
@@ -154,11 +164,14 @@ def main(argv=None):
             v = sorted(t[str(n)] for t in res[c])
             cells.append(f"{v[0]:.2f}" if len(v) == 1 else f"{v[0]:.2f}-{v[-1]:.2f}")
         print(f"{c:20s}" + "".join(f"{x:>16s}" for x in cells))
-    if a.json:
-        Path(a.json).write_text(json.dumps({
+    if a.json:  # one key per kind of run ("warm", "cold"), the other kept
+        path = Path(a.json)
+        old = json.loads(path.read_text()) if path.is_file() else {}
+        old["cold" if a.cold else "warm"] = {
             "date": datetime.date.today().isoformat(), "cold": a.cold, "cpus": os.cpu_count(),
-            "machine": platform.processor() or platform.machine(), "times": res,
-        }, indent=1) + "\n")  # fmt: skip
+            "machine": cpu_model(), "times": res,
+        }  # fmt: skip
+        path.write_text(json.dumps(old, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -122,9 +122,10 @@ def targets_second_order(results) -> list:
 
 
 def side_targets(folder) -> list:
-    """``[(target, measured, met)]`` from the figures ``benchmarks/cold_start.py`` and
-    ``benchmarks/eager_loops.py`` wrote as JSON in ``folder`` (``cold_start.json``,
-    ``eager_loops.json``; their own runs, dated in the measured column), for the targets
+    """``[(target, measured, met)]`` from the figures ``benchmarks/cold_start.py``,
+    ``benchmarks/eager_loops.py`` and ``benchmarks/promotion.py`` wrote as JSON in ``folder``
+    (``cold_start.json``, ``eager_loops.json``, ``promotion.json``; their own runs, dated in
+    the measured column), for the targets
     ``python -m tape.bench`` does not measure."""
     out = []
     try:
@@ -218,6 +219,27 @@ def side_targets(folder) -> list:
                 t, p = r["tape"]["seconds"], r["torch"]["seconds"]
                 met = t <= p if name == "polynomial" else None
                 out.append((label, f"tape {t:.3f} s, torch {p:.3f} s ({t / p:.2f}x) {when}", met))
+    except (OSError, KeyError, ValueError):
+        pass
+    try:  # benchmarks/promotion.py: time to the 50th gradient, compile included
+        with open(os.path.join(folder, "promotion.json")) as f:
+            pr = json.load(f)
+        for kind in ("warm", "cold"):
+            r = pr.get(kind)
+            if not r:
+                continue
+            best = {c: min(run["50"] for run in runs) for c, runs in r["times"].items()}
+            t, j = best["tape auto"], best["jax jit"]
+            caches = "warm caches" if kind == "warm" else "empty caches"
+            out.append((
+                f"plainly written GMM d10 K25, default settings, time to the 50th gradient "
+                f"(compile included) <= JAX jit's, {caches}",
+                f"tape {t:.2f} s, jax jit {j:.2f} s ({t / j:.2f}x; tape's 200th: "
+                f"{min(run['200'] for run in r['times']['tape auto']):.2f} s, with promotion by "
+                f"count only {min(run['200'] for run in r['times']['tape count only']):.2f} s) "
+                f"({r['date']}, {r['machine']})",
+                t <= j,
+            ))  # fmt: skip
     except (OSError, KeyError, ValueError):
         pass
     return out
