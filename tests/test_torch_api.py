@@ -2263,3 +2263,46 @@ def test_shapes_are_sizes_printed_as_pytorch_prints_them():
     # tape's own messages keep the tuple form
     with pytest.raises(ValueError, match=r"shape \(2, 3\)"):
         x.reshape(4)
+
+
+def test_movement_functions_take_pytorchs_arguments_and_keyword_names():
+    a = np.arange(24.0).reshape(2, 3, 4)
+    x = tape.tensor(a)
+    cases = [
+        (tape.transpose(x, 0, 1), np.swapaxes(a, 0, 1)),
+        (tape.transpose(input=x, dim0=2, dim1=0), np.swapaxes(a, 2, 0)),
+        (tape.transpose(x, (2, 0, 1)), np.transpose(a, (2, 0, 1))),  # NumPy's meaning
+        (tape.transpose(x), np.transpose(a)),
+        (tape.flatten(x), a.ravel()),
+        (tape.flatten(x, 1), a.reshape(2, 12)),
+        (tape.flatten(x, end_dim=1), a.reshape(6, 4)),
+        (tape.flatten(input=x, start_dim=-2, end_dim=-1), a.reshape(2, 12)),
+        (x.flatten(1), a.reshape(2, 12)),
+        (tape.flatten(tape.tensor(3.0)), np.array([3.0])),
+        (tape.unsqueeze(input=x, dim=1), a[:, None]),
+        (tape.squeeze(tape.unsqueeze(x, 0), dim=0), a),
+        (tape.permute(x, dims=(2, 0, 1)), np.transpose(a, (2, 0, 1))),
+        (tape.reshape(input=x, shape=(4, 6)), a.reshape(4, 6)),
+        (tape.swapaxes(x, axis0=0, axis1=2), np.swapaxes(a, 0, 2)),
+        (tape.tile(x, dims=(1, 2, 1)), np.tile(a, (1, 2, 1))),
+        (tape.cat(tensors=[x, x], dim=1), np.concatenate([a, a], 1)),
+        (tape.moveaxis(input=x, source=0, destination=2), np.moveaxis(a, 0, 2)),
+        (tape.t(input=x[0]), a[0].T),
+        (tape.sin(input=x), np.sin(a)),
+    ]
+    for k, (got, want) in enumerate(cases):
+        assert got.shape == want.shape and np.array_equal(got.numpy(), want), k
+    with pytest.raises(TypeError, match="two axes to swap"):
+        tape.transpose(x, 0)
+    with pytest.raises(TypeError, match="multiple values"):
+        tape.transpose(x, 0, 1, dim0=0)
+    with pytest.raises(ValueError, match="start_dim 2 comes after end_dim 1"):
+        tape.flatten(x, 2, 1)
+    with pytest.raises(IndexError, match="out of range"):
+        tape.flatten(x, 3)
+    # the gradient flows through the PyTorch spellings as through NumPy's
+    w = tape.tensor(a, requires_grad=True)
+    (
+        tape.flatten(tape.transpose(w, 0, 2), 1) * tape.tensor(np.arange(24.0).reshape(4, 6))
+    ).sum().backward()
+    assert np.array_equal(w.grad.numpy(), np.transpose(np.arange(24.0).reshape(4, 3, 2), (2, 1, 0)))

@@ -823,8 +823,10 @@ def _torch_keywords(fn, names):
             args = list(args)
             for k, n in enumerate(names):
                 if n in kw:
-                    if len(args) != k:
+                    if len(args) > k:
                         raise TypeError(f"{fn.__name__}() got multiple values for argument {n!r}")
+                    if len(args) < k:  # an argument before it is left out: keywords from here
+                        break
                     args.append(kw.pop(n))
         if "alpha" in kw and fn in (add, sub):  # torch.add(a, b, alpha=2): a + 2 * b
             alpha = kw.pop("alpha")
@@ -845,6 +847,23 @@ def _keywords():
     for name in ("matmul", "mm", "bmm", "dot"):
         named[name] = ("input", "other")
     named.update({"mv": ("input", "vec"), "outer": ("input", "vec2")})
+    # PyTorch's names of the leading arguments where tape's functions take NumPy's
+    named.update({
+        "transpose": ("input", "dim0", "dim1"), "swapaxes": ("input", "axis0", "axis1"),
+        "swapdims": ("input", "dim0", "dim1"), "flatten": ("input", "start_dim", "end_dim"),
+        "unsqueeze": ("input", "dim"), "squeeze": ("input", "dim"), "permute": ("input", "dims"),
+        "tile": ("input", "dims"), "reshape": ("input", "shape"), "take": ("input", "index"),
+        "moveaxis": ("input", "source", "destination"),
+        "movedim": ("input", "source", "destination"), "topk": ("input", "k"),
+        "cat": ("tensors",), "stack": ("tensors",),
+        "concatenate": ("tensors",),
+    })  # fmt: skip
+    for name in ("t", "trace", "sort", "argsort", "min", "max", "argmax", "argmin", "all",
+                 "any", "flip", "diagonal", "roll", "round", "var_mean", "std_mean", "median",
+                 "clone", "detach", "numel", "square", "sign", "reciprocal", "floor", "ceil",
+                 "trunc", "frac", "sin", "cos", "tan", "sinh", "cosh", "asin", "acos", "atan",
+                 "log2", "log10", "log1p", "expm1", "exp2", "rsqrt", "erf", "erfc"):  # fmt: skip
+        named.setdefault(name, ("input",))
     for name in ("sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std", "norm",
                  "cumsum", "cumprod", "logcumsumexp", "softmax", "log_softmax", "exp", "log",
                  "abs", "sqrt", "neg", "sigmoid", "tanh", "relu"):  # fmt: skip

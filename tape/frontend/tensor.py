@@ -23,6 +23,7 @@ keeps the copy it used, so its ``backward`` gives the gradient of what was compu
 from __future__ import annotations
 
 import math
+import operator
 import threading
 import weakref
 
@@ -1314,13 +1315,32 @@ def reshape(x, *shape) -> Tensor:
     return view(x, shape, 0)
 
 
-def flatten(x) -> Tensor:
+def flatten(x, start_dim=0, end_dim=-1) -> Tensor:
+    """Axes ``start_dim`` to ``end_dim`` (both included; negative ones count from the end)
+    merged into one, as PyTorch's ``flatten``: by default a 1-D view of all elements."""
     x = as_tensor(x)
-    return view(x, (x.numel(),), 0)
+    nd = max(x.ndim, 1)
+    a, b = operator.index(start_dim), operator.index(end_dim)
+    if not (-nd <= a < nd and -nd <= b < nd):
+        raise IndexError(
+            f"flatten: start_dim {start_dim} or end_dim {end_dim} is out of range for a "
+            f"{x.ndim}-D tensor"
+        )
+    a, b = a % nd, b % nd
+    if a > b:
+        raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}")
+    if x.ndim == 0:
+        return view(x, (1,), 0)
+    shape = tuple(x.shape)
+    return view(x, shape[:a] + (math.prod(shape[a : b + 1]),) + shape[b + 1 :], 0)
 
 
-def squeeze(x, axis=None) -> Tensor:
-    """Drop axes of length one (all of them, or ``axis``: an int or a tuple)."""
+def squeeze(x, axis=None, *, dim=None) -> Tensor:
+    """Drop axes of length one (all of them, or ``axis`` / ``dim``: an int or a tuple)."""
+    if dim is not None:
+        if axis is not None:
+            raise TypeError("squeeze: pass axis or dim, not both")
+        axis = dim
     x = as_tensor(x)
     if axis is None:
         return view(x, tuple(s for s in x.shape if s != 1), 0)
@@ -1334,8 +1354,11 @@ def squeeze(x, axis=None) -> Tensor:
     return view(x, tuple(s for k, s in enumerate(x.shape) if k not in axes), 0)
 
 
-def unsqueeze(x, axis) -> Tensor:
-    """Insert an axis of length one at ``axis``."""
+def unsqueeze(x, axis=None, *, dim=None) -> Tensor:
+    """Insert an axis of length one at ``axis`` (PyTorch: ``dim``)."""
+    if (axis is None) == (dim is None):
+        raise TypeError("unsqueeze: pass the new axis once, as axis or dim")
+    axis = dim if axis is None else axis
     x = as_tensor(x)
     nd = x.ndim + 1
     if not -nd <= axis < nd:

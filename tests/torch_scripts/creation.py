@@ -34,6 +34,13 @@ print(tuple(z.shape), list(o.size()), e.size(1), a.numel(), z.dim())
 print(z.shape, o.size(), torch.Size([2, 3]) == z.shape)
 print(f"Shape of tensor: {z.shape}")
 print("a shape's part and count:", z.shape[1:] == (3,), z.shape.numel())
+b = torch.arange(24.0).reshape(2, 3, 4)
+print(torch.flatten(b, 1).shape, torch.transpose(b, 0, 1).shape, b.flatten(1).sum().item())
+print(
+    torch.unsqueeze(input=b, dim=1).shape,
+    torch.squeeze(b[:1], dim=0).shape,
+    torch.transpose(input=b, dim0=2, dim1=0)[1, 2, 0].item(),
+)
 print("arange int64:", a.dtype == torch.int64, a.dtype == torch.long)
 print("tensor float32:", t.dtype == torch.float32, t.dtype == torch.float)
 print("bool:", (a > 2).dtype == torch.bool, a > 2)

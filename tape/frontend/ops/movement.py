@@ -35,9 +35,22 @@ def _is_contiguous(shape, strides):
     return all(n == 1 or s == e for n, s, e in zip(shape, strides, expect))
 
 
-def transpose(x, axes=None):
-    """Permute the axes of ``x`` (reverse them when ``axes`` is None), like ``numpy.transpose``."""
+def transpose(x, axes=None, dim1=None, *, dim0=None):
+    """Permute the axes of ``x``: ``transpose(x)`` reverses them and ``transpose(x, axes)``
+    takes a permutation, as ``numpy.transpose``; ``transpose(x, dim0, dim1)`` (two ints, or
+    ``dim0=`` / ``dim1=``) swaps two axes, as ``torch.transpose``."""
     x = tensor.as_tensor(x)
+    if dim0 is not None:
+        if axes is not None:
+            raise TypeError("transpose: pass the first axis once, positionally or as dim0")
+        axes = dim0
+    if dim1 is not None or (axes is not None and not isinstance(axes, (tuple, list, np.ndarray))):
+        if axes is None or dim1 is None:
+            raise TypeError(
+                "transpose: two axes to swap (transpose(x, dim0, dim1)) or one permutation "
+                f"(transpose(x, axes)), got axes={axes!r}, dim1={dim1!r}"
+            )
+        return swapaxes(x, axes, dim1)
     nd = x.ndim
     if axes is None:
         axes = tuple(range(nd - 1, -1, -1))
