@@ -1,5 +1,10 @@
 """tape.distributed: a sum-over-data objective and its gradient on a Dask LocalCluster."""
 
+import os
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -28,6 +33,24 @@ def branchy(w, X):
 
 def vector_out(w, X):
     return X @ w
+
+
+class Slow(tp.autograd.Function):
+    """The identity, 20 ms per replay (a Python callback): a call over many chunks lasts long
+    enough for a worker to die during it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        time.sleep(0.02)
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def slow_quad(w, X):
+    return tp.sum(Slow.apply(X @ w) ** 2)
 
 
 def close(a, b, rtol):
@@ -221,3 +244,51 @@ def test_missing_dask_message(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_dask)
     with pytest.raises(ImportError, match=r"pip install 'tape\[distributed\]'"):
         D.value_and_grad(quad, np.ones(2))
+
+
+def test_a_worker_killed_during_a_call_changes_nothing(data):
+    """The worker processes that hold the function killed (SIGKILL) while a call runs: the
+    call returns the single-machine value and gradient, and so does the next call (the
+    function reaches the workers as a task, which the scheduler computes again; scattered
+    data would be lost with them)."""
+    X, _, w, _ = data
+    ref_v, ref_g = tp.record(slow_quad, w, X, wrt=0).value_and_grad(w, X)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as c:  # fmt: skip
+        Xd = c.persist(da.from_array(X, chunks=(25, 5)))  # 40 chunks, 20 ms each
+        D.value_and_grad(slow_quad, w, Xd, client=c)  # both workers record their tapes
+        pids = c.run(os.getpid)
+        out = {}
+
+        def call():
+            try:
+                out["result"] = D.value_and_grad(slow_quad, w, Xd, client=c)
+            except BaseException as e:  # noqa: BLE001
+                out["error"] = e
+
+        th = threading.Thread(target=call)
+        th.start()
+        time.sleep(0.15)
+        assert th.is_alive()  # 40 chunks of 20 ms on two workers take 0.4 s at least
+        holders = c.who_has()
+        fn_key = next(k for k in holders if str(k).startswith("tape-function-"))
+        assert holders[fn_key]
+        for addr in holders[fn_key]:  # every worker that holds the function: none is left
+            os.kill(pids[addr], signal.SIGKILL)
+        th.join(120)
+        assert not th.is_alive() and "error" not in out, out.get("error")
+        value, g = out["result"]
+        close(value, ref_v, 1e-12)
+        close(g, ref_g, 1e-12)
+        value, g = D.value_and_grad(slow_quad, w, Xd, client=c)
+        close(value, ref_v, 1e-12)
+        close(g, ref_g, 1e-12)
+
+
+def test_a_worker_with_another_tape_is_named(client, monkeypatch):
+    here, mine = os.getpid(), tp.__version__
+    # the workers run this function (pickled by value): they answer another version
+    monkeypatch.setattr(D, "_worker_version", lambda: mine if os.getpid() == here else "0.0.1x")
+    with pytest.raises(RuntimeError, match=rf"workers without tape {mine}.*: tape 0\.0\.1x"):
+        D._check_workers(client)

@@ -32,11 +32,20 @@ How it runs
   (``X = client.persist(X)``); otherwise every call computes them again (and arrays made with
   ``dask.array.from_array`` travel from the client at every call). Chunks with zero rows are
   skipped (their objective is taken to be 0: the objective is a sum over rows).
-- **The function** is pickled (cloudpickle) and scattered to every worker once per client
-  (``client.scatter(..., broadcast=True)``; a worker joining later fetches it from a peer).
-  Its identity is a hash of its pickled bytes, computed once per function object: values a
-  function closes over are constants of its tapes (as with :func:`tape.record`), so after
-  changing such a value pass a new function, or call :func:`clear`.
+- **The function** is pickled (cloudpickle) once per function object and reaches the
+  workers as the result of a task of the graph (``client.submit`` of its bytes, keyed by
+  their hash, once per client), not as scattered data: a worker that holds it may die and
+  the scheduler computes it again elsewhere, as it does every other task. Each worker
+  unpickles it once (kept by that hash, :data:`MAX_FUNCTIONS` of them) and fetches it from a
+  peer when it joins later. Its identity is that hash: values a function closes over are
+  constants of its tapes (as with :func:`tape.record`), so after changing such a value pass a
+  new function, or call :func:`clear`.
+- **Faults**: a worker that dies during a call loses its tasks and the chunks it held; Dask
+  computes them again on the other workers (persisted data from the graph that made them),
+  and the call returns the value and gradient it returns without the fault. What cannot be
+  recovered raises: data scattered by a client that is gone, a function that cannot be
+  pickled (``TypeError``), a worker that cannot import ``tape`` or runs another version of it
+  (``RuntimeError`` naming the workers, checked once per client).
 - **Tapes** are recorded on the workers, never shipped: each worker keeps a cache (an attribute
   of its ``distributed.Worker``) of tapes keyed by (function, shapes and dtypes of the params
   and of the chunk, ``compile``), least recently used dropped beyond :data:`MAX_TAPES`. A tape
@@ -83,6 +92,9 @@ __all__ = ["value_and_grad", "worker_stats", "clear", "get_client", "shutdown", 
 MAX_TAPES = 32
 """Tapes kept per worker (least recently used dropped beyond it)."""
 
+MAX_FUNCTIONS = 16
+"""Unpickled functions kept per worker (least recently used dropped beyond it)."""
+
 _INSTALL_HINT = "tape.distributed needs Dask: pip install 'tape[distributed]'"
 
 
@@ -109,6 +121,7 @@ class _WorkerState:
         self.replays = 0
         self.fallbacks = 0
         self.fn_ids = set()
+        self.fns = OrderedDict()  # token -> the function unpickled from its bytes
 
     def stats(self):
         return {
@@ -165,15 +178,36 @@ def _record(fn, args, n_params, compile):
     return t
 
 
-def _chunk_task(fn, token, compile, params, *chunks):
-    """Value and gradient of ``fn(*params, *chunks)`` on this worker: ``(value, grads,
-    out_dtype)`` with value and grads in float64 (summed by :func:`_sum_parts`)."""
+def _function(st, token, payload):
+    """The function of ``token`` on this worker, unpickled from ``payload`` the first time."""
+    fn = st.fns.get(token)
+    if fn is None:
+        import cloudpickle
+
+        fn = st.fns[token] = cloudpickle.loads(payload)
+        while len(st.fns) > MAX_FUNCTIONS:
+            st.fns.popitem(last=False)
+    else:
+        st.fns.move_to_end(token)
+    return fn
+
+
+def _payload(payload):
+    """The task whose result is a function's pickled bytes (see :func:`_ship`)."""
+    return payload
+
+
+def _chunk_task(payload, token, compile, params, *chunks):
+    """Value and gradient of ``fn(*params, *chunks)`` on this worker, ``fn`` unpickled from
+    ``payload``: ``(value, grads, out_dtype)`` with value and grads in float64 (summed by
+    :func:`_sum_parts`)."""
     from tape.program.replay import GuardError
 
     st = _state()
     args = [*params, *[np.asarray(c) for c in chunks]]
     key = (token, compile, tuple((a.shape, a.dtype.str) for a in args))
     with st.lock:
+        fn = _function(st, token, payload)
         st.fn_ids.add(id(fn))
         t = st.tapes.get(key)
         if t is None:
@@ -221,6 +255,7 @@ def _worker_clear(dask_worker=None):
     with st.lock:
         st.tapes.clear()
         st.fn_ids.clear()
+        st.fns.clear()
 
 
 # ------------------------------------------------------------------ client side
@@ -276,38 +311,71 @@ def shutdown():
         cluster.close()
 
 
-def _token(fn):
+def _pickled(fn):
     import cloudpickle
 
     try:
-        payload = cloudpickle.dumps(fn)
+        return cloudpickle.dumps(fn)
     except Exception as e:  # noqa: BLE001  (any pickling failure)
         raise TypeError(
             f"tape.distributed.value_and_grad: fn cannot be pickled for the workers ({e})"
         ) from None
-    return hashlib.sha256(payload).hexdigest()[:32]
 
 
 def _ship(client, fn):
-    """``(token, future)``: ``fn`` scattered to every worker, once per function and client."""
+    """``(token, future)``: the future of a task whose result is ``fn``'s pickled bytes, once
+    per function and client. A task, not scattered data: the scheduler keeps its definition,
+    so when the worker holding the result dies it computes it again (scattered data would be
+    lost with that worker, and every call after it would fail)."""
     with _SHIPPED_LOCK:
         try:
             entry = _SHIPPED.get(fn)
-        except TypeError:  # not weak-referenceable: hashed and shipped every call
+        except TypeError:  # not weak-referenceable: pickled and shipped every call
             entry = None
         if entry is None:
-            entry = {"token": _token(fn)}
+            payload = _pickled(fn)
+            entry = {"token": hashlib.sha256(payload).hexdigest()[:32], "payload": payload}
             try:
                 _SHIPPED[fn] = entry
             except TypeError:
                 pass
-        for cid in [k for k, f in entry.items() if k != "token" and f.status != "finished"]:
-            del entry[cid]  # closed clients, lost data
-        fut = entry.get(client.id)
+        futures = entry.setdefault("futures", {})
+        for cid in [k for k, f in futures.items() if f.status in ("error", "cancelled")]:
+            del futures[cid]  # closed clients
+        fut = futures.get(client.id)
         if fut is None:
-            fut = client.scatter(fn, broadcast=True, hash=False)
-            entry[client.id] = fut
+            _check_workers(client)
+            fut = client.submit(
+                _payload, entry["payload"], key=f"tape-function-{entry['token']}", pure=False
+            )
+            futures[client.id] = fut
         return entry["token"], fut
+
+
+def _worker_version():
+    import tape
+
+    return getattr(tape, "__version__", None)
+
+
+def _check_workers(client):
+    """Every worker imports ``tape`` of this version; otherwise a ``RuntimeError`` naming the
+    workers that do not (a task there would fail, or compute with other code)."""
+    mine = _worker_version()
+    try:
+        got = client.run(_worker_version, on_error="return")
+    except Exception as e:  # noqa: BLE001  (a cluster that cannot run the check)
+        raise RuntimeError(f"tape.distributed: cannot reach the workers ({e!r})") from None
+    bad = {w: v for w, v in got.items() if isinstance(v, BaseException) or v != mine}
+    if bad:
+        what = "; ".join(
+            f"{w}: {'cannot import tape (' + repr(v) + ')' if isinstance(v, BaseException) else 'tape ' + str(v)}"
+            for w, v in sorted(bad.items())
+        )
+        raise RuntimeError(
+            f"tape.distributed: workers without tape {mine} (install the same version on "
+            f"every worker): {what}"
+        )
 
 
 def _params(params):
