@@ -21,7 +21,7 @@ def test_lesson_one_gradient(capsys):
     print(w.grad)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("tensor(25., grad_fn=")
-    assert out[1] == "()"
+    assert out[1] == "torch.Size([])"  # the lesson's comment
     assert out[2] == "None"
     assert out[3] == "tensor(30.)"
     assert loss.item() == 25.0
@@ -49,9 +49,9 @@ def test_lesson_batch_objective(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("tensor([-1., -1.], grad_fn=")
     assert out[1].startswith("tensor([-1., -3.], grad_fn=")
-    assert out[2] == "(2,)"
+    assert out[2] == "torch.Size([2])"
     assert out[3].startswith("tensor(5., grad_fn=")
-    assert out[4] == "()"
+    assert out[4] == "torch.Size([])"
     assert out[5] == "tensor([-10., -14.])"
     assert out[6] == "tensor(-4.)"
     # the lesson's hand derivation: d loss / d b is the mean of 2 * errors

@@ -270,7 +270,7 @@ class Call:
             v = v._peek() if isinstance(v, Tensor) else np.asarray(v)
             if v.shape != shape:
                 raise _replay_error(
-                    self, f"output {pos} has shape {tuple(v.shape)}, recorded {shape}"
+                    self, f"output {pos} has shape {tuple(v.shape)}, recorded {tuple(shape)}"
                 )
             tp.view(data, b)[...] = v
         tls[id(self)] = ctx
@@ -314,7 +314,7 @@ def _sum_to(name, k, g, shape):
             raise ValueError
     except ValueError:
         raise RuntimeError(
-            f"{name}.backward: gradient {k} has shape {tuple(g.shape)}, but input {k} has shape {shape}"
+            f"{name}.backward: gradient {k} has shape {tuple(g.shape)}, but input {k} has shape {tuple(shape)}"
         ) from None
     lead = g.ndim - len(shape)
     g = g.sum(axis=tuple(range(lead))) if lead else g

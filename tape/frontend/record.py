@@ -169,7 +169,8 @@ def record(
     if compile is True:
         t.compile()
     elif compile == "auto":
-        from tape.compiler.params import AUTO_AFTER, AUTO_SECONDS
+        from tape.compiler.params import AUTO_AFTER, AUTO_MIN, AUTO_SECONDS
 
         t.compile_after, t.compile_after_seconds = AUTO_AFTER, AUTO_SECONDS
+        t.compile_min_replays = AUTO_MIN
     return t if device in (None, "cpu") else t.to(device)

@@ -1404,7 +1404,8 @@ def elementwise(op, *args) -> Tensor:
     key = (op.code, shapes)
     hit = _bcast_cache.get(key)
     if hit is None:
-        out_shape, ints = broadcast.encode(op.name, shapes)
+        # plain tuples: the message of shapes that do not broadcast prints them as such
+        out_shape, ints = broadcast.encode(op.name, tuple(tuple(s) for s in shapes))
         hit = _bcast_cache[key] = (out_shape, None if ints is None else tuple(ints))
     out_shape, ints = hit
     args = [a if a.__class__ in _PLAIN else _const(a) for a in args]

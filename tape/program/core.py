@@ -73,12 +73,6 @@ def register_extension(name, fn):
 _PREPARE_LOCK = threading.Lock()
 
 
-def _auto_min():
-    from tape.compiler.params import AUTO_MIN
-
-    return AUTO_MIN
-
-
 class GuardWarning(RuntimeWarning):
     """A replay continued on the recorded path past a failed guard (``on_change="warn"``)."""
 
@@ -207,7 +201,8 @@ class Tape:
     _n_replays = 0  # the compiled tier (tape.compiled): replays so far ...
     compile_after = None  # ... and the count that promotes
     _replay_s = 0.0  # seconds of counted replays on the interpreter so far ...
-    compile_after_seconds = None  # ... and the seconds that promote, in the background
+    compile_after_seconds = None  # ... and the seconds that promote, in the background ...
+    compile_min_replays = 0  # ... from this replay on
     compiling = None  # the background thread compiling this tape (automatic promotion)
 
     def __init__(self, dtype=np.float64, capacity=64):
@@ -325,7 +320,7 @@ class Tape:
         if b >= self.bufs.shape[0]:
             self.bufs = _grow(self.bufs, b + 1)
         self.bufs[b] = (off, size, len(shape), self.intern(shape), kind, alias)
-        self.shapes.append(shape)
+        self.shapes.append(shape if shape.__class__ is tuple else tuple(shape))  # not a Size
         self.n_bufs = b + 1
         return b
 
@@ -386,7 +381,7 @@ class Tape:
         self.n_data = off + size
         self.n_bufs = b + 1
         self.n_entries = i + 1
-        self.shapes.append(shape)
+        self.shapes.append(shape if shape.__class__ is tuple else tuple(shape))  # not a Size
         if status >= 0:
             raise failure(self, status, buffer_reader(self, self.data))
         return b
@@ -1052,7 +1047,9 @@ class Tape:
         self._replay_s += _now() - t0
         limit = self.compile_after_seconds
         if (
-            limit is not None and self._replay_s >= limit and self._n_replays >= _auto_min()
+            limit is not None
+            and self._replay_s >= limit
+            and self._n_replays >= self.compile_min_replays
             and self.run_with[0] is sweeps
         ):  # fmt: skip
             self._promote(background=True)

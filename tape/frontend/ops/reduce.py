@@ -60,7 +60,7 @@ def _block(op, shape, axis, keepdims):
     axes = normalize_axes(op.name, axis, ndim)
     if op in (MAX, MIN) and any(shape[a] == 0 for a in axes):
         raise ValueError(
-            f"{op.name}: cannot reduce over a zero-size axis of a tensor of shape {shape}"
+            f"{op.name}: cannot reduce over a zero-size axis of a tensor of shape {tuple(shape)}"
         )
     return reduced_shape(shape, axes, keepdims), reduce_block.encode(shape, axes)
 

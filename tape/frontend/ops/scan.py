@@ -223,7 +223,7 @@ def arg_extreme(name, x, axis, keepdims):
     if n == 0:
         raise ValueError(
             f"{name}: cannot take the position of an extreme along an empty axis of a tensor "
-            f"of shape {shape}"
+            f"of shape {tuple(shape)}"
         )
     _check_positions(name, x, n)
     return tensor.apply(op, [x], out_shape, sc.encode(outer, n, inner), dtype=tensor.int64)
