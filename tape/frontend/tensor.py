@@ -321,7 +321,17 @@ class Size(tuple):
         return (Size, (tuple(self),))
 
 
-_size = tuple.__new__
+_SIZES: dict = {}  # shape -> its Size: tensors of one shape share one (a new one costs 0.3 us)
+
+
+def _size(shape):
+    """The :class:`Size` of ``shape`` (a tuple or a Size), made once per shape."""
+    s = _SIZES.get(shape)
+    if s is None:
+        if len(_SIZES) > 4096:
+            _SIZES.clear()
+        s = _SIZES[shape] = tuple.__new__(Size, shape)
+    return s
 
 
 class Tensor:
@@ -346,7 +356,7 @@ class Tensor:
         self._ver = [0] if _ver is None else _ver  # version counter, shared by memory aliases
         self._base = None  # (leaf, offset) for a view of a leaf not yet used by any tape
         self._last = None  # weakref to the open eager tape this leaf was last copied into
-        self.shape = _size(Size, value.shape)
+        self.shape = _size(value.shape)
         self.dtype = value.dtype
         self._op = None
         self._grad = None
@@ -363,7 +373,8 @@ class Tensor:
         t._value = None
         t._base = None
         t._last = None
-        t.shape = _size(Size, shape)
+        s = _SIZES.get(shape)
+        t.shape = s if s is not None else _size(shape)
         t.dtype = dtype
         t._rg = requires_grad
         t._grad = None
@@ -596,7 +607,7 @@ class Tensor:
             raise RuntimeError("cannot assign .data of a tensor computed in a graph")
         v = np.array(value.numpy() if isinstance(value, Tensor) else value, dtype=self.dtype)
         self._value = v
-        self.shape = _size(Size, v.shape)
+        self.shape = _size(v.shape)
         self._bump()
 
     def _bump(self):

@@ -72,6 +72,18 @@ def register_extension(name, fn):
 
 _PREPARE_LOCK = threading.Lock()
 
+_PLAIN: dict = {}  # a tuple subclass (the front end's Size) -> the equal plain tuple
+
+
+def _plain(shape):
+    """``shape`` as a plain tuple, as the tape's shapes list holds them (one per shape)."""
+    p = _PLAIN.get(shape)
+    if p is None:
+        if len(_PLAIN) > 4096:
+            _PLAIN.clear()
+        p = _PLAIN[shape] = tuple(shape)
+    return p
+
 
 class GuardWarning(RuntimeWarning):
     """A replay continued on the recorded path past a failed guard (``on_change="warn"``)."""
@@ -320,7 +332,7 @@ class Tape:
         if b >= self.bufs.shape[0]:
             self.bufs = _grow(self.bufs, b + 1)
         self.bufs[b] = (off, size, len(shape), self.intern(shape), kind, alias)
-        self.shapes.append(shape if shape.__class__ is tuple else tuple(shape))  # not a Size
+        self.shapes.append(shape if shape.__class__ is tuple else _plain(shape))
         self.n_bufs = b + 1
         return b
 
@@ -381,7 +393,7 @@ class Tape:
         self.n_data = off + size
         self.n_bufs = b + 1
         self.n_entries = i + 1
-        self.shapes.append(shape if shape.__class__ is tuple else tuple(shape))  # not a Size
+        self.shapes.append(shape if shape.__class__ is tuple else _plain(shape))
         if status >= 0:
             raise failure(self, status, buffer_reader(self, self.data))
         return b
