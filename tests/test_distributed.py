@@ -49,6 +49,10 @@ class Slow(tp.autograd.Function):
         return g
 
 
+def residuals(w, b, X, y):
+    return X @ w + b - y
+
+
 def slow_quad(w, X):
     return tp.sum(Slow.apply(X @ w) ** 2)
 
@@ -292,3 +296,37 @@ def test_a_worker_with_another_tape_is_named(client, monkeypatch):
     monkeypatch.setattr(D, "_worker_version", lambda: mine if os.getpid() == here else "0.0.1x")
     with pytest.raises(RuntimeError, match=rf"workers without tape {mine}.*: tape 0\.0\.1x"):
         D._check_workers(client)
+
+
+def test_hvp_and_gauss_newton_match_single_machine(client, data):
+    X, y, w, b = data
+    Xd, yd = da.from_array(X, chunks=(250, 5)), da.from_array(y, chunks=250)
+    rng = np.random.default_rng(3)
+    v = (rng.standard_normal(5), np.array(0.7))
+    hw, hb = D.hvp(nll, (w, b), v, Xd, yd, client=client)
+    rw, rb = tp.record(nll, w, b, X, y, wrt=[0, 1]).hvp(w, b, X, y, v=v)
+    close(hw, rw, 1e-10)
+    close(hb, rb, 1e-10)
+    # and against central differences of the single-machine gradient
+    t = tp.record(nll, w, b, X, y, wrt=[0, 1])
+    eps = 1e-6
+    up = t.gradient(w + eps * v[0], b + eps * v[1], X, y)
+    dn = t.gradient(w - eps * v[0], b - eps * v[1], X, y)
+    close(hw, (up[0] - dn[0]) / (2 * eps), 1e-6)
+    close(hb, (up[1] - dn[1]) / (2 * eps), 1e-6)
+    assert D.hvp(quad, w, v[0], Xd, client=client).shape == (5,)
+
+    # Gauss-Newton pieces of 0.5 * ||X w + b - y||^2, against the dense Jacobian
+    J = np.c_[X, np.ones(len(X))]
+    r = J @ np.r_[w, b] - y
+    cost, (gw, gb), (jw, jb) = D.gauss_newton(residuals, (w, b), Xd, yd, v=v, client=client)
+    close(cost, 0.5 * r @ r, 1e-12)
+    close(np.r_[gw, gb], J.T @ r, 1e-10)
+    close(np.r_[jw, jb], J.T @ (J @ np.r_[v[0], v[1]]), 1e-10)
+    cost2, (gw2, gb2) = D.gauss_newton(residuals, (w, b), Xd, yd, client=client)
+    close(cost2, cost, 1e-14)
+    close(gw2, gw, 1e-14)
+    with pytest.raises(ValueError, match=r"v\[0\] has shape \(4,\), params\[0\] has \(5,\)"):
+        D.hvp(nll, (w, b), (np.ones(4), np.array(1.0)), Xd, yd, client=client)
+    with pytest.raises(TypeError, match="structured like params"):
+        D.gauss_newton(residuals, (w, b), Xd, yd, v=np.ones(5), client=client)

@@ -20,6 +20,8 @@
 :func:`value_and_grad` ``(fn, params, *data, client=None)`` returns the sum over the chunks of
 ``fn(*params, *chunk_rows)`` and its gradient with respect to each parameter, equal (up to the
 order of the floating-point additions) to a single-machine replay over the concatenated data.
+:func:`hvp` sums Hessian-vector products the same way, and :func:`gauss_newton` the
+least-squares pieces ``(cost, J^T r[, J^T J v])`` of a function that returns residuals.
 Install Dask with ``pip install 'tape[distributed]'``.
 
 How it runs
@@ -87,7 +89,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["value_and_grad", "worker_stats", "clear", "get_client", "shutdown", "MAX_TAPES"]
+__all__ = [
+    "value_and_grad", "hvp", "gauss_newton", "worker_stats", "clear", "get_client", "shutdown",
+    "MAX_TAPES", "MAX_FUNCTIONS",
+]  # fmt: skip
 
 MAX_TAPES = 32
 """Tapes kept per worker (least recently used dropped beyond it)."""
@@ -130,7 +135,7 @@ class _WorkerState:
             "fallbacks": self.fallbacks,
             "retraces": sum(t.retraces for t in self.tapes.values()),
             "tapes": len(self.tapes),
-            "shapes": [tuple(s for s, _ in key[2]) for key in self.tapes],
+            "shapes": [tuple(s for s, _ in key[-1]) for key in self.tapes],
             "functions": len(self.fn_ids),
         }
 
@@ -170,11 +175,12 @@ def _check_scalar(t):
         )
 
 
-def _record(fn, args, n_params, compile):
+def _record(fn, args, n_params, compile, scalar=True):
     from tape.frontend.record import record
 
     t = record(fn, *args, wrt=list(range(n_params)), on_change="retrace", compile=compile)
-    _check_scalar(t)
+    if scalar:
+        _check_scalar(t)
     return t
 
 
@@ -197,21 +203,23 @@ def _payload(payload):
     return payload
 
 
-def _chunk_task(payload, token, compile, params, *chunks):
-    """Value and gradient of ``fn(*params, *chunks)`` on this worker, ``fn`` unpickled from
-    ``payload``: ``(value, grads, out_dtype)`` with value and grads in float64 (summed by
-    :func:`_sum_parts`)."""
+def _chunk_task(payload, token, compile, what, params, v, *chunks):
+    """What the call asks of one chunk on this worker, ``fn`` unpickled from ``payload``:
+    ``(value, arrays, out_dtype)`` in float64, summed by :func:`_sum_parts`. ``what``:
+    ``"grad"`` (the value and the gradient), ``"hvp"`` (the Hessian times ``v``; value 0) or
+    ``"gn"`` (``fn`` returns residuals ``r``: half their squared norm, ``J^T r`` and, with
+    ``v``, ``J^T J v``)."""
     from tape.program.replay import GuardError
 
     st = _state()
     args = [*params, *[np.asarray(c) for c in chunks]]
-    key = (token, compile, tuple((a.shape, a.dtype.str) for a in args))
+    key = (token, compile, what == "gn", tuple((a.shape, a.dtype.str) for a in args))
     with st.lock:
         fn = _function(st, token, payload)
         st.fn_ids.add(id(fn))
         t = st.tapes.get(key)
         if t is None:
-            t = _record(fn, args, len(params), compile)
+            t = _record(fn, args, len(params), compile, scalar=what != "gn")
             st.records += 1
             st.tapes[key] = t
             while len(st.tapes) > MAX_TAPES:
@@ -220,20 +228,39 @@ def _chunk_task(payload, token, compile, params, *chunks):
             st.tapes.move_to_end(key)
         st.replays += 1
     try:
-        value, grads = t.value_and_grad(*args)
+        value, arrays = _evaluate(t, what, args, v, len(params))
     except GuardError:
         # the function's path depends on more than its arguments: evaluate this chunk afresh
         with st.lock:
             st.fallbacks += 1
-        value, grads = _record(fn, args, len(params), False).value_and_grad(*args)
-    if len(params) == 1:
-        grads = (grads,)
-    out_dtype = np.asarray(value).dtype.str
+        t = _record(fn, args, len(params), False, scalar=what != "gn")
+        value, arrays = _evaluate(t, what, args, v, len(params))
     return (
         np.float64(np.asarray(value).reshape(())),
-        [np.asarray(g, np.float64) for g in grads],
-        out_dtype,
+        [np.asarray(a, np.float64) for a in arrays],
+        np.asarray(value).dtype.str,
     )
+
+
+def _evaluate(t, what, args, v, n_params):
+    """``(value, arrays)`` of one chunk's tape ``t`` (see :func:`_chunk_task`)."""
+
+    def listed(x):
+        return [x] if n_params == 1 else list(x)
+
+    if what == "grad":
+        value, grads = t.value_and_grad(*args)
+        return value, listed(grads)
+    if what == "hvp":
+        return np.zeros((), t.dtype), listed(t.hvp(*args, v=v[0] if n_params == 1 else v))
+    r = np.asarray(t.forward(*args), np.float64)
+    _, jtr = t.vjp(*args, cotangent=r)
+    out = listed(jtr)
+    if v is not None:
+        _, jv = t.jvp(*args, tangents=v[0] if n_params == 1 else v)
+        _, jtjv = t.vjp(*args, cotangent=np.asarray(jv))
+        out += listed(jtjv)
+    return 0.5 * np.dot(r.ravel(), r.ravel()), out
 
 
 def _sum_parts(parts):
@@ -468,9 +495,68 @@ def value_and_grad(fn, params, *data, client=None, n_workers=None, compile="auto
         One summed gradient per parameter, in its dtype (a single array if ``params`` was a
         single array).
     """
+    single = not isinstance(params, (tuple, list))
+    value, grads = _run(fn, params, data, client, n_workers, compile, split_every, "grad", None)
+    return value, (grads[0] if single else grads)
+
+
+def hvp(fn, params, v, *data, client=None, n_workers=None, split_every=8):
+    """Sum over data chunks of the Hessian of ``fn(*params, *chunk)`` times ``v``, on a Dask
+    cluster: the Hessian-vector product of :func:`value_and_grad`'s objective, for
+    Newton-CG on data that do not fit one machine.
+
+    ``v`` is structured like ``params`` (one array per parameter, or a single array); the
+    result too, in each parameter's dtype. The workers run forward-over-reverse on the tapes
+    :func:`value_and_grad` recorded (the interpreter's derivative sweeps). Other arguments as
+    in :func:`value_and_grad`."""
+    single, ps = _params(params)
+    vs = _like_params(v, ps, single, "v")
+    _, out = _run(fn, params, data, client, n_workers, "auto", split_every, "hvp", vs)
+    return out[0] if single else out
+
+
+def gauss_newton(fn, params, *data, v=None, client=None, n_workers=None, split_every=8):
+    """The Gauss-Newton pieces of a least-squares objective over data chunks, on a Dask
+    cluster: ``fn(*params, *chunk)`` returns the residuals ``r`` of one chunk (any shape), the
+    objective is ``0.5 * sum(r**2)`` over all chunks, and ``J`` is the Jacobian of all
+    residuals with respect to the params.
+
+    Returns ``(cost, JTr)``, or ``(cost, JTr, JTJv)`` when ``v`` (structured like ``params``)
+    is given: ``JTr = J^T r`` (the gradient of the cost) and ``JTJv = J^T J v``, each
+    structured like ``params``. With ``JTJv`` as the product of a linear operator, conjugate
+    gradients give the Gauss-Newton step without forming ``J^T J``. Each chunk costs one
+    forward, one reverse and, with ``v``, one tangent and one more reverse sweep."""
+    single, ps = _params(params)
+    vs = None if v is None else _like_params(v, ps, single, "v")
+    value, out = _run(fn, params, data, client, n_workers, "auto", split_every, "gn", vs)
+    if single:
+        return (value, out[0]) if v is None else (value, out[0], out[1])
+    k = len(ps)
+    return (value, out[:k]) if v is None else (value, out[:k], out[k:])
+
+
+def _like_params(v, ps, single, name):
+    """``v`` as one float64 array per parameter, each of that parameter's shape."""
+    seq = [v] if single else list(v) if isinstance(v, (tuple, list)) else None
+    if seq is None or len(seq) != len(ps):
+        raise TypeError(
+            f"{name} must be structured like params: {len(ps)} array(s), got {type(v).__name__}"
+        )
+    out = []
+    for k, (a, p) in enumerate(zip(seq, ps)):
+        a = np.asarray(a.numpy() if hasattr(a, "numpy") else a, np.float64)
+        if a.shape != p.shape:
+            raise ValueError(f"{name}[{k}] has shape {a.shape}, params[{k}] has {p.shape}")
+        out.append(a.astype(p.dtype, copy=False))
+    return tuple(out)
+
+
+def _run(fn, params, data, client, n_workers, compile, split_every, what, v):
+    """The graph of one call (a task per chunk, a tree of sums), computed: ``(value, out)``
+    with ``out`` structured like ``params`` (``"gn"`` with ``v``: two such, concatenated)."""
     dask, da, _ = _dask()
     if not callable(fn):
-        raise TypeError(f"tape.distributed.value_and_grad: fn must be callable, got {fn!r}")
+        raise TypeError(f"tape.distributed: fn must be callable, got {fn!r}")
     if compile not in ("auto", True, False):
         raise ValueError(f"compile must be 'auto', True or False, got {compile!r}")
     split_every = int(split_every)
@@ -489,8 +575,9 @@ def value_and_grad(fn, params, *data, client=None, n_workers=None, compile="auto
     # timing loop would measure nothing
     p = dask.delayed(ps, pure=False)  # one key: sent once to each worker that needs it
     task = dask.delayed(_chunk_task, pure=False)
+    vd = dask.delayed(v, pure=False) if v is not None else None
     parts = [
-        task(fn_future, token, compile, p, *[b[i] for b in blocks])
+        task(fn_future, token, compile, what, p, vd, *[b[i] for b in blocks])
         for i in range(len(sizes))
         if sizes[i] > 0
     ]
@@ -499,8 +586,7 @@ def value_and_grad(fn, params, *data, client=None, n_workers=None, compile="auto
         parts = [reduce(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
     value, grads, out_dtype = client.compute(parts[0]).result()
     value = np.asarray(value).astype(np.dtype(out_dtype))[()]
-    grads = tuple(g.astype(p_.dtype, copy=False) for g, p_ in zip(grads, ps))
-    return value, (grads[0] if single else grads)
+    return value, tuple(g.astype(p_.dtype, copy=False) for g, p_ in zip(grads, ps * 2))
 
 
 def worker_stats(client=None):
