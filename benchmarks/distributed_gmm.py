@@ -13,7 +13,10 @@ travels through the client; the single-process baseline computes the same rows l
 Measured, each after one warm-up call (which records the tapes on the workers):
 
 - ``tape.distributed.value_and_grad`` on a ``LocalCluster`` of ``--workers`` processes with one
-  thread each (1 and 2 by default; the machine had 2 cores), median of ``--repeat`` calls;
+  thread each (1, 2 and 4 by default; on a 2-core machine 4 workers share the cores), median
+  of ``--repeat`` calls: calls per second, the worker-seconds each call spends evaluating
+  chunks (``worker_stats()["replay_seconds"]``), the rest of the call (Dask: scheduling,
+  transfers, waiting) and the bytes the workers send (to each other and the client) per call;
 - the single-process baseline: one tape recorded on a chunk, replayed over every chunk in a
   loop in this process (the way to run this objective on one machine: a tape over all million
   points would need an arena of tens of GB).
@@ -154,7 +157,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=1_000_000)
     ap.add_argument("--chunk", type=int, default=50_000, help="rows per chunk (default 50,000)")
-    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--K", type=int, default=25)
@@ -187,7 +190,7 @@ def main(argv=None):
         print(f"chunked sum vs make_objective on the first {min(args.check, n):,} points: "
               f"max rel diff {err:.1e}")  # fmt: skip
     terms = ParamTerm(d, K, params)
-    rows = []
+    rows, split = [], []
     ref = None
     if not args.no_single:
         t0 = time.perf_counter()
@@ -215,10 +218,15 @@ def main(argv=None):
             t0 = time.perf_counter()
             res = step()  # records on the workers
             first = time.perf_counter() - t0
+            before = counters(client, D)
             per, res = timed(step, args.repeat)
+            after = counters(client, D)
+            replay = (after[0] - before[0]) / args.repeat  # worker-seconds per call
+            sent = (after[1] - before[1]) / args.repeat
             if ref is None:
                 ref = res
             rows.append(("tape.distributed", w, first, per, rel_diff(res, ref)))
+            split.append((w, per, replay, sent))
             recs = sum(s["records"] for s in D.worker_stats(client).values())
             assert recs <= w * 2, recs  # one tape per chunk shape per worker
 
@@ -234,6 +242,30 @@ def main(argv=None):
         sp = f"{base_1 / per:.2f}x" if base_1 and w != "-" else ""
         rs = f"{per / base_s:.2f}" if base_s else ""
         print(f"| {name} | {w} | {first:.2f} | {per:.3f} | {sp} | {rs} | {diff:.1e} |")
+    print()
+    print("| workers | calls per second | replays per call (worker-s) | replays / (workers x "
+          "call) | not replaying (Dask, waiting) per call (s) | bytes the workers send per "
+          "call |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for w, per, replay, sent in split:
+        busy = replay / (w * per)
+        print(f"| {w} | {1 / per:.2f} | {replay:.3f} | {busy:.0%} | {per - replay / w:.3f} | "
+              f"{sent:,.0f} |")  # fmt: skip
+    print(
+        f"\n({os.cpu_count()} cores: more workers than cores share them, so their replays "
+        "slow each other down)"
+    )
+
+
+def _transfer_bytes(dask_worker=None):
+    return int(getattr(dask_worker, "transfer_outgoing_bytes_total", 0))
+
+
+def counters(client, D):
+    """``(replay worker-seconds, bytes the workers sent)`` so far."""
+    stats = D.worker_stats(client)
+    sent = sum(client.run(_transfer_bytes).values())
+    return sum(s["replay_seconds"] for s in stats.values()), sent
 
 
 if __name__ == "__main__":

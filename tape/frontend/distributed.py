@@ -84,6 +84,7 @@ import atexit
 import hashlib
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict
 
@@ -127,6 +128,7 @@ class _WorkerState:
         self.fallbacks = 0
         self.fn_ids = set()
         self.fns = OrderedDict()  # token -> the function unpickled from its bytes
+        self.replay_s = 0.0  # seconds spent evaluating chunks (recordings included)
 
     def stats(self):
         return {
@@ -137,6 +139,7 @@ class _WorkerState:
             "tapes": len(self.tapes),
             "shapes": [tuple(s for s, _ in key[-1]) for key in self.tapes],
             "functions": len(self.fn_ids),
+            "replay_seconds": self.replay_s,
         }
 
 
@@ -212,6 +215,7 @@ def _chunk_task(payload, token, compile, what, params, v, *chunks):
     from tape.program.replay import GuardError
 
     st = _state()
+    t0 = time.perf_counter()
     args = [*params, *[np.asarray(c) for c in chunks]]
     key = (token, compile, what == "gn", tuple((a.shape, a.dtype.str) for a in args))
     with st.lock:
@@ -235,6 +239,8 @@ def _chunk_task(payload, token, compile, what, params, v, *chunks):
             st.fallbacks += 1
         t = _record(fn, args, len(params), False, scalar=what != "gn")
         value, arrays = _evaluate(t, what, args, v, len(params))
+    with st.lock:
+        st.replay_s += time.perf_counter() - t0
     return (
         np.float64(np.asarray(value).reshape(())),
         [np.asarray(a, np.float64) for a in arrays],
@@ -594,7 +600,8 @@ def worker_stats(client=None):
     recorded), ``replays`` (chunks evaluated), ``fallbacks`` (chunks recorded afresh after a
     ``GuardError``), ``retraces`` (guard retraces of the cached tapes), ``tapes`` (cached),
     ``shapes`` (argument shapes of each cached tape), ``functions`` (distinct function objects
-    seen: one per shipped function)."""
+    seen: one per shipped function), ``replay_seconds`` (time spent evaluating chunks,
+    recordings included: the rest of a call's time is Dask's)."""
     _dask()
     return (client or get_client()).run(_worker_stats)
 
