@@ -376,3 +376,26 @@ def test_a_long_optimisation_loop_holds_nothing_per_call(client, data):
         grown = (rss1[a] - rss0[a]) / 2**20
         # 2.0 and 2.2 MiB in one run: a call that kept 24 KiB would add 8 MiB
         assert grown < 8, f"worker {a} grew {grown:.1f} MiB over 350 calls"
+
+
+def nll_flat(p, X, y):
+    """``nll`` with the weights and the bias in one vector (as an optimiser sees them)."""
+    return tp.sum(tp.logaddexp(0.0, -y * (X @ p[:5] + p[5])))
+
+
+def test_tape_optimize_minimizes_over_dask_chunks(client, data):
+    from tape import optimize
+
+    X, y, w, b = data
+    Xd, yd = da.from_array(X, chunks=(250, 5)), da.from_array(y, chunks=250)
+    p0 = np.zeros(6)
+    for method in ("Newton-CG", "L-BFGS-B"):
+        got = optimize.minimize(nll_flat, p0, args=(Xd, yd), method=method, client=client)
+        want = optimize.minimize(nll_flat, p0, args=(X, y), method=method)
+        assert got.success and want.success, (got.message, want.message)
+        close(got.x, want.x, 1e-5)
+        close(got.fun, want.fun, 1e-9)
+    with pytest.raises(ValueError, match="dense Hessian"):
+        optimize.minimize(nll_flat, p0, args=(Xd, yd), method="trust-exact", client=client)
+    with pytest.raises(TypeError, match="every arg must be one"):
+        optimize.minimize(nll_flat, p0, args=(Xd, y), client=client)

@@ -6,6 +6,10 @@ trust-constr) or the Hessian (``hess``: dogleg, trust-exact), and Jacobians of t
 constraints. :func:`least_squares` gives ``scipy.optimize.least_squares`` the residual's
 Jacobian, sparse (by colouring, :meth:`tape.Tape.jacobian`) where it pays. Bounds and other
 options pass through unchanged.
+
+Given Dask arrays among its ``args``, :func:`minimize` minimises the sum of ``fn`` over their
+chunks on a Dask cluster: gradients from :func:`tape.distributed.value_and_grad`, Hessian-vector
+products from :func:`tape.distributed.hvp` (Newton-CG and the other ``hessp`` methods).
 """
 
 from __future__ import annotations
@@ -70,7 +74,16 @@ def minimize(fn, x0, args=(), method=None, jac=None, hess=None, hessp=None, cons
     data (same shapes at every call). Derivatives the caller passes (``jac``, ``hess``,
     ``hessp``, a constraint's ``jac``) are used as given. ``method=None`` is SciPy's default.
     Returns SciPy's ``OptimizeResult``.
+
+    With Dask arrays in ``args`` (all of them then, rows along their first axis), the objective
+    is the sum of ``fn(x, *chunk)`` over their chunks, computed on a Dask cluster
+    (:mod:`tape.distributed`; ``client=`` and ``n_workers=`` go there): the gradient by
+    :func:`tape.distributed.value_and_grad`, ``hessp`` by :func:`tape.distributed.hvp`.
+    Methods that need the dense Hessian (``dogleg``, ``trust-exact``) and constraints without
+    their own Jacobian raise ``ValueError`` there.
     """
+    if any(hasattr(a, "dask") and hasattr(a, "chunks") for a in args):
+        return _minimize_chunks(fn, x0, tuple(args), method, jac, hess, hessp, constraints, kw)
     t, shape = _record(fn, x0, tuple(args))
     x0f = np.asarray(x0, np.float64).ravel()
     m = (method or "").lower() if isinstance(method, str) else None
@@ -107,6 +120,57 @@ def minimize(fn, x0, args=(), method=None, jac=None, hess=None, hessp=None, cons
     if cons != () and cons != []:
         options["constraints"] = cons
     res = so.minimize(target, x0f, args=tuple(args), method=method, jac=jac_arg, **options)
+    res.x = res.x.reshape(shape)
+    return res
+
+
+def _minimize_chunks(fn, x0, data, method, jac, hess, hessp, constraints, kw):
+    """:func:`minimize` of the sum of ``fn`` over the chunks of Dask arrays ``data``."""
+    from tape.frontend import distributed as D
+
+    if not all(hasattr(a, "dask") and hasattr(a, "chunks") for a in data):
+        raise TypeError(
+            "tape.optimize.minimize: with Dask arrays in args, every arg must be one (the data "
+            "whose chunks the objective sums over)"
+        )
+    where = {k: kw.pop(k) for k in ("client", "n_workers") if k in kw}
+    x0 = np.asarray(x0, np.float64)
+    shape = x0.shape
+    m = (method or "").lower() if isinstance(method, str) else None
+    if m in HESS_METHODS and hess is None:
+        raise ValueError(
+            f"tape.optimize.minimize: {method} needs the dense Hessian, which is not summed over "
+            "Dask chunks; use Newton-CG, trust-ncg or trust-krylov (Hessian-vector products)"
+        )
+    if constraints:
+        cs = [constraints] if isinstance(constraints, dict) else list(constraints)
+        if any(isinstance(c, dict) and "jac" not in c for c in cs):
+            raise ValueError(
+                "tape.optimize.minimize: constraints over Dask chunks need their own 'jac'"
+            )
+        kw["constraints"] = constraints
+
+    def fun(x):
+        v, g = D.value_and_grad(fn, x.reshape(shape), *data, **where)
+        return float(v), np.asarray(g, np.float64).ravel()
+
+    def hvp(x, p):
+        h = D.hvp(fn, x.reshape(shape), p.reshape(shape), *data, **where)
+        return np.asarray(h, np.float64).ravel()
+
+    if m in GRADIENT_FREE:
+        target, jac_arg = (lambda x: fun(x)[0]), None
+    elif jac is None:
+        target, jac_arg = fun, True
+    else:
+        target, jac_arg = (lambda x: fun(x)[0]), jac
+    if hess is not None:
+        kw["hess"] = hess
+    if hessp is not None:
+        kw["hessp"] = hessp
+    elif hess is None and m in HESSP_METHODS:
+        kw["hessp"] = hvp
+    res = so.minimize(target, x0.ravel(), method=method, jac=jac_arg, **kw)
     res.x = res.x.reshape(shape)
     return res
 
