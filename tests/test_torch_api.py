@@ -2306,3 +2306,31 @@ def test_movement_functions_take_pytorchs_arguments_and_keyword_names():
         tape.flatten(tape.transpose(w, 0, 2), 1) * tape.tensor(np.arange(24.0).reshape(4, 6))
     ).sum().backward()
     assert np.array_equal(w.grad.numpy(), np.transpose(np.arange(24.0).reshape(4, 3, 2), (2, 1, 0)))
+
+
+def test_pytorch_keywords_of_creation_reductions_and_norm():
+    a = np.arange(6.0).reshape(2, 3)
+    x32 = tape.tensor(a, dtype=tape.float32)
+    s = tape.sum(input=x32, dim=0, keepdim=True, dtype=tape.float64)
+    assert s.dtype == np.float64 and np.array_equal(s.numpy(), a.sum(0, keepdims=True))
+    m = tape.mean(tape.tensor(a), dim=1, dtype=tape.float32)
+    assert m.dtype == np.float32 and np.allclose(m.numpy(), a.mean(1))
+    sm = tape.softmax(input=tape.tensor(a), dim=1, dtype=tape.float32)
+    e = np.exp(a - a.max(1, keepdims=True))
+    assert sm.dtype == np.float32 and np.allclose(sm.numpy(), e / e.sum(1, keepdims=True))
+    assert np.array_equal(tape.pow(input=tape.tensor(a), exponent=2).numpy(), a**2)
+    assert tape.zeros(size=(2, 3)).shape == (2, 3) and tape.ones(size=[4]).shape == (4,)
+    assert tape.empty(size=(1,)).shape == (1,)
+    assert np.array_equal(tape.full(size=(2,), fill_value=3.0).numpy(), [3.0, 3.0])
+    o = tape.ones_like(input=tape.tensor(a), dtype=tape.float32)
+    assert o.dtype == np.float32 and o.shape == (2, 3)
+    assert np.allclose(tape.norm(input=tape.tensor(a), p=1, dim=1).numpy(), np.abs(a).sum(1))
+    assert np.isclose(tape.norm(tape.tensor(a), p="fro").item(), np.linalg.norm(a))
+    with pytest.raises(TypeError, match="shape twice"):
+        tape.zeros(2, size=(3,))
+    with pytest.raises(TypeError, match="tensor twice"):
+        tape.zeros_like(tape.tensor(a), input=tape.tensor(a))
+    # dtype= casts before the reduction, so the gradient arrives in the input's dtype
+    w = tape.tensor(a, dtype=tape.float32, requires_grad=True)
+    tape.sum(w * w, dtype=tape.float64).backward()
+    assert w.grad.dtype == np.float32 and np.allclose(w.grad.numpy(), 2 * a)

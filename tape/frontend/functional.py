@@ -831,11 +831,23 @@ def _torch_keywords(fn, names):
         if "alpha" in kw and fn in (add, sub):  # torch.add(a, b, alpha=2): a + 2 * b
             alpha = kw.pop("alpha")
             args = [args[0], _scaled(args[1], alpha)]
+        if "dtype" in kw and fn.__name__ in _CAST_FIRST:  # torch.sum(x, dtype=...): cast, then sum
+            dtype = kw.pop("dtype")
+            if dtype is not None:
+                args = [as_tensor(args[0]).to(dtype), *args[1:]]
+        if "p" in kw and fn.__name__ == "norm":  # torch.norm(x, p=1): NumPy's ord
+            kw["ord"] = kw.pop("p")
         r = fn(*args, **kw)
         return r if out is None else _write_out(fn.__name__, out, r)
 
     functools.update_wrapper(call, fn)
     return call
+
+
+_CAST_FIRST = frozenset(
+    ("sum", "mean", "prod", "softmax", "log_softmax", "cumsum", "cumprod", "logcumsumexp")
+)
+"""Functions whose ``dtype=`` (PyTorch's) casts the input before the operation."""
 
 
 def _keywords():
@@ -846,7 +858,7 @@ def _keywords():
     )
     for name in ("matmul", "mm", "bmm", "dot"):
         named[name] = ("input", "other")
-    named.update({"mv": ("input", "vec"), "outer": ("input", "vec2")})
+    named.update({"mv": ("input", "vec"), "outer": ("input", "vec2"), "pow": ("input", "exponent")})
     # PyTorch's names of the leading arguments where tape's functions take NumPy's
     named.update({
         "transpose": ("input", "dim0", "dim1"), "swapaxes": ("input", "axis0", "axis1"),

@@ -1605,26 +1605,36 @@ def _dtype_or_default(dtype):
     return _DEFAULT_FLOAT[0] if dtype is None else _check_dtype(dtype)
 
 
-def zeros(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """A tensor of zeros (the default float dtype unless ``dtype``)."""
+def zeros(*shape, dtype=None, device=None, requires_grad=False, size=None) -> Tensor:
+    """A tensor of zeros (the default float dtype unless ``dtype``). ``size=``: the shape,
+    as PyTorch's keyword."""
+    shape = _size_keyword(shape, size, "zeros")
     check_device(device, "zeros")
     return Tensor(np.zeros(_shape_args(shape, "zeros"), _dtype_or_default(dtype)), requires_grad)
 
 
-def ones(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """A tensor of ones (the default float dtype unless ``dtype``)."""
+def ones(*shape, dtype=None, device=None, requires_grad=False, size=None) -> Tensor:
+    """A tensor of ones (the default float dtype unless ``dtype``). ``size=``: the shape,
+    as PyTorch's keyword."""
+    shape = _size_keyword(shape, size, "ones")
     check_device(device, "ones")
     return Tensor(np.ones(_shape_args(shape, "ones"), _dtype_or_default(dtype)), requires_grad)
 
 
-def empty(*shape, dtype=None, device=None, requires_grad=False) -> Tensor:
-    """A tensor to be overwritten (PyTorch's ``empty``). Its memory is zeroed, never garbage."""
+def empty(*shape, dtype=None, device=None, requires_grad=False, size=None) -> Tensor:
+    """A tensor to be overwritten (PyTorch's ``empty``). Its memory is zeroed, never garbage. ``size=``: the shape,
+    as PyTorch's keyword."""
+    shape = _size_keyword(shape, size, "empty")
     check_device(device, "empty")
     return Tensor(np.zeros(_shape_args(shape, "empty"), _dtype_or_default(dtype)), requires_grad)
 
 
-def full(shape, fill_value, dtype=None, requires_grad=False, *, device=None) -> Tensor:
-    """A tensor of ``shape`` filled with ``fill_value`` (its dtype follows the value)."""
+def full(shape=None, fill_value=None, dtype=None, requires_grad=False, *, device=None, size=None):
+    """A tensor of ``shape`` (PyTorch: ``size=``) filled with ``fill_value`` (its dtype
+    follows the value)."""
+    (shape,) = _size_keyword((shape,) if shape is not None else (), size, "full") or (None,)
+    if shape is None or fill_value is None:
+        raise TypeError("full() needs a shape (or size=) and a fill_value")
     check_device(device, "full")
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     v = np.full(shape, fill_value, dtype=dtype)
@@ -1633,23 +1643,47 @@ def full(shape, fill_value, dtype=None, requires_grad=False, *, device=None) -> 
     return tensor(v, requires_grad, None)
 
 
+def _size_keyword(shape, size, what):
+    """The positional ``shape`` arguments, or PyTorch's ``size=`` keyword in their place."""
+    if size is None:
+        return shape
+    if shape:
+        raise TypeError(f"{what}() got the shape twice: positionally and as size=")
+    return (size,)
+
+
 def _like(x, dtype):
     return _check_dtype(dtype) if dtype is not None else as_tensor(x).dtype
 
 
-def zeros_like(x, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+def _input(x, input, what):
+    """The tensor argument of a ``*_like`` function: positional, or PyTorch's ``input=``."""
+    if input is None:
+        if x is None:
+            raise TypeError(f"{what}() missing its tensor argument (input)")
+        return x
+    if x is not None:
+        raise TypeError(f"{what}() got the tensor twice: positionally and as input=")
+    return input
+
+
+def zeros_like(x=None, dtype=None, requires_grad=False, *, device=None, input=None) -> Tensor:
+    x = _input(x, input, "zeros_like")
     return zeros(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
-def ones_like(x, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+def ones_like(x=None, dtype=None, requires_grad=False, *, device=None, input=None) -> Tensor:
+    x = _input(x, input, "ones_like")
     return ones(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
-def empty_like(x, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+def empty_like(x=None, dtype=None, requires_grad=False, *, device=None, input=None) -> Tensor:
+    x = _input(x, input, "empty_like")
     return empty(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
-def full_like(x, fill_value, dtype=None, requires_grad=False, *, device=None) -> Tensor:
+def full_like(x=None, fill_value=None, dtype=None, requires_grad=False, *, device=None, input=None):
+    x = _input(x, input, "full_like")
     return full(_shape_of(x), fill_value, _like(x, dtype), requires_grad, device=device)
 
 
