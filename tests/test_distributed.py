@@ -399,3 +399,23 @@ def test_tape_optimize_minimizes_over_dask_chunks(client, data):
         optimize.minimize(nll_flat, p0, args=(Xd, yd), method="trust-exact", client=client)
     with pytest.raises(TypeError, match="every arg must be one"):
         optimize.minimize(nll_flat, p0, args=(Xd, y), client=client)
+
+
+def test_a_gauss_newton_step_over_chunks_equals_the_single_machine_step(client, data):
+    """One Gauss-Newton step by conjugate gradients on J^T J v products summed over chunks:
+    the step of the dense normal equations."""
+    from scipy.sparse.linalg import LinearOperator, cg
+
+    X, y, w, b = data
+    Xd, yd = da.from_array(X, chunks=(250, 5)), da.from_array(y, chunks=250)
+    _, (gw, gb) = D.gauss_newton(residuals, (w, b), Xd, yd, client=client)
+
+    def jtj(v):
+        _, _, (hw, hb) = D.gauss_newton(residuals, (w, b), Xd, yd, v=(v[:5], v[5]), client=client)
+        return np.r_[hw, hb]
+
+    step, info = cg(LinearOperator((6, 6), matvec=jtj), -np.r_[gw, gb], rtol=1e-12, maxiter=50)
+    assert info == 0
+    J = np.c_[X, np.ones(len(X))]
+    want = np.linalg.solve(J.T @ J, -J.T @ (J @ np.r_[w, b] - y))
+    close(step, want, 1e-8)
