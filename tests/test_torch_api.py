@@ -2334,3 +2334,45 @@ def test_pytorch_keywords_of_creation_reductions_and_norm():
     w = tape.tensor(a, dtype=tape.float32, requires_grad=True)
     tape.sum(w * w, dtype=tape.float64).backward()
     assert w.grad.dtype == np.float32 and np.allclose(w.grad.numpy(), 2 * a)
+
+
+def test_pytorch_indexing_functions_against_numpy_and_their_gradients():
+    a = np.arange(12.0).reshape(3, 4)
+    x = tape.tensor(a)
+    idx = np.array([[0, 1, 2, 0], [2, 2, 1, 0]])
+    assert np.array_equal(tape.gather(x, 0, idx).numpy(), np.take_along_axis(a, idx, 0))
+    assert np.array_equal(
+        x.gather(1, np.array([[0], [3], [1]])).numpy(), a[[0, 1, 2], [0, 3, 1]][:, None]
+    )
+    assert np.array_equal(tape.index_select(x, 1, np.array([3, 0])).numpy(), a[:, [3, 0]])
+    assert np.array_equal(x.masked_fill(x > 5, -1.0).numpy(), np.where(a > 5, -1.0, a))
+    assert np.array_equal(tape.narrow(x, 1, 1, 2).numpy(), a[:, 1:3])
+    assert np.array_equal(x.narrow(0, -2, 2).numpy(), a[1:])
+    assert np.array_equal(tape.tril(x).numpy(), np.tril(a))
+    assert np.array_equal(x.triu(1).numpy(), np.triu(a, 1))
+    parts = tape.chunk(x, 3, 1)  # ceil(4 / 3) = 2 per piece: two pieces, as PyTorch
+    assert [p.shape for p in parts] == [(3, 2), (3, 2)]
+    assert np.array_equal(np.concatenate([p.numpy() for p in parts], 1), a)
+    assert [p.shape for p in x.chunk(2, 0)] == [(2, 4), (1, 4)]
+    # gradients: each is a gather, a slice or a select of tape's ops
+    w = tape.tensor(a, requires_grad=True)
+    loss = (
+        tape.gather(w, 0, idx).sum() + w.index_select(1, np.array([3, 3])).sum()
+        + (w.masked_fill(w > 5, 0.0) * 2).sum() + w.narrow(1, 0, 1).sum() + w.tril().sum()
+    )  # fmt: skip
+    loss.backward()
+    want = np.zeros_like(a)
+    np.add.at(want, (idx, np.arange(4)[None, :].repeat(2, 0)), 1.0)
+    want[:, 3] += 2.0
+    want += np.where(a > 5, 0.0, 2.0)
+    want[:, 0] += 1.0
+    want += np.tril(np.ones_like(a))
+    assert np.array_equal(w.grad.numpy(), want)
+    with pytest.raises(ValueError, match="same"):
+        tape.gather(x, 0, np.array([0, 1]))
+    with pytest.raises(TypeError, match="bool"):
+        tape.masked_fill(x, np.ones((3, 4)), 0.0)
+    with pytest.raises(IndexError, match="do not fit"):
+        tape.narrow(x, 1, 3, 2)
+    with pytest.raises(ValueError, match="at least 2 axes"):
+        tape.tril(tape.tensor([1.0, 2.0]))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import functools
 import math
+import operator
 from typing import NamedTuple
 
 import numpy as np
@@ -713,6 +714,95 @@ def _new_tensor(x, data, *, dtype=None, device=None, requires_grad=False):
                               requires_grad=requires_grad, device=device)  # fmt: skip
 
 
+# ---------------------------------------------------------------- PyTorch's indexing functions
+# Compositions of tape's own ops (gathers, slices, where): their derivatives are those ops'.
+
+
+@_export
+def gather(input, dim, index):
+    """``torch.gather``: ``out[i][j] = input[index[i][j]][j]`` along ``dim`` (``index`` has
+    ``input``'s number of axes; the other axes as in ``take_along_axis``)."""
+    x = as_tensor(input)
+    idx = np.asarray(index.numpy() if isinstance(index, Tensor) else index)
+    if idx.ndim != x.ndim:
+        raise ValueError(
+            f"gather: index has {idx.ndim} axes, input has {x.ndim}: they must have the same"
+        )
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"gather: index must hold integers, got {idx.dtype}")
+    return movement.take_along_axis(x, idx, axis=dim)
+
+
+@_export
+def index_select(input, dim, index):
+    """``torch.index_select``: the entries ``index`` (1-D integers) along ``dim``."""
+    idx = np.asarray(index.numpy() if isinstance(index, Tensor) else index)
+    if idx.ndim != 1:
+        raise ValueError(f"index_select: index must be 1-D, got shape {idx.shape}")
+    return movement.take(as_tensor(input), idx, axis=dim)
+
+
+@_export
+def masked_fill(input, mask, value):
+    """``torch.masked_fill``: ``value`` where ``mask`` (broadcast to ``input``) is true."""
+    x = as_tensor(input)
+    m = np.asarray(mask.numpy() if isinstance(mask, Tensor) else mask)
+    if m.dtype != np.bool_:
+        raise TypeError(f"masked_fill: mask must be a bool tensor, got {m.dtype}")
+    return where(np.broadcast_to(m, x.shape), value, x)
+
+
+@_export
+def narrow(input, dim, start, length):
+    """``torch.narrow``: ``length`` entries from ``start`` along ``dim`` (a view)."""
+    x = as_tensor(input)
+    d = operator.index(dim) % builtins.max(x.ndim, 1)
+    n = x.shape[d]
+    start = operator.index(start) + (n if start < 0 else 0)
+    if not (0 <= start <= n and 0 <= length <= n - start):
+        raise IndexError(
+            f"narrow: start {start} and length {length} do not fit axis {d} of length {n}"
+        )
+    key = (slice(None),) * d + (slice(start, start + length),)
+    return x[key]
+
+
+@_export
+def chunk(input, chunks, dim=0):
+    """``torch.chunk``: ``chunks`` pieces along ``dim`` of ``ceil(n / chunks)`` entries each,
+    the last one smaller (fewer pieces when they run out), as PyTorch splits."""
+    x = as_tensor(input)
+    if operator.index(chunks) < 1:
+        raise ValueError(f"chunk: chunks must be at least 1, got {chunks}")
+    d = operator.index(dim) % builtins.max(x.ndim, 1)
+    n = x.shape[d]
+    size = -(-n // chunks) if n else 0
+    if size == 0:
+        return (x,)
+    return tuple(narrow(x, d, s, builtins.min(size, n - s)) for s in range(0, n, size))
+
+
+def _triangle(name, keep):
+    def fn(input, diagonal=0):
+        x = as_tensor(input)
+        if x.ndim < 2:
+            raise ValueError(f"{name}: input must have at least 2 axes, got shape {tuple(x.shape)}")
+        r, c = x.shape[-2:]
+        mask = keep(np.ones((r, c), np.bool_), diagonal)
+        return where(np.broadcast_to(mask, x.shape), x, 0.0)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = (
+        f"``torch.{name}``: the {'lower' if name == 'tril' else 'upper'} triangle of the last "
+        "two axes (``diagonal`` shifts it), zeros elsewhere."
+    )
+    return _export(fn)
+
+
+tril = _triangle("tril", np.tril)
+triu = _triangle("triu", np.triu)
+
+
 def _install_torch_methods(T):
     """PyTorch's method names and arguments (``dim``, ``keepdim``, ``alpha``), on top of the
     registry's."""
@@ -743,6 +833,13 @@ def _install_torch_methods(T):
     T.__invert__ = lambda a: _bool_op(lambda x, _: logical_not(x), "~")(a, None)
     T.all = all
     T.any = any
+    T.gather = gather
+    T.index_select = index_select
+    T.masked_fill = masked_fill
+    T.narrow = narrow
+    T.chunk = chunk
+    T.tril = tril
+    T.triu = triu
     T.isclose = isclose
     T.allclose = allclose
     for name, fn in (("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
