@@ -2326,6 +2326,7 @@ def test_pytorch_keywords_of_creation_reductions_and_norm():
     assert o.dtype == np.float32 and o.shape == (2, 3)
     assert np.allclose(tape.norm(input=tape.tensor(a), p=1, dim=1).numpy(), np.abs(a).sum(1))
     assert np.isclose(tape.norm(tape.tensor(a), p="fro").item(), np.linalg.norm(a))
+    assert np.array_equal(tape.diag(input=tape.tensor(a[0]), diagonal=1).numpy(), np.diag(a[0], 1))
     with pytest.raises(TypeError, match="shape twice"):
         tape.zeros(2, size=(3,))
     with pytest.raises(TypeError, match="tensor twice"):

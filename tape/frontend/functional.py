@@ -961,7 +961,7 @@ def _keywords():
         "transpose": ("input", "dim0", "dim1"), "swapaxes": ("input", "axis0", "axis1"),
         "swapdims": ("input", "dim0", "dim1"), "flatten": ("input", "start_dim", "end_dim"),
         "unsqueeze": ("input", "dim"), "squeeze": ("input", "dim"), "permute": ("input", "dims"),
-        "tile": ("input", "dims"), "reshape": ("input", "shape"), "take": ("input", "index"),
+        "tile": ("input", "dims"), "diag": ("input", "diagonal"), "reshape": ("input", "shape"), "take": ("input", "index"),
         "moveaxis": ("input", "source", "destination"),
         "movedim": ("input", "source", "destination"), "topk": ("input", "k"),
         "cat": ("tensors",), "stack": ("tensors",),
