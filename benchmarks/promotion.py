@@ -28,11 +28,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from tape.bench.cli import _cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKS = (1, 10, 50, 200)
@@ -106,16 +107,6 @@ print(json.dumps({"times": out, "grad": [np.asarray(v).ravel().tolist() for v in
 CONFIGS = ("tape auto", "tape count only", "tape interpreter", "tape compile=True", "jax jit")
 
 
-def cpu_model():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def run(which, cache, env_base):
     env = dict(env_base, NUMBA_CACHE_DIR=os.path.join(cache, "numba"),
                TAPE_CACHE_DIR=os.path.join(cache, "tape"))  # fmt: skip
@@ -156,7 +147,7 @@ def main(argv=None):
             if err > 1e-8:
                 raise AssertionError(f"{c}: gradient differs from JAX's by {err:.2e}")
     print(f"time to the N-th gradient (s), {'empty' if a.cold else 'warm'} caches, "
-          f"{cpu_model()}, {os.cpu_count()} CPUs")  # fmt: skip
+          f"{_cpu_name()}, {os.cpu_count()} CPUs")  # fmt: skip
     print(f"{'':20s}" + "".join(f"{n:>16d}" for n in MARKS))
     for c in CONFIGS:
         cells = []
@@ -169,7 +160,7 @@ def main(argv=None):
         old = json.loads(path.read_text()) if path.is_file() else {}
         old["cold" if a.cold else "warm"] = {
             "date": datetime.date.today().isoformat(), "cold": a.cold, "cpus": os.cpu_count(),
-            "machine": cpu_model(), "times": res,
+            "machine": _cpu_name(), "times": res,
         }  # fmt: skip
         path.write_text(json.dumps(old, indent=1) + "\n")
 

@@ -592,6 +592,7 @@ def _run(fn, params, data, client, n_workers, compile, split_every, what, v):
         parts = [reduce(parts[i : i + split_every]) for i in range(0, len(parts), split_every)]
     value, grads, out_dtype = client.compute(parts[0]).result()
     value = np.asarray(value).astype(np.dtype(out_dtype))[()]
+    # one array per parameter (two per parameter for "gn" with v: J^T r, then J^T J v)
     return value, tuple(g.astype(p_.dtype, copy=False) for g, p_ in zip(grads, ps * 2))
 
 

@@ -86,7 +86,6 @@ def minimize(fn, x0, args=(), method=None, jac=None, hess=None, hessp=None, cons
         return _minimize_chunks(fn, x0, tuple(args), method, jac, hess, hessp, constraints, kw)
     t, shape = _record(fn, x0, tuple(args))
     x0f = np.asarray(x0, np.float64).ravel()
-    m = (method or "").lower() if isinstance(method, str) else None
 
     def fun(x, *a):
         v, g = t.value_and_grad(x.reshape(shape), *a)
@@ -99,13 +98,29 @@ def minimize(fn, x0, args=(), method=None, jac=None, hess=None, hessp=None, cons
         n = x.size
         return np.asarray(t.hessian(x.reshape(shape), *a), np.float64).reshape(n, n)
 
+    def value(x, *a):
+        return float(t.forward(x.reshape(shape), *a))
+
     options = dict(kw)
+    cons = _constraint_jacobians(constraints, x0f, shape)
+    if cons != () and cons != []:
+        options["constraints"] = cons
+    derivs = (fun, value, hvp, dense_hess)
+    return _scipy_minimize(derivs, x0f, shape, tuple(args), method, jac, hess, hessp, options)
+
+
+def _scipy_minimize(derivs, x0f, shape, args, method, jac, hess, hessp, options):
+    """``scipy.optimize.minimize`` given ``derivs = (value_and_grad, value, hvp, dense_hess)``
+    of the objective (functions of the flat ``x`` and ``args``), each used where the method
+    wants it and the caller passed none; the result's ``x`` has ``shape``."""
+    fun, value, hvp, dense_hess = derivs
+    m = (method or "").lower() if isinstance(method, str) else None
     if m in GRADIENT_FREE:
-        target, jac_arg = (lambda x, *a: float(t.forward(x.reshape(shape), *a))), None
+        target, jac_arg = value, None
     elif jac is None:
         target, jac_arg = fun, True
     else:
-        target, jac_arg = (lambda x, *a: float(t.forward(x.reshape(shape), *a))), jac
+        target, jac_arg = value, jac
     if hess is None and hessp is None:
         if m in HESSP_METHODS:
             options["hessp"] = hvp
@@ -116,10 +131,7 @@ def minimize(fn, x0, args=(), method=None, jac=None, hess=None, hessp=None, cons
             options["hess"] = hess
         if hessp is not None:
             options["hessp"] = hessp
-    cons = _constraint_jacobians(constraints, x0f, shape)
-    if cons != () and cons != []:
-        options["constraints"] = cons
-    res = so.minimize(target, x0f, args=tuple(args), method=method, jac=jac_arg, **options)
+    res = so.minimize(target, x0f, args=args, method=method, jac=jac_arg, **options)
     res.x = res.x.reshape(shape)
     return res
 
@@ -158,21 +170,8 @@ def _minimize_chunks(fn, x0, data, method, jac, hess, hessp, constraints, kw):
         h = D.hvp(fn, x.reshape(shape), p.reshape(shape), *data, **where)
         return np.asarray(h, np.float64).ravel()
 
-    if m in GRADIENT_FREE:
-        target, jac_arg = (lambda x: fun(x)[0]), None
-    elif jac is None:
-        target, jac_arg = fun, True
-    else:
-        target, jac_arg = (lambda x: fun(x)[0]), jac
-    if hess is not None:
-        kw["hess"] = hess
-    if hessp is not None:
-        kw["hessp"] = hessp
-    elif hess is None and m in HESSP_METHODS:
-        kw["hessp"] = hvp
-    res = so.minimize(target, x0.ravel(), method=method, jac=jac_arg, **kw)
-    res.x = res.x.reshape(shape)
-    return res
+    derivs = (fun, lambda x: fun(x)[0], hvp, None)  # HESS_METHODS were refused above
+    return _scipy_minimize(derivs, x0.ravel(), shape, (), method, jac, hess, hessp, kw)
 
 
 SPARSE_DENSITY = 0.1

@@ -1023,7 +1023,7 @@ class Tape:
         with self._compile_lock:  # one compile, however many threads promote at once
             if self.tier == "interpreter":
                 self._compile_now()
-        self.compile_after = None
+        self.compile_after = self.compile_after_seconds = None  # nothing left to promote
         return self
 
     def _compile_now(self):
@@ -1079,17 +1079,23 @@ class Tape:
             # a daemon: a process that ends meanwhile does not wait for it (Numba writes its
             # cache files whole, so nothing is left half written)
             th = self.compiling = threading.Thread(
-                target=self._promote, name="tape-compile", daemon=True
+                target=self._compile_promoted, name="tape-compile", daemon=True
             )
             th.start()
-            return
+        else:
+            self._compile_promoted()
+
+    def _compile_promoted(self):
+        """:meth:`compile` for automatic promotion: a tape the tier does not take stays on the
+        interpreter, and a failure becomes a warning (a replay must not fail because
+        promotion did)."""
         try:
             self.compile()
         except Exception as e:  # noqa: BLE001  (a replay must not fail because promotion did)
             if not isinstance(e, CompileError):
                 warnings.warn(
                     f"tape: compiling this tape failed, it stays on the interpreter ({e!r})",
-                    RuntimeWarning, stacklevel=4,
+                    RuntimeWarning, stacklevel=5,
                 )  # fmt: skip
 
     @property
