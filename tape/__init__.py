@@ -148,7 +148,7 @@ def _derivatives():
 _core.register_extension("derivatives", _derivatives)
 
 
-_LAZY = ("autograd", "optimize", "sparse", "derivatives", "optim", "nn", "cuda")
+_LAZY = ("autograd", "optimize", "sparse", "derivatives", "optim", "nn", "cuda", "distributed")
 _UNSUPPORTED_DTYPES = (
     "half",
     "float16",

@@ -303,6 +303,7 @@ def test_hvp_and_gauss_newton_match_single_machine(client, data):
     Xd, yd = da.from_array(X, chunks=(250, 5)), da.from_array(y, chunks=250)
     rng = np.random.default_rng(3)
     v = (rng.standard_normal(5), np.array(0.7))
+    assert tp.distributed is D  # reached as an attribute of the package, as the docs write it
     hw, hb = D.hvp(nll, (w, b), v, Xd, yd, client=client)
     rw, rb = tp.record(nll, w, b, X, y, wrt=[0, 1]).hvp(w, b, X, y, v=v)
     close(hw, rw, 1e-10)
