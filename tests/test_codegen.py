@@ -89,13 +89,14 @@ def test_an_unprepared_op_raises_instead_of_running():
     t, ka = _square_sum_tape()
     tab = _dispatch.TABLES[np.dtype(np.float64)]
     code = registry.BY_NAME["mul"].code
-    saved = tab[_dispatch.FWD, code]
-    tab[_dispatch.FWD, code] = _dispatch.NOT_PREPARED
+    slots = slice(code * _dispatch.NCLS, (code + 1) * _dispatch.NCLS)  # every entry class
+    saved = tab[_dispatch.FWD, slots].copy()
+    tab[_dispatch.FWD, slots] = _dispatch.NOT_PREPARED
     try:
         with pytest.raises(RuntimeError, match="not prepared"):
             tp.kernels.forward(ka)
     finally:
-        tab[_dispatch.FWD, code] = saved
+        tab[_dispatch.FWD, slots] = saved
     assert tp.kernels.forward(ka) == -1
 
 
@@ -410,3 +411,44 @@ def test_a_helper_process_compiles_the_runtimes_gradient_for_a_recordings_argume
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["1", "0"]  # loaded from the helper's work, not compiled here
+
+
+BINARY = [op for op in registry.OPS if op.kind == "binary"]
+
+
+@pytest.mark.parametrize("op", BINARY, ids=lambda o: o.name)
+def test_class_kernels_give_the_general_kernels_numbers(op, rng):
+    """A binary op's kernels of one entry class (equal sizes, a one-element first or second
+    input) compute, element for element, what its general kernel does: forward values and
+    input adjoints compared bit for bit, on the same entry."""
+    from tape.frontend.testing import sample_inputs
+
+    fn = getattr(tp, op.name)
+    for cls, shapes in ((0, ((6,), (6,))), (1, ((), (9,))), (4, ((9,), ()))):
+        xs = sample_inputs(op, shapes, rng)
+        wrt = [k for k, d in enumerate(op.differentiable) if d]
+        t = tp.record(lambda a, b: fn(a, b), *xs, wrt=wrt or None)
+        n = t.n_entries
+        (i,) = np.flatnonzero(t.entries[:n, 0] == op.code)
+        e, bufs, ipool = t.entries, t.bufs, t.ipool
+        assert _dispatch.entry_classes(e, bufs, np.array([i]))[0] == cls
+        for kind in ("fwd", "rev"):
+            general = _dispatch.function(kind, op.code)
+            own = _dispatch.function(kind, op.code, cls)
+            if general is None:
+                assert own is None
+                continue
+            assert own is not general, (op.name, kind, cls)
+            arenas = []
+            for f in (general, own):
+                data = t.data.copy()
+                if kind == "fwd":
+                    data[bufs[e[i, 4], 0] :] = np.nan  # the output, written by the kernel
+                    f(i, e, bufs, ipool, data)
+                    arenas.append(data)
+                else:
+                    grad = np.random.default_rng(1).standard_normal(data.shape[0])
+                    grad[bufs[e[i, 4], 0]] = 0.0  # a zero output adjoint adds exactly zero
+                    f(i, e, bufs, ipool, data, grad)
+                    arenas.append(grad)
+            np.testing.assert_array_equal(arenas[0], arenas[1], err_msg=f"{op.name} {kind} {cls}")

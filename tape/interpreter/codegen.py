@@ -62,15 +62,16 @@ from tape.layout.columns import (
 
 
 @njit(inline="always", **SWEEP_JIT)
-def _kernel(kind, op, data):
-    """The table slot of ``op``'s ``kind`` kernel for ``data``'s dtype: an address, or
-    ``dispatch.NOTHING`` (skip the entry). Raises for an op code outside the table and for an op
-    whose kernel this process has not prepared."""
+def _kernel(kind, op, i, entries, bufs, data):
+    """The table slot of the ``kind`` kernel of entry ``i`` (op ``op``, its class from its
+    buffers' sizes) for ``data``'s dtype: an address, or ``dispatch.NOTHING`` (skip the entry).
+    Raises for an op code outside the table and for an op whose kernel this process has not
+    prepared."""
     if op == CALLBACK:  # run by tape.program.callbacks between sweep segments
         return dispatch.NOTHING
     if op < 0 or op >= dispatch.MAX_OPS:
         raise ValueError("tape sweeps: an entry's op code is outside the instruction set")
-    a = dispatch.slot(kind, op, data)
+    a = dispatch.slot(kind, op * dispatch.NCLS + dispatch.entry_class(entries, bufs, i), data)
     if a == dispatch.NOT_PREPARED:
         raise RuntimeError(
             "tape sweeps: an entry's op kernel is not prepared in this process (get the "
@@ -92,13 +93,15 @@ def table2d(flat, rows, cols):
 def run_fwd(op, i, entries, bufs, ipool, data):
     """Entry ``i`` (op ``op``) through the table: the compiled tier's call of an entry it
     does not fuse, without the op's kernel compiled into its own code. Returns the status."""
-    return dispatch.call_fwd(_kernel(dispatch.FWD, op, data), (i, entries, bufs, ipool, data))
+    return dispatch.call_fwd(
+        _kernel(dispatch.FWD, op, i, entries, bufs, data), (i, entries, bufs, ipool, data)
+    )
 
 
 @njit(inline="always", **SWEEP_JIT)
 def run_rev(op, i, entries, bufs, ipool, data, grad):
     """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
-    a = _kernel(dispatch.REV, op, data)
+    a = _kernel(dispatch.REV, op, i, entries, bufs, data)
     if a != dispatch.NOTHING:
         dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
@@ -114,7 +117,7 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
     """Run entries ``start .. stop-1``. Writes ``data``. Returns ``-1``, or the index of the
     first entry that rejected its data (an out-of-range gather index, a failed guard)."""
     for i in range(start, stop):
-        a = _kernel(dispatch.FWD, entries[i, 0], data)
+        a = _kernel(dispatch.FWD, entries[i, 0], i, entries, bufs, data)
         if a == dispatch.NOTHING:
             continue
         status = dispatch.call_fwd(a, (i, entries, bufs, ipool, data))
@@ -130,7 +133,7 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(dispatch.REV, entries[i, 0], data)
+        a = _kernel(dispatch.REV, entries[i, 0], i, entries, bufs, data)
         if a != dispatch.NOTHING:
             dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
@@ -144,7 +147,7 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
     for i in range(start, stop):
         if bufs[entries[i, E_OUT], B_KIND] == CONST:
             continue
-        a = _kernel(dispatch.TAN, entries[i, 0], data)
+        a = _kernel(dispatch.TAN, entries[i, 0], i, entries, bufs, data)
         if a != dispatch.NOTHING:
             dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))
 
@@ -159,7 +162,7 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(dispatch.HREV, entries[i, 0], data)
+        a = _kernel(dispatch.HREV, entries[i, 0], i, entries, bufs, data)
         if a != dispatch.NOTHING:
             dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 
@@ -171,7 +174,9 @@ Do not edit; change the op in ``{module}`` and regenerate.
 
 ``_fwd_{name}``, ``_rev_{name}``, ``_tan_{name}`` and ``_hrev_{name}`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_{name}_c<class>`` and ``_rev_{name}_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
@@ -244,6 +249,18 @@ def generate_op(op) -> str:
                 f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}(i, entries, bufs, ipool, data, grad):\n"
                 f"    {op.rev_names[0]}(i, entries, bufs, ipool, data, grad)\n"
             )
+        for cls, f, r in op.classes:  # kernels of one entry class (tape.ops.registry.Op)
+            names.append(f.py_func.__name__)
+            entry_fns.append(
+                f"@njit(**SWEEP_JIT)\ndef _fwd_{op.name}_c{cls}(i, entries, bufs, ipool, data):\n"
+                f"    return np.int64({names[-1]}(i, entries, bufs, ipool, data))\n"
+            )
+            if r is not None:
+                names.append(r.py_func.__name__)
+                entry_fns.append(
+                    f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}_c{cls}(i, entries, bufs, ipool, data, "
+                    f"grad):\n    {names[-1]}(i, entries, bufs, ipool, data, grad)\n"
+                )
         names += _kernel_derivatives(op, entry_fns)
         imports.append(f"from {op.module} import {', '.join(dict.fromkeys(names))}")
     else:
@@ -272,6 +289,19 @@ def generate_op(op) -> str:
                 rev_call = f"loops.{loop}_rev({rs}, {ds}, i, entries, bufs, ipool, data, grad)"
             entries.append(spec.entry(f"_rev_{op.name}", rev_call, REV_ARGS))
             entries += _elementwise_derivatives(op, spec)
+        if n == 2:  # kernels of one entry class each (tape.ops.loops.BINARY_CLASSES)
+            from tape.ops.loops import BINARY_CLASSES
+
+            for cls, case in BINARY_CLASSES.items():
+                call = f"loops.binary_fwd_{case}({op.fwd_name}, i, entries, bufs, ipool, data)"
+                entries.append(
+                    spec.entry(f"_fwd_{op.name}_c{cls}", call, FWD_ARGS, returns="np.int64(-1)")
+                )
+                if any(op.differentiable):
+                    call = (
+                        f"loops.binary_rev_{case}({rs}, {ds}, i, entries, bufs, ipool, data, grad)"
+                    )
+                    entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
         entry_fns += spec.sources + entries
         if spec.imports:
             imports.insert(0, f"from tape.ops.loops import {', '.join(sorted(spec.imports))}")

@@ -23,6 +23,14 @@ A slot holds:
   (:data:`SIGNATURES`): a wrong signature would crash, so the call intrinsics refuse, at
   compile time, arguments of any other type.
 
+Each op has one slot per *entry class* (:data:`NCLS` of them, :func:`entry_class`): how each
+input's size compares with the output's (the same, one element, the whole input to one value,
+other). The sweeps compute an entry's class from the buffer table, so they stay op-agnostic;
+a slot holds the op's general kernel, or a kernel generated for that class alone where the op
+has one (``_fwd_mul_c0``: equal sizes; ``_fwd_mul_c1``: a one-element first input; ``_fwd_sum_c2``:
+a full sum). A class kernel has none of the general kernel's other paths, so it compiles in a
+fraction of the time: a tape compiles only the paths its entries take.
+
 The compiled tier calls its fused loops the same way: each loop (a unit module's ``unit``,
 shared by every tape that has it) gets an id in this process's unit table per dtype
 (:func:`register_unit`, symbol ``tape_unittab_<dtype>``), and a compiled tape's pool names the
@@ -45,6 +53,18 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from tape.interpreter import warm as _warm
+from tape.layout.columns import ALL as WHOLE  # ALL: the sweep kinds, below
+from tape.layout.columns import (
+    B_SIZE,
+    E_IN0,
+    E_IN1,
+    E_IN2,
+    E_OUT,
+    N_CLASSES,
+    ONE,
+    OTHER,
+    SAME_SIZE,
+)
 from tape.layout.fingerprint import op_fingerprint
 from tape.ops.registry import OPS
 
@@ -93,11 +113,74 @@ SIGNATURES = {
 if len(OPS) > MAX_OPS:  # pragma: no cover
     raise RuntimeError(f"{len(OPS)} ops registered; the dispatch tables hold {MAX_OPS}")
 
-TABLES = {dt: np.zeros((N_KINDS, MAX_OPS), np.int64) for dt in DTYPES}
-"""The address tables, per arena dtype (see the module docstring)."""
-FWD_READY = {dt: bytearray(MAX_OPS) for dt in DTYPES}
-"""Per dtype, a flag per op code: its forward kernel is in the table (eager mode checks it
-before each step; a bytearray reads faster from Python than the table)."""
+# ---------------------------------------------------------------- entry classes
+
+NCLS = N_CLASSES
+"""Entry classes (:mod:`tape.layout.columns`): ``c0 + 4 * c1 + 16 * c2`` for the classes ``ck``
+of inputs 0, 1, 2."""
+
+
+@njit(inline="always")
+def _input_class(bufs, b, n):
+    if b < 0:
+        return SAME_SIZE
+    s = bufs[b, B_SIZE]
+    if s == n:
+        return SAME_SIZE
+    if n == 1:
+        return WHOLE
+    if s == 1:
+        return ONE
+    return OTHER
+
+
+@njit(inline="always")
+def entry_class(entries, bufs, i):
+    """The class of entry ``i`` (``0 .. NCLS-1``), from its buffers' sizes alone."""
+    o = entries[i, E_OUT]
+    if o < 0:
+        return 0
+    n = bufs[o, B_SIZE]
+    return (
+        _input_class(bufs, entries[i, E_IN0], n)
+        + 4 * _input_class(bufs, entries[i, E_IN1], n)
+        + 16 * _input_class(bufs, entries[i, E_IN2], n)
+    )
+
+
+def class_of(sizes, n) -> int:
+    """:func:`entry_class` from Python: ``sizes`` of the inputs (``None`` where unused), ``n``
+    the output's size."""
+    cls = 0
+    for k, s in enumerate(sizes):
+        if s is None or s == n:
+            continue
+        cls += (WHOLE if n == 1 else ONE if s == 1 else OTHER) << (2 * k)
+    return cls
+
+
+def entry_classes(entries, bufs, rows):
+    """:func:`entry_class` of the entries ``rows`` (an int array), as an int64 array."""
+    e = entries[rows]
+    out = e[:, E_OUT]
+    n = np.where(out >= 0, bufs[np.maximum(out, 0), B_SIZE], 0)
+    cls = np.zeros(len(rows), np.int64)
+    for k, col in enumerate((E_IN0, E_IN1, E_IN2)):
+        b = e[:, col]
+        s = np.where(b >= 0, bufs[np.maximum(b, 0), B_SIZE], n)
+        c = np.where(s == n, SAME_SIZE, np.where(n == 1, WHOLE, np.where(s == 1, ONE, OTHER)))
+        cls += np.where(out >= 0, c, 0) << (2 * k)
+    return cls
+
+
+TABLES = {dt: np.zeros((N_KINDS, MAX_OPS * NCLS), np.int64) for dt in DTYPES}
+"""The address tables, per arena dtype: slot ``(kind, op * NCLS + class)`` (see the module
+docstring)."""
+FWD_READY = {dt: bytearray(MAX_OPS * NCLS) for dt in DTYPES}
+"""Per dtype, a flag per ``op * NCLS + class``: its forward kernel is in the table (eager mode
+checks it before each step; a bytearray reads faster from Python than the table)."""
+_FULL = {dt: np.zeros((N_KINDS, MAX_OPS), bool) for dt in DTYPES}
+"""Per dtype, ``(kind, op)``: every class slot of the op is filled."""
 
 
 def _symbol(dtype) -> str:
@@ -108,7 +191,7 @@ for _dt, _tab in TABLES.items():
     ll.add_symbol(_symbol(_dt), _tab.ctypes.data)
 
 _LOCK = threading.Lock()
-_FUNCS: dict = {}  # (kind, code, dtype) -> the dispatcher whose address sits in the table
+_FUNCS: dict = {}  # (kind, code, name, dtype) -> a dispatcher whose address sits in the table
 
 
 # ---------------------------------------------------------------- compiled side
@@ -143,9 +226,9 @@ def _reader(symbol_of, size, what):
     return intrinsic(read)
 
 
-slot = _reader(_symbol, (N_KINDS, MAX_OPS), "sweeps")
-"""``slot(kind, op, data)``: table entry ``(kind, op)`` of the table of ``data``'s dtype
-(``op`` range-checked by the caller)."""
+slot = _reader(_symbol, (N_KINDS, MAX_OPS * NCLS), "sweeps")
+"""``slot(kind, key, data)``: table entry ``(kind, key)`` (``key = op * NCLS + class``) of the
+table of ``data``'s dtype (``key`` range-checked by the caller)."""
 
 
 def _fits(got, want):
@@ -320,19 +403,34 @@ def op_module(code):
 _CHECKED: set = set()
 
 
-def function(kind_name, code):
-    """The compiled per-op function ``_<kind_name>_<op>`` (``fwd``, ``rev``, ``tan``, ``hrev``,
-    ``emit``) of op ``code``, or ``None`` when the op has none."""
-    return getattr(op_module(code), f"_{kind_name}_{OPS[code].name}", None)
+def function(kind_name, code, cls=None):
+    """The compiled per-op function of op ``code`` for sweep kind ``kind_name`` (``fwd``,
+    ``rev``, ``tan``, ``hrev``): the kernel generated for entry class ``cls``
+    (``_<kind_name>_<op>_c<cls>``) where the op has one, else the general kernel
+    ``_<kind_name>_<op>``; ``None`` when the op has none."""
+    mod = op_module(code)
+    name = f"_{kind_name}_{OPS[code].name}"
+    if cls is not None:
+        fn = getattr(mod, f"{name}_c{cls}", None)
+        if fn is not None:
+            return fn
+    return getattr(mod, name, None)
+
+
+def specialised(kind, code, cls) -> bool:
+    """Whether op ``code`` has a kernel of its own for entry class ``cls`` in sweep ``kind``."""
+    return hasattr(op_module(code), f"_{KIND_NAMES[kind]}_{OPS[code].name}_c{cls}")
 
 
 class PerOp:
-    """``table[code]``: one kind of per-op function, looked up (and its module imported) on
-    first use. Eager mode and the per-entry checks call these directly."""
+    """``table[code]``: one kind of per-op function (the general kernel), looked up (and its
+    module imported) on first use; ``table.at(code, cls)``: the kernel for entries of class
+    ``cls``. Eager mode and the per-entry checks call these directly."""
 
     def __init__(self, kind_name):
         self.kind_name = kind_name
         self._fns = [False] * len(OPS)
+        self._by_class: dict = {}
 
     def __getitem__(self, code):
         fn = self._fns[code]
@@ -340,15 +438,27 @@ class PerOp:
             fn = self._fns[code] = function(self.kind_name, code)
         return fn
 
+    def at(self, code, cls):
+        key = code * NCLS + cls
+        fn = self._by_class.get(key, False)
+        if fn is False:
+            fn = self._by_class[key] = function(self.kind_name, code, cls)
+        return fn
+
     def __len__(self):
         return len(OPS)
 
 
-def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also=()):
+def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also=(),
+            classes=None):  # fmt: skip
     """Compile (or load from Numba's cache) the kernels of the ops ``codes`` for arenas of
     ``dtype`` and every sweep kind in ``kinds``, and put their addresses in the table. Cheap
     when they are already there. Call it before a sweep runs an entry of these ops (the
     replay methods, ``t.workspace()`` and ``t.kernel_args()`` do).
+
+    ``classes`` (one entry class per code, :func:`entry_class`): prepare those classes'
+    slots, with the kernel generated for the class where the op has one. Without it, the
+    op's general kernel fills every class slot still empty (it runs entries of any class).
 
     Kernels missing from Numba's cache compile partly in helper processes
     (:mod:`tape.interpreter.warm`): once one of the list compiles, the rest goes to the helpers and this
@@ -361,41 +471,55 @@ def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also
     tab = TABLES.get(dt)
     if tab is None:
         raise TypeError(f"tape: arenas are float64 or float32, not {dt}")
-    todo = [(k, int(c)) for k in kinds for c in codes if 0 <= c < len(OPS) and tab[k, c] == 0]
+    full = _FULL[dt]
+    if classes is None:
+        want = [(k, int(c), None) for k in kinds for c in codes if 0 <= c < len(OPS)]
+        todo = [x for x in want if not full[x[0], x[1]]]
+    else:
+        want = [
+            (k, int(c), int(q)) for k in kinds for c, q in zip(codes, classes)
+            if 0 <= c < len(OPS) and 0 <= q < NCLS
+        ]  # fmt: skip
+        todo = [x for x in want if tab[x[0], x[1] * NCLS + x[2]] == 0]
     if not todo:
         return
     with _LOCK:
-        pending = []
-        for k, c in dict.fromkeys(todo):
-            if tab[k, c] != 0:
-                continue
-            fn = function(KIND_NAMES[k], c)
+        groups: dict = {}  # (kind, code, job class) -> slots to fill with that kernel
+        for k, c, q in dict.fromkeys(todo):
+            fn = function(KIND_NAMES[k], c, q)
             if fn is None:
-                tab[k, c] = NOTHING
-            else:
-                pending.append((k, c, fn))
+                tab[k, c * NCLS : (c + 1) * NCLS] = NOTHING
+                full[k, c] = True
+                continue
+            own = q is not None and specialised(k, c, q)
+            g = groups.setdefault((k, c, q if own else None), [fn, set()])
+            g[1].add(q)
+        pending = [(k, c, q, fn, slots) for (k, c, q), (fn, slots) in groups.items()]
         if pending and speculate and _warm.compile_helpers() > 0:
             speculate_driver(dt)
 
         def speculate_after(x):  # a forward kernel compiled: a helper takes the reverse one
-            k, c, _ = x
+            k, c, q = x[:3]
             for k2 in _warm.SPECULATE.get(k, ()) if speculate else ():
-                if tab[k2, c] == 0 and function(KIND_NAMES[k2], c) is not None:
-                    _warm.submit([_warm.op_job(k2, c, dt)])
+                key = c * NCLS + (q or 0)
+                if tab[k2, key] == 0 and function(KIND_NAMES[k2], c, q) is not None:
+                    own = q is not None and specialised(k2, c, q)
+                    _warm.submit([_warm.op_job(k2, c, dt, q if own else None)])
             if also:
                 _warm.submit(also)
 
         _warm.compile_all(
-            pending, lambda x: _warm.op_job(x[0], x[1], dt),
-            lambda x: _fill(tab, x[0], x[1], x[2], dt), speculate_after, meanwhile,
+            pending, lambda x: _warm.op_job(x[0], x[1], dt, x[2]),
+            lambda x: _fill(tab, x[0], x[1], x[3], x[4], dt), speculate_after, meanwhile,
         )  # fmt: skip
 
 
-def compile_kernel(kind, code, dtype):
-    """Compile op ``code``'s kernel of sweep ``kind`` for ``dtype`` into Numba's cache (or
-    find it there), without touching this process's table (a helper process's work)."""
+def compile_kernel(kind, code, dtype, cls=None):
+    """Compile op ``code``'s kernel of sweep ``kind`` (for entry class ``cls``, or the
+    general one) for ``dtype`` into Numba's cache (or find it there), without touching this
+    process's table (a helper process's work)."""
     dt = np.dtype(dtype)
-    fn = function(KIND_NAMES[kind], code)
+    fn = function(KIND_NAMES[kind], code, cls)
     if fn is not None:
         fn.compile(SIGNATURES[(kind, dt)].args)
 
@@ -404,8 +528,8 @@ def serve_helper():
     """A helper process of :mod:`tape.interpreter.warm`: build the jobs named on standard input."""
 
     def op(dtype, rest):
-        kind, code = (int(v) for v in rest.split(":"))
-        compile_kernel(kind, code, dtype)
+        kind, code, *cls = (int(v) for v in rest.split(":"))
+        compile_kernel(kind, code, dtype, cls[0] if cls else None)
 
     _warm.serve({**_warm.HANDLERS, "op": op})
 
@@ -425,22 +549,38 @@ def _address(fn, sig, who):
     return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
 
 
-def _fill(tab, k, c, fn, dt):
-    """Put ``fn``'s address in slot ``(k, c)``; returns whether Numba compiled it (it was not
-    in the cache)."""
+def _fill(tab, k, c, fn, slots, dt):
+    """Put ``fn``'s address in the class slots ``slots`` of op ``c`` in sweep ``k`` (``None``
+    among them: every empty slot of the op); returns whether Numba compiled it (it was not in
+    the cache)."""
     misses = sum(fn.stats.cache_misses.values())
     addr = _address(fn, SIGNATURES[(k, dt)], f"the {KIND_NAMES[k]} sweeps")
-    _FUNCS[(k, c, dt)] = fn
-    tab[k, c] = addr
+    _FUNCS[(k, c, fn.__name__, dt)] = fn
+    row = tab[k, c * NCLS : (c + 1) * NCLS]
+    for q in slots:
+        if q is None:
+            row[row == NOT_PREPARED] = addr
+            _FULL[dt][k, c] = True
+        else:
+            row[q] = addr
     if k == FWD:
-        FWD_READY[dt][c] = 1
+        ready = FWD_READY[dt]
+        for q in range(NCLS):
+            if row[q] != NOT_PREPARED:
+                ready[c * NCLS + q] = 1
     return sum(fn.stats.cache_misses.values()) > misses
 
 
 def prepare_tape(t, kinds=(FWD, REV), dtype=None, meanwhile=None):
-    """:func:`prepare` the ops of tape ``t`` (its recorded entries) for its arena dtype."""
-    codes = np.unique(t.entries[: t.n_entries, 0])
-    prepare(codes, t.dtype if dtype is None else dtype, kinds, meanwhile)
+    """:func:`prepare` the ops of tape ``t`` (its recorded entries, by entry class) for its
+    arena dtype."""
+    n = t.n_entries
+    ops = t.entries[:n, 0]
+    rows = np.flatnonzero(ops >= 0)
+    keys = np.unique(ops[rows] * NCLS + entry_classes(t.entries, t.bufs, rows))
+    prepare(
+        keys // NCLS, t.dtype if dtype is None else dtype, kinds, meanwhile, classes=keys % NCLS
+    )
 
 
 def precompile(fn, args):
@@ -518,6 +658,7 @@ def _build_driver(dtype, name):
 _warm.register("driver", _build_driver)
 
 
-def prepared(kind, code, dtype) -> bool:
-    """Whether table slot ``(kind, code)`` of ``dtype`` is filled in this process."""
-    return TABLES[np.dtype(dtype)][kind, code] != NOT_PREPARED
+def prepared(kind, code, dtype, cls=0) -> bool:
+    """Whether table slot ``(kind, code)`` of ``dtype``, entry class ``cls``, is filled in
+    this process."""
+    return TABLES[np.dtype(dtype)][kind, code * NCLS + cls] != NOT_PREPARED

@@ -138,7 +138,8 @@ def emit(
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
               attr)  # fmt: skip
     return dispatch.call_fwd(
-        _kernel(dispatch.FWD, op, data), (n_entries, entries, bufs, ipool, data)
+        _kernel(dispatch.FWD, op, n_entries, entries, bufs, data),
+        (n_entries, entries, bufs, ipool, data),
     )
 
 

@@ -14,7 +14,7 @@ process loads them from there:
   the op's reverse kernel goes to a helper at once, before any ``backward()`` asks for it, so
   that it is ready, or under way, when the reverse sweep needs it (:data:`SPECULATE`).
 
-A job is one line of text: ``op DTYPE KIND:CODE`` (an op kernel, :func:`op_job`), or a kind
+A job is one line of text: ``op DTYPE KIND:CODE[:CLASS]`` (an op kernel, :func:`op_job`), or a kind
 that another layer registers (:func:`register`): the compiled tier's ``unit DTYPE REV PATH``
 (the fused loop of a unit module file, :func:`unit_job`) and ``runtime DTYPE ARGS``. A file
 lock per job (``fcntl.flock`` on one file per op kernel, all dtypes, or per unit module, in a
@@ -77,9 +77,11 @@ def compile_helpers() -> int:
 # ---------------------------------------------------------------- jobs and their locks
 
 
-def op_job(kind, code, dtype) -> str:
-    """The job of op ``code``'s kernel of sweep ``kind`` for arenas of ``dtype``."""
-    return f"op {np.dtype(dtype).name} {int(kind)}:{int(code)}"
+def op_job(kind, code, dtype, cls=None) -> str:
+    """The job of op ``code``'s kernel of sweep ``kind`` for arenas of ``dtype``: its
+    general kernel, or the one generated for entry class ``cls``."""
+    tail = "" if cls is None else f":{int(cls)}"
+    return f"op {np.dtype(dtype).name} {int(kind)}:{int(code)}{tail}"
 
 
 def unit_job(path, rev, dtype) -> str:

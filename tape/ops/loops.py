@@ -266,6 +266,129 @@ def _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j):
 # ---------------------------------------------------------------- ternary
 
 
+# ---------------------------------------------------------------- binary, by entry class
+# Kernels of one entry class (tape.interpreter.dispatch.entry_class), for the cases that most
+# entries are: both inputs of the output's size (``same``), or one of them a single value
+# (``one0``, ``one1``). Each runs the loop that the general kernel's path for that case runs,
+# element for element and in the same order (the same numbers), and compiles nothing else: a
+# tape compiles only the paths its entries take. They read no attribute block: the sizes
+# (the class) say all.
+
+
+@_loop
+def binary_fwd_same(f, i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = f(x0[j], x1[j])
+
+
+@_loop
+def binary_fwd_one0(f, i, entries, bufs, ipool, data):
+    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = f(c0, x1[j])
+
+
+@_loop
+def binary_fwd_one1(f, i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = f(x0[j], c1)
+
+
+@_loop
+def binary_rev_same(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    if d0 and active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for j in range(y.shape[0]):
+            v = r0(x0[j], x1[j], y[j], gy[j])
+            g0[j] += masked(v, gy[j])
+    if d1 and active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for j in range(y.shape[0]):
+            v = r1(x0[j], x1[j], y[j], gy[j])
+            g1[j] += masked(v, gy[j])
+
+
+@_loop
+def binary_rev_one0(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    c0 = view(bufs, data, a)[0]
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    m = y.shape[0]
+    if d0 and active(bufs, a):
+        # the contributions to one value, in four running sums (as _bcast_rev_row)
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(r0(c0, x1[j], y[j], gy[j]), gy[j])
+            p1 += masked(r0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(r0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(r0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = (p0 + p1) + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(r0(c0, x1[k], y[k], gy[k]), gy[k])
+        view(bufs, grad, a)[0] += acc
+    if d1 and active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for j in range(m):
+            v = r1(c0, x1[j], y[j], gy[j])
+            g1[j] += masked(v, gy[j])
+
+
+@_loop
+def binary_rev_one1(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    c1 = view(bufs, data, b)[0]
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    m = y.shape[0]
+    if d0 and active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for j in range(m):
+            v = r0(x0[j], c1, y[j], gy[j])
+            g0[j] += masked(v, gy[j])
+    if d1 and active(bufs, b):
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(r1(x0[j], c1, y[j], gy[j]), gy[j])
+            p1 += masked(r1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(r1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(r1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = (p0 + p1) + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(r1(x0[k], c1, y[k], gy[k]), gy[k])
+        view(bufs, grad, b)[0] += acc
+
+
+BINARY_CLASSES = {0: "same", 1: "one0", 4: "one1"}
+"""The entry classes (:func:`tape.interpreter.dispatch.entry_class`) that binary ops have
+kernels of their own for, and their templates' suffix (``binary_fwd_same``, ...)."""
+
+
 @_loop
 def ternary_fwd(f, i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])

@@ -8,7 +8,7 @@ input element ``j`` adds into output element ``offsets[j]``. ``mean``, ``var``, 
 import numpy as np
 from numba import njit
 
-from tape.layout.columns import E_ATTR, E_IN0, E_OUT
+from tape.layout.columns import ALL, E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blocks import reduce as block
@@ -93,6 +93,26 @@ def sum_rev(i, entries, bufs, ipool, data, grad):
         else:
             for j in range(m):
                 gxr[j] += gy[b + j * inner]
+
+
+@_jit
+def sum_fwd_all(i, entries, bufs, ipool, data):
+    """:func:`sum_fwd` of an entry whose output has one element: the total."""
+    x = view(bufs, data, entries[i, E_IN0])
+    view(bufs, data, entries[i, E_OUT])[0] = total(x)
+    return -1
+
+
+@_jit
+def sum_rev_all(i, entries, bufs, ipool, data, grad):
+    """:func:`sum_rev` of an entry whose output has one element."""
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    gx = view(bufs, grad, a)
+    g = view(bufs, grad, entries[i, E_OUT])[0]
+    for j in range(gx.shape[0]):
+        gx[j] += g
 
 
 @_jit
@@ -360,11 +380,12 @@ SUM, MAX, MIN, PROD = (
     registry.structural(
         name, f, r, module=__name__, n_inputs=1, differentiable=(True,), check=check, gpu=name,
         method=True, jvp=jvp, hvp=hvp, sparsity=_sparsity(name == "prod"), may_stop=False,
+        classes=classes,
     )
-    for name, f, r, jvp, hvp in (
-        ("sum", sum_fwd, sum_rev, LINEAR, LINEAR),
-        ("max", max_fwd, max_rev, extreme_jvp, LINEAR),
-        ("min", min_fwd, min_rev, extreme_jvp, LINEAR),
-        ("prod", prod_fwd, prod_rev, prod_jvp, prod_hvp),
+    for name, f, r, jvp, hvp, classes in (
+        ("sum", sum_fwd, sum_rev, LINEAR, LINEAR, ((ALL, sum_fwd_all, sum_rev_all),)),
+        ("max", max_fwd, max_rev, extreme_jvp, LINEAR, ()),
+        ("min", min_fwd, min_rev, extreme_jvp, LINEAR, ()),
+        ("prod", prod_fwd, prod_rev, prod_jvp, prod_hvp, ()),
     )
 )  # fmt: skip

@@ -161,6 +161,11 @@ class Op:
     vectorises : bool
         Elementwise ops whose rules are arithmetic that LLVM vectorises: a fused reverse loop
         of such ops runs in blocks (:mod:`tape.compiled`).
+    classes : tuple
+        Structural ops: ``((cls, fwd, rev), ...)``, entry kernels for entries of one class
+        (:func:`tape.interpreter.dispatch.entry_class`) only, which compile in less time than
+        the general ones (``sum`` of a whole input: the class whose output has one element).
+        Elementwise binary ops get theirs from :data:`tape.ops.loops.BINARY_CLASSES`.
     may_stop : bool
         Structural ops: an entry's forward kernel may reject its data and stop the sweep (a guard,
         a gather index, a singular matrix). ``False`` lets the compiled tier move a fused loop
@@ -201,6 +206,7 @@ class Op:
     sparsity: Callable | None = None
     cheap: bool = False
     vectorises: bool = False
+    classes: tuple = ()
     may_stop: bool = True
     module: str = ""
     fwd_name: str = ""

@@ -223,6 +223,23 @@ def check_broadcast(t, i, e):
         # reverse's contiguous fast path would read a negative-stride operand as a run.
         if any(s < 0 for s in st):
             fail(t, i, f"input {k} has broadcast strides {tuple(st)}; strides must be >= 0")
+    if n_in == 2:
+        # the kernels of one entry class (tape.interpreter.dispatch.entry_class) read an input
+        # of the output's size element by element and a one-element input as one value, as
+        # the recorder's blocks say; a block that says otherwise is refused
+        contiguous, step = [0] * nd, 1
+        for ax in range(nd - 1, -1, -1):
+            contiguous[ax] = step
+            step *= ds[ax]
+        for k, st in enumerate(strides):
+            sk = size(t, int(e[E_IN0 + k]))
+            long = [ax for ax in range(nd) if ds[ax] > 1]
+            if sk == n and n > 1 and any(st[ax] != contiguous[ax] for ax in long):
+                fail(t, i, f"input {k} has the output's {n} elements but broadcast strides "
+                     f"{tuple(st)}, not {tuple(contiguous)}")  # fmt: skip
+            if sk == 1 and n > 1 and any(st[ax] != 0 for ax in long):
+                fail(t, i, f"input {k} has one element but broadcast strides {tuple(st)}, "
+                     "not zeros")  # fmt: skip
     if n_in == 3:
         # ternary loops index each input through its full table of strided offsets
         for k, st in enumerate(strides):

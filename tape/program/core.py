@@ -22,6 +22,7 @@ from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps
 from tape.layout.columns import (
     ACTIVE,
+    ALL,
     B_ALIAS,
     B_KIND,
     B_OFF,
@@ -34,6 +35,9 @@ from tape.layout.columns import (
     E_OUT,
     ENTRY_COLS,
     LEAF,
+    N_CLASSES,
+    ONE,
+    OTHER,
 )
 from tape.ops import registry
 from tape.program import anomaly as _anomaly
@@ -383,9 +387,14 @@ class Tape:
             if p is None:
                 p = self.intern(attr)
         n = len(ins)
-        if not _dispatch.FWD_READY[self.dtype][code]:  # the op's first use in this process
+        cls = 0  # the entry's class (tape.interpreter.dispatch.entry_class), inline
+        for k in range(n):
+            s = self.bufs.item(ins[k], B_SIZE)
+            if s != size:
+                cls += (ALL if size == 1 else ONE if s == 1 else OTHER) << (2 * k)
+        if not _dispatch.FWD_READY[self.dtype][code * N_CLASSES + cls]:  # first use here
             _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
-                              also=self.cold_jobs)  # fmt: skip
+                              also=self.cold_jobs, classes=(cls,))  # fmt: skip
         status = sweeps.emit(
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
@@ -447,12 +456,13 @@ class Tape:
         )  # fmt: skip
         rev = sweeps.REV
         done = set()  # autograd.Function calls already run
-        for i in order.tolist():
+        classes = _dispatch.entry_classes(entries, bufs, order).tolist()
+        for i, cls in zip(order.tolist(), classes):
             code = entries.item(i, E_OP)
             if code == CALLBACK:
                 eager_backward(self, i, emask, need, done)
                 continue
-            fn = rev[code]
+            fn = rev.at(code, cls)
             if fn is not None:
                 fn(i, entries, bufs, ipool, data, grad)
         return need

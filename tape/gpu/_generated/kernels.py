@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "cc848e3bfdd07e4db8aa2fcc6ed8dfff635b5cc23b9ba16b47d6d58bf4aa19f1"
+FINGERPRINT = "36cad91527a86a61ba5e2799ce7b710449ae02d6218d38ea3cf83ea822558676"
 
 from numba import cuda, float64
 

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "193c814cb1ba3816b55d41b5af805d8450084b02ab7ffda11fae2a39e326ec65"
+FINGERPRINT = "d832cd53da96b2867bd1907f670cb0361abaf4543a05d389187f9e5ac89b774c"
 
 import numpy as np
 from numba import njit, prange
@@ -32,15 +32,16 @@ from tape.layout.columns import (
 
 
 @njit(inline="always", **SWEEP_JIT)
-def _kernel(kind, op, data):
-    """The table slot of ``op``'s ``kind`` kernel for ``data``'s dtype: an address, or
-    ``dispatch.NOTHING`` (skip the entry). Raises for an op code outside the table and for an op
-    whose kernel this process has not prepared."""
+def _kernel(kind, op, i, entries, bufs, data):
+    """The table slot of the ``kind`` kernel of entry ``i`` (op ``op``, its class from its
+    buffers' sizes) for ``data``'s dtype: an address, or ``dispatch.NOTHING`` (skip the entry).
+    Raises for an op code outside the table and for an op whose kernel this process has not
+    prepared."""
     if op == CALLBACK:  # run by tape.program.callbacks between sweep segments
         return dispatch.NOTHING
     if op < 0 or op >= dispatch.MAX_OPS:
         raise ValueError("tape sweeps: an entry's op code is outside the instruction set")
-    a = dispatch.slot(kind, op, data)
+    a = dispatch.slot(kind, op * dispatch.NCLS + dispatch.entry_class(entries, bufs, i), data)
     if a == dispatch.NOT_PREPARED:
         raise RuntimeError(
             "tape sweeps: an entry's op kernel is not prepared in this process (get the "
@@ -62,13 +63,15 @@ def table2d(flat, rows, cols):
 def run_fwd(op, i, entries, bufs, ipool, data):
     """Entry ``i`` (op ``op``) through the table: the compiled tier's call of an entry it
     does not fuse, without the op's kernel compiled into its own code. Returns the status."""
-    return dispatch.call_fwd(_kernel(dispatch.FWD, op, data), (i, entries, bufs, ipool, data))
+    return dispatch.call_fwd(
+        _kernel(dispatch.FWD, op, i, entries, bufs, data), (i, entries, bufs, ipool, data)
+    )
 
 
 @njit(inline="always", **SWEEP_JIT)
 def run_rev(op, i, entries, bufs, ipool, data, grad):
     """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
-    a = _kernel(dispatch.REV, op, data)
+    a = _kernel(dispatch.REV, op, i, entries, bufs, data)
     if a != dispatch.NOTHING:
         dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
@@ -84,7 +87,7 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
     """Run entries ``start .. stop-1``. Writes ``data``. Returns ``-1``, or the index of the
     first entry that rejected its data (an out-of-range gather index, a failed guard)."""
     for i in range(start, stop):
-        a = _kernel(dispatch.FWD, entries[i, 0], data)
+        a = _kernel(dispatch.FWD, entries[i, 0], i, entries, bufs, data)
         if a == dispatch.NOTHING:
             continue
         status = dispatch.call_fwd(a, (i, entries, bufs, ipool, data))
@@ -100,7 +103,7 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(dispatch.REV, entries[i, 0], data)
+        a = _kernel(dispatch.REV, entries[i, 0], i, entries, bufs, data)
         if a != dispatch.NOTHING:
             dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
@@ -114,7 +117,7 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
     for i in range(start, stop):
         if bufs[entries[i, E_OUT], B_KIND] == CONST:
             continue
-        a = _kernel(dispatch.TAN, entries[i, 0], data)
+        a = _kernel(dispatch.TAN, entries[i, 0], i, entries, bufs, data)
         if a != dispatch.NOTHING:
             dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))
 
@@ -129,7 +132,7 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(dispatch.HREV, entries[i, 0], data)
+        a = _kernel(dispatch.HREV, entries[i, 0], i, entries, bufs, data)
         if a != dispatch.NOTHING:
             dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 
@@ -241,7 +244,8 @@ def emit(
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
               attr)  # fmt: skip
     return dispatch.call_fwd(
-        _kernel(dispatch.FWD, op, data), (n_entries, entries, bufs, ipool, data)
+        _kernel(dispatch.FWD, op, n_entries, entries, bufs, data),
+        (n_entries, entries, bufs, ipool, data),
     )
 
 

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_abs``, ``_rev_abs``, ``_tan_abs`` and ``_hrev_abs`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_abs_c<class>`` and ``_rev_abs_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "da3a45a42632bd94964f4c64291a5ea6bb0248bf69d80affe9bb8f09db306389"
+FINGERPRINT = "feac5cbbf2f8cf6cbef6b9e826fdca817df09e916fc214e828f051c67c3aa866"
 
 import numpy as np
 from numba import njit

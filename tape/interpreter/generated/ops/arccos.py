@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_arccos``, ``_rev_arccos``, ``_tan_arccos`` and ``_hrev_arccos`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_arccos_c<class>`` and ``_rev_arccos_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d0c2ff814efdc08df50718386ca7054fd1878cfb99a35b7ca1c22c2991f3dabe"
+FINGERPRINT = "1c4c2827060f49685a72d805c8b6e8297c38f75988d419a8d961977e6287d171"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_arccosh``, ``_rev_arccosh``, ``_tan_arccosh`` and ``_hrev_arccosh`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_arccosh_c<class>`` and ``_rev_arccosh_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d749df665375ba6f8960969be17a9e0375c3b3419f3c89d60cc06b783d0e97c7"
+FINGERPRINT = "5467255046f05ab10591d88353897acce2f08d00edbad80c5f74e001176327ce"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_arcsin``, ``_rev_arcsin``, ``_tan_arcsin`` and ``_hrev_arcsin`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_arcsin_c<class>`` and ``_rev_arcsin_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0ecfbdd08d279d51306da2a797bf03e853b9b3f3c270828be0aac96828856477"
+FINGERPRINT = "49080828dfc39e3e429202fb420689eb649b6ea967b497548186a812f80a8a24"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_arcsinh``, ``_rev_arcsinh``, ``_tan_arcsinh`` and ``_hrev_arcsinh`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_arcsinh_c<class>`` and ``_rev_arcsinh_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8ffb08ea7f70b8cad892a41327e517002a9707e59fecfb6638e84bea8bbc7aea"
+FINGERPRINT = "ed37a8d8af55f1dbd25bc1e0550095b698306a46ee8f9428d8463ac5932d5982"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_arctan``, ``_rev_arctan``, ``_tan_arctan`` and ``_hrev_arctan`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_arctan_c<class>`` and ``_rev_arctan_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "92bc9b5cfc925ded9eafe53c8fdfa361ca1f74511f92f60cf1f3f1b3dcd81def"
+FINGERPRINT = "78f710a449c7b879a204f6dcec761a7deb3cef2ef3ab7b6f856fbe478df5ea2a"
 
 import numpy as np
 from numba import njit

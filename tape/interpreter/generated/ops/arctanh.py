@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_arctanh``, ``_rev_arctanh``, ``_tan_arctanh`` and ``_hrev_arctanh`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_arctanh_c<class>`` and ``_rev_arctanh_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c4a6f4b433d35d192d46afc6d6962969dcbd91f4f45f7482013dfab9e2a23e30"
+FINGERPRINT = "59c88a3a29e9dc60f49d6e3f450aaa5a107dd29788480349f81e31dd76adb012"
 
 import numpy as np
 from numba import njit

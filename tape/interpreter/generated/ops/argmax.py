@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_argmax``, ``_rev_argmax``, ``_tan_argmax`` and ``_hrev_argmax`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_argmax_c<class>`` and ``_rev_argmax_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "74bd66c42ce708ecbc4b9f71097430907d79950593d8f2e9e914baa7ba13af56"
+FINGERPRINT = "7e9062959ace01adbee58585d45d0fc53fd9459d76661428226b506a17e0ea20"
 
 import numpy as np
 from numba import njit

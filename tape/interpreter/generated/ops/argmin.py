@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_argmin``, ``_rev_argmin``, ``_tan_argmin`` and ``_hrev_argmin`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_argmin_c<class>`` and ``_rev_argmin_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dbf9c327dba71f6a8ee016a9cf02f45338a14b865ade0d92c4ad4e911470583b"
+FINGERPRINT = "80904fd8cbe4efe74d6e91f5eb3248aed205c8f7c3823fb28d02fd51957596d6"
 
 import numpy as np
 from numba import njit

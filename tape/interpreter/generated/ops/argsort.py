@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_argsort``, ``_rev_argsort``, ``_tan_argsort`` and ``_hrev_argsort`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_argsort_c<class>`` and ``_rev_argsort_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "62eb8c9561d7d72c4ea3170350042c179c2f307cbdf26f7f47b2d35a92dda3da"
+FINGERPRINT = "e35bc2624c6ccfa0cb2e2d3b21ab769755658f82651b1faf1e9374f1cb7fbc49"
 
 import numpy as np
 from numba import njit

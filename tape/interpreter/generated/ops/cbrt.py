@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_cbrt``, ``_rev_cbrt``, ``_tan_cbrt`` and ``_hrev_cbrt`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_cbrt_c<class>`` and ``_rev_cbrt_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4e400041372852d7c48d41239c2cf5d4db31f4960ff267df4ef7522a7a9742bf"
+FINGERPRINT = "00aeea648972b145496ad69ab1dc55d915c57c8121eee729d64386d810af7bcc"
 
 import numpy as np
 from numba import njit

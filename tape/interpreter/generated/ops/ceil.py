@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_ceil``, ``_rev_ceil``, ``_tan_ceil`` and ``_hrev_ceil`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_ceil_c<class>`` and ``_rev_ceil_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0e647c07d93b97bf1eb6543091cd39f5042f4ec2a48c65eff5f31d605b0521b"
+FINGERPRINT = "2cf654dbe28eaf95ecb681a12362e74420cb519b58e1749f5b76d6ce23da158a"
 
 import numpy as np
 from numba import njit

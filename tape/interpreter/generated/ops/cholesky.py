@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/factor.py`` and regenerate.
 
 ``_fwd_cholesky``, ``_rev_cholesky``, ``_tan_cholesky`` and ``_hrev_cholesky`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_cholesky_c<class>`` and ``_rev_cholesky_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1df216c74d5325bc5d68f27965f5084344e8c2a577f47cfd82cd01016bee0f90"
+FINGERPRINT = "9b5a482e6534f0771b2ded5b53999b582a0cea5b807c296142ae00b9021a9dd5"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_clip``, ``_rev_clip``, ``_tan_clip`` and ``_hrev_clip`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_clip_c<class>`` and ``_rev_clip_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a4011e0f7bf0958b4f0666ac8173dae0b2935236c3415b3fc1df4dc879cf3985"
+FINGERPRINT = "48bf790d1dc8338d6917f3abe7103328649e79f94ffa2466d5115cad9e4ee6ea"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/movement.py`` and regenerate.
 
 ``_fwd_copy``, ``_rev_copy``, ``_tan_copy`` and ``_hrev_copy`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_copy_c<class>`` and ``_rev_copy_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9ab04e3c84e8eb529580302711b74724e2b9d6f179c846a69dda28d8b18a76c4"
+FINGERPRINT = "5646fa4f5443d9509f51b4e0304d3e3269dec9001e313dd9349c01372910dce7"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_cos``, ``_rev_cos``, ``_tan_cos`` and ``_hrev_cos`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_cos_c<class>`` and ``_rev_cos_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0e4614ec4576e2f6982a734fc10aecfee8dfd186157f5ee7d3da143f8c2de40c"
+FINGERPRINT = "b4c0a5096775f77d17144090a55d45a9b55ee653611deef2bc96d986f313b2f4"
 
 import numpy as np
 from numba import njit

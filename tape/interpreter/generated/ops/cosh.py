@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_cosh``, ``_rev_cosh``, ``_tan_cosh`` and ``_hrev_cosh`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_cosh_c<class>`` and ``_rev_cosh_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "408d422b5b5bec3ad7062c3a85271b1478de047a39c7c02c7b4d70fe77dae780"
+FINGERPRINT = "a2803d1d6b403fff2332336b98d1043e6715c73b64f59ef6f8a246aa015964d4"
 
 import numpy as np
 from numba import njit

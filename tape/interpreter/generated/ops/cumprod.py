@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_cumprod``, ``_rev_cumprod``, ``_tan_cumprod`` and ``_hrev_cumprod`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_cumprod_c<class>`` and ``_rev_cumprod_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3bc9e02dfbf22852cdec684d05bba261b97fd996ec67a79153072c023a9384be"
+FINGERPRINT = "584d5110f3f66e0a8bc9a50b707c44cf9ac8ad64b5504f7b19fdcaa1c8ebae0d"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_cumsum``, ``_rev_cumsum``, ``_tan_cumsum`` and ``_hrev_cumsum`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_cumsum_c<class>`` and ``_rev_cumsum_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "25daa16ab9f2051c2b1c118a298abf00188bc3a3efe4b1d1070ce4eb93774013"
+FINGERPRINT = "17ca6c4e9c36454aa8135990cba50c9e828729270f8d9ac7ba25551b4945af1d"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_digamma``, ``_rev_digamma``, ``_tan_digamma`` and ``_hrev_digamma`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_digamma_c<class>`` and ``_rev_digamma_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8c3968dcca02c6f3ea9fbf0700bb4632801bf504fdd90277d90603c5214a9d43"
+FINGERPRINT = "d9f3d9378642f2f8a4602d6b0fca679a069f38ee0513f6cf86058f8cd6854275"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/spectral.py`` and regenerate.
 
 ``_fwd_eigh``, ``_rev_eigh``, ``_tan_eigh`` and ``_hrev_eigh`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_eigh_c<class>`` and ``_rev_eigh_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "11db4a2a14780080a305fcd48d5d70cd261415351a27b465007fc09ddf756f34"
+FINGERPRINT = "998ab34d1bb592d7ff439b46fa55742b6daaac669a8e6630879ccc174ca76667"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_equal``, ``_rev_equal``, ``_tan_equal`` and ``_hrev_equal`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_equal_c<class>`` and ``_rev_equal_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dab06a51bc1f392705724d538bec81dd10fdd528102316d303f0112301be818f"
+FINGERPRINT = "d0c11e3fa91c7bdd90d68fc011378d028973ac398de7810393f510323079fd0d"
 
 import numpy as np
 from numba import njit
@@ -48,4 +50,34 @@ def _fwd_equal(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = equal_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_equal_c0(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = equal_fwd(x0[j], x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_equal_c1(i, entries, bufs, ipool, data):
+    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = equal_fwd(c0, x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_equal_c4(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = equal_fwd(x0[j], c1)
     return np.int64(-1)

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_erf``, ``_rev_erf``, ``_tan_erf`` and ``_hrev_erf`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_erf_c<class>`` and ``_rev_erf_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d5783ebc15acd9d66f61134e6d6f180663cdf8278a2cecbe3b7636ecb35109ac"
+FINGERPRINT = "4a96223c316a00e2827fbfa0adc8cdbab407c98da1410e30ef712ee081066289"
 
 import numpy as np
 from numba import njit

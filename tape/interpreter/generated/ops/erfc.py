@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_erfc``, ``_rev_erfc``, ``_tan_erfc`` and ``_hrev_erfc`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_erfc_c<class>`` and ``_rev_erfc_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7d84598cb837363e29317f5da74b5bd240b9b589dc9e0366b5322881e7ded66d"
+FINGERPRINT = "3ed8877ec765511e11f59c9945569715955dc68a25feef2a825086d39231fcc9"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_erfinv``, ``_rev_erfinv``, ``_tan_erfinv`` and ``_hrev_erfinv`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_erfinv_c<class>`` and ``_rev_erfinv_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6656fcb7b11a85b9004dd2716a4b5da884e01724a46709234fd87c4a9f862a30"
+FINGERPRINT = "f107dc52f1d242ba584e3272000c7cc073039d61e5349d9879d3bbbfb2521278"
 
 import numpy as np
 from numba import njit

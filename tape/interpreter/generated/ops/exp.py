@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_exp``, ``_rev_exp``, ``_tan_exp`` and ``_hrev_exp`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_exp_c<class>`` and ``_rev_exp_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3ca3717a8f4cf29bdb2e8dd4fb960db5fac149691b8824b90bb811668e6b0028"
+FINGERPRINT = "15d93b130c6de5d8cdf882599032dc2652af9ed08c756cd024c1f9b2784b1cc5"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_exp2``, ``_rev_exp2``, ``_tan_exp2`` and ``_hrev_exp2`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_exp2_c<class>`` and ``_rev_exp2_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "479a99dea5afe51c021a8ae4172f092edfed0acc136e162e52753a524c40293d"
+FINGERPRINT = "2ca0805a90eebaea0c1e4452d966981a2cb620756e73137b3575469bfd6cac95"
 
 import numpy as np
 from numba import njit

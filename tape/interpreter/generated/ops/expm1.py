@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_expm1``, ``_rev_expm1``, ``_tan_expm1`` and ``_hrev_expm1`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_expm1_c<class>`` and ``_rev_expm1_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ab0fe69e2e844bbfcf5c9435972cc276910651b70ae29560a61598d665a32ab7"
+FINGERPRINT = "ee9f5b12df06ffff5b3dbde8711743daccdc35dbf87c834c185582ac0366e432"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_floor``, ``_rev_floor``, ``_tan_floor`` and ``_hrev_floor`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_floor_c<class>`` and ``_rev_floor_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9ab41b2db4154311e0bece9630dfb1a7f916257c1fccc2d61703b63d0a213e33"
+FINGERPRINT = "d97b6fe95ad7b6285dbbf865f28619a6deb75cd5b58863a2ad43a5124d5c65b9"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_floor_divide``, ``_rev_floor_divide``, ``_tan_floor_divide`` and ``_hrev_floor_divide`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_floor_divide_c<class>`` and ``_rev_floor_divide_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "36c0bc6ff90d4d77e64866be8714edcad8cd42c00fa9e45036dad33378dc0e18"
+FINGERPRINT = "60859bb14d081753f57d99fc5e7e1347562def7f38cc689e0207e492127a1289"
 
 import numpy as np
 from numba import njit
@@ -387,3 +389,114 @@ def _hrev_floor_divide(i, entries, bufs, ipool, data, grad, T, GT):
                     g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
                 if act1:
                     g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
+
+
+@njit(**SWEEP_JIT)
+def _fwd_floor_divide_c0(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = floor_divide_fwd(x0[j], x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_floor_divide_c0(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    if True and active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for j in range(y.shape[0]):
+            v = floor_divide_rev0(x0[j], x1[j], y[j], gy[j])
+            g0[j] += masked(v, gy[j])
+    if True and active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for j in range(y.shape[0]):
+            v = floor_divide_rev1(x0[j], x1[j], y[j], gy[j])
+            g1[j] += masked(v, gy[j])
+
+
+@njit(**SWEEP_JIT)
+def _fwd_floor_divide_c1(i, entries, bufs, ipool, data):
+    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = floor_divide_fwd(c0, x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_floor_divide_c1(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    c0 = view(bufs, data, a)[0]
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    m = y.shape[0]
+    if True and active(bufs, a):
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(floor_divide_rev0(c0, x1[j], y[j], gy[j]), gy[j])
+            p1 += masked(floor_divide_rev0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(floor_divide_rev0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(floor_divide_rev0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = p0 + p1 + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(floor_divide_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+        view(bufs, grad, a)[0] += acc
+    if True and active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for j in range(m):
+            v = floor_divide_rev1(c0, x1[j], y[j], gy[j])
+            g1[j] += masked(v, gy[j])
+
+
+@njit(**SWEEP_JIT)
+def _fwd_floor_divide_c4(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = floor_divide_fwd(x0[j], c1)
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_floor_divide_c4(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    c1 = view(bufs, data, b)[0]
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    m = y.shape[0]
+    if True and active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for j in range(m):
+            v = floor_divide_rev0(x0[j], c1, y[j], gy[j])
+            g0[j] += masked(v, gy[j])
+    if True and active(bufs, b):
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(floor_divide_rev1(x0[j], c1, y[j], gy[j]), gy[j])
+            p1 += masked(floor_divide_rev1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(floor_divide_rev1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(floor_divide_rev1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = p0 + p1 + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(floor_divide_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+        view(bufs, grad, b)[0] += acc

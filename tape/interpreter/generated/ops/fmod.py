@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_fmod``, ``_rev_fmod``, ``_tan_fmod`` and ``_hrev_fmod`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_fmod_c<class>`` and ``_rev_fmod_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a3a00d64342e719dc1c9bce72aa6837c8166d943038cba87c3ffc15ae5a83455"
+FINGERPRINT = "31b173484ba9c8ac96700cefee5caf21a631d13f7a57b6c1ced7cb2214c2c08f"
 
 import numpy as np
 from numba import njit
@@ -387,3 +389,114 @@ def _hrev_fmod(i, entries, bufs, ipool, data, grad, T, GT):
                     g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
                 if act1:
                     g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
+
+
+@njit(**SWEEP_JIT)
+def _fwd_fmod_c0(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = fmod_fwd(x0[j], x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_fmod_c0(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    if True and active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for j in range(y.shape[0]):
+            v = fmod_rev0(x0[j], x1[j], y[j], gy[j])
+            g0[j] += masked(v, gy[j])
+    if True and active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for j in range(y.shape[0]):
+            v = fmod_rev1(x0[j], x1[j], y[j], gy[j])
+            g1[j] += masked(v, gy[j])
+
+
+@njit(**SWEEP_JIT)
+def _fwd_fmod_c1(i, entries, bufs, ipool, data):
+    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = fmod_fwd(c0, x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_fmod_c1(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    c0 = view(bufs, data, a)[0]
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    m = y.shape[0]
+    if True and active(bufs, a):
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(fmod_rev0(c0, x1[j], y[j], gy[j]), gy[j])
+            p1 += masked(fmod_rev0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(fmod_rev0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(fmod_rev0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = p0 + p1 + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(fmod_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+        view(bufs, grad, a)[0] += acc
+    if True and active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for j in range(m):
+            v = fmod_rev1(c0, x1[j], y[j], gy[j])
+            g1[j] += masked(v, gy[j])
+
+
+@njit(**SWEEP_JIT)
+def _fwd_fmod_c4(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = fmod_fwd(x0[j], c1)
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _rev_fmod_c4(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    c1 = view(bufs, data, b)[0]
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    m = y.shape[0]
+    if True and active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for j in range(m):
+            v = fmod_rev0(x0[j], c1, y[j], gy[j])
+            g0[j] += masked(v, gy[j])
+    if True and active(bufs, b):
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(fmod_rev1(x0[j], c1, y[j], gy[j]), gy[j])
+            p1 += masked(fmod_rev1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(fmod_rev1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(fmod_rev1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = p0 + p1 + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(fmod_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+        view(bufs, grad, b)[0] += acc

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_greater``, ``_rev_greater``, ``_tan_greater`` and ``_hrev_greater`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_greater_c<class>`` and ``_rev_greater_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8839826b78a4de2e2aa3f9b5045f53886e6f4110bc55d92b34091b88a630ab6d"
+FINGERPRINT = "d1b8f76a3b804a0daa1bc2a9eaf90564485842237b749dcd6824438b11ab2dda"
 
 import numpy as np
 from numba import njit
@@ -48,4 +50,34 @@ def _fwd_greater(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = greater_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_greater_c0(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = greater_fwd(x0[j], x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_greater_c1(i, entries, bufs, ipool, data):
+    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = greater_fwd(c0, x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_greater_c4(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = greater_fwd(x0[j], c1)
     return np.int64(-1)

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/guard.py`` and regenerate.
 
 ``_fwd_guard``, ``_rev_guard``, ``_tan_guard`` and ``_hrev_guard`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_guard_c<class>`` and ``_rev_guard_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "602e7591dd33443ba6d8a140e4bdab13b80f0bfea2b598eb8ff2523c0c2bf27b"
+FINGERPRINT = "3e8a928542a254bdfacb1a60f0b2a0d62d86dcd5b46b573bdb25c69d9844eaa4"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_less``, ``_rev_less``, ``_tan_less`` and ``_hrev_less`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_less_c<class>`` and ``_rev_less_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7e608a53fc6cb9dfab33bc4644a6a4be3970493015c3e0d6c49da2bb52a1e8cb"
+FINGERPRINT = "877932d9e77dbda92b98b491ceca8333ee5bdbc03de9c834359869bee6219a94"
 
 import numpy as np
 from numba import njit
@@ -48,4 +50,34 @@ def _fwd_less(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = less_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_less_c0(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = less_fwd(x0[j], x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_less_c1(i, entries, bufs, ipool, data):
+    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = less_fwd(c0, x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_less_c4(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = less_fwd(x0[j], c1)
     return np.int64(-1)

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_lgamma``, ``_rev_lgamma``, ``_tan_lgamma`` and ``_hrev_lgamma`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_lgamma_c<class>`` and ``_rev_lgamma_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dd4887b26eac78c539d3631cfec8ee02b2250d9a0272607919ed66caea1a51ef"
+FINGERPRINT = "1db27d7126a6b62dd6d8be9b481da24899146917392ffc49de2e34cd99e0e6fd"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_log``, ``_rev_log``, ``_tan_log`` and ``_hrev_log`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_log_c<class>`` and ``_rev_log_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38cb2088cf71b6de680baeb53de465c61362d07f1dd22301231d60c711ce9b3e"
+FINGERPRINT = "a338663ca1f9f4e8d45fa25adffc788c6101db4c30e245e6c35f62ef6d3b7a44"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_log10``, ``_rev_log10``, ``_tan_log10`` and ``_hrev_log10`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_log10_c<class>`` and ``_rev_log10_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f269401ec7a56dad836e0fd6c06b36cfaee87e37754bc68a7eae104003383f06"
+FINGERPRINT = "ab8da01afe2abc902838fdb2f710343238289f193f645951ef005811fc6dea7c"
 
 import numpy as np
 from numba import njit

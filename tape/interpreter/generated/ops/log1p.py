@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_log1p``, ``_rev_log1p``, ``_tan_log1p`` and ``_hrev_log1p`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_log1p_c<class>`` and ``_rev_log1p_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3deae90e0e584bd7af4ab31c15b45bcd455568002db60fab7a035ac088ae466f"
+FINGERPRINT = "9c9028892864cd522ce9701b7d5da30a8f942b4dcc875b71da6c71d236f5cd9f"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_log2``, ``_rev_log2``, ``_tan_log2`` and ``_hrev_log2`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_log2_c<class>`` and ``_rev_log2_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5b48cd9b3617a9b67db55dc66f14b290f065a35ec4070745906b9aee14d5eeda"
+FINGERPRINT = "d90a6963411c4c05195d273e07c2fef79fcc7c89c7813dfeaca57d7fd1c5bf98"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/scan.py`` and regenerate.
 
 ``_fwd_logcumsumexp``, ``_rev_logcumsumexp``, ``_tan_logcumsumexp`` and ``_hrev_logcumsumexp`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_logcumsumexp_c<class>`` and ``_rev_logcumsumexp_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "36f826a22c9f216612fd2f6acaa0a42321d80fc50827e7cdba1274526fdbc6fc"
+FINGERPRINT = "3a68d16263d077b5fefc8ef9717ffeaa61beecf12dd40ba3cd5047116c18dff3"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/linalg.py`` and regenerate.
 
 ``_fwd_matmul``, ``_rev_matmul``, ``_tan_matmul`` and ``_hrev_matmul`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_matmul_c<class>`` and ``_rev_matmul_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fc3ec4a2ba77c4bec49a52efc7c7f1e29e566380640564c1c1b4a0682ee6f50b"
+FINGERPRINT = "d324edfd542045eb01e265c60cbd42bbca79d3e636d56c23fe26abcef66aafd4"
 
 import numpy as np
 from numba import njit

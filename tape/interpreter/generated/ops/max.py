@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/reduce.py`` and regenerate.
 
 ``_fwd_max``, ``_rev_max``, ``_tan_max`` and ``_hrev_max`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_max_c<class>`` and ``_rev_max_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "11337e3fa59426e43ee1c88ef063ce413cfca6ee4cec3d86208655c2bc8e658c"
+FINGERPRINT = "8f6a885511d2666346e17d4e21db9d745d44c3aefdff39289dd4e6285b9c978b"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/reduce.py`` and regenerate.
 
 ``_fwd_min``, ``_rev_min``, ``_tan_min`` and ``_hrev_min`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_min_c<class>`` and ``_rev_min_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "12838eeee19227aae016317dc0c32f360f5d07b07d48c9d0e60f5501c4590ec6"
+FINGERPRINT = "718397ce6395b2d0503055b96a882dc4edda67f3f974cdfebcb1d2f8c2092a70"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_neg``, ``_rev_neg``, ``_tan_neg`` and ``_hrev_neg`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_neg_c<class>`` and ``_rev_neg_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "42178c5a617659d78c0ee7bfc9d92ec4a2bb8a6dbc44e86dc590752e5f059cfd"
+FINGERPRINT = "cbca3ee171a263ed03b026f6e87340921acb4d9f3e276be81dfcb42673cabe8e"
 
 import numpy as np
 from numba import njit

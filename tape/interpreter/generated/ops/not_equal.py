@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_not_equal``, ``_rev_not_equal``, ``_tan_not_equal`` and ``_hrev_not_equal`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_not_equal_c<class>`` and ``_rev_not_equal_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d5874bb2bf605511ee6af1ac4cf81364070f7132cb7e2b49bf14bc3f98863e0a"
+FINGERPRINT = "befca477b9a86af2691127b0f3e3af8fff05715179214d6dc13e8dc257ee8e53"
 
 import numpy as np
 from numba import njit
@@ -48,4 +50,34 @@ def _fwd_not_equal(i, entries, bufs, ipool, data):
         else:
             for j in range(m):
                 yr[j] = not_equal_fwd(x0[b0 + j * s0], x1[b1 + j * s1])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_not_equal_c0(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = not_equal_fwd(x0[j], x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_not_equal_c1(i, entries, bufs, ipool, data):
+    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = not_equal_fwd(c0, x1[j])
+    return np.int64(-1)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_not_equal_c4(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    y = view(bufs, data, entries[i, E_OUT])
+    for j in range(y.shape[0]):
+        y[j] = not_equal_fwd(x0[j], c1)
     return np.int64(-1)

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/reduce.py`` and regenerate.
 
 ``_fwd_prod``, ``_rev_prod``, ``_tan_prod`` and ``_hrev_prod`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_prod_c<class>`` and ``_rev_prod_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6f835d43226ba391addc38f9d26b544cb4d44f5d560ba2399c36f06729ba694a"
+FINGERPRINT = "f85ee96c0641f9ab2bb6bee9ef13571bd8cdf2aa0d12413d5583984f9d34adcc"
 
 import numpy as np
 from numba import njit

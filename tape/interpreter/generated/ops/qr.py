@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/spectral.py`` and regenerate.
 
 ``_fwd_qr``, ``_rev_qr``, ``_tan_qr`` and ``_hrev_qr`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_qr_c<class>`` and ``_rev_qr_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b8dbf6365c1abdebb896b1047330f31f0beef0a3ef5f13ffecb891f9483caa2c"
+FINGERPRINT = "96741778e98f548e9470dce78c58d8bee846ce4ded5a07266962d003ca89207f"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_reciprocal``, ``_rev_reciprocal``, ``_tan_reciprocal`` and ``_hrev_reciprocal`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_reciprocal_c<class>`` and ``_rev_reciprocal_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "05a039944d8cc2b2261523fe4d6788bdfe24b93d24340260e27eca7d368f0948"
+FINGERPRINT = "b63dcbf3f75ae5e9ae9a942cd331b9c036c7f6693ad192d46f45afd87719cfdd"
 
 import numpy as np
 from numba import njit

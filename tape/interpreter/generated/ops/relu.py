@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_relu``, ``_rev_relu``, ``_tan_relu`` and ``_hrev_relu`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_relu_c<class>`` and ``_rev_relu_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ba085a18c53c5ff5223e6f2099daf594076727cf90aecc6da385cb2b65202afc"
+FINGERPRINT = "73f31ecb1ecd22eb0d84faabc56d5c16965626e09bb79bd66059644e20c226e3"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_round``, ``_rev_round``, ``_tan_round`` and ``_hrev_round`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_round_c<class>`` and ``_rev_round_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "536835d096651021d1b9b3ab1b6299adf576a9da00d47d55333ed9b79ecd0bea"
+FINGERPRINT = "7d502a6ab17a2b75256c0252a16de7f2f2c597a439a596741448471a536e1a5b"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/scatter.py`` and regenerate.
 
 ``_fwd_scatter_add``, ``_rev_scatter_add``, ``_tan_scatter_add`` and ``_hrev_scatter_add`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_scatter_add_c<class>`` and ``_rev_scatter_add_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "637c0911c5618c2e340877367023151104c5617cb637e55f585bc5cea3452f89"
+FINGERPRINT = "c1c5777c60fe6f019f5d06d73322eabaa682989685d064a24931eb5b53c2f27d"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_sigmoid``, ``_rev_sigmoid``, ``_tan_sigmoid`` and ``_hrev_sigmoid`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_sigmoid_c<class>`` and ``_rev_sigmoid_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e2886f84d3c10770f5d6ad00082b15821c4408fb48c4218ded7cc96398aee76a"
+FINGERPRINT = "3964623aad0ac204d36f3dc1bbb6a068accec0b64c221cbc5f608bb25bb45663"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_sign``, ``_rev_sign``, ``_tan_sign`` and ``_hrev_sign`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_sign_c<class>`` and ``_rev_sign_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9dac1e7f883b0040ec0693bca62b1088d0f39acbdff502c86f5ac870124b777e"
+FINGERPRINT = "e8293ebed29c49706161285281192ba7ee1b501c630325887d222b3e15dab128"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_sin``, ``_rev_sin``, ``_tan_sin`` and ``_hrev_sin`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_sin_c<class>`` and ``_rev_sin_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3bad3784caf63e95b0f74a133c676b30ef04e0c3d71dcdd46e34242931571098"
+FINGERPRINT = "37fa3320cfa4fdb1cbb900bb9ecce1409406b56179111a050426890d559b45a6"
 
 import numpy as np
 from numba import njit

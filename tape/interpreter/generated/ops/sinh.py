@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_sinh``, ``_rev_sinh``, ``_tan_sinh`` and ``_hrev_sinh`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_sinh_c<class>`` and ``_rev_sinh_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a34b83c45ab9b2f952687c8972a3df26ea4c54ea7c51424e8fa19ea949813096"
+FINGERPRINT = "eccec22e39357b4eaf8f02def333a8fade8975015b0748df8b0df9e122f14978"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/factor.py`` and regenerate.
 
 ``_fwd_slogdet``, ``_rev_slogdet``, ``_tan_slogdet`` and ``_hrev_slogdet`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_slogdet_c<class>`` and ``_rev_slogdet_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0eec75d775fb0dd23ffb9efe6d02172f297cb3343febf472646d6d1318a5d654"
+FINGERPRINT = "2285173a89098ef3987198bcd0b1e0f7b67007c4b1f29f518e509829fbef7152"
 
 import numpy as np
 from numba import njit

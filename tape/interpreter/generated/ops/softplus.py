@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_softplus``, ``_rev_softplus``, ``_tan_softplus`` and ``_hrev_softplus`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_softplus_c<class>`` and ``_rev_softplus_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0a4f586f375974a94abd00d48c68c09c5373424bc025a5cf7f2e0d08d01c5ca4"
+FINGERPRINT = "654cbf36ab852ec6bab8a59c4b50020bed0b5a1f0acb7e6dcb0affe336a2a055"
 
 import numpy as np
 from numba import njit

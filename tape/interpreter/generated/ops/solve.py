@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/factor.py`` and regenerate.
 
 ``_fwd_solve``, ``_rev_solve``, ``_tan_solve`` and ``_hrev_solve`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_solve_c<class>`` and ``_rev_solve_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dd58af662308c6ae9c4929808de5133f1ea282306ef3c8b0ddea0749e44be2f2"
+FINGERPRINT = "0e0f92df977c7a42f1a7c0e58e7cc8273cec98600b099cadc013314dcd49e056"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_sqrt``, ``_rev_sqrt``, ``_tan_sqrt`` and ``_hrev_sqrt`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_sqrt_c<class>`` and ``_rev_sqrt_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e3324d1cc05ad145378c47bfb707425368dd8f21b19a503b92f108f251e2cc20"
+FINGERPRINT = "0f422fa6b6ca6cd58c0fa367f9bbb90866e8d6ebec7b1e6fe041b7e3e1fe52b3"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_square``, ``_rev_square``, ``_tan_square`` and ``_hrev_square`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_square_c<class>`` and ``_rev_square_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "58bbeb18c850d26cf66ca4ff39b410df593c05238ad90f7e34ea460f4c3925b4"
+FINGERPRINT = "ee606062b6b3c2a58f18340917f0ea96963a3a5f39a03e11d468ca1f240f1899"
 
 import numpy as np
 from numba import njit

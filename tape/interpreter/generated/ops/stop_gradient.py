@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_stop_gradient``, ``_rev_stop_gradient``, ``_tan_stop_gradient`` and ``_hrev_stop_gradient`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_stop_gradient_c<class>`` and ``_rev_stop_gradient_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7f9914e47db2ba2df05777d131ec508cd48d5559071e544b20162dc17e298cef"
+FINGERPRINT = "ddbc64153698cffff4838311be9d8d1dae4114935ed88fdda40e886988344dd4"
 
 import numpy as np
 from numba import njit

@@ -3,18 +3,20 @@ Do not edit; change the op in ``tape/ops/reduce.py`` and regenerate.
 
 ``_fwd_sum``, ``_rev_sum``, ``_tan_sum`` and ``_hrev_sum`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_sum_c<class>`` and ``_rev_sum_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b47c9ea5dbf207ec84076470c97efd13672559a3b350f0507ec27fc1590b25f4"
+FINGERPRINT = "7e027ea0ba44b2641912094653440ddc72e2f1fba7d809cbc426d5c6526bc7f3"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
-from tape.ops.reduce import sum_fwd, sum_rev
+from tape.ops.reduce import sum_fwd, sum_rev, sum_fwd_all, sum_rev_all
 
 
 @njit(**SWEEP_JIT)
@@ -25,6 +27,16 @@ def _fwd_sum(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_sum(i, entries, bufs, ipool, data, grad):
     sum_rev(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _fwd_sum_c2(i, entries, bufs, ipool, data):
+    return np.int64(sum_fwd_all(i, entries, bufs, ipool, data))
+
+
+@njit(**SWEEP_JIT)
+def _rev_sum_c2(i, entries, bufs, ipool, data, grad):
+    sum_rev_all(i, entries, bufs, ipool, data, grad)
 
 
 @njit(**SWEEP_JIT)

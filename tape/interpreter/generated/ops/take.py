@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/movement.py`` and regenerate.
 
 ``_fwd_take``, ``_rev_take``, ``_tan_take`` and ``_hrev_take`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_take_c<class>`` and ``_rev_take_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e3793fbe1a4d44e30090cbe616c42aa7c6d925e79683ff3caf7a7a83249e0418"
+FINGERPRINT = "7ef6a4f70e30779cc0ab5d53ce8f173e13478d6a1f7ef6d0254e940c70437e7e"
 
 import numpy as np
 from numba import njit

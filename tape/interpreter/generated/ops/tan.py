@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_tan``, ``_rev_tan``, ``_tan_tan`` and ``_hrev_tan`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_tan_c<class>`` and ``_rev_tan_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "959c9c6200a67f4964f52742ea0477acad88109e503ce48adae3df7d31d727a0"
+FINGERPRINT = "bbeddf4593d9bd8176e99ad1b643ccbdf4df189254657202d5a5f60ff7d96232"
 
 import numpy as np
 from numba import njit

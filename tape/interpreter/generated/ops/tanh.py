@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_tanh``, ``_rev_tanh``, ``_tan_tanh`` and ``_hrev_tanh`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_tanh_c<class>`` and ``_rev_tanh_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "07f6bc5097cfc29bb8eea3d09e76cc9d6531d62f5894265591c6f21b497112ce"
+FINGERPRINT = "32c47192cd6bf5c2bf9ba8ee18be7ae8077e7b33bb935ab92bd6cf1d9aae3ece"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_trunc``, ``_rev_trunc``, ``_tan_trunc`` and ``_hrev_trunc`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_trunc_c<class>`` and ``_rev_trunc_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc23a8c23e772c9beb4fc2041ef9752e2341001bee94aed15b806ceec17bb9a3"
+FINGERPRINT = "0bde0bd19fc72c27ea25bf7b3123f0ee806fdcfbc1c6a9fc9dd5a9204b117a51"
 
 import numpy as np
 from numba import njit

@@ -3,11 +3,13 @@ Do not edit; change the op in ``tape/ops/elementwise.py`` and regenerate.
 
 ``_fwd_where``, ``_rev_where``, ``_tan_where`` and ``_hrev_where`` run one entry in the
 forward, reverse, tangent and forward-over-reverse sweeps (through the address tables of
-:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks).
+:mod:`tape.interpreter.dispatch`, or called directly by eager mode and the per-entry checks);
+``_fwd_where_c<class>`` and ``_rev_where_c<class>``, where present, run entries of one entry
+class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6a0e700462d0b63305c938605b53a44d653bee676a295c2c7e79799f2133f8f5"
+FINGERPRINT = "8aa974400b3f3ba0dc23b68a7023fb88b6ed7d84bcb5b0ec01a5da7bd5b6bdc3"
 
 import numpy as np
 from numba import njit
