@@ -417,9 +417,17 @@ def function(kind_name, code, cls=None):
     return getattr(mod, name, None)
 
 
-def specialised(kind, code, cls) -> bool:
-    """Whether op ``code`` has a kernel of its own for entry class ``cls`` in sweep ``kind``."""
-    return hasattr(op_module(code), f"_{KIND_NAMES[kind]}_{OPS[code].name}_c{cls}")
+def class_kernel(kind, code, cls, dtype):
+    """The kernel that runs op ``code``'s entries of class ``cls`` in sweep ``kind`` on arenas
+    of ``dtype``: the class's own kernel, unless this process has already compiled (or loaded)
+    the op's general kernel for ``dtype``, which runs them too, with the same numbers (the
+    tests compare them bit for bit): a second kernel would cost a compile and gain nothing
+    measurable. ``None`` when the op has no ``kind`` kernel."""
+    general = function(KIND_NAMES[kind], code)
+    own = function(KIND_NAMES[kind], code, cls)
+    if own is not general and SIGNATURES[(kind, np.dtype(dtype))].args in general.overloads:
+        return general
+    return own
 
 
 class PerOp:
@@ -438,11 +446,12 @@ class PerOp:
             fn = self._fns[code] = function(self.kind_name, code)
         return fn
 
-    def at(self, code, cls):
-        key = code * NCLS + cls
+    def at(self, code, cls, dtype):
+        key = (code * NCLS + cls, dtype)
         fn = self._by_class.get(key, False)
         if fn is False:
-            fn = self._by_class[key] = function(self.kind_name, code, cls)
+            kind = KIND_NAMES.index(self.kind_name)
+            fn = self._by_class[key] = class_kernel(kind, code, cls, dtype)
         return fn
 
     def __len__(self):
@@ -457,8 +466,9 @@ def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also
     replay methods, ``t.workspace()`` and ``t.kernel_args()`` do).
 
     ``classes`` (one entry class per code, :func:`entry_class`): prepare those classes'
-    slots, with the kernel generated for the class where the op has one. Without it, the
-    op's general kernel fills every class slot still empty (it runs entries of any class).
+    slots, with the kernel generated for the class where the op has one
+    (:func:`class_kernel`). Without it, the op's general kernel fills every class slot still
+    empty (it runs entries of any class).
 
     Kernels missing from Numba's cache compile partly in helper processes
     (:mod:`tape.interpreter.warm`): once one of the list compiles, the rest goes to the helpers and this
@@ -486,12 +496,12 @@ def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also
     with _LOCK:
         groups: dict = {}  # (kind, code, job class) -> slots to fill with that kernel
         for k, c, q in dict.fromkeys(todo):
-            fn = function(KIND_NAMES[k], c, q)
+            fn = function(KIND_NAMES[k], c) if q is None else class_kernel(k, c, q, dt)
             if fn is None:
                 tab[k, c * NCLS : (c + 1) * NCLS] = NOTHING
                 full[k, c] = True
                 continue
-            own = q is not None and specialised(k, c, q)
+            own = fn is not function(KIND_NAMES[k], c)
             g = groups.setdefault((k, c, q if own else None), [fn, set()])
             g[1].add(q)
         pending = [(k, c, q, fn, slots) for (k, c, q), (fn, slots) in groups.items()]
@@ -501,9 +511,9 @@ def prepare(codes, dtype, kinds=(FWD, REV), meanwhile=None, speculate=True, also
         def speculate_after(x):  # a forward kernel compiled: a helper takes the reverse one
             k, c, q = x[:3]
             for k2 in _warm.SPECULATE.get(k, ()) if speculate else ():
-                key = c * NCLS + (q or 0)
-                if tab[k2, key] == 0 and function(KIND_NAMES[k2], c, q) is not None:
-                    own = q is not None and specialised(k2, c, q)
+                fn = function(KIND_NAMES[k2], c) if q is None else class_kernel(k2, c, q, dt)
+                if tab[k2, c * NCLS + (q or 0)] == 0 and fn is not None:
+                    own = fn is not function(KIND_NAMES[k2], c)
                     _warm.submit([_warm.op_job(k2, c, dt, q if own else None)])
             if also:
                 _warm.submit(also)

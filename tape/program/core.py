@@ -462,7 +462,7 @@ class Tape:
             if code == CALLBACK:
                 eager_backward(self, i, emask, need, done)
                 continue
-            fn = rev.at(code, cls)
+            fn = rev.at(code, cls, self.dtype)
             if fn is not None:
                 fn(i, entries, bufs, ipool, data, grad)
         return need

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d832cd53da96b2867bd1907f670cb0361abaf4543a05d389187f9e5ac89b774c"
+FINGERPRINT = "a5f5ac9abb6920529bf7f4da2fb7764cb1e2c427b5fa26b1376daffe4496f27a"
 
 import numpy as np
 from numba import njit, prange
