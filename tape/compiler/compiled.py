@@ -117,6 +117,7 @@ module) with the unit modules' text appended.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import types
 from pathlib import Path
@@ -550,17 +551,21 @@ def compile_tape(t):
 
     rt = runtime() if g.table_calls is not None else None
 
-    def meanwhile():  # the runtime's one-call gradient for this tape's arguments
-        if len(t.outputs) == 1 and int(t.bufs[t.outputs[0], B_SIZE]) == 1:
-            job = runtime_job(t)  # a helper may be at it (see tape.record): wait for it then
-            _warm.locked(job, lambda: _build_runtime(*job.split(" ", 2)[1:]))
+    scalar = len(t.outputs) == 1 and int(t.bufs[t.outputs[0], B_SIZE]) == 1
+    job = runtime_job(t)
+
+    def meanwhile():  # the runtime's one-call gradient for this tape's arguments, unless a
+        # helper is at it (see tape.record): then the fused loops first, and it at the end
+        _warm.locked(job, lambda: _build_runtime(*job.split(" ", 2)[1:]), wait=False)
 
     # loops missing from Numba's cache compile partly in helper processes (tape.interpreter.warm); this
     # process compiles the runtime's gradient meanwhile
     _warm.compile_all(
         list(mods), lambda name: _warm.unit_job(mods[name].__file__, rev_of[name], t.dtype),
-        build, meanwhile=None if rt is None else meanwhile,
+        build, meanwhile=meanwhile if rt is not None and scalar else None,
     )  # fmt: skip
+    if rt is not None and scalar:  # built above, by a helper, or now
+        _warm.locked(job, lambda: _build_runtime(*job.split(" ", 2)[1:]))
     for at, name, _ in g.cells:
         pool[at] = -ids[name]
     listing = "\n\n\n".join(
@@ -586,14 +591,33 @@ def runtime_job(t) -> str:
     return f"runtime {np.dtype(t.dtype).name} {args or '-'}"
 
 
+def start_runtime_compile(t):
+    """Hand the runtime's gradient for tape ``t``'s arguments (:func:`runtime_job`) to a
+    helper process now, where Numba's cache has no entry of it yet (a recording with
+    ``compile=True`` calls this before its first op, so that the helper compiles it while
+    this process compiles the ops and the fused loops)."""
+    if _warm.compile_helpers() == 0:
+        return
+    fn = getattr(runtime(), f"gradient_args_{len(t.inputs)}", None)
+    if fn is None:  # many arguments: the generic one compiles at its first call
+        return
+    try:
+        cached = os.path.exists(fn._cache._cache_file._index_path)
+    except AttributeError:  # no cache (caching off) or another Numba: nothing to hand over
+        return
+    if not cached:
+        _warm.submit([runtime_job(t)])
+
+
 def _build_runtime(dtype, args):
     """Compile (or load) the runtime's ``gradient_args_<n>`` for arguments ``args``
     (``dtype:ndim`` comma-separated, ``-`` for none) and arenas of ``dtype``."""
     rt = runtime()
     specs = [a.split(":") for a in args.split(",")] if args != "-" else []
     xs = [np.empty((1,) * int(nd), np.dtype(d)) for d, nd in specs]
-    fn = getattr(rt, f"gradient_args_{len(xs)}", None) or rt.gradient_args
-    precompile(fn, [np.empty(0, np.int64), np.empty(0, np.dtype(dtype)), *xs])
+    fn = getattr(rt, f"gradient_args_{len(xs)}", None)
+    if fn is not None:  # (the generic one, with *xs, compiles at its first call)
+        precompile(fn, [np.empty(0, np.int64), np.empty(0, np.dtype(dtype)), *xs])
 
 
 def _build_unit(dtype, rest):

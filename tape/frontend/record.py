@@ -123,10 +123,11 @@ def record(
         )
         t.input_dtypes.append(v.dtype)
     t.wrt = wrt
-    if compile is True:  # a cold kernel starts the compile of the runtime for these arguments
-        from tape.compiler.compiled import runtime_job
+    if compile is True:  # a cold cache starts the compile of the runtime for these arguments
+        from tape.compiler.compiled import runtime_job, start_runtime_compile
 
         t.cold_jobs = (runtime_job(t),)
+        start_runtime_compile(t)
     if _lift is not None:  # a tape.checkpoint sub-tape: tensors read from outside are inputs
         _lift.begin(t)
     outer = _state.recordings

@@ -78,6 +78,8 @@ KIND_NAMES = ("fwd", "rev", "tan", "hrev")
 
 NOT_PREPARED = 0
 NOTHING = -1
+UNPREPARED = -2
+"""The status of eager mode's step (``emit``) that found its kernel not prepared."""
 
 DTYPES = (np.dtype(np.float64), np.dtype(np.float32))
 
@@ -176,9 +178,6 @@ def entry_classes(entries, bufs, rows):
 TABLES = {dt: np.zeros((N_KINDS, MAX_OPS * NCLS), np.int64) for dt in DTYPES}
 """The address tables, per arena dtype: slot ``(kind, op * NCLS + class)`` (see the module
 docstring)."""
-FWD_READY = {dt: bytearray(MAX_OPS * NCLS) for dt in DTYPES}
-"""Per dtype, a flag per ``op * NCLS + class``: its forward kernel is in the table (eager mode
-checks it before each step; a bytearray reads faster from Python than the table)."""
 _FULL = {dt: np.zeros((N_KINDS, MAX_OPS), bool) for dt in DTYPES}
 """Per dtype, ``(kind, op)``: every class slot of the op is filled."""
 
@@ -573,11 +572,6 @@ def _fill(tab, k, c, fn, slots, dt):
             _FULL[dt][k, c] = True
         else:
             row[q] = addr
-    if k == FWD:
-        ready = FWD_READY[dt]
-        for q in range(NCLS):
-            if row[q] != NOT_PREPARED:
-                ready[c * NCLS + q] = 1
     return sum(fn.stats.cache_misses.values()) > misses
 
 

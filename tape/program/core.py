@@ -22,7 +22,6 @@ from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps
 from tape.layout.columns import (
     ACTIVE,
-    ALL,
     B_ALIAS,
     B_KIND,
     B_OFF,
@@ -35,9 +34,6 @@ from tape.layout.columns import (
     E_OUT,
     ENTRY_COLS,
     LEAF,
-    N_CLASSES,
-    ONE,
-    OTHER,
 )
 from tape.ops import registry
 from tape.program import anomaly as _anomaly
@@ -387,18 +383,16 @@ class Tape:
             if p is None:
                 p = self.intern(attr)
         n = len(ins)
-        cls = 0  # the entry's class (tape.interpreter.dispatch.entry_class), inline
-        for k in range(n):
-            s = self.bufs.item(ins[k], B_SIZE)
-            if s != size:
-                cls += (ALL if size == 1 else ONE if s == 1 else OTHER) << (2 * k)
-        if not _dispatch.FWD_READY[self.dtype][code * N_CLASSES + cls]:  # first use here
-            _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
-                              also=self.cold_jobs, classes=(cls,))  # fmt: skip
-        status = sweeps.emit(
+        args = (
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
         )  # fmt: skip
+        status = sweeps.emit(*args)
+        if status == _dispatch.UNPREPARED:  # the op's first use in this process (this class)
+            cls = _dispatch.entry_classes(self.entries, self.bufs, np.array([i]))
+            _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
+                              also=self.cold_jobs, classes=cls)  # fmt: skip
+            status = sweeps.emit(*args)
         self.n_data = off + size
         self.n_bufs = b + 1
         self.n_entries = i + 1

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a5f5ac9abb6920529bf7f4da2fb7764cb1e2c427b5fa26b1376daffe4496f27a"
+FINGERPRINT = "cedc4edf5859d464a1b8f75dd28dd0bd48a800110ea5afa4a129106724cc2572"
 
 import numpy as np
 from numba import njit, prange
@@ -239,10 +239,16 @@ def emit(
     entries, bufs, ipool, data, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
     attr
 ):  # fmt: skip
-    """Eager mode's step: put entry ``n_entries`` (op ``op``, prepared for ``data``'s dtype)
-    and run it. Returns its status (``-1``, or ``n_entries`` when it rejected its data)."""
+    """Eager mode's step: put entry ``n_entries`` (op ``op``) and run it. Returns its status:
+    ``-1``, ``n_entries`` when it rejected its data, or ``dispatch.UNPREPARED`` (and nothing
+    run) when this process has not prepared the op's kernel for the entry's class and
+    ``data``'s dtype: prepare it and call again."""
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
               attr)  # fmt: skip
+    if 0 <= op < dispatch.MAX_OPS:  # (else _kernel raises)
+        key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, n_entries)
+        if dispatch.slot(dispatch.FWD, key, data) == dispatch.NOT_PREPARED:
+            return dispatch.UNPREPARED
     return dispatch.call_fwd(
         _kernel(dispatch.FWD, op, n_entries, entries, bufs, data),
         (n_entries, entries, bufs, ipool, data),
