@@ -7,6 +7,7 @@ import inspect
 import numpy as np
 
 from tape.frontend.tensor import Tensor, _buffer_in, _check_dtype, _state, float32, float64, no_grad
+from tape.interpreter.dispatch import speculate_driver
 from tape.layout.columns import CONST, LEAF
 from tape.program.core import Tape
 
@@ -108,6 +109,8 @@ def record(
     t = Tape(dtype)
     t.recording = True
     t.speculate = compile is not True  # a compiled tape runs few of the ops' reverse kernels
+    if t.speculate:  # from an empty cache, a helper compiles the gradient driver meanwhile
+        speculate_driver(dtype)
     try:
         names = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
