@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
@@ -341,10 +342,26 @@ def _lines(fd, idle):
         buf += chunk
 
 
+def _die_with_parent(every=0.2):
+    """End this helper when its parent process ends, even in the middle of a compile (a
+    thread watches the parent's id). A helper that went on compiling for a process that has
+    exited would take a core from whatever runs next; Numba writes a cache entry's index
+    last, so a compile cut short leaves no entry behind."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="tape-helper-watch", daemon=True).start()
+
+
 def serve(build, fd=0, idle=IDLE_S):
     """The helper's loop: ``build[what](dtype, rest)`` for each job ``what dtype rest`` read
     from ``fd`` (compiling into Numba's cache), unless another process holds the job's lock
     (that process builds it)."""
+    _die_with_parent()
     for job in _lines(fd, idle):
         try:
             what, dtype, rest = job.split(" ", 2)
