@@ -261,6 +261,7 @@ def generate_op(op) -> str:
                     f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}_c{cls}(i, entries, bufs, ipool, data, "
                     f"grad):\n    {names[-1]}(i, entries, bufs, ipool, data, grad)\n"
                 )
+            _class_derivatives(op, cls, f, r, entry_fns)
         names += _kernel_derivatives(op, entry_fns)
         imports.append(f"from {op.module} import {', '.join(dict.fromkeys(names))}")
     else:
@@ -302,6 +303,7 @@ def generate_op(op) -> str:
                         f"loops.binary_rev_{case}({rs}, {ds}, i, entries, bufs, ipool, data, grad)"
                     )
                     entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
+                    entries += _class_tangents(op, spec, cls, case, rs, ds)
         entry_fns += spec.sources + entries
         if spec.imports:
             imports.insert(0, f"from tape.ops.loops import {', '.join(sorted(spec.imports))}")
@@ -335,6 +337,42 @@ def _kernel_derivatives(op, entry_fns):
         hvp = f"{names[-1]}(i, entries, bufs, ipool, data, grad, T, GT)"
     _derivative_entries(op, entry_fns, jvp, hvp)
     return names
+
+
+def _class_tangents(op, spec, cls, case, rs, ds):
+    """A binary op's tangent and forward-over-reverse entries for entry class ``cls``
+    (``loops.binary_tan_flat`` and ``loops.binary_hrev_flat``, with ``case``'s one-value
+    flags)."""
+    flags = f"{case == 'one0'}, {case == 'one1'}"
+    h = ", ".join(
+        f"{op.name}_h{k}" if f is not None else "loops.no_h3" for k, f in enumerate(op.hess)
+    )
+    nz = ", ".join(str(f is not None) for f in op.hess)
+    tan = f"loops.binary_tan_flat({rs}, {ds}, {flags}, i, entries, bufs, ipool, data, T)"
+    hrev = (f"loops.binary_hrev_flat({rs}, {h}, {ds}, {nz}, {flags}, i, entries, bufs, ipool, "
+            "data, grad, T, GT)")  # fmt: skip
+    return [
+        spec.entry(f"_tan_{op.name}_c{cls}", tan, TAN_ARGS),
+        spec.entry(f"_hrev_{op.name}_c{cls}", hrev, HREV_ARGS),
+    ]
+
+
+def _class_derivatives(op, cls, f, r, entry_fns):
+    """A linear structural op's tangent and forward-over-reverse entries for entry class
+    ``cls``: its class kernels ``f`` and ``r`` once per direction."""
+    from tape.ops.registry import LINEAR
+
+    loop = "    for d in range(T.shape[0]):\n        "
+    if op.jvp == LINEAR:
+        entry_fns.append(
+            f"@njit(**SWEEP_JIT)\ndef _tan_{op.name}_c{cls}(i, entries, bufs, ipool, data, T):\n"
+            f"{loop}{f.py_func.__name__}(i, entries, bufs, ipool, T[d])\n"
+        )
+    if op.hvp == LINEAR and r is not None:
+        entry_fns.append(
+            f"@njit(**SWEEP_JIT)\ndef _hrev_{op.name}_c{cls}(i, entries, bufs, ipool, data, grad, "
+            f"T, GT):\n{loop}{r.py_func.__name__}(i, entries, bufs, ipool, data, GT[d])\n"
+        )
 
 
 def _elementwise_derivatives(op, spec):

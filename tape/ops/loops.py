@@ -384,9 +384,140 @@ def binary_rev_one1(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
         view(bufs, grad, b)[0] += acc
 
 
+@_loop
+def binary_tan_flat(r0, r1, d0, d1, sc0, sc1, i, entries, bufs, ipool, data, T):
+    # binary_tan for the entry classes above: input k is the output's size, or one value
+    # where sck (a constant: the specialised copy has no branch on it); the same loops, in
+    # the same order, as binary_tan's rows of such an entry
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    n = y.shape[0]
+    if T.shape[0] > 1:
+        p0 = np.zeros(n, T.dtype)
+        p1 = np.zeros(n, T.dtype)
+        for j in range(n):
+            u, w, yv = x0[0 if sc0 else j], x1[0 if sc1 else j], y[j]
+            if d0:
+                p0[j] = r0(u, w, yv, 1.0)
+            if d1:
+                p1[j] = r1(u, w, yv, 1.0)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            ty = view(bufs, T[d], o)
+            for j in range(n):
+                v0 = t0[0 if sc0 else j]
+                v1 = t1[0 if sc1 else j]
+                acc = masked(p0[j] * v0, v0) if d0 else 0.0
+                if d1:
+                    acc += masked(p1[j] * v1, v1)
+                ty[j] = acc
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    ty = view(bufs, T[0], o)
+    for j in range(n):
+        k0 = 0 if sc0 else j
+        k1 = 0 if sc1 else j
+        ty[j] = _tan2(r0, r1, d0, d1, x0[k0], x1[k1], y[j], t0[k0], t1[k1])
+
+
+@_loop
+def binary_hrev_flat(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, sc0, sc1, i, entries, bufs,
+                     ipool, data, grad, T, GT):  # fmt: skip
+    # binary_hrev for the entry classes above (see binary_tan_flat)
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = d0 and active(bufs, a)
+    act1 = d1 and active(bufs, b)
+    if not (act0 or act1):
+        return
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    n = y.shape[0]
+    if T.shape[0] > 1:
+        p0 = np.zeros(n, T.dtype)
+        p1 = np.zeros(n, T.dtype)
+        q00 = np.zeros(n, T.dtype)
+        q01 = np.zeros(n, T.dtype)
+        q11 = np.zeros(n, T.dtype)
+        for j in range(n):
+            u, w, yv, g = x0[0 if sc0 else j], x1[0 if sc1 else j], y[j], gy[j]
+            if act0:
+                p0[j] = r0(u, w, yv, 1.0)
+            if act1:
+                p1[j] = r1(u, w, yv, 1.0)
+            if g != 0.0:
+                if n00:
+                    q00[j] = g * h00(u, w, yv)
+                if n01:
+                    q01[j] = g * h01(u, w, yv)
+                if n11:
+                    q11[j] = g * h11(u, w, yv)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            g0 = view(bufs, GT[d], a)
+            g1 = view(bufs, GT[d], b)
+            gty = view(bufs, GT[d], o)
+            for j in range(n):
+                k0 = 0 if sc0 else j
+                k1 = 0 if sc1 else j
+                dg = gty[j]
+                ta = t0[k0] if act0 else 0.0
+                tb = t1[k1] if act1 else 0.0
+                if act0:
+                    v = masked(p0[j] * dg, dg)
+                    if q00[j] != 0.0 and ta != 0.0:
+                        v += q00[j] * ta
+                    if q01[j] != 0.0 and tb != 0.0:
+                        v += q01[j] * tb
+                    g0[k0] += v
+                if act1:
+                    v = masked(p1[j] * dg, dg)
+                    if q01[j] != 0.0 and ta != 0.0:
+                        v += q01[j] * ta
+                    if q11[j] != 0.0 and tb != 0.0:
+                        v += q11[j] * tb
+                    g1[k1] += v
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    g0 = view(bufs, GT[0], a)
+    g1 = view(bufs, GT[0], b)
+    gty = view(bufs, GT[0], o)
+    if not sc0 and not sc1 and a != b:  # no aliasing: the loops vectorise
+        if act0:
+            for j in range(n):
+                g0[j] += _hrev_one(r0, h00, h01, n00, n01, x0[j], x1[j], y[j], gy[j], gty[j],
+                                   t0[j], t1[j])  # fmt: skip
+        if act1:
+            for j in range(n):
+                g1[j] += _hrev_one(r1, h01, h11, n01, n11, x0[j], x1[j], y[j], gy[j], gty[j],
+                                   t0[j], t1[j])  # fmt: skip
+        return
+    for j in range(n):
+        k0 = 0 if sc0 else j
+        k1 = 0 if sc1 else j
+        u, w, yv, g, dg = x0[k0], x1[k1], y[j], gy[j], gty[j]
+        if act0:
+            g0[k0] += _hrev_one(r0, h00, h01, n00, n01, u, w, yv, g, dg, t0[k0], t1[k1])
+        if act1:
+            g1[k1] += _hrev_one(r1, h01, h11, n01, n11, u, w, yv, g, dg, t0[k0], t1[k1])
+
+
 BINARY_CLASSES = {0: "same", 1: "one0", 4: "one1"}
 """The entry classes (:func:`tape.interpreter.dispatch.entry_class`) that binary ops have
-kernels of their own for, and their templates' suffix (``binary_fwd_same``, ...)."""
+kernels of their own for, and their templates' suffix (``binary_fwd_same``, ...); their
+tangent and forward-over-reverse kernels are ``binary_tan_flat`` and ``binary_hrev_flat``
+with the one-value flags of the case."""
 
 
 @_loop

@@ -45,8 +45,8 @@ class _Plan:
     """Where the differentiated arguments and the outputs of one tape lie in its arena."""
 
     def __init__(self, tp):
-        _dispatch.prepare_tape(tp, _dispatch.ALL)  # forward, reverse and both tangent sweeps
         self.tp = tp
+        self.ready = set()  # the sweep kinds whose kernels are prepared (see need())
         self.in_bufs = [tp.inputs[k] for k in tp.wrt]
         self.in_off = [int(tp.bufs[b, B_OFF]) for b in self.in_bufs]
         self.in_size = [int(tp.bufs[b, B_SIZE]) for b in self.in_bufs]
@@ -65,6 +65,14 @@ class _Plan:
         self.in_offs = np.asarray(self.in_off, np.int64)
         self.in_sizes = np.asarray(self.in_size, np.int64)
         self.in_dtypes = [np.dtype(tp.input_dtypes[k]) for k in tp.wrt]
+
+    def need(self, *kinds):
+        """Prepare the op kernels of the sweep ``kinds`` that a transform runs, the first time
+        it asks (forward mode needs no reverse kernels, first order no second-order ones)."""
+        todo = set(kinds) - self.ready
+        if todo:
+            _dispatch.prepare_tape(self.tp, tuple(sorted(todo)))
+            self.ready |= todo
 
     def arenas(self, k):
         """This thread's tangent arenas ``T``, tangent adjoints ``GT`` (``k`` rows each) and
@@ -207,6 +215,7 @@ def _tangents(plan, data, V):
     segments; each callback group writes its outputs' tangents with its own ``tangent``
     (a :func:`tape.custom_op` given ``jvp``, a :func:`tape.checkpoint`), and others raise."""
     tp = plan.tp
+    plan.need(_dispatch.FWD, _dispatch.TAN)
     T = plan.arenas(V.shape[0])[0]
     plan.seed_inputs(T, V)
     lo = 0
@@ -239,6 +248,7 @@ def _hvp_rows(plan, data, V):
     tp = plan.tp
     plan.require_scalar()
     _second(plan, "second derivatives")
+    plan.need(*_dispatch.ALL)
     out = np.empty((V.shape[0], plan.n_in), tp.dtype)
     step = plan.chunk(V.shape[0])
     seed = plan.seed
@@ -265,6 +275,7 @@ def _jac_rev_rows(plan, data, U):
     """``J^T u`` for each row ``u`` of ``U``, as rows: ``(len(U), n_in)``, one reverse pass
     per row in one compiled call."""
     tp = plan.tp
+    plan.need(_dispatch.FWD, _dispatch.REV)
     out = np.empty((U.shape[0], plan.n_in), tp.dtype)
     grad = plan.arenas(1)[2]
     if tp.callbacks:  # the reverse sweep in segments around the callbacks, row by row
@@ -406,6 +417,7 @@ def hvp(t, *args, v):
     vals = plan.in_values(v, "hvp: v")
     tp = plan.tp
     plan.require_scalar()
+    plan.need(*_dispatch.ALL)
     T, GT, grad = plan.arenas(1)
     for a, o, n in zip(vals, plan.in_off, plan.in_size):
         T[0, o : o + n] = a.ravel()

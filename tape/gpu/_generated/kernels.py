@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "36cad91527a86a61ba5e2799ce7b710449ae02d6218d38ea3cf83ea822558676"
+FINGERPRINT = "896331ef9a8ce3aba4bbb8062596f4aace904c21ed9a69ea79428a2e3e919218"
 
 from numba import cuda, float64
 

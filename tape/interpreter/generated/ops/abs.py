@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "feac5cbbf2f8cf6cbef6b9e826fdca817df09e916fc214e828f051c67c3aa866"
+FINGERPRINT = "4963ddcf8c364229210627a534b87a0f1832cbf5ccf399159fb6d65c4e726220"
 
 import numpy as np
 from numba import njit

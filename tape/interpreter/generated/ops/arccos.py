@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1c4c2827060f49685a72d805c8b6e8297c38f75988d419a8d961977e6287d171"
+FINGERPRINT = "9d85e5cb85b0ea1e82017320e757f75e2cacfe9356e6059b4aa3c0c28c32700f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5467255046f05ab10591d88353897acce2f08d00edbad80c5f74e001176327ce"
+FINGERPRINT = "ea7191a3f89aa0e40d1ddb0743b23bd5c10591f195ba3745005ea73c6cc8cb18"
 
 import numpy as np
 from numba import njit

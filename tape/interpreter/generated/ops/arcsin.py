@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "49080828dfc39e3e429202fb420689eb649b6ea967b497548186a812f80a8a24"
+FINGERPRINT = "a8a318ab83837c32fd2f077896ee4e3a6239ff62f7ebf7189caddafc6ad11af2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ed37a8d8af55f1dbd25bc1e0550095b698306a46ee8f9428d8463ac5932d5982"
+FINGERPRINT = "5352fc3bf3d2471462f6907586f60fc6f62914f37b4f674d5534dc74a553a6e0"
 
 import numpy as np
 from numba import njit

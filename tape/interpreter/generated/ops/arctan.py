@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "78f710a449c7b879a204f6dcec761a7deb3cef2ef3ab7b6f856fbe478df5ea2a"
+FINGERPRINT = "27cf6d4c0dae9f5d51a04a5994ec2cb2c7e3804aa8e12fb5303e74f44f2e2bfc"
 
 import numpy as np
 from numba import njit

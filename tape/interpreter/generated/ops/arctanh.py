@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "59c88a3a29e9dc60f49d6e3f450aaa5a107dd29788480349f81e31dd76adb012"
+FINGERPRINT = "ba642ba677140bc4b089c8dba4e73c2e5955b96d851fd7db9128d25eaed2ea0d"
 
 import numpy as np
 from numba import njit

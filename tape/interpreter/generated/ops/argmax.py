@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7e9062959ace01adbee58585d45d0fc53fd9459d76661428226b506a17e0ea20"
+FINGERPRINT = "ed0e11bc2e04436089a9c15528c3fc040ba62809d86311821c4384ed1d1b06e8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "80904fd8cbe4efe74d6e91f5eb3248aed205c8f7c3823fb28d02fd51957596d6"
+FINGERPRINT = "d3e3d9b4a66dad752468e258b9223b0f576e92887b725226d98cf0ca993c9c25"
 
 import numpy as np
 from numba import njit

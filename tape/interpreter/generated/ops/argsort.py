@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e35bc2624c6ccfa0cb2e2d3b21ab769755658f82651b1faf1e9374f1cb7fbc49"
+FINGERPRINT = "2725d99e3c9ea2b93b1cd0e4eec1186869d1afb996847f5559f96d6186cd3f9c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "00aeea648972b145496ad69ab1dc55d915c57c8121eee729d64386d810af7bcc"
+FINGERPRINT = "af1de68c89abb77563821b6544e275b7dc99afe2d72ec1e745302be41732b38b"
 
 import numpy as np
 from numba import njit

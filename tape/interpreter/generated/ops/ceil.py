@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2cf654dbe28eaf95ecb681a12362e74420cb519b58e1749f5b76d6ce23da158a"
+FINGERPRINT = "4a49ed671ee69ce07131551baa4ceeebf6310066e95c3061ccfe48698b12528c"
 
 import numpy as np
 from numba import njit

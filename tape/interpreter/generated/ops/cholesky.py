@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9b5a482e6534f0771b2ded5b53999b582a0cea5b807c296142ae00b9021a9dd5"
+FINGERPRINT = "57f05ffeefe29200ce62d8122672b37c130d730e73cb4eb8cbe1cd7d3f969c50"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "48bf790d1dc8338d6917f3abe7103328649e79f94ffa2466d5115cad9e4ee6ea"
+FINGERPRINT = "4d3d10f8521322598c97f7d25510b5a1c88b148cc0622225aa2fdade2d7ce605"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5646fa4f5443d9509f51b4e0304d3e3269dec9001e313dd9349c01372910dce7"
+FINGERPRINT = "3da6e65464905c9ad51396085d34e6a6dbf950b35cdc051b6c9d9917453b80f8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4c0a5096775f77d17144090a55d45a9b55ee653611deef2bc96d986f313b2f4"
+FINGERPRINT = "522c4daea0e6b9861c2d1338319f65ec7ef051debbe5d5f6e6109c478f348567"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a2803d1d6b403fff2332336b98d1043e6715c73b64f59ef6f8a246aa015964d4"
+FINGERPRINT = "e4d7fbd497a1a2624c71ac4b390e5471e5b0079b390ffa1cd50549182cbe4cad"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "584d5110f3f66e0a8bc9a50b707c44cf9ac8ad64b5504f7b19fdcaa1c8ebae0d"
+FINGERPRINT = "6a1811c03a50fc33b0591eb49c4087b508fe07467a3e4feaad5eeadbeb7fef29"
 
 import numpy as np
 from numba import njit

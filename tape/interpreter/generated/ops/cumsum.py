@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "17ca6c4e9c36454aa8135990cba50c9e828729270f8d9ac7ba25551b4945af1d"
+FINGERPRINT = "b7d3afc9bc04f777ea4d3d14f0b52ffbd2dbcdea82b17852162f42d4ae84b670"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d9f3d9378642f2f8a4602d6b0fca679a069f38ee0513f6cf86058f8cd6854275"
+FINGERPRINT = "f711ae21797ca69b95485342d9041d2c7c3412294a83e8c71019bc5e3ecf7b74"
 
 import numpy as np
 from numba import njit

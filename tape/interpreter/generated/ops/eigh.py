@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "998ab34d1bb592d7ff439b46fa55742b6daaac669a8e6630879ccc174ca76667"
+FINGERPRINT = "4feacc775cb4e0086dc90610ae45bd781712cce6482821d797cb7951e5f394d4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d0c11e3fa91c7bdd90d68fc011378d028973ac398de7810393f510323079fd0d"
+FINGERPRINT = "e849ce1a6ceb3e2096d6b3b6353e0cdef8f749250d7b432733ed57fb706a7ae2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4a96223c316a00e2827fbfa0adc8cdbab407c98da1410e30ef712ee081066289"
+FINGERPRINT = "4ac1a18bb3b8b15a0c105a64e58e2c53d21e388e61198d403edd876cfd883965"
 
 import numpy as np
 from numba import njit

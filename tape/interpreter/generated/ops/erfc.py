@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3ed8877ec765511e11f59c9945569715955dc68a25feef2a825086d39231fcc9"
+FINGERPRINT = "e14a673cdbf748b1b222ace78fa77ce8308778356916693e2517b379aac8ddb1"
 
 import numpy as np
 from numba import njit

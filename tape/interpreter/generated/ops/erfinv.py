@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f107dc52f1d242ba584e3272000c7cc073039d61e5349d9879d3bbbfb2521278"
+FINGERPRINT = "0aec7ced4847d243ac909e21c24ce5eadb42da9badf6827ca36119b6cfe5ce62"
 
 import numpy as np
 from numba import njit

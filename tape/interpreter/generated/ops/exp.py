@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "15d93b130c6de5d8cdf882599032dc2652af9ed08c756cd024c1f9b2784b1cc5"
+FINGERPRINT = "0ef16d89fe12f47a94bc1be6f199142f16640a7163b7d0837036a13a149dad31"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2ca0805a90eebaea0c1e4452d966981a2cb620756e73137b3575469bfd6cac95"
+FINGERPRINT = "b812f42bf549199767c42da739a7657ac046eb2b05c0bc007f85612ce6487483"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee9f5b12df06ffff5b3dbde8711743daccdc35dbf87c834c185582ac0366e432"
+FINGERPRINT = "6c7a16a0e0590184016fc85f8b6ac7756fc911321398f9a3b36b1b0712e38a54"
 
 import numpy as np
 from numba import njit

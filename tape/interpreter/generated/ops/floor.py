@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d97b6fe95ad7b6285dbbf865f28619a6deb75cd5b58863a2ad43a5124d5c65b9"
+FINGERPRINT = "72d1ad9fbd79ab5624f09f2153a4753fa68983a691a1cf3cd54927167ff43db6"
 
 import numpy as np
 from numba import njit

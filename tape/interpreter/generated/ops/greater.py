@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d1b8f76a3b804a0daa1bc2a9eaf90564485842237b749dcd6824438b11ab2dda"
+FINGERPRINT = "712f97e5ee33a33790eb2dfe9fe5babc2811e4f43a858cfc5aedfb982a196e45"
 
 import numpy as np
 from numba import njit

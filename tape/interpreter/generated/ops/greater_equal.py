@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "734c299154d9502b78861a083fdefc42b86e1ada927732ceeaf97cba6811df1e"
+FINGERPRINT = "7bee64611a1d745033d91d30f480c29326a4b4c99b2676f5ee52428d94d9bb34"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3e8a928542a254bdfacb1a60f0b2a0d62d86dcd5b46b573bdb25c69d9844eaa4"
+FINGERPRINT = "b621126127bf69e61f0b7e5aa9e1575ca4dc5f5e7b27e0b9bf63da99ed23d575"
 
 import numpy as np
 from numba import njit

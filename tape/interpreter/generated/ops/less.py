@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "877932d9e77dbda92b98b491ceca8333ee5bdbc03de9c834359869bee6219a94"
+FINGERPRINT = "1e65f5e1124bf086da9c2e8cf2246378917345055f917052da9cf259082cfb61"
 
 import numpy as np
 from numba import njit

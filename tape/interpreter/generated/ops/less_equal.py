@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "565ee19b7d74c4c0a0d73b61980cbdf85d50947190978f4fd350e83873ed62b0"
+FINGERPRINT = "1b2ba84542fbd92bf469a3f321ebf8464c645aa5340e72305e0a928fc4e40ddf"
 
 import numpy as np
 from numba import njit

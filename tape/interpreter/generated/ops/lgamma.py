@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1db27d7126a6b62dd6d8be9b481da24899146917392ffc49de2e34cd99e0e6fd"
+FINGERPRINT = "9fe2dff45ea39cc5f4f9d684543a8ae0497f5b95ff83d835173edfa1eb0a7fe7"
 
 import numpy as np
 from numba import njit

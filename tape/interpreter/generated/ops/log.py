@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a338663ca1f9f4e8d45fa25adffc788c6101db4c30e245e6c35f62ef6d3b7a44"
+FINGERPRINT = "715d99795f2bd456cf069e90cf8e10a1358999935698ce890db3ef91d1df5822"
 
 import numpy as np
 from numba import njit

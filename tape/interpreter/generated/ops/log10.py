@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ab8da01afe2abc902838fdb2f710343238289f193f645951ef005811fc6dea7c"
+FINGERPRINT = "76bbd726ffa42c941b1a1cc5d7d16a5b2d194e2a70da496611361dc0b5f86807"
 
 import numpy as np
 from numba import njit

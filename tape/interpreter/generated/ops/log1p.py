@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9c9028892864cd522ce9701b7d5da30a8f942b4dcc875b71da6c71d236f5cd9f"
+FINGERPRINT = "d95f003d78705ac6ba6839d9bed170f14c3d7def8f901d0dd3894b427bedcee0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d90a6963411c4c05195d273e07c2fef79fcc7c89c7813dfeaca57d7fd1c5bf98"
+FINGERPRINT = "1f856a7c51d5d90c89b5328e23ec87d95a6d136e728c0ba9cef5212da93d72dc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3a68d16263d077b5fefc8ef9717ffeaa61beecf12dd40ba3cd5047116c18dff3"
+FINGERPRINT = "e34a35b8d12cf755fe651a298cee264e8826d1924a3d27994385b637b94bc8a6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d324edfd542045eb01e265c60cbd42bbca79d3e636d56c23fe26abcef66aafd4"
+FINGERPRINT = "1460f0c2d4d25b14eb56e01b011c396be6474489bc4d0d365c1dc2f75ef748b9"
 
 import numpy as np
 from numba import njit

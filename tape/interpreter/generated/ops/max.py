@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8f6a885511d2666346e17d4e21db9d745d44c3aefdff39289dd4e6285b9c978b"
+FINGERPRINT = "a784471873ea2c878b58cc09e0ae82b8464294363b382bc6abcb8ee556317b22"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "718397ce6395b2d0503055b96a882dc4edda67f3f974cdfebcb1d2f8c2092a70"
+FINGERPRINT = "47a24e1643117be177a58a211aef9a194c84528867b062624e3d14a3d74edf7e"
 
 import numpy as np
 from numba import njit

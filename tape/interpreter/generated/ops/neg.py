@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cbca3ee171a263ed03b026f6e87340921acb4d9f3e276be81dfcb42673cabe8e"
+FINGERPRINT = "72c8dbf60dc6acf0c104c0ded09709b8d4f0b7ca8d531b1b806e619ecbca61bf"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "befca477b9a86af2691127b0f3e3af8fff05715179214d6dc13e8dc257ee8e53"
+FINGERPRINT = "4e29fa0aa7d9b1c28fa5eb504f99332c34853f65564e011cee0eca78be5319ba"
 
 import numpy as np
 from numba import njit

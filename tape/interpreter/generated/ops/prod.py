@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f85ee96c0641f9ab2bb6bee9ef13571bd8cdf2aa0d12413d5583984f9d34adcc"
+FINGERPRINT = "dfcb7b2b01e6794bccd025a7afc9b9f256bec9620ed3e2d4604ca3937509a47a"
 
 import numpy as np
 from numba import njit

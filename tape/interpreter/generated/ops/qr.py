@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "96741778e98f548e9470dce78c58d8bee846ce4ded5a07266962d003ca89207f"
+FINGERPRINT = "037f4d84baae618405fc423ad604df4ad7887de8aad805a2b0e60103a5003406"
 
 import numpy as np
 from numba import njit

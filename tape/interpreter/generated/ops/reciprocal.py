@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b63dcbf3f75ae5e9ae9a942cd331b9c036c7f6693ad192d46f45afd87719cfdd"
+FINGERPRINT = "87327253e8214fa3c0d9d8def14ffd1603517a9dbfd9d35761a52728530ac8eb"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "73f31ecb1ecd22eb0d84faabc56d5c16965626e09bb79bd66059644e20c226e3"
+FINGERPRINT = "94d656494cf5e385b4fdb514255b2804f6791f404ca0cb0a0e5d060e2885dd69"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7d502a6ab17a2b75256c0252a16de7f2f2c597a439a596741448471a536e1a5b"
+FINGERPRINT = "5b8897d96e7fa4d52ac8ac1d24f9a3c3f7e0fd5b6027fb74608928dc69b4c5ab"
 
 import numpy as np
 from numba import njit

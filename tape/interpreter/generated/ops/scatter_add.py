@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c1c5777c60fe6f019f5d06d73322eabaa682989685d064a24931eb5b53c2f27d"
+FINGERPRINT = "342a576f3a6ce4504186dac91e2d8cd54546d0c1de6550424ad0656855b9f0aa"
 
 import numpy as np
 from numba import njit

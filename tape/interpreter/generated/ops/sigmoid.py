@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3964623aad0ac204d36f3dc1bbb6a068accec0b64c221cbc5f608bb25bb45663"
+FINGERPRINT = "8174e2ed911771ec469195b6860de7e6fa7cdc932e5f2405596ad7bd3d437a29"
 
 import numpy as np
 from numba import njit

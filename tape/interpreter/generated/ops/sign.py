@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e8293ebed29c49706161285281192ba7ee1b501c630325887d222b3e15dab128"
+FINGERPRINT = "e33edafdb30ef1dba1bb7a42e1572eb1f6a5e30770d654bbbb2babd9c1b27a0e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "37fa3320cfa4fdb1cbb900bb9ecce1409406b56179111a050426890d559b45a6"
+FINGERPRINT = "f51725032a1d8ae70e63ad223d0e90ee23a2e6352afff81c9e8bcb6769a545b1"
 
 import numpy as np
 from numba import njit

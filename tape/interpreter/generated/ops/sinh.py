@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eccec22e39357b4eaf8f02def333a8fade8975015b0748df8b0df9e122f14978"
+FINGERPRINT = "202af60b6fcfef72a062ea34c5299298f879f0c9818ee7fa131443411616db58"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2285173a89098ef3987198bcd0b1e0f7b67007c4b1f29f518e509829fbef7152"
+FINGERPRINT = "4d462c0f829cd255491044bc3200a7219b504c83e72823bd7d6e65ef9b8d0029"
 
 import numpy as np
 from numba import njit

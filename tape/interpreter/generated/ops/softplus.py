@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "654cbf36ab852ec6bab8a59c4b50020bed0b5a1f0acb7e6dcb0affe336a2a055"
+FINGERPRINT = "bb50d0c2a06530b7ce4905ee7aca8d42e984208bfb05ea6a9f3c90544861ac3d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0e0f92df977c7a42f1a7c0e58e7cc8273cec98600b099cadc013314dcd49e056"
+FINGERPRINT = "c59a359bdb0d2f8a6bfef786df9c26909e1de7eb8d59fa96ec812a3076c57206"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0f422fa6b6ca6cd58c0fa367f9bbb90866e8d6ebec7b1e6fe041b7e3e1fe52b3"
+FINGERPRINT = "09259f682b23d2dc02584a5fd296da15559476782486ea507565cf9b88bb0f1b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee606062b6b3c2a58f18340917f0ea96963a3a5f39a03e11d468ca1f240f1899"
+FINGERPRINT = "4e97c922a66294277199ad8e4c212390ebe978de6e0f754aa1d34ee7d5300694"
 
 import numpy as np
 from numba import njit

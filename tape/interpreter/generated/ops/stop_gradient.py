@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ddbc64153698cffff4838311be9d8d1dae4114935ed88fdda40e886988344dd4"
+FINGERPRINT = "e368a5e84a8ec5006da22ea59942e84da6b703b60def158a3dd43a9c86cdf003"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8f1a82ad0fb62784cef6d96a8086fe88d3233db9aaa6e9e405cdc8325e546023"
+FINGERPRINT = "8e9098b4a904d267ce6d8ea9fa482cfcd3a51b41407da5e99a2f8596417c6517"
 
 import numpy as np
 from numba import njit
@@ -423,6 +423,128 @@ def _rev_sub_c0(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_sub_c0(i, entries, bufs, ipool, data, T):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    n = y.shape[0]
+    if T.shape[0] > 1:
+        p0 = np.zeros(n, T.dtype)
+        p1 = np.zeros(n, T.dtype)
+        for j in range(n):
+            u, w, yv = (x0[0 if False else j], x1[0 if False else j], y[j])
+            if True:
+                p0[j] = sub_rev0(u, w, yv, 1.0)
+            if True:
+                p1[j] = sub_rev1(u, w, yv, 1.0)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            ty = view(bufs, T[d], o)
+            for j in range(n):
+                v0 = t0[0 if False else j]
+                v1 = t1[0 if False else j]
+                acc = masked(p0[j] * v0, v0) if True else 0.0
+                if True:
+                    acc += masked(p1[j] * v1, v1)
+                ty[j] = acc
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    ty = view(bufs, T[0], o)
+    for j in range(n):
+        k0 = 0 if False else j
+        k1 = 0 if False else j
+        ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sub_c0(i, entries, bufs, ipool, data, grad, T, GT):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = True and active(bufs, a)
+    act1 = True and active(bufs, b)
+    if not (act0 or act1):
+        return
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    n = y.shape[0]
+    if T.shape[0] > 1:
+        p0 = np.zeros(n, T.dtype)
+        p1 = np.zeros(n, T.dtype)
+        q00 = np.zeros(n, T.dtype)
+        q01 = np.zeros(n, T.dtype)
+        q11 = np.zeros(n, T.dtype)
+        for j in range(n):
+            u, w, yv, g = (x0[0 if False else j], x1[0 if False else j], y[j], gy[j])
+            if act0:
+                p0[j] = sub_rev0(u, w, yv, 1.0)
+            if act1:
+                p1[j] = sub_rev1(u, w, yv, 1.0)
+            if g != 0.0:
+                if False:
+                    q00[j] = g * loops.no_h3(u, w, yv)
+                if False:
+                    q01[j] = g * loops.no_h3(u, w, yv)
+                if False:
+                    q11[j] = g * loops.no_h3(u, w, yv)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            g0 = view(bufs, GT[d], a)
+            g1 = view(bufs, GT[d], b)
+            gty = view(bufs, GT[d], o)
+            for j in range(n):
+                k0 = 0 if False else j
+                k1 = 0 if False else j
+                dg = gty[j]
+                ta = t0[k0] if act0 else 0.0
+                tb = t1[k1] if act1 else 0.0
+                if act0:
+                    v = masked(p0[j] * dg, dg)
+                    if q00[j] != 0.0 and ta != 0.0:
+                        v += q00[j] * ta
+                    if q01[j] != 0.0 and tb != 0.0:
+                        v += q01[j] * tb
+                    g0[k0] += v
+                if act1:
+                    v = masked(p1[j] * dg, dg)
+                    if q01[j] != 0.0 and ta != 0.0:
+                        v += q01[j] * ta
+                    if q11[j] != 0.0 and tb != 0.0:
+                        v += q11[j] * tb
+                    g1[k1] += v
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    g0 = view(bufs, GT[0], a)
+    g1 = view(bufs, GT[0], b)
+    gty = view(bufs, GT[0], o)
+    if not False and (not False) and (a != b):
+        if act0:
+            for j in range(n):
+                g0[j] += _hrev_one_7(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
+        if act1:
+            for j in range(n):
+                g1[j] += _hrev_one_8(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
+        return
+    for j in range(n):
+        k0 = 0 if False else j
+        k1 = 0 if False else j
+        u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
+        if act0:
+            g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
+        if act1:
+            g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
+
+
+@njit(**SWEEP_JIT)
 def _fwd_sub_c1(i, entries, bufs, ipool, data):
     c0 = view(bufs, data, entries[i, E_IN0])[0]
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -463,6 +585,128 @@ def _rev_sub_c1(i, entries, bufs, ipool, data, grad):
 
 
 @njit(**SWEEP_JIT)
+def _tan_sub_c1(i, entries, bufs, ipool, data, T):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    n = y.shape[0]
+    if T.shape[0] > 1:
+        p0 = np.zeros(n, T.dtype)
+        p1 = np.zeros(n, T.dtype)
+        for j in range(n):
+            u, w, yv = (x0[0 if True else j], x1[0 if False else j], y[j])
+            if True:
+                p0[j] = sub_rev0(u, w, yv, 1.0)
+            if True:
+                p1[j] = sub_rev1(u, w, yv, 1.0)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            ty = view(bufs, T[d], o)
+            for j in range(n):
+                v0 = t0[0 if True else j]
+                v1 = t1[0 if False else j]
+                acc = masked(p0[j] * v0, v0) if True else 0.0
+                if True:
+                    acc += masked(p1[j] * v1, v1)
+                ty[j] = acc
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    ty = view(bufs, T[0], o)
+    for j in range(n):
+        k0 = 0 if True else j
+        k1 = 0 if False else j
+        ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sub_c1(i, entries, bufs, ipool, data, grad, T, GT):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = True and active(bufs, a)
+    act1 = True and active(bufs, b)
+    if not (act0 or act1):
+        return
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    n = y.shape[0]
+    if T.shape[0] > 1:
+        p0 = np.zeros(n, T.dtype)
+        p1 = np.zeros(n, T.dtype)
+        q00 = np.zeros(n, T.dtype)
+        q01 = np.zeros(n, T.dtype)
+        q11 = np.zeros(n, T.dtype)
+        for j in range(n):
+            u, w, yv, g = (x0[0 if True else j], x1[0 if False else j], y[j], gy[j])
+            if act0:
+                p0[j] = sub_rev0(u, w, yv, 1.0)
+            if act1:
+                p1[j] = sub_rev1(u, w, yv, 1.0)
+            if g != 0.0:
+                if False:
+                    q00[j] = g * loops.no_h3(u, w, yv)
+                if False:
+                    q01[j] = g * loops.no_h3(u, w, yv)
+                if False:
+                    q11[j] = g * loops.no_h3(u, w, yv)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            g0 = view(bufs, GT[d], a)
+            g1 = view(bufs, GT[d], b)
+            gty = view(bufs, GT[d], o)
+            for j in range(n):
+                k0 = 0 if True else j
+                k1 = 0 if False else j
+                dg = gty[j]
+                ta = t0[k0] if act0 else 0.0
+                tb = t1[k1] if act1 else 0.0
+                if act0:
+                    v = masked(p0[j] * dg, dg)
+                    if q00[j] != 0.0 and ta != 0.0:
+                        v += q00[j] * ta
+                    if q01[j] != 0.0 and tb != 0.0:
+                        v += q01[j] * tb
+                    g0[k0] += v
+                if act1:
+                    v = masked(p1[j] * dg, dg)
+                    if q01[j] != 0.0 and ta != 0.0:
+                        v += q01[j] * ta
+                    if q11[j] != 0.0 and tb != 0.0:
+                        v += q11[j] * tb
+                    g1[k1] += v
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    g0 = view(bufs, GT[0], a)
+    g1 = view(bufs, GT[0], b)
+    gty = view(bufs, GT[0], o)
+    if not True and (not False) and (a != b):
+        if act0:
+            for j in range(n):
+                g0[j] += _hrev_one_7(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
+        if act1:
+            for j in range(n):
+                g1[j] += _hrev_one_8(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
+        return
+    for j in range(n):
+        k0 = 0 if True else j
+        k1 = 0 if False else j
+        u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
+        if act0:
+            g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
+        if act1:
+            g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
+
+
+@njit(**SWEEP_JIT)
 def _fwd_sub_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     c1 = view(bufs, data, entries[i, E_IN1])[0]
@@ -500,3 +744,125 @@ def _rev_sub_c4(i, entries, bufs, ipool, data, grad):
         for k in range(j, m):
             acc += masked(sub_rev1(x0[k], c1, y[k], gy[k]), gy[k])
         view(bufs, grad, b)[0] += acc
+
+
+@njit(**SWEEP_JIT)
+def _tan_sub_c4(i, entries, bufs, ipool, data, T):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    n = y.shape[0]
+    if T.shape[0] > 1:
+        p0 = np.zeros(n, T.dtype)
+        p1 = np.zeros(n, T.dtype)
+        for j in range(n):
+            u, w, yv = (x0[0 if False else j], x1[0 if True else j], y[j])
+            if True:
+                p0[j] = sub_rev0(u, w, yv, 1.0)
+            if True:
+                p1[j] = sub_rev1(u, w, yv, 1.0)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            ty = view(bufs, T[d], o)
+            for j in range(n):
+                v0 = t0[0 if False else j]
+                v1 = t1[0 if True else j]
+                acc = masked(p0[j] * v0, v0) if True else 0.0
+                if True:
+                    acc += masked(p1[j] * v1, v1)
+                ty[j] = acc
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    ty = view(bufs, T[0], o)
+    for j in range(n):
+        k0 = 0 if False else j
+        k1 = 0 if True else j
+        ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sub_c4(i, entries, bufs, ipool, data, grad, T, GT):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    act0 = True and active(bufs, a)
+    act1 = True and active(bufs, b)
+    if not (act0 or act1):
+        return
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    n = y.shape[0]
+    if T.shape[0] > 1:
+        p0 = np.zeros(n, T.dtype)
+        p1 = np.zeros(n, T.dtype)
+        q00 = np.zeros(n, T.dtype)
+        q01 = np.zeros(n, T.dtype)
+        q11 = np.zeros(n, T.dtype)
+        for j in range(n):
+            u, w, yv, g = (x0[0 if False else j], x1[0 if True else j], y[j], gy[j])
+            if act0:
+                p0[j] = sub_rev0(u, w, yv, 1.0)
+            if act1:
+                p1[j] = sub_rev1(u, w, yv, 1.0)
+            if g != 0.0:
+                if False:
+                    q00[j] = g * loops.no_h3(u, w, yv)
+                if False:
+                    q01[j] = g * loops.no_h3(u, w, yv)
+                if False:
+                    q11[j] = g * loops.no_h3(u, w, yv)
+        for d in range(T.shape[0]):
+            t0 = view(bufs, T[d], a)
+            t1 = view(bufs, T[d], b)
+            g0 = view(bufs, GT[d], a)
+            g1 = view(bufs, GT[d], b)
+            gty = view(bufs, GT[d], o)
+            for j in range(n):
+                k0 = 0 if False else j
+                k1 = 0 if True else j
+                dg = gty[j]
+                ta = t0[k0] if act0 else 0.0
+                tb = t1[k1] if act1 else 0.0
+                if act0:
+                    v = masked(p0[j] * dg, dg)
+                    if q00[j] != 0.0 and ta != 0.0:
+                        v += q00[j] * ta
+                    if q01[j] != 0.0 and tb != 0.0:
+                        v += q01[j] * tb
+                    g0[k0] += v
+                if act1:
+                    v = masked(p1[j] * dg, dg)
+                    if q01[j] != 0.0 and ta != 0.0:
+                        v += q01[j] * ta
+                    if q11[j] != 0.0 and tb != 0.0:
+                        v += q11[j] * tb
+                    g1[k1] += v
+        return
+    t0 = view(bufs, T[0], a)
+    t1 = view(bufs, T[0], b)
+    g0 = view(bufs, GT[0], a)
+    g1 = view(bufs, GT[0], b)
+    gty = view(bufs, GT[0], o)
+    if not False and (not True) and (a != b):
+        if act0:
+            for j in range(n):
+                g0[j] += _hrev_one_7(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
+        if act1:
+            for j in range(n):
+                g1[j] += _hrev_one_8(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
+        return
+    for j in range(n):
+        k0 = 0 if False else j
+        k1 = 0 if True else j
+        u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
+        if act0:
+            g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
+        if act1:
+            g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7e027ea0ba44b2641912094653440ddc72e2f1fba7d809cbc426d5c6526bc7f3"
+FINGERPRINT = "7a570ed2c7d5d9421e7cae3cb3afa5470eb507f6b17f763933104fd1a4c41e4c"
 
 import numpy as np
 from numba import njit
@@ -37,6 +37,18 @@ def _fwd_sum_c2(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _rev_sum_c2(i, entries, bufs, ipool, data, grad):
     sum_rev_all(i, entries, bufs, ipool, data, grad)
+
+
+@njit(**SWEEP_JIT)
+def _tan_sum_c2(i, entries, bufs, ipool, data, T):
+    for d in range(T.shape[0]):
+        sum_fwd_all(i, entries, bufs, ipool, T[d])
+
+
+@njit(**SWEEP_JIT)
+def _hrev_sum_c2(i, entries, bufs, ipool, data, grad, T, GT):
+    for d in range(T.shape[0]):
+        sum_rev_all(i, entries, bufs, ipool, data, GT[d])
 
 
 @njit(**SWEEP_JIT)

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7ef6a4f70e30779cc0ab5d53ce8f173e13478d6a1f7ef6d0254e940c70437e7e"
+FINGERPRINT = "b84766b65fbc42c7fddec54d97d1ca84beb176d76d70678908f833cedde36f92"
 
 import numpy as np
 from numba import njit

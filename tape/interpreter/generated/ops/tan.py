@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbeddf4593d9bd8176e99ad1b643ccbdf4df189254657202d5a5f60ff7d96232"
+FINGERPRINT = "8117d3cad531aa7db5118c0326fbbb2025ab5e9d145585b2043c1c79166faabd"
 
 import numpy as np
 from numba import njit

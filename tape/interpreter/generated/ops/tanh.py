@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "32c47192cd6bf5c2bf9ba8ee18be7ae8077e7b33bb935ab92bd6cf1d9aae3ece"
+FINGERPRINT = "ee2a538ac7fe6b6a9f2a5ac9c532eceb6ec33cb5520b02a7a36cad5739754a84"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0bde0bd19fc72c27ea25bf7b3123f0ee806fdcfbc1c6a9fc9dd5a9204b117a51"
+FINGERPRINT = "5301e087c502b9a834481b2e08d0b725d1f9b8cac998e9abd8cde423729935ea"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8aa974400b3f3ba0dc23b68a7023fb88b6ed7d84bcb5b0ec01a5da7bd5b6bdc3"
+FINGERPRINT = "cdd0ba7aa196dfdf991af4ed60d22a8ec220d27360dc4b3d9af2c145523e03b3"
 
 import numpy as np
 from numba import njit
