@@ -418,15 +418,30 @@ def function(kind_name, code, cls=None):
 
 def class_kernel(kind, code, cls, dtype):
     """The kernel that runs op ``code``'s entries of class ``cls`` in sweep ``kind`` on arenas
-    of ``dtype``: the class's own kernel, unless this process has already compiled (or loaded)
-    the op's general kernel for ``dtype``, which runs them too, with the same numbers (the
-    tests compare them bit for bit): a second kernel would cost a compile and gain nothing
-    measurable. ``None`` when the op has no ``kind`` kernel."""
+    of ``dtype``: the class's own kernel or the op's general kernel, which runs them too, with
+    the same numbers (the tests compare them bit for bit), whichever is cheaper to have: one
+    this process has compiled or loaded, else one in Numba's cache, else the class's own
+    (the faster compile). ``None`` when the op has no ``kind`` kernel."""
     general = function(KIND_NAMES[kind], code)
     own = function(KIND_NAMES[kind], code, cls)
-    if own is not general and SIGNATURES[(kind, np.dtype(dtype))].args in general.overloads:
-        return general
+    if own is general:
+        return own
+    sig = SIGNATURES[(kind, np.dtype(dtype))].args
+    for have in (lambda f: sig in f.overloads, lambda f: _cached(f, sig)):
+        for fn in (own, general):
+            if have(fn):
+                return fn
     return own
+
+
+def _cached(fn, sig) -> bool:
+    """Whether Numba's on-disk cache holds dispatcher ``fn`` compiled for argument types
+    ``sig`` (a load, not a compile)."""
+    try:
+        cache = fn._cache
+        return cache._index_key(sig, fn.targetctx.codegen()) in cache._cache_file._load_index()
+    except Exception:  # noqa: BLE001  (caching off, another Numba: as if not cached)
+        return False
 
 
 class PerOp:

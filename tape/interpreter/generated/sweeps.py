@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cedc4edf5859d464a1b8f75dd28dd0bd48a800110ea5afa4a129106724cc2572"
+FINGERPRINT = "d141ce41cac2b708475dd3a6697211ead0264f38105cf8f9b2d6f8e3fe0a7aaf"
 
 import numpy as np
 from numba import njit, prange
