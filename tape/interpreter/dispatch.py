@@ -590,6 +590,19 @@ def _fill(tab, k, c, fn, slots, dt):
     return sum(fn.stats.cache_misses.values()) > misses
 
 
+def prepare_reverse_kernels(ops, classes, dtype):
+    """Eager mode's backward: :func:`prepare` the reverse kernels of entries with op codes
+    ``ops`` and entry classes ``classes`` (int arrays) that the table lacks, before they are
+    called, so that a kernel a helper compiled (or is compiling) meanwhile is loaded from the
+    cache rather than compiled a second time. A few array operations when nothing is missing."""
+    ok = ops >= 0  # (callbacks: none)
+    keys = ops * NCLS + classes
+    missing = ok & (TABLES[np.dtype(dtype)][REV, np.where(ok, keys, 0)] == NOT_PREPARED)
+    if missing.any():
+        u = np.unique(keys[missing])
+        prepare(u // NCLS, dtype, (REV,), classes=u % NCLS)
+
+
 def prepare_tape(t, kinds=(FWD, REV), dtype=None, meanwhile=None):
     """:func:`prepare` the ops of tape ``t`` (its recorded entries, by entry class) for its
     arena dtype."""

@@ -450,8 +450,9 @@ class Tape:
         )  # fmt: skip
         rev = sweeps.REV
         done = set()  # autograd.Function calls already run
-        classes = _dispatch.entry_classes(entries, bufs, order).tolist()
-        for i, cls in zip(order.tolist(), classes):
+        classes = _dispatch.entry_classes(entries, bufs, order)
+        _dispatch.prepare_reverse_kernels(entries[order, E_OP], classes, self.dtype)
+        for i, cls in zip(order.tolist(), classes.tolist()):
             code = entries.item(i, E_OP)
             if code == CALLBACK:
                 eager_backward(self, i, emask, need, done)

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d141ce41cac2b708475dd3a6697211ead0264f38105cf8f9b2d6f8e3fe0a7aaf"
+FINGERPRINT = "7e56e6a3be4055274c40126901f7b63cb21f41286b38bef412ff1dc3e4c450a8"
 
 import numpy as np
 from numba import njit, prange
