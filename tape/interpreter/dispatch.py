@@ -446,8 +446,9 @@ def _cached(fn, sig) -> bool:
 
 class PerOp:
     """``table[code]``: one kind of per-op function (the general kernel), looked up (and its
-    module imported) on first use; ``table.at(code, cls)``: the kernel for entries of class
-    ``cls``. Eager mode and the per-entry checks call these directly."""
+    module imported) on first use; ``table.at(code, cls, dtype)``: the kernel for entries of
+    class ``cls`` on arenas of ``dtype``, prepared in the table on first use. Eager mode and
+    the per-entry checks call these directly."""
 
     def __init__(self, kind_name):
         self.kind_name = kind_name
@@ -464,7 +465,10 @@ class PerOp:
         key = (code * NCLS + cls, dtype)
         fn = self._by_class.get(key, False)
         if fn is False:
+            # first use here: through the table (a kernel a helper compiled, or is compiling,
+            # is loaded from the cache, not compiled a second time)
             kind = KIND_NAMES.index(self.kind_name)
+            prepare((code,), dtype, (kind,), speculate=False, classes=(cls,))
             fn = self._by_class[key] = class_kernel(kind, code, cls, dtype)
         return fn
 
@@ -588,19 +592,6 @@ def _fill(tab, k, c, fn, slots, dt):
         else:
             row[q] = addr
     return sum(fn.stats.cache_misses.values()) > misses
-
-
-def prepare_reverse_kernels(ops, classes, dtype):
-    """Eager mode's backward: :func:`prepare` the reverse kernels of entries with op codes
-    ``ops`` and entry classes ``classes`` (int arrays) that the table lacks, before they are
-    called, so that a kernel a helper compiled (or is compiling) meanwhile is loaded from the
-    cache rather than compiled a second time. A few array operations when nothing is missing."""
-    ok = ops >= 0  # (callbacks: none)
-    keys = ops * NCLS + classes
-    missing = ok & (TABLES[np.dtype(dtype)][REV, np.where(ok, keys, 0)] == NOT_PREPARED)
-    if missing.any():
-        u = np.unique(keys[missing])
-        prepare(u // NCLS, dtype, (REV,), classes=u % NCLS)
 
 
 def prepare_tape(t, kinds=(FWD, REV), dtype=None, meanwhile=None):

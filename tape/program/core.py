@@ -450,9 +450,8 @@ class Tape:
         )  # fmt: skip
         rev = sweeps.REV
         done = set()  # autograd.Function calls already run
-        classes = _dispatch.entry_classes(entries, bufs, order)
-        _dispatch.prepare_reverse_kernels(entries[order, E_OP], classes, self.dtype)
-        for i, cls in zip(order.tolist(), classes.tolist()):
+        classes = _dispatch.entry_classes(entries, bufs, order).tolist()
+        for i, cls in zip(order.tolist(), classes):
             code = entries.item(i, E_OP)
             if code == CALLBACK:
                 eager_backward(self, i, emask, need, done)

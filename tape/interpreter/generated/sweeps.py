@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7e56e6a3be4055274c40126901f7b63cb21f41286b38bef412ff1dc3e4c450a8"
+FINGERPRINT = "f994bf84e3945e92fdc22924c68f49deae6a0a62b389e8a22bf5b055b47c2bd9"
 
 import numpy as np
 from numba import njit, prange
