@@ -150,17 +150,6 @@ def entry_class(entries, bufs, i):
     )
 
 
-def class_of(sizes, n) -> int:
-    """:func:`entry_class` from Python: ``sizes`` of the inputs (``None`` where unused), ``n``
-    the output's size."""
-    cls = 0
-    for k, s in enumerate(sizes):
-        if s is None or s == n:
-            continue
-        cls += (WHOLE if n == 1 else ONE if s == 1 else OTHER) << (2 * k)
-    return cls
-
-
 def entry_classes(entries, bufs, rows):
     """:func:`entry_class` of the entries ``rows`` (an int array), as an int64 array."""
     e = entries[rows]

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f994bf84e3945e92fdc22924c68f49deae6a0a62b389e8a22bf5b055b47c2bd9"
+FINGERPRINT = "9df7e56476743202591c80123a1ce5dddcdf4db370c7c3c79f50e9cbe84ef427"
 
 import numpy as np
 from numba import njit, prange
