@@ -253,7 +253,7 @@ def ba_jacobian_cases(opts):
 def optimize_cases(opts):
     from tape.bench import simple
 
-    n = 1000
+    n = 100 if opts.quick else 1000  # quick: 4,050 iterations at 1,000 take 2 s a solve
     x0 = np.zeros(n)
 
     def tape_b():

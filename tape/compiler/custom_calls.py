@@ -30,7 +30,9 @@ def store(dst, y):
     if a.ndim == 0:
         dst[0] = a.item()
     else:
-        dst[:] = a.ravel()
+        flat = a.ravel()
+        for j in range(dst.shape[0]):  # (Numba's slice assignment compiles in 2-3 s)
+            dst[j] = flat[j]
 
 
 @njit

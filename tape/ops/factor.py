@@ -28,9 +28,10 @@ from numba import njit
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
+from tape.ops.blas import gesv
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import solve as sv
-from tape.ops.loops import active, view
+from tape.ops.loops import active, add2, put2, tri, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -55,11 +56,9 @@ def _mat(flat, off, r, c):
 @_jit
 def _mask(m, mode):
     """The part of ``m`` a ``solve`` of this mode reads (a copy)."""
-    if mode == LOWER:
-        return np.tril(m)
-    if mode == UPPER:
-        return np.triu(m)
-    return m.copy()
+    if mode == GENERAL:
+        return m.copy()
+    return tri(m, mode == LOWER, 0)
 
 
 @_jit
@@ -88,7 +87,7 @@ def _tri_solve(a, b, lower, trans):
 def _solve(a, b, mode, trans):
     """``op(a)^-1 b`` for a ``solve`` of ``mode`` (``a`` must be nonsingular)."""
     if mode == GENERAL:
-        return np.linalg.solve(np.ascontiguousarray(a.T) if trans else a, b)
+        return gesv(a, trans, b)[0]
     return _tri_solve(a, b, mode == LOWER, trans)
 
 
@@ -104,11 +103,21 @@ def _singular(a, mode):
 
 
 @_jit
+def _finite2(a):
+    for r in range(a.shape[0]):
+        for c in range(a.shape[1]):
+            if not np.isfinite(a[r, c]):
+                return False
+    return True
+
+
+@_jit
 def _try_solve(a, b):
-    try:
-        return np.linalg.solve(a, b), True
-    except Exception:  # noqa: BLE001  (LAPACK: exactly singular)
+    """``(a^-1 b, True)``, or ``False`` second where ``a`` is exactly singular or either
+    holds a non-finite value."""
+    if not (_finite2(a) and _finite2(b)):
         return b.copy(), False
+    return gesv(a, False, b)
 
 
 @_jit
@@ -142,7 +151,7 @@ def solve_fwd(i, entries, bufs, ipool, data):
             if _singular(a, mode):
                 return i
             x = _tri_solve(a, rhs, mode == LOWER, False)
-        y[:] = x
+        put2(y, x)
     return -1
 
 
@@ -159,11 +168,9 @@ def solve_rev(i, entries, bufs, ipool, data, grad):
         a = _mat(A, b * sa, n, n)
         g = _solve(a, _mat(gX, b * n * k, n, k), mode, True)  # A^-T gX
         if act_b:
-            gb = _mat(gB, b * sb, n, k)
-            gb += g
+            add2(_mat(gB, b * sb, n, k), g)
         if act_a:
-            ga = _mat(gA, b * sa, n, n)
-            ga -= _mask(_dot(g, _mat(X, b * n * k, n, k).T), mode)
+            add2(_mat(gA, b * sa, n, n), -_mask(_dot(g, _mat(X, b * n * k, n, k).T), mode))
 
 
 @_jit
@@ -182,12 +189,11 @@ def solve_jvp(i, entries, bufs, ipool, data, T):
             a = _mat(A, b * sa, n, n)
             r = np.zeros((n, k), A.dtype)
             if act_b:
-                r += _mat(view(bufs, T[d], ib), b * sb, n, k)
+                add2(r, _mat(view(bufs, T[d], ib), b * sb, n, k))
             if act_a:
                 ta = _mask(_mat(view(bufs, T[d], ia), b * sa, n, n), mode)
-                r -= _dot(ta, _mat(X, b * n * k, n, k))
-            ty = _mat(tY, b * n * k, n, k)
-            ty[:] = _solve(a, r, mode, False)
+                add2(r, -_dot(ta, _mat(X, b * n * k, n, k)))
+            put2(_mat(tY, b * n * k, n, k), _solve(a, r, mode, False))
 
 
 @_jit
@@ -211,12 +217,11 @@ def solve_hvp(i, entries, bufs, ipool, data, grad, T, GT):
                 r -= _dot(ta.T, g)
             tg = _solve(a, r, mode, True)
             if act_b:
-                gtb = _mat(view(bufs, GT[d], ib), b * sb, n, k)
-                gtb += tg
+                add2(_mat(view(bufs, GT[d], ib), b * sb, n, k), tg)
             if act_a:
                 tx = _mat(view(bufs, T[d], io), b * n * k, n, k)
                 gta = _mat(view(bufs, GT[d], ia), b * sa, n, n)
-                gta -= _mask(_dot(tg, x.T) + _dot(g, tx.T), mode)
+                add2(gta, -_mask(_dot(tg, x.T) + _dot(g, tx.T), mode))
 
 
 # ---------------------------------------------------------------- cholesky
@@ -225,14 +230,19 @@ def solve_hvp(i, entries, bufs, ipool, data, grad, T, GT):
 @_jit
 def _from_lower(a):
     """The symmetric matrix whose lower triangle is ``a``'s."""
-    low = np.tril(a)
-    return low + np.tril(a, -1).T
+    n = a.shape[0]
+    out = np.empty((n, n), a.dtype)
+    for r in range(n):
+        for c in range(r + 1):
+            out[r, c] = a[r, c]
+            out[c, r] = a[r, c]
+    return out
 
 
 @_jit
 def _phi(m):
     """Lower triangle of ``m`` with the diagonal halved."""
-    out = np.tril(m)
+    out = tri(m, True, 0)
     for r in range(m.shape[0]):
         out[r, r] *= 0.5
     return out
@@ -250,7 +260,7 @@ def _try_cholesky(a):
 def _inv_lower(low):
     """``L^-1`` through LAPACK (a substitution loop against the identity is ten times
     slower at n = 1000); ``L`` is a nonsingular Cholesky factor."""
-    return np.tril(np.linalg.inv(low))
+    return tri(np.linalg.inv(low), True, 0)
 
 
 @_jit
@@ -266,8 +276,7 @@ def cholesky_fwd(i, entries, bufs, ipool, data):
         for r in range(n):
             if not (low[r, r] > 0.0 and np.isfinite(low[r, r])):
                 return i
-        y = _mat(Y, b * n * n, n, n)
-        y[:] = low
+        put2(_mat(Y, b * n * n, n, n), low)
     return -1
 
 
@@ -292,8 +301,7 @@ def cholesky_rev(i, entries, bufs, ipool, data, grad):
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
         s, _ = _cholesky_s(_mat(L, b * n * n, n, n), _mat(gL, b * n * n, n, n))
-        ga = _mat(gA, b * n * n, n, n)
-        ga += _phi(s + s.T)
+        add2(_mat(gA, b * n * n, n, n), _phi(s + s.T))
 
 
 @_jit
@@ -313,7 +321,7 @@ def cholesky_jvp(i, entries, bufs, ipool, data, T):
                 ty[:] = 0.0
                 continue
             ta = _from_lower(_mat(view(bufs, T[d], a), b * n * n, n, n))
-            ty[:] = _dot(low, _phi(_dot(_dot(li, ta), li.T)))
+            put2(ty, _dot(low, _phi(_dot(_dot(li, ta), li.T))))
 
 
 @_jit
@@ -336,8 +344,7 @@ def cholesky_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             ts = _dot(_dot(li.T, inner), li)
             ts -= _dot(li.T, _dot(tl.T, s))
             ts -= _dot(_dot(s, tl), li)
-            gta = _mat(view(bufs, GT[d], a), b * n * n, n, n)
-            gta += _phi(ts + ts.T)
+            add2(_mat(view(bufs, GT[d], a), b * n * n, n, n), _phi(ts + ts.T))
 
 
 # ---------------------------------------------------------------- slogdet

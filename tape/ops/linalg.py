@@ -14,7 +14,7 @@ from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blas import gemm_acc
 from tape.ops.blocks import matmul as mm
-from tape.ops.loops import active, view
+from tape.ops.loops import active, add2, put2, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -65,23 +65,6 @@ def matmul_rev(i, entries, bufs, ipool, data, grad):
             gemm_acc(a, True, gy, False, gB[b * sb : b * sb + k * n].reshape((k, n)))
 
 
-# Copies and sums of matrices as loops: Numba's array assignment and in-place add compile
-# its shape-mismatch error formatting into each kernel (about 3 s of a cold compile); the
-# shapes here agree by construction.
-@_jit
-def _put(dst, src):
-    for r in range(dst.shape[0]):
-        for c in range(dst.shape[1]):
-            dst[r, c] = src[r, c]
-
-
-@_jit
-def _add(dst, src):
-    for r in range(dst.shape[0]):
-        for c in range(dst.shape[1]):
-            dst[r, c] += src[r, c]
-
-
 @_jit
 def matmul_jvp(i, entries, bufs, ipool, data, T):
     # tY = tA @ B + A @ tB for every direction (row of T) at once: the directions' tA are
@@ -106,24 +89,24 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
         if act_a:
             tA = np.empty((K * m, k), T.dtype)
             for d in range(K):
-                _put(
+                put2(
                     tA[d * m : (d + 1) * m], T[d, oa + b * sa : oa + b * sa + m * k].reshape((m, k))
                 )
             y1 = np.dot(tA, bb)
             for d in range(K):
                 y = T[d, oy + b * m * n : oy + (b + 1) * m * n].reshape((m, n))
-                _add(y, y1[d * m : (d + 1) * m])
+                add2(y, y1[d * m : (d + 1) * m])
         if act_b:
             tB = np.empty((k, K * n), T.dtype)
             for d in range(K):
-                _put(
+                put2(
                     tB[:, d * n : (d + 1) * n],
                     T[d, ob + b * sb : ob + b * sb + k * n].reshape((k, n)),
                 )
             y2 = np.dot(a, tB)
             for d in range(K):
                 y = T[d, oy + b * m * n : oy + (b + 1) * m * n].reshape((m, n))
-                _add(y, y2[:, d * n : (d + 1) * n])
+                add2(y, y2[:, d * n : (d + 1) * n])
 
 
 @_jit
@@ -152,34 +135,34 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         gty_cols = np.empty((m, K * n), T.dtype)  # ... side by side
         for d in range(K):
             g = GT[d, py : py + m * n].reshape((m, n))
-            _put(gty[d * m : (d + 1) * m], g)
-            _put(gty_cols[:, d * n : (d + 1) * n], g)
+            put2(gty[d * m : (d + 1) * m], g)
+            put2(gty_cols[:, d * n : (d + 1) * n], g)
         if act_a:
             ga1 = np.dot(gty, bb.T)  # (K m, k)
             ga2 = np.empty((m, K * k), T.dtype)
             if act_b:
                 tbt = np.empty((n, K * k), T.dtype)
                 for d in range(K):
-                    _put(tbt[:, d * k : (d + 1) * k], T[d, pb : pb + k * n].reshape((k, n)).T)
+                    put2(tbt[:, d * k : (d + 1) * k], T[d, pb : pb + k * n].reshape((k, n)).T)
                 ga2 = np.dot(gy, tbt)  # (m, K k)
             for d in range(K):
                 ga = GT[d, pa : pa + m * k].reshape((m, k))
-                _add(ga, ga1[d * m : (d + 1) * m])
+                add2(ga, ga1[d * m : (d + 1) * m])
                 if act_b:
-                    _add(ga, ga2[:, d * k : (d + 1) * k])
+                    add2(ga, ga2[:, d * k : (d + 1) * k])
         if act_b:
             gb1 = np.dot(a.T, gty_cols)  # (k, K n)
             gb2 = np.empty((K * k, n), T.dtype)
             if act_a:
                 tat = np.empty((K * k, m), T.dtype)
                 for d in range(K):
-                    _put(tat[d * k : (d + 1) * k], T[d, pa : pa + m * k].reshape((m, k)).T)
+                    put2(tat[d * k : (d + 1) * k], T[d, pa : pa + m * k].reshape((m, k)).T)
                 gb2 = np.dot(tat, gy)  # (K k, n)
             for d in range(K):
                 gb = GT[d, pb : pb + k * n].reshape((k, n))
-                _add(gb, gb1[:, d * n : (d + 1) * n])
+                add2(gb, gb1[:, d * n : (d + 1) * n])
                 if act_a:
-                    _add(gb, gb2[d * k : (d + 1) * k])
+                    add2(gb, gb2[d * k : (d + 1) * k])
 
 
 @_jit

@@ -103,6 +103,37 @@ def active(bufs, b):
     return bufs[b, B_KIND] != CONST
 
 
+# Copies and sums of matrices as loops, for the matrix kernels: Numba's array slice assignment
+# compiles a shape-mismatch message (2.3-3.5 s, once per process and number of axes) and its
+# np.tril 2.1 s; the shapes here agree by construction.
+@_jit
+def put2(dst, src):
+    """``dst[:] = src`` for 2-d arrays of one shape."""
+    for r in range(dst.shape[0]):
+        for c in range(dst.shape[1]):
+            dst[r, c] = src[r, c]
+
+
+@_jit
+def add2(dst, src):
+    """``dst += src`` for 2-d arrays of one shape."""
+    for r in range(dst.shape[0]):
+        for c in range(dst.shape[1]):
+            dst[r, c] += src[r, c]
+
+
+@_jit
+def tri(m, lower, k):
+    """``np.tril(m, k)`` (``lower``) or ``np.triu(m, k)`` of a 2-d array, as a new C-ordered
+    array."""
+    out = np.zeros(m.shape, m.dtype)
+    for r in range(m.shape[0]):
+        for c in range(m.shape[1]):
+            if (c - r <= k) if lower else (c - r >= k):
+                out[r, c] = m[r, c]
+    return out
+
+
 @_jit
 def shape_of(bufs, ipool, b):
     nd = bufs[b, B_NDIM]

@@ -444,7 +444,9 @@ def argsort_fwd(i, entries, bufs, ipool, data):
     tmp = np.empty(n, np.int64)
     for o in range(outer):
         for q in range(inner):
-            keys[:] = _row(x, o, q, n, inner)
+            row = _row(x, o, q, n, inner)
+            for k in range(n):
+                keys[k] = row[k]
             perm = _merge_sort(keys, descending, idx, tmp)
             ys = _row(y, o, q, n, inner)
             for k in range(n):

@@ -50,7 +50,7 @@ from tape.ops import registry, validate
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import qr as qr_block
 from tape.ops.factor import _dot, _from_lower, _mat, _phi, _tri_solve
-from tape.ops.loops import active, view
+from tape.ops.loops import active, add2, put2, tri, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -183,9 +183,9 @@ def eigh_fwd(i, entries, bufs, ipool, data):
             return i
         v = np.ascontiguousarray(v)
         _normalise_signs(v)
-        Y[b * n : (b + 1) * n] = w
-        y = _mat(Y, nb * n + b * n * n, n, n)
-        y[:] = v
+        for r in range(n):
+            Y[b * n + r] = w[r]
+        put2(_mat(Y, nb * n + b * n * n, n, n), v)
     return -1
 
 
@@ -210,7 +210,7 @@ def eigh_rev(i, entries, bufs, ipool, data, grad):
         if bad:
             _poison(ga)
         else:
-            ga += _phi(g + g.T)
+            add2(ga, _phi(g + g.T))
 
 
 @_jit
@@ -239,8 +239,7 @@ def eigh_jvp(i, entries, bufs, ipool, data, T):
                 for c in range(n):
                     if rep[r, c] and P[r, c] != 0.0:
                         om[r, c] = np.nan
-            tv = _mat(tY, nb * n + b * n * n, n, n)
-            tv[:] = _dot(v, om)
+            put2(_mat(tY, nb * n + b * n * n, n, n), _dot(v, om))
 
 
 @_jit
@@ -305,7 +304,8 @@ def _qr_parts(Y, b, nb, m, n):
 
 @_jit
 def _copyltu(m):
-    return np.tril(m) + np.tril(m, -1).T
+    """``tril(m) + tril(m, -1)^T``."""
+    return _from_lower(m)
 
 
 @_jit
@@ -335,20 +335,22 @@ def qr_fwd(i, entries, bufs, ipool, data):
             return i
         q, r = np.linalg.qr(a)
         q = np.ascontiguousarray(q)
-        r = np.triu(r)
+        r = tri(r, False, 0)
         big = 0.0
         for k in range(n):
             if r[k, k] < 0.0:
-                r[k, :] = -r[k, :]
-                q[:, k] = -q[:, k]
+                for c in range(n):
+                    r[k, c] = -r[k, c]
+                for c in range(m):
+                    q[c, k] = -q[c, k]
             big = max(big, r[k, k])
         tol = max(m, n) * eps * big
         for k in range(n):
             if not r[k, k] > tol:
                 return i
         yq, yr = _qr_parts(Y, b, nb, m, n)
-        yq[:] = q
-        yr[:] = r
+        put2(yq, q)
+        put2(yr, r)
     return -1
 
 
@@ -373,8 +375,7 @@ def qr_rev(i, entries, bufs, ipool, data, grad):
         q, r = _qr_parts(Y, b, nb, m, n)
         gq, gr = _qr_parts(gY, b, nb, m, n)
         g, _ = _qr_grad(q, r, gq, gr)
-        ga = _mat(gA, b * m * n, m, n)
-        ga += g
+        add2(_mat(gA, b * m * n, m, n), g)
 
 
 @_jit
@@ -396,11 +397,11 @@ def qr_jvp(i, entries, bufs, ipool, data, T):
             ta = _mat(view(bufs, T[d], a), b * m * n, m, n)
             x = _right_inv(ta, r)  # tA R^-1
             c = _dot(q.T, x)
-            low = np.tril(c, -1)
+            low = tri(c, True, -1)
             u = c - low + low.T  # C - O, upper triangular
             tq, tr = _qr_parts(tY, b, nb, m, n)
-            tr[:] = np.triu(_dot(u, r))
-            tq[:] = x - _dot(q, u)
+            put2(tr, tri(_dot(u, r), False, 0))
+            put2(tq, x - _dot(q, u))
 
 
 @_jit
@@ -425,8 +426,7 @@ def qr_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             tgq, tgr = _qr_parts(view(bufs, GT[d], o), b, nb, m, n)
             tm = _dot(tr, gr.T) + _dot(r, tgr.T) - _dot(tgq.T, q) - _dot(gq.T, tq)
             tb = tgq + _dot(tq, cm) + _dot(q, _copyltu(tm))
-            gta = _mat(view(bufs, GT[d], a), b * m * n, m, n)
-            gta += _right_inv_t(tb - _dot(g, tr.T), r)
+            add2(_mat(view(bufs, GT[d], a), b * m * n, m, n), _right_inv_t(tb - _dot(g, tr.T), r))
 
 
 # ---------------------------------------------------------------- sparsity and checks

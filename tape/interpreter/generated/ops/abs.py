@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4963ddcf8c364229210627a534b87a0f1832cbf5ccf399159fb6d65c4e726220"
+FINGERPRINT = "770449617e6c2ac8b73f502de463861fefdc8efb0106958a1d4b57ede7189b28"
 
 import numpy as np
 from numba import njit

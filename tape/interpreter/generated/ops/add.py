@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dccdf484f3631a0942b6637eabcc22975a8a7d586b8d6d3dcbf0c41c9cb64903"
+FINGERPRINT = "05d96245984a5dbf1b92ea4cc7fcae6720b5bb08c4a4c2bac9444e8612110007"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9d85e5cb85b0ea1e82017320e757f75e2cacfe9356e6059b4aa3c0c28c32700f"
+FINGERPRINT = "c66cd6533a1b00098d405a2efb59ed42c24fa9a92e7d41380afedfddb19a9030"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ea7191a3f89aa0e40d1ddb0743b23bd5c10591f195ba3745005ea73c6cc8cb18"
+FINGERPRINT = "928c221abeeea7f8aae77a0d25e4927109888e43edcf3949930feb34d4995b3e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a8a318ab83837c32fd2f077896ee4e3a6239ff62f7ebf7189caddafc6ad11af2"
+FINGERPRINT = "8c4c7586d47341b88d0728267dff1716b9f8716194eb715be13d2ed8deec2363"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5352fc3bf3d2471462f6907586f60fc6f62914f37b4f674d5534dc74a553a6e0"
+FINGERPRINT = "cb09cec39c754f78483dfe6c50c0e5cb74c9b31be4964147f76f1a5a33977708"
 
 import numpy as np
 from numba import njit

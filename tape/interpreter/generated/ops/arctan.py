@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "27cf6d4c0dae9f5d51a04a5994ec2cb2c7e3804aa8e12fb5303e74f44f2e2bfc"
+FINGERPRINT = "b576c14803e87163ced0d1a734601d6a6ef4db63fd613bcf575cb7b9ca4c688d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4320c0adce316ee223d56c1094694f3f18820dd46964df5992329bf7c2567538"
+FINGERPRINT = "855c3ad58875bf1928291ed365ef78c10f6104b9685b2b636e3fb5cdd226aea9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ba642ba677140bc4b089c8dba4e73c2e5955b96d851fd7db9128d25eaed2ea0d"
+FINGERPRINT = "7a995e9eccef99470c3eb2e0d49308e269cbe2bd7b45b427655f29ffbd495aab"
 
 import numpy as np
 from numba import njit

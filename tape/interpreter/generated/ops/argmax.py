@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ed0e11bc2e04436089a9c15528c3fc040ba62809d86311821c4384ed1d1b06e8"
+FINGERPRINT = "35993ad8e62f8c840c49e3f75cf612c113eb74f7b438cfb2fa39535021edb496"
 
 import numpy as np
 from numba import njit

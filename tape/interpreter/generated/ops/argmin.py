@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d3e3d9b4a66dad752468e258b9223b0f576e92887b725226d98cf0ca993c9c25"
+FINGERPRINT = "fd27830aa7770c4f377a7dc0b6f1d51de7deaf89149a4f8c849270db9289e944"
 
 import numpy as np
 from numba import njit

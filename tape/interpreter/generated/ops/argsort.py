@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2725d99e3c9ea2b93b1cd0e4eec1186869d1afb996847f5559f96d6186cd3f9c"
+FINGERPRINT = "4696fa45296cd2941f7ebbd5afdb996934cfb608518cf38fb727deec591bc909"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "af1de68c89abb77563821b6544e275b7dc99afe2d72ec1e745302be41732b38b"
+FINGERPRINT = "fe4e58ca1ee759d7e4913e7986a1efcecca1bc8edacb8dfd179cbd49bcad426b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4a49ed671ee69ce07131551baa4ceeebf6310066e95c3061ccfe48698b12528c"
+FINGERPRINT = "9b49d7d12e66221e214294c60c08c78361e7d5314b3e22121c8d777eeb903898"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "57f05ffeefe29200ce62d8122672b37c130d730e73cb4eb8cbe1cd7d3f969c50"
+FINGERPRINT = "2bd1ad3ff61e547862f2a200c73d83edc6bca1212d373f973347e33bba5eda4d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4d3d10f8521322598c97f7d25510b5a1c88b148cc0622225aa2fdade2d7ce605"
+FINGERPRINT = "039052800e93d7d56e60a123510775083a09c7de1e578ca235c4c11f7d3ebcfb"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3da6e65464905c9ad51396085d34e6a6dbf950b35cdc051b6c9d9917453b80f8"
+FINGERPRINT = "dd6c1ab6e3989a232fe771019d36043f2c68dce13b63f3145329158971ab4377"
 
 import numpy as np
 from numba import njit

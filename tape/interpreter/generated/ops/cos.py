@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "522c4daea0e6b9861c2d1338319f65ec7ef051debbe5d5f6e6109c478f348567"
+FINGERPRINT = "1ba653bb30d530c87af74d8087e663cf5e71bf0acc3f83a8c53b9882b18a10c7"
 
 import numpy as np
 from numba import njit

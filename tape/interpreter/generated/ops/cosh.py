@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e4d7fbd497a1a2624c71ac4b390e5471e5b0079b390ffa1cd50549182cbe4cad"
+FINGERPRINT = "d53f6432214160505ac3b38ee38fd6f8c155184c5a20fa14373102fa4a967842"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6a1811c03a50fc33b0591eb49c4087b508fe07467a3e4feaad5eeadbeb7fef29"
+FINGERPRINT = "e63c20f3cd890a6fd9d350b04088cbb7706e597d517836dd99889d2b9bdff90e"
 
 import numpy as np
 from numba import njit

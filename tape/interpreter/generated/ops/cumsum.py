@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b7d3afc9bc04f777ea4d3d14f0b52ffbd2dbcdea82b17852162f42d4ae84b670"
+FINGERPRINT = "e2f6ef7c21cb3ff1ced05a2290053ab2fc388721647a5b245fed1ef4f7f2e3f2"
 
 import numpy as np
 from numba import njit

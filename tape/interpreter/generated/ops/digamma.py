@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f711ae21797ca69b95485342d9041d2c7c3412294a83e8c71019bc5e3ecf7b74"
+FINGERPRINT = "6c51bf92167695bf9b797aa75bdf72e3e1c1c7e26143a0fab3b70aa15d06d6e8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b51d6ef6c6eeb228664b95353ac6d2d5a09e82452cf49da63225f002dffa1a45"
+FINGERPRINT = "b1c959bc8ed2a4daf4181e929e8d575c8fb7d11c2e1f4503ebc43f8da1761a20"
 
 import numpy as np
 from numba import njit

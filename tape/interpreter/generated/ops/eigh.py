@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4feacc775cb4e0086dc90610ae45bd781712cce6482821d797cb7951e5f394d4"
+FINGERPRINT = "b7df5687472168809e7bae48d17087d113f5b5e5e7f4fc466e29ac003b93d0cc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e849ce1a6ceb3e2096d6b3b6353e0cdef8f749250d7b432733ed57fb706a7ae2"
+FINGERPRINT = "a26ff8e9e96488fe34a843291f3f4e19b3baf077474ef49567ec92fe20f865d1"
 
 import numpy as np
 from numba import njit

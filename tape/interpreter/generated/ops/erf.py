@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4ac1a18bb3b8b15a0c105a64e58e2c53d21e388e61198d403edd876cfd883965"
+FINGERPRINT = "446e29bfe97440458d6ac3e404d112102da228fbef767cecffdd2f5fbce11ef4"
 
 import numpy as np
 from numba import njit

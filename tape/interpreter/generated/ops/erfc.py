@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e14a673cdbf748b1b222ace78fa77ce8308778356916693e2517b379aac8ddb1"
+FINGERPRINT = "0eff3cfa7ffaea87bd471fe82e992684d27eb368e14c002dd77bfe7bbf61449c"
 
 import numpy as np
 from numba import njit

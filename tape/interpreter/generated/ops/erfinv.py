@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0aec7ced4847d243ac909e21c24ce5eadb42da9badf6827ca36119b6cfe5ce62"
+FINGERPRINT = "18d46e8a5036e6d08539e2d56f02dd9f6f7c47c66b40dfaec4f2aa1e8baa7eb3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0ef16d89fe12f47a94bc1be6f199142f16640a7163b7d0837036a13a149dad31"
+FINGERPRINT = "2f17470b375a45b276cc032b794366d5e6adbe1194b683f7bf46075be10c8415"
 
 import numpy as np
 from numba import njit

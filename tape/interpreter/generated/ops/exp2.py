@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b812f42bf549199767c42da739a7657ac046eb2b05c0bc007f85612ce6487483"
+FINGERPRINT = "ca8e35c22e584937d167165ed6b5dbe6b542f589141ec73295138dff0be2a1b7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6c7a16a0e0590184016fc85f8b6ac7756fc911321398f9a3b36b1b0712e38a54"
+FINGERPRINT = "3c4f2ea21f5509b36fc80cd51ab4e7161f283892ec2a3f4399455a4e08f0f16b"
 
 import numpy as np
 from numba import njit

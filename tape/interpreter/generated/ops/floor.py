@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "72d1ad9fbd79ab5624f09f2153a4753fa68983a691a1cf3cd54927167ff43db6"
+FINGERPRINT = "5d7095966163d984c092d9e726e8e8e61ffc6ba81ace7e888cfe572f0223c1b8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4f3fed85d80d27338114f37dfb568ca6aac2f0d6fa2dab907c068f40998fdf02"
+FINGERPRINT = "279465442c7fbb4962095b96c5f9e7c2853419ee2132df49ad4ef779d9542737"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "696c835832424b79f69a97112c5e65a0383aba153d74afa37a4447d0b9c1c413"
+FINGERPRINT = "aec525c2164f471d987af723a48176836f2a3085136fb95ea5f59f5b2276badc"
 
 import numpy as np
 from numba import njit

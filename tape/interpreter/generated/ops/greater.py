@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "712f97e5ee33a33790eb2dfe9fe5babc2811e4f43a858cfc5aedfb982a196e45"
+FINGERPRINT = "471692d03c7076c830e2c15a3824ecce26a5b19b6c89e52f60ea05492a1dddda"
 
 import numpy as np
 from numba import njit

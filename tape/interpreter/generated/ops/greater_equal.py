@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7bee64611a1d745033d91d30f480c29326a4b4c99b2676f5ee52428d94d9bb34"
+FINGERPRINT = "70f6c87f884e3ceff1d564b93b8d9831debdeca36f32ee51743ef7ee7ff58cb8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b621126127bf69e61f0b7e5aa9e1575ca4dc5f5e7b27e0b9bf63da99ed23d575"
+FINGERPRINT = "d80c12d1a02439726e3492ef78201dca406699d7dfd89fd435194085fce244d1"
 
 import numpy as np
 from numba import njit

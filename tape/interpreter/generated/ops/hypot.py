@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c12c76d4610d80ab08213de4c0d127dccdc56546a60265703016c3389cc91343"
+FINGERPRINT = "c038293cc3108a360e3b91b59d4859300ee99409cd00ac2ed78c725de096a32a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1e65f5e1124bf086da9c2e8cf2246378917345055f917052da9cf259082cfb61"
+FINGERPRINT = "63d4f2f798f1070d9fc45cdc4f693c91021eef8f29cfd2cb86fdfe22964be85c"
 
 import numpy as np
 from numba import njit

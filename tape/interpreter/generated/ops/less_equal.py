@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1b2ba84542fbd92bf469a3f321ebf8464c645aa5340e72305e0a928fc4e40ddf"
+FINGERPRINT = "41f1dd94cea0163a6ccfff8065630bed2a4a02101c10daecc28238498a2aa112"
 
 import numpy as np
 from numba import njit

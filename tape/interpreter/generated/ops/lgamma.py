@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9fe2dff45ea39cc5f4f9d684543a8ae0497f5b95ff83d835173edfa1eb0a7fe7"
+FINGERPRINT = "cb79a46b53195e68fef65326562a59024231d11f0c50bd0775208014bcf32505"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "715d99795f2bd456cf069e90cf8e10a1358999935698ce890db3ef91d1df5822"
+FINGERPRINT = "df68973193c07248ba9651a983e5b40c266f13b2b40bfea2ba2e4dda879454a2"
 
 import numpy as np
 from numba import njit

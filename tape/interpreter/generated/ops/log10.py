@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "76bbd726ffa42c941b1a1cc5d7d16a5b2d194e2a70da496611361dc0b5f86807"
+FINGERPRINT = "4eeae65a5248b7a5739de90999b12817f38d41ef40298208b3b26012327b05c4"
 
 import numpy as np
 from numba import njit

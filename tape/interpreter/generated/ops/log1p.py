@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d95f003d78705ac6ba6839d9bed170f14c3d7def8f901d0dd3894b427bedcee0"
+FINGERPRINT = "e1a363db7fdcdd68b317d119be15ebd774d27300ce50a98d11d43d11cb4c96fa"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1f856a7c51d5d90c89b5328e23ec87d95a6d136e728c0ba9cef5212da93d72dc"
+FINGERPRINT = "5eff40372d75c64ad7d01b5bc492fd712b5d8079561845f5a71a8bc840de3b45"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bdc36ef4420bd6490946ddb25b20adad8a881e6f73b5ae1d547b927b877fb667"
+FINGERPRINT = "11be85be4d6de94137ba7873ccc294f36fa3289015a8cdafd04caffd5fd7afd1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bcdb11cdffab2e6afac161e03b185e482956398fa0838d7244050f3b64ebb8c5"
+FINGERPRINT = "c7cfd31f17c1120c7311dd3c3f67577209453e20282a5b0155f0625d5b4d61ef"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e34a35b8d12cf755fe651a298cee264e8826d1924a3d27994385b637b94bc8a6"
+FINGERPRINT = "26beddeca4b71330d41486002c4be00d79e680badf3c1ae4d832d9ac9616b106"
 
 import numpy as np
 from numba import njit

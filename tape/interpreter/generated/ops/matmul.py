@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1460f0c2d4d25b14eb56e01b011c396be6474489bc4d0d365c1dc2f75ef748b9"
+FINGERPRINT = "653701687589a60bfff6fa37e5c92fe72d9820c83701f5c25492ffcb606a9d48"
 
 import numpy as np
 from numba import njit

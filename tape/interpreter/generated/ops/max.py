@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a784471873ea2c878b58cc09e0ae82b8464294363b382bc6abcb8ee556317b22"
+FINGERPRINT = "53265a0672b534d7554f6bc4db1f0d48467e1eafb566c9217a79b8caee38846d"
 
 import numpy as np
 from numba import njit

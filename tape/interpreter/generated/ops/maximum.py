@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e7bda48fe64193c0b9c33cac5085d8bbac61644a1bd9c5ee54593bb27bc099fa"
+FINGERPRINT = "888c2f9ada92263020b412e8623a2376281c6c3fde7c7d685b810abafec8b7c9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "47a24e1643117be177a58a211aef9a194c84528867b062624e3d14a3d74edf7e"
+FINGERPRINT = "fb469a6e8997b759af53270931510fc8947f458d65e72d9f277c962e97b1083f"
 
 import numpy as np
 from numba import njit

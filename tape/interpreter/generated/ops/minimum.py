@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a300e111ff9349d7ec8faf83ff78a4871fbfd2277bcd4d8c0108ebf8dcbe73ba"
+FINGERPRINT = "a72695f0f839abeb9a4c5aae54b6bd957eadd32b3e2fb22c29513649a109f0f4"
 
 import numpy as np
 from numba import njit

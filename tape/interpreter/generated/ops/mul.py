@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2bd3a1d9aa5f2203d5c9967f172c27041f9a61a9da816c43274dd2c8bffbb5f0"
+FINGERPRINT = "5ddef086afa47f883800071a15312fbc1f2d89bd5a817a3e5d3e2287e772508d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "72c8dbf60dc6acf0c104c0ded09709b8d4f0b7ca8d531b1b806e619ecbca61bf"
+FINGERPRINT = "60ed153d359c79cb16b6b606701974697e1b997da257f6a33ac6ef58f4769ec9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4e29fa0aa7d9b1c28fa5eb504f99332c34853f65564e011cee0eca78be5319ba"
+FINGERPRINT = "1052e87c2c7018eb9e4235efa1885a50eb8fc24921da08a4cbe745554e6104a6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "00b2d0d90daed20969731663f541545a49b955f9798ded8120b77883444dfb96"
+FINGERPRINT = "1956821955456da20bf7d77e8f6e788df275b174493946d90ae4dc27f8796d2f"
 
 import numpy as np
 from numba import njit

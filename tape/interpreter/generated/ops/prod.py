@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dfcb7b2b01e6794bccd025a7afc9b9f256bec9620ed3e2d4604ca3937509a47a"
+FINGERPRINT = "05748fbb54d0879d46b6935e854c085d4abd768fa0ac0bd305d48ef1470dbc9f"
 
 import numpy as np
 from numba import njit

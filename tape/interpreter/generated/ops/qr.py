@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "037f4d84baae618405fc423ad604df4ad7887de8aad805a2b0e60103a5003406"
+FINGERPRINT = "9cfaf6216a8774c43003610dfa43f4e8285cf30790e3c90bf4286e8fb4ec91cc"
 
 import numpy as np
 from numba import njit

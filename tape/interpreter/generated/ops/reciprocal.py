@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "87327253e8214fa3c0d9d8def14ffd1603517a9dbfd9d35761a52728530ac8eb"
+FINGERPRINT = "2bba320f94b1ca057f14f73aa2f7d8f5e6e7d034cbca2cd1a74beeb9c71e0463"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "94d656494cf5e385b4fdb514255b2804f6791f404ca0cb0a0e5d060e2885dd69"
+FINGERPRINT = "bae9c4ebe50cf792623129f4f9e05d72a7d770ca4de038c083be3b622a4148ad"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "df9047e663127573c7b859ffdd747bb270f1d7f206db39066e03fe0004624b53"
+FINGERPRINT = "4521b9ac90b37e7d8b07e02e5bd6f6a8a2e226385823d46ce73201bc8b339dd1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5b8897d96e7fa4d52ac8ac1d24f9a3c3f7e0fd5b6027fb74608928dc69b4c5ab"
+FINGERPRINT = "234fa75fa47487d61527d151c192927390f2beb13c0358bdcf5e9d754061f605"
 
 import numpy as np
 from numba import njit

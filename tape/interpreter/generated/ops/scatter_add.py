@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "342a576f3a6ce4504186dac91e2d8cd54546d0c1de6550424ad0656855b9f0aa"
+FINGERPRINT = "c43004c7796d09b05b1488d97b4cd9f2f6e8e869acdd2c59362b1640182b0dc7"
 
 import numpy as np
 from numba import njit

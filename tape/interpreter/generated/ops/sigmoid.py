@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8174e2ed911771ec469195b6860de7e6fa7cdc932e5f2405596ad7bd3d437a29"
+FINGERPRINT = "b7ecef8333dcbbd581696333ee58341ae68c13e1ecf406330822e061d7ac4b69"
 
 import numpy as np
 from numba import njit

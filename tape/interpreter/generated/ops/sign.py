@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e33edafdb30ef1dba1bb7a42e1572eb1f6a5e30770d654bbbb2babd9c1b27a0e"
+FINGERPRINT = "64c44dc23b8caa73d70006ca9bdd82741f174e4b407b3e5544e60d60089268a1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f51725032a1d8ae70e63ad223d0e90ee23a2e6352afff81c9e8bcb6769a545b1"
+FINGERPRINT = "1e5a4b768033a63c3a613bd1145d0108bf230da48642591d8a3972683673afdc"
 
 import numpy as np
 from numba import njit

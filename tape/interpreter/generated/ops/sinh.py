@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "202af60b6fcfef72a062ea34c5299298f879f0c9818ee7fa131443411616db58"
+FINGERPRINT = "e3cbce3652cec6e25e7285acb362a245edd524b0aca55d7cbe4a651461006f7b"
 
 import numpy as np
 from numba import njit

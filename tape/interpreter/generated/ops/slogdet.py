@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4d462c0f829cd255491044bc3200a7219b504c83e72823bd7d6e65ef9b8d0029"
+FINGERPRINT = "7f9a8de3010f13c777375678717d8395a45140e0306985f69bbdba01830ff596"
 
 import numpy as np
 from numba import njit

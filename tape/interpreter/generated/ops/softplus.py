@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bb50d0c2a06530b7ce4905ee7aca8d42e984208bfb05ea6a9f3c90544861ac3d"
+FINGERPRINT = "f6a1d4c9f4f9d458b77faa1d0ce6c4e9f620ae70733c3434cba476b3ce58cb7c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c59a359bdb0d2f8a6bfef786df9c26909e1de7eb8d59fa96ec812a3076c57206"
+FINGERPRINT = "6bf33a8d86e2a0a47f314ac33b349acfa22407528cd575ed74e112a908318ba5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "09259f682b23d2dc02584a5fd296da15559476782486ea507565cf9b88bb0f1b"
+FINGERPRINT = "0cf2b01f99f8e0453d3225fbfeebea406d81f157ab3d94ea79a56c40e6610f8f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4e97c922a66294277199ad8e4c212390ebe978de6e0f754aa1d34ee7d5300694"
+FINGERPRINT = "878707c9fc3ae9cfb29ecb29d29ecd2061ff9e579978695ec9cb332ff8839f77"
 
 import numpy as np
 from numba import njit

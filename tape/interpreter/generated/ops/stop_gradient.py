@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e368a5e84a8ec5006da22ea59942e84da6b703b60def158a3dd43a9c86cdf003"
+FINGERPRINT = "6601e43e333e136f8fa8ab2ea24b6ff9cf039d9d244c69ad4a989ed44a22bbdf"
 
 import numpy as np
 from numba import njit

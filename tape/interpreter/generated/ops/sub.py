@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8e9098b4a904d267ce6d8ea9fa482cfcd3a51b41407da5e99a2f8596417c6517"
+FINGERPRINT = "c7b285277b49c477bf8035c0164f0a5e8dff1eaaf833c04f909cf234cc5cda51"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7a570ed2c7d5d9421e7cae3cb3afa5470eb507f6b17f763933104fd1a4c41e4c"
+FINGERPRINT = "caa2d0d47f1188627919686c1b1355cd0fa5526a36898c16b6f5746761224155"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b84766b65fbc42c7fddec54d97d1ca84beb176d76d70678908f833cedde36f92"
+FINGERPRINT = "e0063079774fd154d1229e3fb210a62d275e83ef83a978b27fa133e67ae002a6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8117d3cad531aa7db5118c0326fbbb2025ab5e9d145585b2043c1c79166faabd"
+FINGERPRINT = "99fe5a6e7107ea7db3399c19dd593b3f0d5a6f295fcae958a420a0d3e95ea703"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee2a538ac7fe6b6a9f2a5ac9c532eceb6ec33cb5520b02a7a36cad5739754a84"
+FINGERPRINT = "250ceb6652894f0c5db3f566d21404312d121a70f095f5fde09e57bec60d9548"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5301e087c502b9a834481b2e08d0b725d1f9b8cac998e9abd8cde423729935ea"
+FINGERPRINT = "06f64359e5f835975dd5a197235a7071ebdaf87156e25bcdf286e892fdc0c7a2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cdd0ba7aa196dfdf991af4ed60d22a8ec220d27360dc4b3d9af2c145523e03b3"
+FINGERPRINT = "00a64e7c1df4d6455f326c6480451caf91e228e06865a81cf6dc6cb4d9176cea"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "029a66c55292dc477ef5c68adbac33ec0c87cb932381d1b25a85f148fb739572"
+FINGERPRINT = "0605fa1ac4516745fdbd9dae1c85defdc0055b7a7a544b025da55e0ce8deca2c"
 
 import numpy as np
 from numba import njit
