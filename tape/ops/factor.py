@@ -28,7 +28,7 @@ from numba import njit
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
-from tape.ops.blas import gesv
+from tape.ops.blas import gemm_acc, gesv
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import solve as sv
 from tape.ops.loops import active, add2, put2, tri, view
@@ -44,8 +44,12 @@ GENERAL, LOWER, UPPER = 0, 1, 2
 
 @_jit
 def _dot(a, b):
-    """``a @ b`` through BLAS, on contiguous copies of transposed operands."""
-    return np.dot(np.ascontiguousarray(a), np.ascontiguousarray(b))
+    """``a @ b`` through BLAS (``gemm_acc``: ``np.dot`` costs a kernel a second of compile),
+    on contiguous copies of transposed operands."""
+    out = np.zeros((a.shape[0], b.shape[1]), a.dtype)
+    if a.shape[0] * a.shape[1] * b.shape[1] > 0:
+        gemm_acc(np.ascontiguousarray(a), False, np.ascontiguousarray(b), False, out)
+    return out
 
 
 @_jit

@@ -68,7 +68,8 @@ def matmul_rev(i, entries, bufs, ipool, data, grad):
 @_jit
 def matmul_jvp(i, entries, bufs, ipool, data, T):
     # tY = tA @ B + A @ tB for every direction (row of T) at once: the directions' tA are
-    # stacked into one tall matrix and their tB side by side, so each term is one product.
+    # stacked into one tall matrix and their tB side by side, so each term is one product
+    # (through gemm_acc: np.dot costs each kernel seconds of compile)
     ia = entries[i, E_IN0]
     ib = entries[i, E_IN1]
     io = entries[i, E_OUT]
@@ -92,7 +93,8 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
                 put2(
                     tA[d * m : (d + 1) * m], T[d, oa + b * sa : oa + b * sa + m * k].reshape((m, k))
                 )
-            y1 = np.dot(tA, bb)
+            y1 = np.zeros((K * m, n), T.dtype)
+            gemm_acc(tA, False, bb, False, y1)
             for d in range(K):
                 y = T[d, oy + b * m * n : oy + (b + 1) * m * n].reshape((m, n))
                 add2(y, y1[d * m : (d + 1) * m])
@@ -103,7 +105,8 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
                     tB[:, d * n : (d + 1) * n],
                     T[d, ob + b * sb : ob + b * sb + k * n].reshape((k, n)),
                 )
-            y2 = np.dot(a, tB)
+            y2 = np.zeros((m, K * n), T.dtype)
+            gemm_acc(a, False, tB, False, y2)
             for d in range(K):
                 y = T[d, oy + b * m * n : oy + (b + 1) * m * n].reshape((m, n))
                 add2(y, y2[:, d * n : (d + 1) * n])
@@ -138,26 +141,28 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             put2(gty[d * m : (d + 1) * m], g)
             put2(gty_cols[:, d * n : (d + 1) * n], g)
         if act_a:
-            ga1 = np.dot(gty, bb.T)  # (K m, k)
-            ga2 = np.empty((m, K * k), T.dtype)
+            ga1 = np.zeros((K * m, k), T.dtype)
+            gemm_acc(gty, False, bb, True, ga1)
+            ga2 = np.zeros((m, K * k), T.dtype)
             if act_b:
                 tbt = np.empty((n, K * k), T.dtype)
                 for d in range(K):
                     put2(tbt[:, d * k : (d + 1) * k], T[d, pb : pb + k * n].reshape((k, n)).T)
-                ga2 = np.dot(gy, tbt)  # (m, K k)
+                gemm_acc(gy, False, tbt, False, ga2)
             for d in range(K):
                 ga = GT[d, pa : pa + m * k].reshape((m, k))
                 add2(ga, ga1[d * m : (d + 1) * m])
                 if act_b:
                     add2(ga, ga2[:, d * k : (d + 1) * k])
         if act_b:
-            gb1 = np.dot(a.T, gty_cols)  # (k, K n)
-            gb2 = np.empty((K * k, n), T.dtype)
+            gb1 = np.zeros((k, K * n), T.dtype)
+            gemm_acc(a, True, gty_cols, False, gb1)
+            gb2 = np.zeros((K * k, n), T.dtype)
             if act_a:
                 tat = np.empty((K * k, m), T.dtype)
                 for d in range(K):
                     put2(tat[d * k : (d + 1) * k], T[d, pa : pa + m * k].reshape((m, k)).T)
-                gb2 = np.dot(tat, gy)  # (K k, n)
+                gemm_acc(tat, False, gy, False, gb2)
             for d in range(K):
                 gb = GT[d, pb : pb + k * n].reshape((k, n))
                 add2(gb, gb1[:, d * n : (d + 1) * n])

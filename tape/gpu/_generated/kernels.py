@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "81fab7dde096e5b950103bc56c0b2f94d0d785b40d4518c54e2d10cda2f2cab3"
+FINGERPRINT = "9a6973db642074609c14dc0d4ded614598a83821e1e1393189d98416afcaa088"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2bd1ad3ff61e547862f2a200c73d83edc6bca1212d373f973347e33bba5eda4d"
+FINGERPRINT = "a7aadc26bde93a7a938452c45407f74b18f8c32499e4a01661a3d40cdd5070e3"
 
 import numpy as np
 from numba import njit

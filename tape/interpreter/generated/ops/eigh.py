@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b7df5687472168809e7bae48d17087d113f5b5e5e7f4fc466e29ac003b93d0cc"
+FINGERPRINT = "cb038cb40b79460cdeac0b2be6ab99bb2084c1c63f724bbd25694ea7ea8b534d"
 
 import numpy as np
 from numba import njit

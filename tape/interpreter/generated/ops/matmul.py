@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "653701687589a60bfff6fa37e5c92fe72d9820c83701f5c25492ffcb606a9d48"
+FINGERPRINT = "9358cdbb8e96b4be6b672a03a7b0c8c2954ad24dde8c37ff4941f5be9b3be25f"
 
 import numpy as np
 from numba import njit

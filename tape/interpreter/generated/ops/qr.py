@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9cfaf6216a8774c43003610dfa43f4e8285cf30790e3c90bf4286e8fb4ec91cc"
+FINGERPRINT = "e0e2f435142ad3ea5b6af33bfed00639dcfc5e233c43c9709c72646189eff1ca"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7f9a8de3010f13c777375678717d8395a45140e0306985f69bbdba01830ff596"
+FINGERPRINT = "cd89238e89593a133c7cc35625e8b34b304ad0c21965ed3f781d6d2fa0e3086a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6bf33a8d86e2a0a47f314ac33b349acfa22407528cd575ed74e112a908318ba5"
+FINGERPRINT = "642cc50621874b11d882979741affde6aaedfbf6f3cddad13b5280f627f81919"
 
 import numpy as np
 from numba import njit
