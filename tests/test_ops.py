@@ -341,6 +341,39 @@ def test_gemm_adds_the_product_into_its_output(dtype, ta, tb):
     c = c0.copy()
     gemm_acc(a, ta, b, tb, c)  # the Python version (NUMBA_DISABLE_JIT)
     np.testing.assert_allclose(c, want, rtol=tol, atol=tol)
+    # beta = 0 (matmul's forward): the product alone, whatever c held (NaN included)
+    want0 = (f64(a).T if ta else f64(a)) @ (f64(b).T if tb else f64(b))
+    for fn in (njit(lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c, 0.0)),
+               lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c, 0.0)):  # fmt: skip
+        c = np.full((m, n), np.nan, dtype)
+        fn(a, ta, b, tb, c)
+        np.testing.assert_allclose(c, want0, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("trans", [False, True])
+def test_gesv_solves_and_reports_a_singular_matrix(dtype, trans):
+    # solve's kernels call LAPACK gesv directly: op(a) x = b, and ok False at a zero pivot
+    from numba import njit
+
+    from tape.ops.blas import gesv
+
+    rng = np.random.default_rng(8)
+    a = (rng.normal(size=(4, 4)) + 4 * np.eye(4)).astype(dtype)
+    b = rng.normal(size=(4, 3)).astype(dtype)
+    a_view = a[:, ::-1][:, ::-1]  # a strided view: any layout is read
+    f64 = lambda x: x.astype(np.float64)  # noqa: E731
+    want = np.linalg.solve(f64(a).T if trans else f64(a), f64(b))
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    sing = a.copy()
+    sing[:, 2] = 0.0  # a zero column: a zero pivot in any precision
+    sing = np.ascontiguousarray(sing.T) if trans else sing
+    for fn in (njit(lambda a, t, b: gesv(a, t, b)), gesv):
+        x, ok = fn(a_view, trans, b)
+        assert ok and x.shape == (4, 3) and x.dtype == dtype
+        np.testing.assert_allclose(x, want, rtol=tol, atol=tol)
+        assert not fn(sing, trans, b)[1]
+    np.testing.assert_array_equal(a, a_view)  # nothing written
 
 
 def test_float32_matmul_gradient():

@@ -39,18 +39,25 @@ _GEMM = {
 _N, _T = ord("n"), ord("t")
 
 
-def gemm_acc(a, ta, b, tb, c):
-    """``c += op(a) @ op(b)``, ``op(x)`` being ``x.T`` where its flag (``ta``, ``tb``) is set.
+def gemm_acc(a, ta, b, tb, c, beta=1.0):
+    """``c += op(a) @ op(b)``, ``op(x)`` being ``x.T`` where its flag (``ta``, ``tb``) is set;
+    with ``beta`` given, ``c = beta * c + op(a) @ op(b)`` (``beta = 0``: ``c``'s old values,
+    NaN or not, are not read).
 
     All three are C-contiguous 2-d arrays of one dtype (float32 or float64), ``c`` of shape
     ``(m, n)``, ``op(a)`` ``(m, k)``, ``op(b)`` ``(k, n)``, none of the three sizes zero (BLAS
     refuses a leading dimension of 0); the caller checks. (Python version, for
     ``NUMBA_DISABLE_JIT``; compiled code calls BLAS.)"""
-    c += (a.T if ta else a) @ (b.T if tb else b)
+    p = (a.T if ta else a) @ (b.T if tb else b)
+    if beta == 0.0:
+        c[...] = p
+    else:
+        c *= beta
+        c += p
 
 
 @overload(gemm_acc, jit_options={"nogil": True})
-def _gemm_acc(a, ta, b, tb, c):
+def _gemm_acc(a, ta, b, tb, c, beta=1.0):
     arrays = (a, b, c)
     if not all(isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" for x in arrays):
         raise TypingError("gemm_acc: a, b and c must be C-contiguous 2-d arrays")
@@ -61,13 +68,15 @@ def _gemm_acc(a, ta, b, tb, c):
     fn, kind = _GEMM[a.dtype]
     dt = np.float32 if a.dtype == types.float32 else np.float64
 
-    def impl(a, ta, b, tb, c):
+    def impl(a, ta, b, tb, c, beta=1.0):
         m, n = c.shape
         k = a.shape[0] if ta else a.shape[1]
-        one = np.ones(1, dt)  # alpha and beta
+        one = np.ones(1, dt)  # alpha
+        bet = np.empty(1, dt)
+        bet[0] = beta
         st = fn(kind, _T if tb else _N, _T if ta else _N, n, m, k, one.ctypes, b.ctypes,
-                b.shape[1], a.ctypes, a.shape[1], one.ctypes, c.ctypes, n)  # fmt: skip
-        if st != 0:
+                b.shape[1], a.ctypes, a.shape[1], bet.ctypes, c.ctypes, n)  # fmt: skip
+        if st != 0 or one.shape[0] + bet.shape[0] != 2:  # (read after: alive through the call)
             raise RuntimeError("gemm_acc: the BLAS call failed (is SciPy installed?)")
 
     return impl

@@ -35,7 +35,7 @@ def matmul_fwd(i, entries, bufs, ipool, data):
             continue
         a = A[b * sa : b * sa + m * k].reshape((m, k))
         bb = B[b * sb : b * sb + k * n].reshape((k, n))
-        np.dot(a, bb, y)
+        gemm_acc(a, False, bb, False, y, 0.0)  # (np.dot costs the kernel a second of compile)
     return -1
 
 

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "9a6973db642074609c14dc0d4ded614598a83821e1e1393189d98416afcaa088"
+FINGERPRINT = "d5470403e4e90ff9bdd0bf017fc672ae6fe624628d01a66e491e64959fd0ea91"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "770449617e6c2ac8b73f502de463861fefdc8efb0106958a1d4b57ede7189b28"
+FINGERPRINT = "d5be07a22f6440f78a07a4eaa7b7472cf8d6e959c4d9fbd98ff41cc5f76a44ca"
 
 import numpy as np
 from numba import njit

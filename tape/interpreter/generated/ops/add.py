@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "05d96245984a5dbf1b92ea4cc7fcae6720b5bb08c4a4c2bac9444e8612110007"
+FINGERPRINT = "84daa10f4531d28a8300ecb7c222152faab875a6b0170854e07649db7350bc06"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c66cd6533a1b00098d405a2efb59ed42c24fa9a92e7d41380afedfddb19a9030"
+FINGERPRINT = "b244b71378c3a6841af9bef12ac22ab9de2ee7cb981cd6a45db56ab5205018f8"
 
 import numpy as np
 from numba import njit

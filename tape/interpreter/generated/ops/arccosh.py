@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "928c221abeeea7f8aae77a0d25e4927109888e43edcf3949930feb34d4995b3e"
+FINGERPRINT = "815df679237c81f877f1ded913cddf4ea7345ba4d9dc627cf03e00cbaf1856db"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8c4c7586d47341b88d0728267dff1716b9f8716194eb715be13d2ed8deec2363"
+FINGERPRINT = "eacc344be3579ffe91e965aea445ca18751b1923e590bc912e69488aab2b2b66"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb09cec39c754f78483dfe6c50c0e5cb74c9b31be4964147f76f1a5a33977708"
+FINGERPRINT = "034b02e8b5ee5dda96ccb4e6da9ec997f1181d819f9237a5b4d5e2281c834b06"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b576c14803e87163ced0d1a734601d6a6ef4db63fd613bcf575cb7b9ca4c688d"
+FINGERPRINT = "d0fbbb5ea26299f3fa520b6a1eb73eab3f781c0ca55f21b31cc86d7ca5353588"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "855c3ad58875bf1928291ed365ef78c10f6104b9685b2b636e3fb5cdd226aea9"
+FINGERPRINT = "28e88315f4bf60141929bbdbf5cfe3998c0c21abb40fadb63fbc5dd138b679c7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7a995e9eccef99470c3eb2e0d49308e269cbe2bd7b45b427655f29ffbd495aab"
+FINGERPRINT = "3dd59e3d4eacb355ccbbae3a772ce620e50c8a32f9a177e836c823f682be3e4d"
 
 import numpy as np
 from numba import njit

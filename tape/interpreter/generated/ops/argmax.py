@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "35993ad8e62f8c840c49e3f75cf612c113eb74f7b438cfb2fa39535021edb496"
+FINGERPRINT = "3d2c2555d3f5a3c6132b8549e3739069e2683470b9f677ccf8bd8cbc5f8274f6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fd27830aa7770c4f377a7dc0b6f1d51de7deaf89149a4f8c849270db9289e944"
+FINGERPRINT = "e0ce855649978241e0226b54b28ca341e2e3c143fd44d47262ffa9d0c7101801"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4696fa45296cd2941f7ebbd5afdb996934cfb608518cf38fb727deec591bc909"
+FINGERPRINT = "ac37b82681da4e3857f6ef7efdd90628fdc71a9e6038d1148ff66470b111fdbc"
 
 import numpy as np
 from numba import njit

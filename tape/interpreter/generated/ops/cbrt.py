@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe4e58ca1ee759d7e4913e7986a1efcecca1bc8edacb8dfd179cbd49bcad426b"
+FINGERPRINT = "313fe45e143196bb866242d8f93bc6fc40b4c2a33d9b65abf6d539b76eff31f7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9b49d7d12e66221e214294c60c08c78361e7d5314b3e22121c8d777eeb903898"
+FINGERPRINT = "e386b448874ddbdc0d37d0d588df3b8bda878a7e4a0093340767671899fa1938"
 
 import numpy as np
 from numba import njit

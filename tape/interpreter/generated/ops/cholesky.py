@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a7aadc26bde93a7a938452c45407f74b18f8c32499e4a01661a3d40cdd5070e3"
+FINGERPRINT = "aeea3c49dfe13f4115cb37bd7ba6ace36e68248547780c5aa713afc0d76412b9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "039052800e93d7d56e60a123510775083a09c7de1e578ca235c4c11f7d3ebcfb"
+FINGERPRINT = "7713e151bc6e3f375388d6ca9db3c7dcebd0db10f374f506f4a11300b511d9b2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dd6c1ab6e3989a232fe771019d36043f2c68dce13b63f3145329158971ab4377"
+FINGERPRINT = "e62401338bd6ecc4c26216db7664407b0dbb4f34ddda0fe75e86e70c8b358d74"
 
 import numpy as np
 from numba import njit

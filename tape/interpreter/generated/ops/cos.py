@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1ba653bb30d530c87af74d8087e663cf5e71bf0acc3f83a8c53b9882b18a10c7"
+FINGERPRINT = "d21d949a02868edaf0821a8def9fb5141a207c85610dfb307c4ff63afb27a4a0"
 
 import numpy as np
 from numba import njit

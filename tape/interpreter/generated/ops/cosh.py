@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d53f6432214160505ac3b38ee38fd6f8c155184c5a20fa14373102fa4a967842"
+FINGERPRINT = "c7fac2edf97f27bac2c07d5271efc91f16c69771a56b391cad95eecdee944633"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e63c20f3cd890a6fd9d350b04088cbb7706e597d517836dd99889d2b9bdff90e"
+FINGERPRINT = "81c45e203362d222c9f779dd9ed5af8ea19897f77914c2e1a320f7db3f56293b"
 
 import numpy as np
 from numba import njit

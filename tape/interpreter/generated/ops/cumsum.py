@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e2f6ef7c21cb3ff1ced05a2290053ab2fc388721647a5b245fed1ef4f7f2e3f2"
+FINGERPRINT = "011e809e8c57a5f87b53661f013d5dee4fb77bdce63b2999332fe8af48fbfe0c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6c51bf92167695bf9b797aa75bdf72e3e1c1c7e26143a0fab3b70aa15d06d6e8"
+FINGERPRINT = "1cf6aaa4226eb37ec77af7cbe15c682d9b95f3e905986d87db6f4beb31e6e662"
 
 import numpy as np
 from numba import njit

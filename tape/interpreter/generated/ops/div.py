@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b1c959bc8ed2a4daf4181e929e8d575c8fb7d11c2e1f4503ebc43f8da1761a20"
+FINGERPRINT = "c465a477b9e2b792266f0b5fbe4f8d8f38a064e97ec4fb120783234fcddb63ac"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb038cb40b79460cdeac0b2be6ab99bb2084c1c63f724bbd25694ea7ea8b534d"
+FINGERPRINT = "fb0c9fc2dc772890834ebfdfcbfef5bbb9a1b74c96676eaaf36e3dc46b68c2e1"
 
 import numpy as np
 from numba import njit

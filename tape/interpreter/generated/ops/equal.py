@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a26ff8e9e96488fe34a843291f3f4e19b3baf077474ef49567ec92fe20f865d1"
+FINGERPRINT = "2c2b833c17ec8fdc26edbfb5b354abdea8d2b10855d21f06ada2a0672b05e0b4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "446e29bfe97440458d6ac3e404d112102da228fbef767cecffdd2f5fbce11ef4"
+FINGERPRINT = "0c3c17e1d773d1b06f57dd228c8ed6e006682f876f7b2f60b2b1b145ccee8526"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0eff3cfa7ffaea87bd471fe82e992684d27eb368e14c002dd77bfe7bbf61449c"
+FINGERPRINT = "62aeddca741319fd4a102940ad9a841f561cbd52b09486d2195147f7847180d1"
 
 import numpy as np
 from numba import njit

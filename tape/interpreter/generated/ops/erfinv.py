@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "18d46e8a5036e6d08539e2d56f02dd9f6f7c47c66b40dfaec4f2aa1e8baa7eb3"
+FINGERPRINT = "9168632cfdc4e7bca70cd647e55ab15905178ad62edb014b5b4aceee7d9ebca9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2f17470b375a45b276cc032b794366d5e6adbe1194b683f7bf46075be10c8415"
+FINGERPRINT = "ae149841d6ac018906875e4cc8cbb44b11ae89c2939379371529ec6f95efd456"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ca8e35c22e584937d167165ed6b5dbe6b542f589141ec73295138dff0be2a1b7"
+FINGERPRINT = "16b3cfc3262e78523b8346eb796bd3ff582d9cef0a2db342abfdbc69a606df00"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3c4f2ea21f5509b36fc80cd51ab4e7161f283892ec2a3f4399455a4e08f0f16b"
+FINGERPRINT = "27a90f32a724a005e6110db9ff7b9c7298febec156a72c5059e3783bae587fa7"
 
 import numpy as np
 from numba import njit

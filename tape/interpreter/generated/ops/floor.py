@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5d7095966163d984c092d9e726e8e8e61ffc6ba81ace7e888cfe572f0223c1b8"
+FINGERPRINT = "ae63097f7a85ecc6738cc26c3af539b60c3bd9a2fd6622444499c1e0ba86facd"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "279465442c7fbb4962095b96c5f9e7c2853419ee2132df49ad4ef779d9542737"
+FINGERPRINT = "65877b41d9e7a102edc894b1da82fd8a042d9c03e0074e899994c99b1f9e56fc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aec525c2164f471d987af723a48176836f2a3085136fb95ea5f59f5b2276badc"
+FINGERPRINT = "649c4e541b0f8f6f23a98b17154fccbeb5da15be524c65f91fea7e0650d0ff40"
 
 import numpy as np
 from numba import njit

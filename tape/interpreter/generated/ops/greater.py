@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "471692d03c7076c830e2c15a3824ecce26a5b19b6c89e52f60ea05492a1dddda"
+FINGERPRINT = "2639dc015299167768494a1e067bfbc228a2a81f0bf4ca5b7b6ec16d5a903dd1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "70f6c87f884e3ceff1d564b93b8d9831debdeca36f32ee51743ef7ee7ff58cb8"
+FINGERPRINT = "e97f382ea72d37abbc0ed86242c7f63f147d10ffc05e0a7070ea5600c5336583"
 
 import numpy as np
 from numba import njit

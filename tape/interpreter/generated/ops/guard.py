@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d80c12d1a02439726e3492ef78201dca406699d7dfd89fd435194085fce244d1"
+FINGERPRINT = "dc6562853d10b9cf5d6e7d02394484eb46c5276f3947acebc811aa617fd35d91"
 
 import numpy as np
 from numba import njit

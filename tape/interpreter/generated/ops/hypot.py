@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c038293cc3108a360e3b91b59d4859300ee99409cd00ac2ed78c725de096a32a"
+FINGERPRINT = "b4cf998c4a1d97622b3da72c8e2ac2dff00e9eac0146e5fd6d93dab200ad401c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "63d4f2f798f1070d9fc45cdc4f693c91021eef8f29cfd2cb86fdfe22964be85c"
+FINGERPRINT = "9d5ee6e8cf4ff7d7029849b97eff4eba9110fd5b374179a8e0e30f6bd664a6d3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "41f1dd94cea0163a6ccfff8065630bed2a4a02101c10daecc28238498a2aa112"
+FINGERPRINT = "46b4249bc4ee15ee794809cd3adb392b9b1acc0041ed3dbb6729ef5d5ebb2c6d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb79a46b53195e68fef65326562a59024231d11f0c50bd0775208014bcf32505"
+FINGERPRINT = "995f01cb9c807a9ac898f296abe2201d5de65d8ce76b4b388e109519045ad37d"
 
 import numpy as np
 from numba import njit

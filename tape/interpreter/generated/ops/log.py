@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "df68973193c07248ba9651a983e5b40c266f13b2b40bfea2ba2e4dda879454a2"
+FINGERPRINT = "956e51a24c4f7c9d5df1cb8a18bc526831599a0689b29975589036f6517c589d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4eeae65a5248b7a5739de90999b12817f38d41ef40298208b3b26012327b05c4"
+FINGERPRINT = "f6511f7a1faefc11620c91f6ea0ffa31e2df4ae312f14c11a6c31b4928183ff9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e1a363db7fdcdd68b317d119be15ebd774d27300ce50a98d11d43d11cb4c96fa"
+FINGERPRINT = "726a598874b4996bc0e5003f6be8d11cf85a15c05b071c425dbbe2efb0339167"
 
 import numpy as np
 from numba import njit

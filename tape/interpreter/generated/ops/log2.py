@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5eff40372d75c64ad7d01b5bc492fd712b5d8079561845f5a71a8bc840de3b45"
+FINGERPRINT = "d203078448728b9983844300362b2035fb0289244472805aa1785b4c69b38685"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "11be85be4d6de94137ba7873ccc294f36fa3289015a8cdafd04caffd5fd7afd1"
+FINGERPRINT = "d7cccd2382264ec3b85d0c207fe9d725c41e1e4e157beedb153bb2b8759a1e91"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c7cfd31f17c1120c7311dd3c3f67577209453e20282a5b0155f0625d5b4d61ef"
+FINGERPRINT = "acbbd39151be92e098b7a7ce454cf4378e56b376d519881013272f226c9e6b0b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "26beddeca4b71330d41486002c4be00d79e680badf3c1ae4d832d9ac9616b106"
+FINGERPRINT = "87a5d0cf1c6163282a5e261b2ec53b565298005ab239b2c6adb7c69ccb1c51b2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9358cdbb8e96b4be6b672a03a7b0c8c2954ad24dde8c37ff4941f5be9b3be25f"
+FINGERPRINT = "fd7d8b942fc4049bac213e12640d0df31ac5725787d907fceacb2162a7768945"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "53265a0672b534d7554f6bc4db1f0d48467e1eafb566c9217a79b8caee38846d"
+FINGERPRINT = "620e046de61dc5b6a0f2dc7b07b808e76bcd8c677c6bad3d674008fb8f3b413d"
 
 import numpy as np
 from numba import njit

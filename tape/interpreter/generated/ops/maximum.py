@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "888c2f9ada92263020b412e8623a2376281c6c3fde7c7d685b810abafec8b7c9"
+FINGERPRINT = "3c6a7746a6bfa29d37b9e0c597dc73f8c79463d09e4ad18ad9e1ae8c5983d268"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb469a6e8997b759af53270931510fc8947f458d65e72d9f277c962e97b1083f"
+FINGERPRINT = "8c11db3110fe67ddd1cc37b9d16b285e429e120da3122648176bf9622df21622"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a72695f0f839abeb9a4c5aae54b6bd957eadd32b3e2fb22c29513649a109f0f4"
+FINGERPRINT = "f10a322e94d63f6e3ca9d173c575ef574474d57b0b693faef4dc3ff45e6bcf39"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5ddef086afa47f883800071a15312fbc1f2d89bd5a817a3e5d3e2287e772508d"
+FINGERPRINT = "be7988c61c7d07653b0a28bc0d5a83024a0780d41ddceef1e718b1476c59472c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "60ed153d359c79cb16b6b606701974697e1b997da257f6a33ac6ef58f4769ec9"
+FINGERPRINT = "14e2c20cfa276259bf65dce428e3e3ca257283ce72a547f89ac8e7cba137d2d6"
 
 import numpy as np
 from numba import njit

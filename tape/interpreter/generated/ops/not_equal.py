@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1052e87c2c7018eb9e4235efa1885a50eb8fc24921da08a4cbe745554e6104a6"
+FINGERPRINT = "30d1834870f265b2b00c62ee1319aeae5a0176d8890a1d8a255d10bc5810f389"
 
 import numpy as np
 from numba import njit

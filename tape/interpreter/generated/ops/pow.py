@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1956821955456da20bf7d77e8f6e788df275b174493946d90ae4dc27f8796d2f"
+FINGERPRINT = "33bbac4dc0237b9629acfb68e27acf3e2118ac273ace935c7bb6d7ff77070075"
 
 import numpy as np
 from numba import njit

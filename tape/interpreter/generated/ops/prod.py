@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "05748fbb54d0879d46b6935e854c085d4abd768fa0ac0bd305d48ef1470dbc9f"
+FINGERPRINT = "8cdff525878ff2c56f940149d9ef2af3cab14ea909b1310bca9967a2dcb7b93e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0e2f435142ad3ea5b6af33bfed00639dcfc5e233c43c9709c72646189eff1ca"
+FINGERPRINT = "62abc04ee69ebe4cd33793fe7eec23a26ed248fa5d03688aa1881f0bf19a2a30"
 
 import numpy as np
 from numba import njit

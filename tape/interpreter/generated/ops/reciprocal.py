@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2bba320f94b1ca057f14f73aa2f7d8f5e6e7d034cbca2cd1a74beeb9c71e0463"
+FINGERPRINT = "4c62e03a548fca90041844282138f46944786d2ca751ac84706620246031f109"
 
 import numpy as np
 from numba import njit

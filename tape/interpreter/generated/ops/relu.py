@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bae9c4ebe50cf792623129f4f9e05d72a7d770ca4de038c083be3b622a4148ad"
+FINGERPRINT = "809cd87f3134b26ca3821756977dd8bbd064ce73f1f55d4aa4143bc992a9cde4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4521b9ac90b37e7d8b07e02e5bd6f6a8a2e226385823d46ce73201bc8b339dd1"
+FINGERPRINT = "9cd771985696599ee45e1344516f12b3f9123eace185b69d45e30d5c3a788462"
 
 import numpy as np
 from numba import njit

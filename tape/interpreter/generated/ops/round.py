@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "234fa75fa47487d61527d151c192927390f2beb13c0358bdcf5e9d754061f605"
+FINGERPRINT = "217d38bcc5d1f6650c709dec7b96d89ebf3554e3c2043b6adac7356735d6c84a"
 
 import numpy as np
 from numba import njit

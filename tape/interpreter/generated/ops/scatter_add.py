@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c43004c7796d09b05b1488d97b4cd9f2f6e8e869acdd2c59362b1640182b0dc7"
+FINGERPRINT = "c00d7bc4d6446c12c094be14b1cee764c3a70d2941ffe8e3bd719f8d684322f9"
 
 import numpy as np
 from numba import njit

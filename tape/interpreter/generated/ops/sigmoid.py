@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b7ecef8333dcbbd581696333ee58341ae68c13e1ecf406330822e061d7ac4b69"
+FINGERPRINT = "ff429679543c8230b947a0795ca6b55f6c0e1c0621b5fcad750dcf775722a0b5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "64c44dc23b8caa73d70006ca9bdd82741f174e4b407b3e5544e60d60089268a1"
+FINGERPRINT = "d70ca024bd3181d3b371897b080a7836c2a203f667f63e86feaf5f8de23835b8"
 
 import numpy as np
 from numba import njit

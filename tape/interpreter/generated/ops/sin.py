@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1e5a4b768033a63c3a613bd1145d0108bf230da48642591d8a3972683673afdc"
+FINGERPRINT = "54d49f8d32cd51676b3967e927fc7a25476eeca119bbb3122322bf943c767ed3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e3cbce3652cec6e25e7285acb362a245edd524b0aca55d7cbe4a651461006f7b"
+FINGERPRINT = "1c061e567957592e7d59b154193b673ad3e4f6036f5d6c1a4e042dea4f459e77"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cd89238e89593a133c7cc35625e8b34b304ad0c21965ed3f781d6d2fa0e3086a"
+FINGERPRINT = "1bfd4fcaa4ddb6b66aabd292a1c5ec05fa60336e2ecef38b87a7382c3b5e244f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f6a1d4c9f4f9d458b77faa1d0ce6c4e9f620ae70733c3434cba476b3ce58cb7c"
+FINGERPRINT = "7c89f916ccebe107364f533ca8ce85bd52dff888eb47c1cf2ede3080bfb74747"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "642cc50621874b11d882979741affde6aaedfbf6f3cddad13b5280f627f81919"
+FINGERPRINT = "b633b9c67ad6fcb0eff838b595238b81355341200fa1004dfadfda6463a0e227"
 
 import numpy as np
 from numba import njit

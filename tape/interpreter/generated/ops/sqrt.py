@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0cf2b01f99f8e0453d3225fbfeebea406d81f157ab3d94ea79a56c40e6610f8f"
+FINGERPRINT = "bc396f79c4e45b0c1de482f4d6e6afce7c45547831465eb716b09f4157bad85d"
 
 import numpy as np
 from numba import njit

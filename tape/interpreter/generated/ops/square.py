@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "878707c9fc3ae9cfb29ecb29d29ecd2061ff9e579978695ec9cb332ff8839f77"
+FINGERPRINT = "f4edf552f7edb1523c910f58e29988a6a59916051d0a94c274e7299c2c8c37ba"
 
 import numpy as np
 from numba import njit

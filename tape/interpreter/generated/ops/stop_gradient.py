@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6601e43e333e136f8fa8ab2ea24b6ff9cf039d9d244c69ad4a989ed44a22bbdf"
+FINGERPRINT = "5c5189d71f50b799b5858589b54b8eca66894d3c0ac13d3f22849a255143ae47"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c7b285277b49c477bf8035c0164f0a5e8dff1eaaf833c04f909cf234cc5cda51"
+FINGERPRINT = "45384badf0705e9c16a08eeed7791a65f901e7198d6c912f1c25865314ef9d21"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "caa2d0d47f1188627919686c1b1355cd0fa5526a36898c16b6f5746761224155"
+FINGERPRINT = "364eb35f34c3b9cbc178cba0a734c5e1e78f10bfb5f795f14094b35fefcd4b34"
 
 import numpy as np
 from numba import njit

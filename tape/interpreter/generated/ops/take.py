@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0063079774fd154d1229e3fb210a62d275e83ef83a978b27fa133e67ae002a6"
+FINGERPRINT = "b8c3f22f42a432330e2ea338aa3d409f8b988e259f1be45fe8f841523f8c2d1e"
 
 import numpy as np
 from numba import njit

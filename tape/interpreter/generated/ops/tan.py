@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "99fe5a6e7107ea7db3399c19dd593b3f0d5a6f295fcae958a420a0d3e95ea703"
+FINGERPRINT = "19ad24cd50fcd1c6a94364d16a2f2414832d89949b112438abaf529fd6729ca3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "250ceb6652894f0c5db3f566d21404312d121a70f095f5fde09e57bec60d9548"
+FINGERPRINT = "a2111b258b093c9ea1056495b1dc497fe2ea32e62b7e335cedd304448c2a5d64"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "06f64359e5f835975dd5a197235a7071ebdaf87156e25bcdf286e892fdc0c7a2"
+FINGERPRINT = "20342caedad7876c7709f586d701fc3d773bad62f6d114afefbad027ca9cd518"
 
 import numpy as np
 from numba import njit

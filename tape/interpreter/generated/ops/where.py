@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "00a64e7c1df4d6455f326c6480451caf91e228e06865a81cf6dc6cb4d9176cea"
+FINGERPRINT = "ca4e934a97eea1d17fe8a3b150327040a949a25f3ff2b12f0ab4830303dae0dd"
 
 import numpy as np
 from numba import njit

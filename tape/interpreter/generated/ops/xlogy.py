@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0605fa1ac4516745fdbd9dae1c85defdc0055b7a7a544b025da55e0ce8deca2c"
+FINGERPRINT = "a48995712ff52312c452734cc72020829ddc5e40dfc4e19c07b483467b5dbdea"
 
 import numpy as np
 from numba import njit
