@@ -294,16 +294,18 @@ def generate_op(op) -> str:
             from tape.ops.loops import BINARY_CLASSES
 
             for cls, case in BINARY_CLASSES.items():
-                call = f"loops.binary_fwd_{case}({op.fwd_name}, i, entries, bufs, ipool, data)"
+                flags = f"{case == 'one0'}, {case == 'one1'}"  # which input is one value
+                call = (
+                    f"loops.binary_fwd_flat({op.fwd_name}, {flags}, i, entries, bufs, ipool, data)"
+                )
                 entries.append(
                     spec.entry(f"_fwd_{op.name}_c{cls}", call, FWD_ARGS, returns="np.int64(-1)")
                 )
                 if any(op.differentiable):
-                    call = (
-                        f"loops.binary_rev_{case}({rs}, {ds}, i, entries, bufs, ipool, data, grad)"
-                    )
+                    call = (f"loops.binary_rev_flat({rs}, {ds}, {flags}, i, entries, bufs, ipool, "
+                            "data, grad)")  # fmt: skip
                     entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
-                    entries += _class_tangents(op, spec, cls, case, rs, ds)
+                    entries += _class_tangents(op, spec, cls, flags, rs, ds)
         entry_fns += spec.sources + entries
         if spec.imports:
             imports.insert(0, f"from tape.ops.loops import {', '.join(sorted(spec.imports))}")
@@ -339,11 +341,10 @@ def _kernel_derivatives(op, entry_fns):
     return names
 
 
-def _class_tangents(op, spec, cls, case, rs, ds):
+def _class_tangents(op, spec, cls, flags, rs, ds):
     """A binary op's tangent and forward-over-reverse entries for entry class ``cls``
-    (``loops.binary_tan_flat`` and ``loops.binary_hrev_flat``, with ``case``'s one-value
-    flags)."""
-    flags = f"{case == 'one0'}, {case == 'one1'}"
+    (``loops.binary_tan_flat`` and ``loops.binary_hrev_flat``, with the class's one-value
+    ``flags``)."""
     h = ", ".join(
         f"{op.name}_h{k}" if f is not None else "loops.no_h3" for k, f in enumerate(op.hess)
     )

@@ -179,6 +179,53 @@ class _Rewrite(ast.NodeTransformer):
         new = self.spec.copy(name, binding)
         return ast.Call(func=ast.Name(new, ast.Load()), args=rest, keywords=[])
 
+    # Constant flags (``sc0``, ``d1``: a parameter bound to ``True`` or ``False``) are folded
+    # before the branches they decide are rewritten: a dead branch is dropped, so it neither
+    # reaches Numba nor makes a specialised copy of the templates it calls.
+
+    def visit_If(self, node):
+        test = self.visit(node.test)
+        if not isinstance(test, ast.Constant):
+            node.test = test
+            node.body = self._block(node.body)
+            node.orelse = self._block(node.orelse) if node.orelse else []
+            return node
+        live = self._block(node.body if test.value else node.orelse)
+        return live or [ast.Pass()]
+
+    def _block(self, stmts):
+        out = []
+        for st in stmts:
+            got = self.visit(st)
+            out.extend(got if isinstance(got, list) else [got])
+        return out or [ast.Pass()]
+
+    def visit_IfExp(self, node):
+        test = self.visit(node.test)
+        if isinstance(test, ast.Constant):
+            return self.visit(node.body if test.value else node.orelse)
+        node.test, node.body, node.orelse = test, self.visit(node.body), self.visit(node.orelse)
+        return node
+
+    def visit_BoolOp(self, node):
+        values = [self.visit(v) for v in node.values]
+        # a leading constant decides or drops out (``True and x`` is ``x``)
+        while len(values) > 1 and isinstance(values[0], ast.Constant):
+            if bool(values[0].value) == isinstance(node.op, ast.Or):
+                return values[0]
+            values = values[1:]
+        if len(values) == 1:
+            return values[0]
+        node.values = values
+        return node
+
+    def visit_UnaryOp(self, node):
+        operand = self.visit(node.operand)
+        if isinstance(node.op, ast.Not) and isinstance(operand, ast.Constant):
+            return ast.Constant(not operand.value)
+        node.operand = operand
+        return node
+
     def visit_Name(self, node):
         if not isinstance(node.ctx, ast.Load) or self.top:
             return node

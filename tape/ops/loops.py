@@ -307,34 +307,22 @@ def _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j):
 
 
 @_loop
-def binary_fwd_same(f, i, entries, bufs, ipool, data):
+def binary_fwd_flat(f, sc0, sc1, i, entries, bufs, ipool, data):
+    # binary_fwd's loop for an entry class: input k is the output's size, or one value where
+    # sck (a constant: the specialised copy has no branch on it)
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = x0[0] if sc0 else 0.0
+    c1 = x1[0] if sc1 else 0.0
     for j in range(y.shape[0]):
-        y[j] = f(x0[j], x1[j])
+        y[j] = f(c0 if sc0 else x0[j], c1 if sc1 else x1[j])
 
 
 @_loop
-def binary_fwd_one0(f, i, entries, bufs, ipool, data):
-    c0 = view(bufs, data, entries[i, E_IN0])[0]
-    x1 = view(bufs, data, entries[i, E_IN1])
-    y = view(bufs, data, entries[i, E_OUT])
-    for j in range(y.shape[0]):
-        y[j] = f(c0, x1[j])
-
-
-@_loop
-def binary_fwd_one1(f, i, entries, bufs, ipool, data):
-    x0 = view(bufs, data, entries[i, E_IN0])
-    c1 = view(bufs, data, entries[i, E_IN1])[0]
-    y = view(bufs, data, entries[i, E_OUT])
-    for j in range(y.shape[0]):
-        y[j] = f(x0[j], c1)
-
-
-@_loop
-def binary_rev_same(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
+def binary_rev_flat(r0, r1, d0, d1, sc0, sc1, i, entries, bufs, ipool, data, grad):
+    # binary_rev's loops for an entry class (see binary_fwd_flat): an input of the output's
+    # size gets an adjoint per element, a one-value input the row's contributions summed
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -342,77 +330,45 @@ def binary_rev_same(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
     x1 = view(bufs, data, b)
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
-    if d0 and active(bufs, a):
-        g0 = view(bufs, grad, a)
-        for j in range(y.shape[0]):
-            v = r0(x0[j], x1[j], y[j], gy[j])
-            g0[j] += masked(v, gy[j])
-    if d1 and active(bufs, b):
-        g1 = view(bufs, grad, b)
-        for j in range(y.shape[0]):
-            v = r1(x0[j], x1[j], y[j], gy[j])
-            g1[j] += masked(v, gy[j])
-
-
-@_loop
-def binary_rev_one0(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
-    a = entries[i, E_IN0]
-    b = entries[i, E_IN1]
-    o = entries[i, E_OUT]
-    c0 = view(bufs, data, a)[0]
-    x1 = view(bufs, data, b)
-    y = view(bufs, data, o)
-    gy = view(bufs, grad, o)
-    m = y.shape[0]
-    if d0 and active(bufs, a):
-        # the contributions to one value, in four running sums (as _bcast_rev_row)
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += masked(r0(c0, x1[j], y[j], gy[j]), gy[j])
-            p1 += masked(r0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
-            p2 += masked(r0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
-            p3 += masked(r0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
-            j += 4
-        acc = (p0 + p1) + (p2 + p3)
-        for k in range(j, m):
-            acc += masked(r0(c0, x1[k], y[k], gy[k]), gy[k])
-        view(bufs, grad, a)[0] += acc
-    if d1 and active(bufs, b):
-        g1 = view(bufs, grad, b)
-        for j in range(m):
-            v = r1(c0, x1[j], y[j], gy[j])
-            g1[j] += masked(v, gy[j])
-
-
-@_loop
-def binary_rev_one1(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
-    a = entries[i, E_IN0]
-    b = entries[i, E_IN1]
-    o = entries[i, E_OUT]
-    x0 = view(bufs, data, a)
-    c1 = view(bufs, data, b)[0]
-    y = view(bufs, data, o)
-    gy = view(bufs, grad, o)
+    c0 = x0[0] if sc0 else 0.0
+    c1 = x1[0] if sc1 else 0.0
     m = y.shape[0]
     if d0 and active(bufs, a):
         g0 = view(bufs, grad, a)
-        for j in range(m):
-            v = r0(x0[j], c1, y[j], gy[j])
-            g0[j] += masked(v, gy[j])
+        if sc0:
+            g0[0] += _flat_rev_sum(r0, sc0, sc1, c0, c1, x0, x1, y, gy, m)
+        else:
+            for j in range(m):
+                v = r0(x0[j], c1 if sc1 else x1[j], y[j], gy[j])
+                g0[j] += masked(v, gy[j])
     if d1 and active(bufs, b):
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += masked(r1(x0[j], c1, y[j], gy[j]), gy[j])
-            p1 += masked(r1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
-            p2 += masked(r1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
-            p3 += masked(r1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
-            j += 4
-        acc = (p0 + p1) + (p2 + p3)
-        for k in range(j, m):
-            acc += masked(r1(x0[k], c1, y[k], gy[k]), gy[k])
-        view(bufs, grad, b)[0] += acc
+        g1 = view(bufs, grad, b)
+        if sc1:
+            g1[0] += _flat_rev_sum(r1, sc0, sc1, c0, c1, x0, x1, y, gy, m)
+        else:
+            for j in range(m):
+                v = r1(c0 if sc0 else x0[j], x1[j], y[j], gy[j])
+                g1[j] += masked(v, gy[j])
+
+
+@_loop
+def _flat_rev_sum(r, sc0, sc1, c0, c1, x0, x1, y, gy, m):
+    # a flat row's contributions to one value, in four running sums (as _bcast_rev_row)
+    p0 = p1 = p2 = p3 = 0.0
+    j = 0
+    while j + 4 <= m:
+        p0 += masked(r(c0 if sc0 else x0[j], c1 if sc1 else x1[j], y[j], gy[j]), gy[j])
+        k = j + 1
+        p1 += masked(r(c0 if sc0 else x0[k], c1 if sc1 else x1[k], y[k], gy[k]), gy[k])
+        k = j + 2
+        p2 += masked(r(c0 if sc0 else x0[k], c1 if sc1 else x1[k], y[k], gy[k]), gy[k])
+        k = j + 3
+        p3 += masked(r(c0 if sc0 else x0[k], c1 if sc1 else x1[k], y[k], gy[k]), gy[k])
+        j += 4
+    acc = (p0 + p1) + (p2 + p3)
+    for k in range(j, m):
+        acc += masked(r(c0 if sc0 else x0[k], c1 if sc1 else x1[k], y[k], gy[k]), gy[k])
+    return acc
 
 
 @_loop
@@ -546,9 +502,8 @@ def binary_hrev_flat(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, sc0, sc1, i, 
 
 BINARY_CLASSES = {0: "same", 1: "one0", 4: "one1"}
 """The entry classes (:func:`tape.interpreter.dispatch.entry_class`) that binary ops have
-kernels of their own for, and their templates' suffix (``binary_fwd_same``, ...); their
-tangent and forward-over-reverse kernels are ``binary_tan_flat`` and ``binary_hrev_flat``
-with the one-value flags of the case."""
+kernels of their own for: ``binary_fwd_flat``, ``binary_rev_flat``, ``binary_tan_flat`` and
+``binary_hrev_flat`` with the one-value flags of the case (``one0``: input 0 is one value)."""
 
 
 @_loop

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "d5470403e4e90ff9bdd0bf017fc672ae6fe624628d01a66e491e64959fd0ea91"
+FINGERPRINT = "e81b68ef3c7809cc88aade8282d8da960ed94e271ca93a14ce1c11121ef3c1e4"
 
 from numba import cuda, float64
 

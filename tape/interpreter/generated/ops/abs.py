@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d5be07a22f6440f78a07a4eaa7b7472cf8d6e959c4d9fbd98ff41cc5f76a44ca"
+FINGERPRINT = "45e1825900fe7658dac139637e490c199d2d26b45a0f55c48dd1edf0af8ea8a2"
 
 import numpy as np
 from numba import njit
@@ -85,22 +85,19 @@ def _hrev_abs(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(abs_rev0(x[j], y[j], gty[j]), gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += gy[j] * (loops.no_h2(x[j], y[j]) * tx[j])
+            pass
             gtx[j] += v
         return
     p = np.empty(n, T.dtype)
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = abs_rev0(x[j], y[j], 1.0)
-        if False and gy[j] != 0.0:
-            q[j] = gy[j] * loops.no_h2(x[j], y[j])
+        pass
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         gty = view(bufs, GT[d], o)
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += q[j] * tx[j]
+            pass
             gtx[j] += v

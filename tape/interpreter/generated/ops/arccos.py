@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b244b71378c3a6841af9bef12ac22ab9de2ee7cb981cd6a45db56ab5205018f8"
+FINGERPRINT = "1ada416460edc79190e7ded74c40dcd281c5cfbe5560a65b7b37f95daef59071"
 
 import numpy as np
 from numba import njit
@@ -86,7 +86,7 @@ def _hrev_arccos(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(arccos_rev0(x[j], y[j], gty[j]), gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += gy[j] * (arccos_h0(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
@@ -94,7 +94,7 @@ def _hrev_arccos(i, entries, bufs, ipool, data, grad, T, GT):
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = arccos_rev0(x[j], y[j], 1.0)
-        if True and gy[j] != 0.0:
+        if gy[j] != 0.0:
             q[j] = gy[j] * arccos_h0(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
@@ -102,6 +102,6 @@ def _hrev_arccos(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += q[j] * tx[j]
             gtx[j] += v

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3d2c2555d3f5a3c6132b8549e3739069e2683470b9f677ccf8bd8cbc5f8274f6"
+FINGERPRINT = "de79a978855a8abcd322dde3ff9fd2caada24cd9ef89819be6eda38511203505"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0ce855649978241e0226b54b28ca341e2e3c143fd44d47262ffa9d0c7101801"
+FINGERPRINT = "a2c7991b05157b64e42fd6425207191becbac1ff85a6fc71ca55ea2654e837c2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ac37b82681da4e3857f6ef7efdd90628fdc71a9e6038d1148ff66470b111fdbc"
+FINGERPRINT = "961131ee82a58a804d45d987a27acd8d94a7d74486f523e8079953fb9bff5779"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e386b448874ddbdc0d37d0d588df3b8bda878a7e4a0093340767671899fa1938"
+FINGERPRINT = "537b1f6b172374d7fa49981d538deb5be168813f85defa8b24f60c69974ec7c1"
 
 import numpy as np
 from numba import njit
@@ -85,22 +85,19 @@ def _hrev_ceil(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(ceil_rev0(x[j], y[j], gty[j]), gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += gy[j] * (loops.no_h2(x[j], y[j]) * tx[j])
+            pass
             gtx[j] += v
         return
     p = np.empty(n, T.dtype)
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = ceil_rev0(x[j], y[j], 1.0)
-        if False and gy[j] != 0.0:
-            q[j] = gy[j] * loops.no_h2(x[j], y[j])
+        pass
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         gty = view(bufs, GT[d], o)
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += q[j] * tx[j]
+            pass
             gtx[j] += v

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aeea3c49dfe13f4115cb37bd7ba6ace36e68248547780c5aa713afc0d76412b9"
+FINGERPRINT = "ffbb9236e1d657885e9631e084fdb7d4c74d28004c8f03bbc935587fae53d27c"
 
 import numpy as np
 from numba import njit

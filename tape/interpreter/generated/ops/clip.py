@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7713e151bc6e3f375388d6ca9db3c7dcebd0db10f374f506f4a11300b511d9b2"
+FINGERPRINT = "22d7d521a9f8eb85f1c92600c29399b0c9d8ee7e2073eec1ee6e31ea4af4c515"
 
 import numpy as np
 from numba import njit
@@ -88,11 +88,11 @@ def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    if True and active(bufs, a):
+    if active(bufs, a):
         _ternary_rev_one_0(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
-    if True and active(bufs, b):
+    if active(bufs, b):
         _ternary_rev_one_1(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
-    if True and active(bufs, c):
+    if active(bufs, c):
         _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
@@ -128,11 +128,11 @@ def _rev_clip(i, entries, bufs, ipool, data, grad):
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    if True and active(bufs, a):
+    if active(bufs, a):
         _ternary_rev_one_0(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
-    if True and active(bufs, b):
+    if active(bufs, b):
         _ternary_rev_one_1(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
-    if True and active(bufs, c):
+    if active(bufs, c):
         _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
@@ -161,12 +161,9 @@ def _tan_clip(i, entries, bufs, ipool, data, T):
         for j in range(n):
             u, v, w = (x0[o0[j]], x1[o1[j]], x2[o2[j]])
             acc = 0.0
-            if True:
-                acc += masked(clip_rev0(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
-            if True:
-                acc += masked(clip_rev1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
-            if True:
-                acc += masked(clip_rev2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
+            acc += masked(clip_rev0(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
+            acc += masked(clip_rev1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
+            acc += masked(clip_rev2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
             ty[j] = acc
 
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e62401338bd6ecc4c26216db7664407b0dbb4f34ddda0fe75e86e70c8b358d74"
+FINGERPRINT = "c81a7bbb585eecfe0fd91499d5a3ffac4fce02fe475d852a5ed82282e881ea3a"
 
 import numpy as np
 from numba import njit

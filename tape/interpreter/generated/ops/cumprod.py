@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "81c45e203362d222c9f779dd9ed5af8ea19897f77914c2e1a320f7db3f56293b"
+FINGERPRINT = "6992716e12b5a75de7584a9e14e07f7e54c5fc76867b2d7616418d78154122be"
 
 import numpy as np
 from numba import njit

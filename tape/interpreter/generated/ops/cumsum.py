@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "011e809e8c57a5f87b53661f013d5dee4fb77bdce63b2999332fe8af48fbfe0c"
+FINGERPRINT = "083db501fa731a3b3f8bf0d6c9db1b48d7fa17fea96cdb8a193af869c13c4de5"
 
 import numpy as np
 from numba import njit

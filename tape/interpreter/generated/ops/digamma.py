@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1cf6aaa4226eb37ec77af7cbe15c682d9b95f3e905986d87db6f4beb31e6e662"
+FINGERPRINT = "c412f43666b4f61a1acca11d56b708fdd378d563863a8ed3c8e4a34175d68bf8"
 
 import numpy as np
 from numba import njit
@@ -86,7 +86,7 @@ def _hrev_digamma(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(digamma_rev0(x[j], y[j], gty[j]), gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += gy[j] * (digamma_h0(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
@@ -94,7 +94,7 @@ def _hrev_digamma(i, entries, bufs, ipool, data, grad, T, GT):
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = digamma_rev0(x[j], y[j], 1.0)
-        if True and gy[j] != 0.0:
+        if gy[j] != 0.0:
             q[j] = gy[j] * digamma_h0(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
@@ -102,6 +102,6 @@ def _hrev_digamma(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += q[j] * tx[j]
             gtx[j] += v

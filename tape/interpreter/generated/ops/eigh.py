@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb0c9fc2dc772890834ebfdfcbfef5bbb9a1b74c96676eaaf36e3dc46b68c2e1"
+FINGERPRINT = "544bf7844ba60294d6c5a46289eadf7b426283fefa79bf2528389e93ae8f9557"
 
 import numpy as np
 from numba import njit

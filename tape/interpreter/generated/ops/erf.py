@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c3c17e1d773d1b06f57dd228c8ed6e006682f876f7b2f60b2b1b145ccee8526"
+FINGERPRINT = "ebea71a01e72dd26e8be9f6a1b41b25db173dc191afac2f181ec7a41cd86aad2"
 
 import numpy as np
 from numba import njit
@@ -86,7 +86,7 @@ def _hrev_erf(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(erf_rev0(x[j], y[j], gty[j]), gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += gy[j] * (erf_h0(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
@@ -94,7 +94,7 @@ def _hrev_erf(i, entries, bufs, ipool, data, grad, T, GT):
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = erf_rev0(x[j], y[j], 1.0)
-        if True and gy[j] != 0.0:
+        if gy[j] != 0.0:
             q[j] = gy[j] * erf_h0(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
@@ -102,6 +102,6 @@ def _hrev_erf(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += q[j] * tx[j]
             gtx[j] += v

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ae63097f7a85ecc6738cc26c3af539b60c3bd9a2fd6622444499c1e0ba86facd"
+FINGERPRINT = "01b690319033ecb2e3b00ad38340eadd0070056f6650d5b7785c7239f11eb3e0"
 
 import numpy as np
 from numba import njit
@@ -85,22 +85,19 @@ def _hrev_floor(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(floor_rev0(x[j], y[j], gty[j]), gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += gy[j] * (loops.no_h2(x[j], y[j]) * tx[j])
+            pass
             gtx[j] += v
         return
     p = np.empty(n, T.dtype)
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = floor_rev0(x[j], y[j], 1.0)
-        if False and gy[j] != 0.0:
-            q[j] = gy[j] * loops.no_h2(x[j], y[j])
+        pass
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         gty = view(bufs, GT[d], o)
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += q[j] * tx[j]
+            pass
             gtx[j] += v

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e97f382ea72d37abbc0ed86242c7f63f147d10ffc05e0a7070ea5600c5336583"
+FINGERPRINT = "040132aca1025b92bc49431647145f0baa30b677813714f54ffed8c7acbc36da"
 
 import numpy as np
 from numba import njit
@@ -58,6 +58,8 @@ def _fwd_greater_equal_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = 0.0
+    c1 = 0.0
     for j in range(y.shape[0]):
         y[j] = greater_equal_fwd(x0[j], x1[j])
     return np.int64(-1)
@@ -65,9 +67,11 @@ def _fwd_greater_equal_c0(i, entries, bufs, ipool, data):
 
 @njit(**SWEEP_JIT)
 def _fwd_greater_equal_c1(i, entries, bufs, ipool, data):
-    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = x0[0]
+    c1 = 0.0
     for j in range(y.shape[0]):
         y[j] = greater_equal_fwd(c0, x1[j])
     return np.int64(-1)
@@ -76,8 +80,10 @@ def _fwd_greater_equal_c1(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _fwd_greater_equal_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
-    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = 0.0
+    c1 = x1[0]
     for j in range(y.shape[0]):
         y[j] = greater_equal_fwd(x0[j], c1)
     return np.int64(-1)

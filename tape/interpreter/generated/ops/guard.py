@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc6562853d10b9cf5d6e7d02394484eb46c5276f3947acebc811aa617fd35d91"
+FINGERPRINT = "39d8e6da32ab7d45c2a49f41f6542b3905ba9ba561beddf58619846f4635d20c"
 
 import numpy as np
 from numba import njit

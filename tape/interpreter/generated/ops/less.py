@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9d5ee6e8cf4ff7d7029849b97eff4eba9110fd5b374179a8e0e30f6bd664a6d3"
+FINGERPRINT = "404d0cc5f0247e8a3c4fd36556f2d1ac7d0b093ee2109677c7f1fd2bbb35e20a"
 
 import numpy as np
 from numba import njit
@@ -58,6 +58,8 @@ def _fwd_less_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = 0.0
+    c1 = 0.0
     for j in range(y.shape[0]):
         y[j] = less_fwd(x0[j], x1[j])
     return np.int64(-1)
@@ -65,9 +67,11 @@ def _fwd_less_c0(i, entries, bufs, ipool, data):
 
 @njit(**SWEEP_JIT)
 def _fwd_less_c1(i, entries, bufs, ipool, data):
-    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = x0[0]
+    c1 = 0.0
     for j in range(y.shape[0]):
         y[j] = less_fwd(c0, x1[j])
     return np.int64(-1)
@@ -76,8 +80,10 @@ def _fwd_less_c1(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _fwd_less_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
-    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = 0.0
+    c1 = x1[0]
     for j in range(y.shape[0]):
         y[j] = less_fwd(x0[j], c1)
     return np.int64(-1)

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "46b4249bc4ee15ee794809cd3adb392b9b1acc0041ed3dbb6729ef5d5ebb2c6d"
+FINGERPRINT = "98397c7d02409f3d99e241b0e5ea4ce5f79dc832a7f6978529839930f3bb34c5"
 
 import numpy as np
 from numba import njit
@@ -58,6 +58,8 @@ def _fwd_less_equal_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = 0.0
+    c1 = 0.0
     for j in range(y.shape[0]):
         y[j] = less_equal_fwd(x0[j], x1[j])
     return np.int64(-1)
@@ -65,9 +67,11 @@ def _fwd_less_equal_c0(i, entries, bufs, ipool, data):
 
 @njit(**SWEEP_JIT)
 def _fwd_less_equal_c1(i, entries, bufs, ipool, data):
-    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = x0[0]
+    c1 = 0.0
     for j in range(y.shape[0]):
         y[j] = less_equal_fwd(c0, x1[j])
     return np.int64(-1)
@@ -76,8 +80,10 @@ def _fwd_less_equal_c1(i, entries, bufs, ipool, data):
 @njit(**SWEEP_JIT)
 def _fwd_less_equal_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
-    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = 0.0
+    c1 = x1[0]
     for j in range(y.shape[0]):
         y[j] = less_equal_fwd(x0[j], c1)
     return np.int64(-1)

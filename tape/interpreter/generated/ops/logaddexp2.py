@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "acbbd39151be92e098b7a7ce454cf4378e56b376d519881013272f226c9e6b0b"
+FINGERPRINT = "25eba069827f7835236459a74ca255955f805cd8fafd917fda66c22065c8b785"
 
 import numpy as np
 from numba import njit
@@ -133,10 +133,8 @@ def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
         b1 = o1[r] if nd > 1 else 0
         for j in range(m):
             u, w, yv = (x0[b0 + j * s0], x1[b1 + j * s1], y[r * m + j])
-            if True:
-                p0[r * m + j] = logaddexp2_rev0(u, w, yv, 1.0)
-            if True:
-                p1[r * m + j] = logaddexp2_rev1(u, w, yv, 1.0)
+            p0[r * m + j] = logaddexp2_rev0(u, w, yv, 1.0)
+            p1[r * m + j] = logaddexp2_rev1(u, w, yv, 1.0)
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
         t1 = view(bufs, T[d], b)
@@ -148,17 +146,15 @@ def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
             for j in range(m):
                 v0 = t0[b0 + j * s0]
                 v1 = t1[b1 + j * s1]
-                acc = masked(p0[e + j] * v0, v0) if True else 0.0
-                if True:
-                    acc += masked(p1[e + j] * v1, v1)
+                acc = masked(p0[e + j] * v0, v0)
+                acc += masked(p1[e + j] * v1, v1)
                 ty[e + j] = acc
 
 
 @njit(inline="always", **UNCACHED_JIT)
 def _tan2_5(u, w, y, t0, t1):
-    acc = masked(logaddexp2_rev0(u, w, y, t0), t0) if True else 0.0
-    if True:
-        acc += masked(logaddexp2_rev1(u, w, y, t1), t1)
+    acc = masked(logaddexp2_rev0(u, w, y, t0), t0)
+    acc += masked(logaddexp2_rev1(u, w, y, t1), t1)
     return acc
 
 
@@ -181,12 +177,9 @@ def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
             if act1:
                 p1[e] = logaddexp2_rev1(u, w, yv, 1.0)
             if g != 0.0:
-                if True:
-                    q00[e] = g * logaddexp2_h0(u, w, yv)
-                if True:
-                    q01[e] = g * logaddexp2_h1(u, w, yv)
-                if True:
-                    q11[e] = g * logaddexp2_h2(u, w, yv)
+                q00[e] = g * logaddexp2_h0(u, w, yv)
+                q01[e] = g * logaddexp2_h1(u, w, yv)
+                q11[e] = g * logaddexp2_h2(u, w, yv)
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
         t1 = view(bufs, T[d], b)
@@ -224,9 +217,9 @@ def _hrev_one_7(u, w, y, g, dg, ta, tb):
     v = masked(logaddexp2_rev0(u, w, y, dg), dg)
     if g != 0.0:
         s = 0.0
-        if True and ta != 0.0:
+        if ta != 0.0:
             s += logaddexp2_h0(u, w, y) * ta
-        if True and tb != 0.0:
+        if tb != 0.0:
             s += logaddexp2_h1(u, w, y) * tb
         v += g * s
     return v
@@ -237,12 +230,50 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
     v = masked(logaddexp2_rev1(u, w, y, dg), dg)
     if g != 0.0:
         s = 0.0
-        if True and ta != 0.0:
+        if ta != 0.0:
             s += logaddexp2_h1(u, w, y) * ta
-        if True and tb != 0.0:
+        if tb != 0.0:
             s += logaddexp2_h2(u, w, y) * tb
         v += g * s
     return v
+
+
+@njit(**UNCACHED_JIT)
+def _flat_rev_sum_9(c0, c1, x0, x1, y, gy, m):
+    p0 = p1 = p2 = p3 = 0.0
+    j = 0
+    while j + 4 <= m:
+        p0 += masked(logaddexp2_rev0(c0, x1[j], y[j], gy[j]), gy[j])
+        k = j + 1
+        p1 += masked(logaddexp2_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+        k = j + 2
+        p2 += masked(logaddexp2_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+        k = j + 3
+        p3 += masked(logaddexp2_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+        j += 4
+    acc = p0 + p1 + (p2 + p3)
+    for k in range(j, m):
+        acc += masked(logaddexp2_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+    return acc
+
+
+@njit(**UNCACHED_JIT)
+def _flat_rev_sum_10(c0, c1, x0, x1, y, gy, m):
+    p0 = p1 = p2 = p3 = 0.0
+    j = 0
+    while j + 4 <= m:
+        p0 += masked(logaddexp2_rev1(x0[j], c1, y[j], gy[j]), gy[j])
+        k = j + 1
+        p1 += masked(logaddexp2_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+        k = j + 2
+        p2 += masked(logaddexp2_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+        k = j + 3
+        p3 += masked(logaddexp2_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+        j += 4
+    acc = p0 + p1 + (p2 + p3)
+    for k in range(j, m):
+        acc += masked(logaddexp2_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+    return acc
 
 
 @njit(**SWEEP_JIT)
@@ -281,8 +312,8 @@ def _rev_logaddexp2(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
-    act0 = True and active(bufs, a)
-    act1 = True and active(bufs, b)
+    act0 = active(bufs, a)
+    act1 = active(bufs, b)
     x0 = view(bufs, data, a)
     x1 = view(bufs, data, b)
     y = view(bufs, data, o)
@@ -348,8 +379,8 @@ def _hrev_logaddexp2(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
-    act0 = True and active(bufs, a)
-    act1 = True and active(bufs, b)
+    act0 = active(bufs, a)
+    act1 = active(bufs, b)
     if not (act0 or act1):
         return
     x0 = view(bufs, data, a)
@@ -399,6 +430,8 @@ def _fwd_logaddexp2_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = 0.0
+    c1 = 0.0
     for j in range(y.shape[0]):
         y[j] = logaddexp2_fwd(x0[j], x1[j])
     return np.int64(-1)
@@ -413,14 +446,17 @@ def _rev_logaddexp2_c0(i, entries, bufs, ipool, data, grad):
     x1 = view(bufs, data, b)
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
-    if True and active(bufs, a):
+    c0 = 0.0
+    c1 = 0.0
+    m = y.shape[0]
+    if active(bufs, a):
         g0 = view(bufs, grad, a)
-        for j in range(y.shape[0]):
+        for j in range(m):
             v = logaddexp2_rev0(x0[j], x1[j], y[j], gy[j])
             g0[j] += masked(v, gy[j])
-    if True and active(bufs, b):
+    if active(bufs, b):
         g1 = view(bufs, grad, b)
-        for j in range(y.shape[0]):
+        for j in range(m):
             v = logaddexp2_rev1(x0[j], x1[j], y[j], gy[j])
             g1[j] += masked(v, gy[j])
 
@@ -438,29 +474,26 @@ def _tan_logaddexp2_c0(i, entries, bufs, ipool, data, T):
         p0 = np.zeros(n, T.dtype)
         p1 = np.zeros(n, T.dtype)
         for j in range(n):
-            u, w, yv = (x0[0 if False else j], x1[0 if False else j], y[j])
-            if True:
-                p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
-            if True:
-                p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
+            u, w, yv = (x0[j], x1[j], y[j])
+            p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
+            p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
         for d in range(T.shape[0]):
             t0 = view(bufs, T[d], a)
             t1 = view(bufs, T[d], b)
             ty = view(bufs, T[d], o)
             for j in range(n):
-                v0 = t0[0 if False else j]
-                v1 = t1[0 if False else j]
-                acc = masked(p0[j] * v0, v0) if True else 0.0
-                if True:
-                    acc += masked(p1[j] * v1, v1)
+                v0 = t0[j]
+                v1 = t1[j]
+                acc = masked(p0[j] * v0, v0)
+                acc += masked(p1[j] * v1, v1)
                 ty[j] = acc
         return
     t0 = view(bufs, T[0], a)
     t1 = view(bufs, T[0], b)
     ty = view(bufs, T[0], o)
     for j in range(n):
-        k0 = 0 if False else j
-        k1 = 0 if False else j
+        k0 = j
+        k1 = j
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
@@ -469,8 +502,8 @@ def _hrev_logaddexp2_c0(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
-    act0 = True and active(bufs, a)
-    act1 = True and active(bufs, b)
+    act0 = active(bufs, a)
+    act1 = active(bufs, b)
     if not (act0 or act1):
         return
     x0 = view(bufs, data, a)
@@ -485,18 +518,15 @@ def _hrev_logaddexp2_c0(i, entries, bufs, ipool, data, grad, T, GT):
         q01 = np.zeros(n, T.dtype)
         q11 = np.zeros(n, T.dtype)
         for j in range(n):
-            u, w, yv, g = (x0[0 if False else j], x1[0 if False else j], y[j], gy[j])
+            u, w, yv, g = (x0[j], x1[j], y[j], gy[j])
             if act0:
                 p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
             if act1:
                 p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
             if g != 0.0:
-                if True:
-                    q00[j] = g * logaddexp2_h0(u, w, yv)
-                if True:
-                    q01[j] = g * logaddexp2_h1(u, w, yv)
-                if True:
-                    q11[j] = g * logaddexp2_h2(u, w, yv)
+                q00[j] = g * logaddexp2_h0(u, w, yv)
+                q01[j] = g * logaddexp2_h1(u, w, yv)
+                q11[j] = g * logaddexp2_h2(u, w, yv)
         for d in range(T.shape[0]):
             t0 = view(bufs, T[d], a)
             t1 = view(bufs, T[d], b)
@@ -504,8 +534,8 @@ def _hrev_logaddexp2_c0(i, entries, bufs, ipool, data, grad, T, GT):
             g1 = view(bufs, GT[d], b)
             gty = view(bufs, GT[d], o)
             for j in range(n):
-                k0 = 0 if False else j
-                k1 = 0 if False else j
+                k0 = j
+                k1 = j
                 dg = gty[j]
                 ta = t0[k0] if act0 else 0.0
                 tb = t1[k1] if act1 else 0.0
@@ -529,7 +559,7 @@ def _hrev_logaddexp2_c0(i, entries, bufs, ipool, data, grad, T, GT):
     g0 = view(bufs, GT[0], a)
     g1 = view(bufs, GT[0], b)
     gty = view(bufs, GT[0], o)
-    if not False and (not False) and (a != b):
+    if a != b:
         if act0:
             for j in range(n):
                 g0[j] += _hrev_one_7(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
@@ -538,8 +568,8 @@ def _hrev_logaddexp2_c0(i, entries, bufs, ipool, data, grad, T, GT):
                 g1[j] += _hrev_one_8(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
         return
     for j in range(n):
-        k0 = 0 if False else j
-        k1 = 0 if False else j
+        k0 = j
+        k1 = j
         u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
         if act0:
             g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
@@ -549,9 +579,11 @@ def _hrev_logaddexp2_c0(i, entries, bufs, ipool, data, grad, T, GT):
 
 @njit(**SWEEP_JIT)
 def _fwd_logaddexp2_c1(i, entries, bufs, ipool, data):
-    c0 = view(bufs, data, entries[i, E_IN0])[0]
+    x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = x0[0]
+    c1 = 0.0
     for j in range(y.shape[0]):
         y[j] = logaddexp2_fwd(c0, x1[j])
     return np.int64(-1)
@@ -562,25 +594,17 @@ def _rev_logaddexp2_c1(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
-    c0 = view(bufs, data, a)[0]
+    x0 = view(bufs, data, a)
     x1 = view(bufs, data, b)
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
+    c0 = x0[0]
+    c1 = 0.0
     m = y.shape[0]
-    if True and active(bufs, a):
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += masked(logaddexp2_rev0(c0, x1[j], y[j], gy[j]), gy[j])
-            p1 += masked(logaddexp2_rev0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
-            p2 += masked(logaddexp2_rev0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
-            p3 += masked(logaddexp2_rev0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
-            j += 4
-        acc = p0 + p1 + (p2 + p3)
-        for k in range(j, m):
-            acc += masked(logaddexp2_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        view(bufs, grad, a)[0] += acc
-    if True and active(bufs, b):
+    if active(bufs, a):
+        g0 = view(bufs, grad, a)
+        g0[0] += _flat_rev_sum_9(c0, c1, x0, x1, y, gy, m)
+    if active(bufs, b):
         g1 = view(bufs, grad, b)
         for j in range(m):
             v = logaddexp2_rev1(c0, x1[j], y[j], gy[j])
@@ -600,29 +624,26 @@ def _tan_logaddexp2_c1(i, entries, bufs, ipool, data, T):
         p0 = np.zeros(n, T.dtype)
         p1 = np.zeros(n, T.dtype)
         for j in range(n):
-            u, w, yv = (x0[0 if True else j], x1[0 if False else j], y[j])
-            if True:
-                p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
-            if True:
-                p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
+            u, w, yv = (x0[0], x1[j], y[j])
+            p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
+            p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
         for d in range(T.shape[0]):
             t0 = view(bufs, T[d], a)
             t1 = view(bufs, T[d], b)
             ty = view(bufs, T[d], o)
             for j in range(n):
-                v0 = t0[0 if True else j]
-                v1 = t1[0 if False else j]
-                acc = masked(p0[j] * v0, v0) if True else 0.0
-                if True:
-                    acc += masked(p1[j] * v1, v1)
+                v0 = t0[0]
+                v1 = t1[j]
+                acc = masked(p0[j] * v0, v0)
+                acc += masked(p1[j] * v1, v1)
                 ty[j] = acc
         return
     t0 = view(bufs, T[0], a)
     t1 = view(bufs, T[0], b)
     ty = view(bufs, T[0], o)
     for j in range(n):
-        k0 = 0 if True else j
-        k1 = 0 if False else j
+        k0 = 0
+        k1 = j
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
@@ -631,8 +652,8 @@ def _hrev_logaddexp2_c1(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
-    act0 = True and active(bufs, a)
-    act1 = True and active(bufs, b)
+    act0 = active(bufs, a)
+    act1 = active(bufs, b)
     if not (act0 or act1):
         return
     x0 = view(bufs, data, a)
@@ -647,18 +668,15 @@ def _hrev_logaddexp2_c1(i, entries, bufs, ipool, data, grad, T, GT):
         q01 = np.zeros(n, T.dtype)
         q11 = np.zeros(n, T.dtype)
         for j in range(n):
-            u, w, yv, g = (x0[0 if True else j], x1[0 if False else j], y[j], gy[j])
+            u, w, yv, g = (x0[0], x1[j], y[j], gy[j])
             if act0:
                 p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
             if act1:
                 p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
             if g != 0.0:
-                if True:
-                    q00[j] = g * logaddexp2_h0(u, w, yv)
-                if True:
-                    q01[j] = g * logaddexp2_h1(u, w, yv)
-                if True:
-                    q11[j] = g * logaddexp2_h2(u, w, yv)
+                q00[j] = g * logaddexp2_h0(u, w, yv)
+                q01[j] = g * logaddexp2_h1(u, w, yv)
+                q11[j] = g * logaddexp2_h2(u, w, yv)
         for d in range(T.shape[0]):
             t0 = view(bufs, T[d], a)
             t1 = view(bufs, T[d], b)
@@ -666,8 +684,8 @@ def _hrev_logaddexp2_c1(i, entries, bufs, ipool, data, grad, T, GT):
             g1 = view(bufs, GT[d], b)
             gty = view(bufs, GT[d], o)
             for j in range(n):
-                k0 = 0 if True else j
-                k1 = 0 if False else j
+                k0 = 0
+                k1 = j
                 dg = gty[j]
                 ta = t0[k0] if act0 else 0.0
                 tb = t1[k1] if act1 else 0.0
@@ -691,17 +709,10 @@ def _hrev_logaddexp2_c1(i, entries, bufs, ipool, data, grad, T, GT):
     g0 = view(bufs, GT[0], a)
     g1 = view(bufs, GT[0], b)
     gty = view(bufs, GT[0], o)
-    if not True and (not False) and (a != b):
-        if act0:
-            for j in range(n):
-                g0[j] += _hrev_one_7(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
-        if act1:
-            for j in range(n):
-                g1[j] += _hrev_one_8(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
-        return
+    pass
     for j in range(n):
-        k0 = 0 if True else j
-        k1 = 0 if False else j
+        k0 = 0
+        k1 = j
         u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
         if act0:
             g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
@@ -712,8 +723,10 @@ def _hrev_logaddexp2_c1(i, entries, bufs, ipool, data, grad, T, GT):
 @njit(**SWEEP_JIT)
 def _fwd_logaddexp2_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
-    c1 = view(bufs, data, entries[i, E_IN1])[0]
+    x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
+    c0 = 0.0
+    c1 = x1[0]
     for j in range(y.shape[0]):
         y[j] = logaddexp2_fwd(x0[j], c1)
     return np.int64(-1)
@@ -725,28 +738,20 @@ def _rev_logaddexp2_c4(i, entries, bufs, ipool, data, grad):
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
     x0 = view(bufs, data, a)
-    c1 = view(bufs, data, b)[0]
+    x1 = view(bufs, data, b)
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
+    c0 = 0.0
+    c1 = x1[0]
     m = y.shape[0]
-    if True and active(bufs, a):
+    if active(bufs, a):
         g0 = view(bufs, grad, a)
         for j in range(m):
             v = logaddexp2_rev0(x0[j], c1, y[j], gy[j])
             g0[j] += masked(v, gy[j])
-    if True and active(bufs, b):
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += masked(logaddexp2_rev1(x0[j], c1, y[j], gy[j]), gy[j])
-            p1 += masked(logaddexp2_rev1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
-            p2 += masked(logaddexp2_rev1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
-            p3 += masked(logaddexp2_rev1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
-            j += 4
-        acc = p0 + p1 + (p2 + p3)
-        for k in range(j, m):
-            acc += masked(logaddexp2_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        view(bufs, grad, b)[0] += acc
+    if active(bufs, b):
+        g1 = view(bufs, grad, b)
+        g1[0] += _flat_rev_sum_10(c0, c1, x0, x1, y, gy, m)
 
 
 @njit(**SWEEP_JIT)
@@ -762,29 +767,26 @@ def _tan_logaddexp2_c4(i, entries, bufs, ipool, data, T):
         p0 = np.zeros(n, T.dtype)
         p1 = np.zeros(n, T.dtype)
         for j in range(n):
-            u, w, yv = (x0[0 if False else j], x1[0 if True else j], y[j])
-            if True:
-                p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
-            if True:
-                p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
+            u, w, yv = (x0[j], x1[0], y[j])
+            p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
+            p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
         for d in range(T.shape[0]):
             t0 = view(bufs, T[d], a)
             t1 = view(bufs, T[d], b)
             ty = view(bufs, T[d], o)
             for j in range(n):
-                v0 = t0[0 if False else j]
-                v1 = t1[0 if True else j]
-                acc = masked(p0[j] * v0, v0) if True else 0.0
-                if True:
-                    acc += masked(p1[j] * v1, v1)
+                v0 = t0[j]
+                v1 = t1[0]
+                acc = masked(p0[j] * v0, v0)
+                acc += masked(p1[j] * v1, v1)
                 ty[j] = acc
         return
     t0 = view(bufs, T[0], a)
     t1 = view(bufs, T[0], b)
     ty = view(bufs, T[0], o)
     for j in range(n):
-        k0 = 0 if False else j
-        k1 = 0 if True else j
+        k0 = j
+        k1 = 0
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
@@ -793,8 +795,8 @@ def _hrev_logaddexp2_c4(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
-    act0 = True and active(bufs, a)
-    act1 = True and active(bufs, b)
+    act0 = active(bufs, a)
+    act1 = active(bufs, b)
     if not (act0 or act1):
         return
     x0 = view(bufs, data, a)
@@ -809,18 +811,15 @@ def _hrev_logaddexp2_c4(i, entries, bufs, ipool, data, grad, T, GT):
         q01 = np.zeros(n, T.dtype)
         q11 = np.zeros(n, T.dtype)
         for j in range(n):
-            u, w, yv, g = (x0[0 if False else j], x1[0 if True else j], y[j], gy[j])
+            u, w, yv, g = (x0[j], x1[0], y[j], gy[j])
             if act0:
                 p0[j] = logaddexp2_rev0(u, w, yv, 1.0)
             if act1:
                 p1[j] = logaddexp2_rev1(u, w, yv, 1.0)
             if g != 0.0:
-                if True:
-                    q00[j] = g * logaddexp2_h0(u, w, yv)
-                if True:
-                    q01[j] = g * logaddexp2_h1(u, w, yv)
-                if True:
-                    q11[j] = g * logaddexp2_h2(u, w, yv)
+                q00[j] = g * logaddexp2_h0(u, w, yv)
+                q01[j] = g * logaddexp2_h1(u, w, yv)
+                q11[j] = g * logaddexp2_h2(u, w, yv)
         for d in range(T.shape[0]):
             t0 = view(bufs, T[d], a)
             t1 = view(bufs, T[d], b)
@@ -828,8 +827,8 @@ def _hrev_logaddexp2_c4(i, entries, bufs, ipool, data, grad, T, GT):
             g1 = view(bufs, GT[d], b)
             gty = view(bufs, GT[d], o)
             for j in range(n):
-                k0 = 0 if False else j
-                k1 = 0 if True else j
+                k0 = j
+                k1 = 0
                 dg = gty[j]
                 ta = t0[k0] if act0 else 0.0
                 tb = t1[k1] if act1 else 0.0
@@ -853,17 +852,10 @@ def _hrev_logaddexp2_c4(i, entries, bufs, ipool, data, grad, T, GT):
     g0 = view(bufs, GT[0], a)
     g1 = view(bufs, GT[0], b)
     gty = view(bufs, GT[0], o)
-    if not False and (not True) and (a != b):
-        if act0:
-            for j in range(n):
-                g0[j] += _hrev_one_7(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
-        if act1:
-            for j in range(n):
-                g1[j] += _hrev_one_8(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
-        return
+    pass
     for j in range(n):
-        k0 = 0 if False else j
-        k1 = 0 if True else j
+        k0 = j
+        k1 = 0
         u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
         if act0:
             g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])

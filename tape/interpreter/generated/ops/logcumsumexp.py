@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "87a5d0cf1c6163282a5e261b2ec53b565298005ab239b2c6adb7c69ccb1c51b2"
+FINGERPRINT = "d3addf12c45238e45524aa5708b4bbaa6e702d814f59a9ba483c1a52ac6763ed"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fd7d8b942fc4049bac213e12640d0df31ac5725787d907fceacb2162a7768945"
+FINGERPRINT = "86ff730a748ddca457dfc618b41ef3ed66ec9bf331bd1971b99d10acbbf19ffe"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "620e046de61dc5b6a0f2dc7b07b808e76bcd8c677c6bad3d674008fb8f3b413d"
+FINGERPRINT = "610f4cc34b4ddb55f345e61296b3550d46756d6c32540712b3c01f9509632d39"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8c11db3110fe67ddd1cc37b9d16b285e429e120da3122648176bf9622df21622"
+FINGERPRINT = "21669b3595741fe415fe7e00819b6dd6d1a0585c6fdceb437b534d5321c0deff"
 
 import numpy as np
 from numba import njit

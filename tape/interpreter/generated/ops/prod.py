@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8cdff525878ff2c56f940149d9ef2af3cab14ea909b1310bca9967a2dcb7b93e"
+FINGERPRINT = "a1edde5e956d54f62e713d54c6e2416be2c67de7c3e4527948bf877e881447c7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "62abc04ee69ebe4cd33793fe7eec23a26ed248fa5d03688aa1881f0bf19a2a30"
+FINGERPRINT = "60496ae5145d2673bb31c35bfac135b64ca42d232a27786efc6eff162308f1b0"
 
 import numpy as np
 from numba import njit

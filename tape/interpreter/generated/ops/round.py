@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "217d38bcc5d1f6650c709dec7b96d89ebf3554e3c2043b6adac7356735d6c84a"
+FINGERPRINT = "4b5a2284d9bd789f161ab46528eabe07323c7c18d398e9390748ea1ae4969265"
 
 import numpy as np
 from numba import njit
@@ -85,22 +85,19 @@ def _hrev_round(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(round_rev0(x[j], y[j], gty[j]), gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += gy[j] * (loops.no_h2(x[j], y[j]) * tx[j])
+            pass
             gtx[j] += v
         return
     p = np.empty(n, T.dtype)
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = round_rev0(x[j], y[j], 1.0)
-        if False and gy[j] != 0.0:
-            q[j] = gy[j] * loops.no_h2(x[j], y[j])
+        pass
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         gty = view(bufs, GT[d], o)
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += q[j] * tx[j]
+            pass
             gtx[j] += v

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c00d7bc4d6446c12c094be14b1cee764c3a70d2941ffe8e3bd719f8d684322f9"
+FINGERPRINT = "bcc4dc29f15d9819387541dde4495b1f76f3af89f50a7d236c479a7a2b5493c1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1bfd4fcaa4ddb6b66aabd292a1c5ec05fa60336e2ecef38b87a7382c3b5e244f"
+FINGERPRINT = "b5056ff8b941c8834bae98b54d4f4f5875ee473dcf7d879d257200442689df4a"
 
 import numpy as np
 from numba import njit

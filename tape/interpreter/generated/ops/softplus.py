@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7c89f916ccebe107364f533ca8ce85bd52dff888eb47c1cf2ede3080bfb74747"
+FINGERPRINT = "89ccb20f4736672240f3c6187757375afbe33551c2c4a89de0f044cd32e02b55"
 
 import numpy as np
 from numba import njit
@@ -86,7 +86,7 @@ def _hrev_softplus(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(softplus_rev0(x[j], y[j], gty[j]), gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += gy[j] * (softplus_h0(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
@@ -94,7 +94,7 @@ def _hrev_softplus(i, entries, bufs, ipool, data, grad, T, GT):
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = softplus_rev0(x[j], y[j], 1.0)
-        if True and gy[j] != 0.0:
+        if gy[j] != 0.0:
             q[j] = gy[j] * softplus_h0(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
@@ -102,6 +102,6 @@ def _hrev_softplus(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += q[j] * tx[j]
             gtx[j] += v

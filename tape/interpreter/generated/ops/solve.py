@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b633b9c67ad6fcb0eff838b595238b81355341200fa1004dfadfda6463a0e227"
+FINGERPRINT = "2199c19c49b866e3219b26fc6a808d62715300d09fef79400e1c273862c7b5e2"
 
 import numpy as np
 from numba import njit

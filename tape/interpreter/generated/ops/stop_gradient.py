@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5c5189d71f50b799b5858589b54b8eca66894d3c0ac13d3f22849a255143ae47"
+FINGERPRINT = "ef309b31b99f97ff1ccfe7ba072ac0929a1d4a1744890ffab15f080b523ada77"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "364eb35f34c3b9cbc178cba0a734c5e1e78f10bfb5f795f14094b35fefcd4b34"
+FINGERPRINT = "88202413da592fb7d48db15637c85724dac3fabf42f2603b654a18609f6eda98"
 
 import numpy as np
 from numba import njit

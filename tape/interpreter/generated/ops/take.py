@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b8c3f22f42a432330e2ea338aa3d409f8b988e259f1be45fe8f841523f8c2d1e"
+FINGERPRINT = "5ff8688d21cf5d590e2c801809d256d330ebdd787b71522e6dd4dd7357c626e3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "19ad24cd50fcd1c6a94364d16a2f2414832d89949b112438abaf529fd6729ca3"
+FINGERPRINT = "2b27c22ac4ddf209287c5fe0c62516c4a69049df12258754a2d282b0b76b53e4"
 
 import numpy as np
 from numba import njit
@@ -86,7 +86,7 @@ def _hrev_tan(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(tan_rev0(x[j], y[j], gty[j]), gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += gy[j] * (tan_h0(x[j], y[j]) * tx[j])
             gtx[j] += v
         return
@@ -94,7 +94,7 @@ def _hrev_tan(i, entries, bufs, ipool, data, grad, T, GT):
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = tan_rev0(x[j], y[j], 1.0)
-        if True and gy[j] != 0.0:
+        if gy[j] != 0.0:
             q[j] = gy[j] * tan_h0(x[j], y[j])
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
@@ -102,6 +102,6 @@ def _hrev_tan(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if True and gy[j] != 0.0 and (tx[j] != 0.0):
+            if gy[j] != 0.0 and tx[j] != 0.0:
                 v += q[j] * tx[j]
             gtx[j] += v

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "20342caedad7876c7709f586d701fc3d773bad62f6d114afefbad027ca9cd518"
+FINGERPRINT = "cc22741184f17a87e82aeced0f5b59da35a7e0513f435a381ffd73be522af71b"
 
 import numpy as np
 from numba import njit
@@ -85,22 +85,19 @@ def _hrev_trunc(i, entries, bufs, ipool, data, grad, T, GT):
         gtx = view(bufs, GT[0], a)
         for j in range(n):
             v = masked(trunc_rev0(x[j], y[j], gty[j]), gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += gy[j] * (loops.no_h2(x[j], y[j]) * tx[j])
+            pass
             gtx[j] += v
         return
     p = np.empty(n, T.dtype)
     q = np.zeros(n, T.dtype)
     for j in range(n):
         p[j] = trunc_rev0(x[j], y[j], 1.0)
-        if False and gy[j] != 0.0:
-            q[j] = gy[j] * loops.no_h2(x[j], y[j])
+        pass
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         gty = view(bufs, GT[d], o)
         gtx = view(bufs, GT[d], a)
         for j in range(n):
             v = masked(p[j] * gty[j], gty[j])
-            if False and gy[j] != 0.0 and (tx[j] != 0.0):
-                v += q[j] * tx[j]
+            pass
             gtx[j] += v

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ca4e934a97eea1d17fe8a3b150327040a949a25f3ff2b12f0ab4830303dae0dd"
+FINGERPRINT = "da35a61399e61e675f963edc75d61f059487b9de50830f3eae6e2f43e6967ea6"
 
 import numpy as np
 from numba import njit
@@ -29,23 +29,6 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
-            v = loops.no_rule5(x0[j], x1[j], x2[j], y[j], gy[j])
-            gk[j] += masked(v, gy[j])
-    else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        ok = bcast_offsets(ipool, p, k)
-        for j in range(n):
-            v = loops.no_rule5(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
-            gk[ok[j]] += masked(v, gy[j])
-
-
-@njit(**UNCACHED_JIT)
-def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
-    n = y.shape[0]
-    if ipool[p] == SAME:
-        for j in range(n):
             v = where_rev1(x0[j], x1[j], x2[j], y[j], gy[j])
             gk[j] += masked(v, gy[j])
     else:
@@ -59,7 +42,7 @@ def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
 
 
 @njit(**UNCACHED_JIT)
-def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
+def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
         for j in range(n):
@@ -76,7 +59,7 @@ def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
 
 
 @njit(inline="always", **UNCACHED_JIT)
-def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
+def _ternary_rev_2(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     c = entries[i, E_IN2]
@@ -87,12 +70,11 @@ def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    if False and active(bufs, a):
-        _ternary_rev_one_0(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
-    if True and active(bufs, b):
-        _ternary_rev_one_1(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
-    if True and active(bufs, c):
-        _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
+    pass
+    if active(bufs, b):
+        _ternary_rev_one_0(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
+    if active(bufs, c):
+        _ternary_rev_one_1(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
 @njit(**SWEEP_JIT)
@@ -127,12 +109,11 @@ def _rev_where(i, entries, bufs, ipool, data, grad):
     y = view(bufs, data, o)
     gy = view(bufs, grad, o)
     p = entries[i, E_ATTR]
-    if False and active(bufs, a):
-        _ternary_rev_one_0(0, x0, x1, x2, y, gy, view(bufs, grad, a), ipool, p)
-    if True and active(bufs, b):
-        _ternary_rev_one_1(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
-    if True and active(bufs, c):
-        _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
+    pass
+    if active(bufs, b):
+        _ternary_rev_one_0(1, x0, x1, x2, y, gy, view(bufs, grad, b), ipool, p)
+    if active(bufs, c):
+        _ternary_rev_one_1(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
 @njit(**SWEEP_JIT)
@@ -160,16 +141,13 @@ def _tan_where(i, entries, bufs, ipool, data, T):
         for j in range(n):
             u, v, w = (x0[o0[j]], x1[o1[j]], x2[o2[j]])
             acc = 0.0
-            if False:
-                acc += masked(loops.no_rule5(u, v, w, y[j], t0[o0[j]]), t0[o0[j]])
-            if True:
-                acc += masked(where_rev1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
-            if True:
-                acc += masked(where_rev2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
+            pass
+            acc += masked(where_rev1(u, v, w, y[j], t1[o1[j]]), t1[o1[j]])
+            acc += masked(where_rev2(u, v, w, y[j], t2[o2[j]]), t2[o2[j]])
             ty[j] = acc
 
 
 @njit(**SWEEP_JIT)
 def _hrev_where(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(GT.shape[0]):
-        _ternary_rev_3(i, entries, bufs, ipool, data, GT[d])
+        _ternary_rev_2(i, entries, bufs, ipool, data, GT[d])
