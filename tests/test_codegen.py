@@ -148,6 +148,27 @@ def _record(**change):
     return dataclasses.replace(op, **change)
 
 
+def test_the_specialiser_drops_the_branches_constant_flags_rule_out():
+    # binary_rev_flat for class one0 (input 0 one value): the summed path for input 0, the
+    # per-element path for input 1, and no trace of the others in the generated text
+    from tape.interpreter.codegen import REV_ARGS
+    from tape.interpreter.specialize import Specializer
+
+    spec = Specializer(["mul_rev0", "mul_rev1"])
+    text = spec.entry(
+        "_rev_mul_c1",
+        "loops.binary_rev_flat(mul_rev0, mul_rev1, True, True, True, False, i, entries, bufs, "
+        "ipool, data, grad)",
+        REV_ARGS,
+    )
+    for dead in ("True", "False", "else", "x0[j]"):
+        assert dead not in text, dead
+    assert text.count("_flat_rev_sum") == 1 and "g1[j] +=" in text
+    copies = [src for src in spec.sources if "def _flat_rev_sum" in src]
+    assert len(copies) == 1  # one copy, for input 0; none made for the dead summed path of 1
+    assert "mul_rev0(c0, x1[j]" in copies[0] and "x0[" not in copies[0]
+
+
 @pytest.mark.parametrize(
     "change, says",
     [
