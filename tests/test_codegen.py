@@ -151,7 +151,7 @@ def _record(**change):
 def test_the_specialiser_drops_the_branches_constant_flags_rule_out():
     # binary_rev_flat for class one0 (input 0 one value): the summed path for input 0, the
     # per-element path for input 1, and no trace of the others in the generated text
-    from tape.interpreter.codegen import REV_ARGS
+    from tape.interpreter.codegen import HREV_ARGS, REV_ARGS
     from tape.interpreter.specialize import Specializer
 
     spec = Specializer(["mul_rev0", "mul_rev1"])
@@ -161,12 +161,20 @@ def test_the_specialiser_drops_the_branches_constant_flags_rule_out():
         "ipool, data, grad)",
         REV_ARGS,
     )
-    for dead in ("True", "False", "else", "x0[j]"):
+    for dead in ("True", "False", "else", "x0[j]", "q0", "mul_rev1(x0"):
         assert dead not in text, dead
-    assert text.count("_flat_rev_sum") == 1 and "g1[j] +=" in text
-    copies = [src for src in spec.sources if "def _flat_rev_sum" in src]
-    assert len(copies) == 1  # one copy, for input 0; none made for the dead summed path of 1
-    assert "mul_rev0(c0, x1[j]" in copies[0] and "x0[" not in copies[0]
+    assert "p0 += masked(mul_rev0(c0, x1[j]" in text and "g1[j] +=" in text
+    # forward-over-reverse with input 1 one value: no flag left, one copy of the template it
+    # calls (_hrev_one) per input's rules
+    spec = Specializer(["mul_rev0", "mul_rev1", "mul_h0", "mul_h1", "mul_h2"])
+    text = spec.entry(
+        "_hrev_mul_c4",
+        "loops.binary_hrev_flat(mul_rev0, mul_rev1, mul_h0, mul_h1, mul_h2, True, True, True, "
+        "True, True, False, True, i, entries, bufs, ipool, data, grad, T, GT)",
+        HREV_ARGS,
+    )
+    assert "True" not in text and "False" not in text
+    assert len([s for s in spec.sources if "def _hrev_one" in s]) == 2  # the loop, for 0 and 1
 
 
 @pytest.mark.parametrize(

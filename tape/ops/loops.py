@@ -322,7 +322,9 @@ def binary_fwd_flat(f, sc0, sc1, i, entries, bufs, ipool, data):
 @_loop
 def binary_rev_flat(r0, r1, d0, d1, sc0, sc1, i, entries, bufs, ipool, data, grad):
     # binary_rev's loops for an entry class (see binary_fwd_flat): an input of the output's
-    # size gets an adjoint per element, a one-value input the row's contributions summed
+    # size gets an adjoint per element; a one-value input the row's contributions, summed in
+    # four running sums (as _bcast_rev_row). The sums are written out for each input, not
+    # called: a loop in a function of its own would compile as one more function per op.
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -336,7 +338,18 @@ def binary_rev_flat(r0, r1, d0, d1, sc0, sc1, i, entries, bufs, ipool, data, gra
     if d0 and active(bufs, a):
         g0 = view(bufs, grad, a)
         if sc0:
-            g0[0] += _flat_rev_sum(r0, sc0, sc1, c0, c1, x0, x1, y, gy, m)
+            p0 = p1 = p2 = p3 = 0.0
+            j = 0
+            while j + 4 <= m:
+                p0 += masked(r0(c0, x1[j], y[j], gy[j]), gy[j])
+                p1 += masked(r0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
+                p2 += masked(r0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
+                p3 += masked(r0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
+                j += 4
+            acc = (p0 + p1) + (p2 + p3)
+            for k in range(j, m):
+                acc += masked(r0(c0, x1[k], y[k], gy[k]), gy[k])
+            g0[0] += acc
         else:
             for j in range(m):
                 v = r0(x0[j], c1 if sc1 else x1[j], y[j], gy[j])
@@ -344,31 +357,22 @@ def binary_rev_flat(r0, r1, d0, d1, sc0, sc1, i, entries, bufs, ipool, data, gra
     if d1 and active(bufs, b):
         g1 = view(bufs, grad, b)
         if sc1:
-            g1[0] += _flat_rev_sum(r1, sc0, sc1, c0, c1, x0, x1, y, gy, m)
+            q0 = q1 = q2 = q3 = 0.0
+            j = 0
+            while j + 4 <= m:
+                q0 += masked(r1(x0[j], c1, y[j], gy[j]), gy[j])
+                q1 += masked(r1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
+                q2 += masked(r1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
+                q3 += masked(r1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
+                j += 4
+            acc = (q0 + q1) + (q2 + q3)
+            for k in range(j, m):
+                acc += masked(r1(x0[k], c1, y[k], gy[k]), gy[k])
+            g1[0] += acc
         else:
             for j in range(m):
                 v = r1(c0 if sc0 else x0[j], x1[j], y[j], gy[j])
                 g1[j] += masked(v, gy[j])
-
-
-@_loop
-def _flat_rev_sum(r, sc0, sc1, c0, c1, x0, x1, y, gy, m):
-    # a flat row's contributions to one value, in four running sums (as _bcast_rev_row)
-    p0 = p1 = p2 = p3 = 0.0
-    j = 0
-    while j + 4 <= m:
-        p0 += masked(r(c0 if sc0 else x0[j], c1 if sc1 else x1[j], y[j], gy[j]), gy[j])
-        k = j + 1
-        p1 += masked(r(c0 if sc0 else x0[k], c1 if sc1 else x1[k], y[k], gy[k]), gy[k])
-        k = j + 2
-        p2 += masked(r(c0 if sc0 else x0[k], c1 if sc1 else x1[k], y[k], gy[k]), gy[k])
-        k = j + 3
-        p3 += masked(r(c0 if sc0 else x0[k], c1 if sc1 else x1[k], y[k], gy[k]), gy[k])
-        j += 4
-    acc = (p0 + p1) + (p2 + p3)
-    for k in range(j, m):
-        acc += masked(r(c0 if sc0 else x0[k], c1 if sc1 else x1[k], y[k], gy[k]), gy[k])
-    return acc
 
 
 @_loop

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "e81b68ef3c7809cc88aade8282d8da960ed94e271ca93a14ce1c11121ef3c1e4"
+FINGERPRINT = "cac9458dcd3078f483d1deb0706df060a5baaf4456092e39071b78f042097a63"
 
 from numba import cuda, float64
 

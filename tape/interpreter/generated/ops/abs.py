@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "45e1825900fe7658dac139637e490c199d2d26b45a0f55c48dd1edf0af8ea8a2"
+FINGERPRINT = "b8c3c9cd400c86d0a2c725ae39084d360b4eeff682c6a20d6848a767c7a01137"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1ada416460edc79190e7ded74c40dcd281c5cfbe5560a65b7b37f95daef59071"
+FINGERPRINT = "63c2c0786e0efd90e81f6be00715406c3541634e61d9071bfc8f048f5d42e480"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "92126c54f966190d74ffde9d9143db298a51b7897be2667794d1e47d1098ad4e"
+FINGERPRINT = "cb4af396525bc5e01056d759cbb06ea7030b1e2846d7d0c35d06a7db1646c3b4"
 
 import numpy as np
 from numba import njit

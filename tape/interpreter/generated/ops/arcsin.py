@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "41784e859cb7ad9fe0c3ac83757257c21fec7de71dd049ef042057122f9651a6"
+FINGERPRINT = "bbdc6933aad1d9f01f3a9dc3009e53e06d528375daf1c41058ab8c6a067d8e19"
 
 import numpy as np
 from numba import njit

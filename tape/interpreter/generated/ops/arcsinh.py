@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b5870ddafd4188cb62be43ec5b1e5fff644b4bf8ce155cb6155ff7d7784d1d82"
+FINGERPRINT = "3c542013b0a275e1dd25ecb506eaab1ac0dd8a56c91c6c8fd599804253fbb315"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "419514b6fdb44a91a499e9204060acad1a360b58461d07d056c5df5c56b688a0"
+FINGERPRINT = "44d10a131623d3a707c94aec77849d380f658ae80b0f1e3342c9b8d4451c5c2c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "724fb547c329ecbfb70d2bb9062cbffc3f25d752dcebb6e2717223e96ae71c21"
+FINGERPRINT = "bc5aa0f5763745a931a7b9f237ac04e4bd2b730f6fa53699673f8ef98641651a"
 
 import numpy as np
 from numba import njit

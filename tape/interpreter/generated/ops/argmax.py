@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "de79a978855a8abcd322dde3ff9fd2caada24cd9ef89819be6eda38511203505"
+FINGERPRINT = "7f03c1c3014c9ba0062bbb95019cd21ef457d6a08a86bf5af7d8d2d6b907039a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a2c7991b05157b64e42fd6425207191becbac1ff85a6fc71ca55ea2654e837c2"
+FINGERPRINT = "412276309993f1bac0884aee030e1ebc4f4b56d129d117001f7f82973aea369b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "961131ee82a58a804d45d987a27acd8d94a7d74486f523e8079953fb9bff5779"
+FINGERPRINT = "93071108e542681fcc844e8b3378e857562196b9f2aef57e5d9cf9abdd61a0d7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bd33cf6c5273d2e0cee55654eac6d6a4054d9419ca7a1c15023a8e32203b17c5"
+FINGERPRINT = "c7a12c244c28a78940842bd7a27787a54a2b8334825030f546ff2e59cc03aa50"
 
 import numpy as np
 from numba import njit

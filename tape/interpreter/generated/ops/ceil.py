@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "537b1f6b172374d7fa49981d538deb5be168813f85defa8b24f60c69974ec7c1"
+FINGERPRINT = "64dcf40b5286184316e47228553a255916144b97b7a4010661dd9af2fc2bd85a"
 
 import numpy as np
 from numba import njit

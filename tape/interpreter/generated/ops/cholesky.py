@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ffbb9236e1d657885e9631e084fdb7d4c74d28004c8f03bbc935587fae53d27c"
+FINGERPRINT = "af76770c9cfa2a5992f7fde9eec8c1e7bf81fd0a2777ee85950be46ff3b9f07d"
 
 import numpy as np
 from numba import njit

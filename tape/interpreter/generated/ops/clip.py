@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "22d7d521a9f8eb85f1c92600c29399b0c9d8ee7e2073eec1ee6e31ea4af4c515"
+FINGERPRINT = "4008243f65b531e59e9fe73154a6caf919007ae29f24ab6887924cca0b75d1d7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c81a7bbb585eecfe0fd91499d5a3ffac4fce02fe475d852a5ed82282e881ea3a"
+FINGERPRINT = "e0cedee089057f735fddb2857df8dcfef6df038394b41613515c6e5184f725b1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6165ce6c871015f7fe9ab48a0ff8cab436fe1c4a3f7687704b4d77261ecc0bfd"
+FINGERPRINT = "a610b9f6363139bad7926bb862164f2b4154fe3ab7852fb51000cef6ab978fca"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9cf84d8ceaf7684bc670cbf8d7a8519be9afad0d95bd4b8ecf47db76a3308fd4"
+FINGERPRINT = "bab35b66bb610a3c951d639f83445c3e2219fe55481d9626526b9c363fd88e18"
 
 import numpy as np
 from numba import njit

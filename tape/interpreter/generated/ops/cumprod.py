@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6992716e12b5a75de7584a9e14e07f7e54c5fc76867b2d7616418d78154122be"
+FINGERPRINT = "ecc291bc847b3b597f2c25c7ca9b0e867bd03489a03361a5e64d14f4887762bd"
 
 import numpy as np
 from numba import njit

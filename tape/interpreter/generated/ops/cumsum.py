@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "083db501fa731a3b3f8bf0d6c9db1b48d7fa17fea96cdb8a193af869c13c4de5"
+FINGERPRINT = "1f28abbd801c6935ae40ff0a692acdc5f50221e3d68a77cdc0e042f84e1b8f8d"
 
 import numpy as np
 from numba import njit

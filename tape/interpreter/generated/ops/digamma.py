@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c412f43666b4f61a1acca11d56b708fdd378d563863a8ed3c8e4a34175d68bf8"
+FINGERPRINT = "1a700045f6a02b645ec4a6e4acc80f4ef30dd88a9787282531622cce6689cf6e"
 
 import numpy as np
 from numba import njit

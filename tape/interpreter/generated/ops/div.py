@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "858ef9c8d00dae4156689f6276b75cc0df77e8ea88681f4b23dd6e148d6e09ff"
+FINGERPRINT = "12f394c230b3644ac1732ede15a979bea8f732f8c85417e0fb9cd9ed66ab03eb"
 
 import numpy as np
 from numba import njit
@@ -234,44 +234,6 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
             s += div_h2(u, w, y) * tb
         v += g * s
     return v
-
-
-@njit(**UNCACHED_JIT)
-def _flat_rev_sum_9(c0, c1, x0, x1, y, gy, m):
-    p0 = p1 = p2 = p3 = 0.0
-    j = 0
-    while j + 4 <= m:
-        p0 += masked(div_rev0(c0, x1[j], y[j], gy[j]), gy[j])
-        k = j + 1
-        p1 += masked(div_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        k = j + 2
-        p2 += masked(div_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        k = j + 3
-        p3 += masked(div_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        j += 4
-    acc = p0 + p1 + (p2 + p3)
-    for k in range(j, m):
-        acc += masked(div_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-    return acc
-
-
-@njit(**UNCACHED_JIT)
-def _flat_rev_sum_10(c0, c1, x0, x1, y, gy, m):
-    p0 = p1 = p2 = p3 = 0.0
-    j = 0
-    while j + 4 <= m:
-        p0 += masked(div_rev1(x0[j], c1, y[j], gy[j]), gy[j])
-        k = j + 1
-        p1 += masked(div_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        k = j + 2
-        p2 += masked(div_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        k = j + 3
-        p3 += masked(div_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        j += 4
-    acc = p0 + p1 + (p2 + p3)
-    for k in range(j, m):
-        acc += masked(div_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-    return acc
 
 
 @njit(**SWEEP_JIT)
@@ -601,7 +563,18 @@ def _rev_div_c1(i, entries, bufs, ipool, data, grad):
     m = y.shape[0]
     if active(bufs, a):
         g0 = view(bufs, grad, a)
-        g0[0] += _flat_rev_sum_9(c0, c1, x0, x1, y, gy, m)
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(div_rev0(c0, x1[j], y[j], gy[j]), gy[j])
+            p1 += masked(div_rev0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(div_rev0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(div_rev0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = p0 + p1 + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(div_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+        g0[0] += acc
     if active(bufs, b):
         g1 = view(bufs, grad, b)
         for j in range(m):
@@ -749,7 +722,18 @@ def _rev_div_c4(i, entries, bufs, ipool, data, grad):
             g0[j] += masked(v, gy[j])
     if active(bufs, b):
         g1 = view(bufs, grad, b)
-        g1[0] += _flat_rev_sum_10(c0, c1, x0, x1, y, gy, m)
+        q0 = q1 = q2 = q3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            q0 += masked(div_rev1(x0[j], c1, y[j], gy[j]), gy[j])
+            q1 += masked(div_rev1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
+            q2 += masked(div_rev1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
+            q3 += masked(div_rev1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = q0 + q1 + (q2 + q3)
+        for k in range(j, m):
+            acc += masked(div_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+        g1[0] += acc
 
 
 @njit(**SWEEP_JIT)

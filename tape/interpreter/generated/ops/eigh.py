@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "544bf7844ba60294d6c5a46289eadf7b426283fefa79bf2528389e93ae8f9557"
+FINGERPRINT = "c3cb44c7c222a968b100c7042a94de52bc05d28eb8e757fb4bbfaeb003228ba5"
 
 import numpy as np
 from numba import njit

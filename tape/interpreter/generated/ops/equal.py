@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "72a95135be8dd2a72c3cb6f3a7c1e96bf123c22070364f1159e71fa0cfa195a4"
+FINGERPRINT = "35b1d709a15fb7dc207b035e79fdb320c55bf491c66e0e0016c7c0592bf2de9c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ebea71a01e72dd26e8be9f6a1b41b25db173dc191afac2f181ec7a41cd86aad2"
+FINGERPRINT = "c643ebbb628286eb3eba45a8dc56ca7dfc319e9aa69b2d8c4f2beac2e883f683"
 
 import numpy as np
 from numba import njit

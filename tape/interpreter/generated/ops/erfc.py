@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "00fac61a172bc10aa531fc35f35d3edb242008c6ee08a8de4fcf4dccfe5fa513"
+FINGERPRINT = "9e18fea3cff5598ddfa5a28b48240a776defbfd5d42ef36c5e3252e46f684c81"
 
 import numpy as np
 from numba import njit

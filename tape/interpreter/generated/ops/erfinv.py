@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6bf5d3ce78609ec092fd9feb3a9f25a8cafb199eed3c622660d73f43cb8fc562"
+FINGERPRINT = "b4d431c376b183a2d7fe3f6943f6807196e9b86c371283d8ba6c15fa19461f05"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "810ec2bc28c054deb2454a9c5d6b76e52414fad7212fd23505d7e26bb27554d3"
+FINGERPRINT = "fe4945034ad990ffbd10bc528f9e117ed685967b76d8985dfb5f05ec1fa02b54"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a0e6b8ce4572228819e69e2e7559257065af7aa4b7de381b5e472ba87f541aaf"
+FINGERPRINT = "ff0ec8cee033e7b451c852b2bd96a1438d5105d05bd91666c0684bb4c2f4a944"
 
 import numpy as np
 from numba import njit

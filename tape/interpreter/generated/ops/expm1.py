@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2b69e91f6f481c76dd293495bbe8d233db6d3bb82ab1a37d6ef42c98801e77b7"
+FINGERPRINT = "359c15a26e7461e6952856197630a726e97a6c2f250b7600cd22bd10408e38b6"
 
 import numpy as np
 from numba import njit

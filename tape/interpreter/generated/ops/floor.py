@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "01b690319033ecb2e3b00ad38340eadd0070056f6650d5b7785c7239f11eb3e0"
+FINGERPRINT = "6694219f4c66c4e3e97499a0193c1c19effe37c38ae4c575bc77a1259edf9b42"
 
 import numpy as np
 from numba import njit

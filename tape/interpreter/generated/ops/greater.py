@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "41088848176b2db6e3026981bbc9ee5dbb8eebea0063dec61675af8ce0d1964c"
+FINGERPRINT = "a44d9339995757580e6050fd6f79332c5090a4cfa09d247107f7cc891abd7720"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "040132aca1025b92bc49431647145f0baa30b677813714f54ffed8c7acbc36da"
+FINGERPRINT = "c54aa097a67e71a1faee0f8f65f1a18ccc4d3193608135fc1e8ad3fb1ba245f9"
 
 import numpy as np
 from numba import njit

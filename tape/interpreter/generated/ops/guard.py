@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "39d8e6da32ab7d45c2a49f41f6542b3905ba9ba561beddf58619846f4635d20c"
+FINGERPRINT = "d64a5f6a9d6377a8ca228bc3a81bec3896c1bec945e16d2789b4b29c0ee0ea95"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "404d0cc5f0247e8a3c4fd36556f2d1ac7d0b093ee2109677c7f1fd2bbb35e20a"
+FINGERPRINT = "970fde0a660c364a2e96d6aa60ac43af5fcdf2fb9a4748f39a40392f459eca6b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98397c7d02409f3d99e241b0e5ea4ce5f79dc832a7f6978529839930f3bb34c5"
+FINGERPRINT = "6555f720ab5786552c4b828eb95d3b195c221cbcc2b53f2277125e53c922fbce"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "20d2e8eba3a183da4001efda247788c44d0e1df7efd3565f2e23369b6e19e6e7"
+FINGERPRINT = "6ac5c9a68498786423c7dc96edc171716e0aa5ca4751bb48b3a8faf4528bbca6"
 
 import numpy as np
 from numba import njit

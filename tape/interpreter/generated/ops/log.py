@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2eb2cf801b178e4b24692d14dffa32b93cd79a232bb7b5ffe4308b9469fc2ef5"
+FINGERPRINT = "b56c311eb5f8eca2b3a11d2ccae1fa490633a25e3c468e463d4a3d3df54f393e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "901a721c02f1b9fec20848c4d61702a5598b74967da912c5e595456e5f5da92e"
+FINGERPRINT = "21a8649271f60d95617ecdda3cc479b6a288e3d980e3d014a4a941ab69fd412d"
 
 import numpy as np
 from numba import njit

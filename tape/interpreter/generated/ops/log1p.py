@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38fdaf8eba492d1c08c7426e5000a9adaabc9859bda45794512b99a977487b51"
+FINGERPRINT = "b234d41f0271b810418be963e2fa94a348c8c393e6cc09f2f2a22129cb6bce3c"
 
 import numpy as np
 from numba import njit

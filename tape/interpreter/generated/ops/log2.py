@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "da66c57a77dfbf63f4a4581d10fc581288539cc29d78e8a9ad657fd41900fa03"
+FINGERPRINT = "8e76f9c1e10b9012894af6f9bf2e798e9f12f2a929858894e35b25018c8326ec"
 
 import numpy as np
 from numba import njit

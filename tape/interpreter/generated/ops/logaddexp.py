@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9f242fa186f4a3d073151b840565fbb2010e8b29e8adab64f132c46363b4c275"
+FINGERPRINT = "f186bab78bdde8eae467b6bccd8006a3a6d068fd9efa26483d0a30ee4301f7ae"
 
 import numpy as np
 from numba import njit
@@ -236,44 +236,6 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
             s += logaddexp_h2(u, w, y) * tb
         v += g * s
     return v
-
-
-@njit(**UNCACHED_JIT)
-def _flat_rev_sum_9(c0, c1, x0, x1, y, gy, m):
-    p0 = p1 = p2 = p3 = 0.0
-    j = 0
-    while j + 4 <= m:
-        p0 += masked(logaddexp_rev0(c0, x1[j], y[j], gy[j]), gy[j])
-        k = j + 1
-        p1 += masked(logaddexp_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        k = j + 2
-        p2 += masked(logaddexp_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        k = j + 3
-        p3 += masked(logaddexp_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        j += 4
-    acc = p0 + p1 + (p2 + p3)
-    for k in range(j, m):
-        acc += masked(logaddexp_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-    return acc
-
-
-@njit(**UNCACHED_JIT)
-def _flat_rev_sum_10(c0, c1, x0, x1, y, gy, m):
-    p0 = p1 = p2 = p3 = 0.0
-    j = 0
-    while j + 4 <= m:
-        p0 += masked(logaddexp_rev1(x0[j], c1, y[j], gy[j]), gy[j])
-        k = j + 1
-        p1 += masked(logaddexp_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        k = j + 2
-        p2 += masked(logaddexp_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        k = j + 3
-        p3 += masked(logaddexp_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        j += 4
-    acc = p0 + p1 + (p2 + p3)
-    for k in range(j, m):
-        acc += masked(logaddexp_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-    return acc
 
 
 @njit(**SWEEP_JIT)
@@ -603,7 +565,18 @@ def _rev_logaddexp_c1(i, entries, bufs, ipool, data, grad):
     m = y.shape[0]
     if active(bufs, a):
         g0 = view(bufs, grad, a)
-        g0[0] += _flat_rev_sum_9(c0, c1, x0, x1, y, gy, m)
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(logaddexp_rev0(c0, x1[j], y[j], gy[j]), gy[j])
+            p1 += masked(logaddexp_rev0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(logaddexp_rev0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(logaddexp_rev0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = p0 + p1 + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(logaddexp_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+        g0[0] += acc
     if active(bufs, b):
         g1 = view(bufs, grad, b)
         for j in range(m):
@@ -751,7 +724,18 @@ def _rev_logaddexp_c4(i, entries, bufs, ipool, data, grad):
             g0[j] += masked(v, gy[j])
     if active(bufs, b):
         g1 = view(bufs, grad, b)
-        g1[0] += _flat_rev_sum_10(c0, c1, x0, x1, y, gy, m)
+        q0 = q1 = q2 = q3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            q0 += masked(logaddexp_rev1(x0[j], c1, y[j], gy[j]), gy[j])
+            q1 += masked(logaddexp_rev1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
+            q2 += masked(logaddexp_rev1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
+            q3 += masked(logaddexp_rev1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = q0 + q1 + (q2 + q3)
+        for k in range(j, m):
+            acc += masked(logaddexp_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+        g1[0] += acc
 
 
 @njit(**SWEEP_JIT)

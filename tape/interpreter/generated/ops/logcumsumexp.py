@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d3addf12c45238e45524aa5708b4bbaa6e702d814f59a9ba483c1a52ac6763ed"
+FINGERPRINT = "17b2c810cfbabf3bfa2939b830e688d2560e5a51c324ef420991a0f5cda5685c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "86ff730a748ddca457dfc618b41ef3ed66ec9bf331bd1971b99d10acbbf19ffe"
+FINGERPRINT = "0a1bb7ac65a3c6b9eedbdcdafc6b9faa6e3a9587c44532e7ea1ad710e53afea4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "610f4cc34b4ddb55f345e61296b3550d46756d6c32540712b3c01f9509632d39"
+FINGERPRINT = "e72bfb49b6538a3c78325be8fd7d8ab1fd6c33e8cf1043aab5165bb4dc47c7f2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "21669b3595741fe415fe7e00819b6dd6d1a0585c6fdceb437b534d5321c0deff"
+FINGERPRINT = "c74bfd1d4f2dd7b162dc87f8fa9f889ab9947e2d1eab688ded05804426a8b4a6"
 
 import numpy as np
 from numba import njit

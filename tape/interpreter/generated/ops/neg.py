@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ef6b8a14315bd755966897d231307abab800abd0c0e18ccffb1e999ede89ddf6"
+FINGERPRINT = "d0c87934e27b9799e8addc47c00fb66318c4118bd9da2b67c591ee205c06a6c9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "49f8230367f81a75f148c087cc63bc250943e7ea4140828bedcec88ab9cca99a"
+FINGERPRINT = "011b332e013bf34ec517d5391607714fb119ac92b552b0e2b1b57cd83bfac673"
 
 import numpy as np
 from numba import njit

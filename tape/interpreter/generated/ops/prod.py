@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a1edde5e956d54f62e713d54c6e2416be2c67de7c3e4527948bf877e881447c7"
+FINGERPRINT = "047b7c1c556226125f0d3faa30c2a65bd8e1350a3e9fd8ebac047820b4694b8d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "60496ae5145d2673bb31c35bfac135b64ca42d232a27786efc6eff162308f1b0"
+FINGERPRINT = "526c561d6a7fe673cf9cdcdb74f2090bd62200c21c711383ed3742cec19d1cb7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e7034b80a1189bed9535821644e26c21566e24780cfc1571bc24f838c4f752e3"
+FINGERPRINT = "fbfb0809dea5ca99861dd4d31333b359d244d4c981886cd6579308f22faf7b83"
 
 import numpy as np
 from numba import njit

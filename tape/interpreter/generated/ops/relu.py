@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cc2829e6735e90f7b41d703c09a6e3df07091582f18d2591c2ce8fcabc540b4f"
+FINGERPRINT = "424f5494a24a63a4f74fde9b6c54719bc496c196a16355f7aef2f34949d679da"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4b5a2284d9bd789f161ab46528eabe07323c7c18d398e9390748ea1ae4969265"
+FINGERPRINT = "3cfffeed6112e864c26d17069befc399f021b14ceaee33d7a23f0cde23e6c771"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bcc4dc29f15d9819387541dde4495b1f76f3af89f50a7d236c479a7a2b5493c1"
+FINGERPRINT = "e245ec35b4151527fb0738590b44ac08f770b19ac384293043c3f442c8901f52"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5d7813e343b7854f6cd69efebd1bcf183bf440ef145c6844e53456e14794aa6f"
+FINGERPRINT = "e81bfbc6e18a81fe16ea5b65dd51104197780216ba37cfd060c63c45d8a8b152"
 
 import numpy as np
 from numba import njit

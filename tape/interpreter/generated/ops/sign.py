@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7b7b94c7d0de0a13db8ad2f8f8c3efc4b970f8f24a0fab63dae9769f6e92c82c"
+FINGERPRINT = "c6bae24efd44aaeea3475335ecf9d1a29982a0543745d136b13b31a7a37c2970"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb7538c03d1f2558f45b2b52c1eb667295b10296f22d2823f53c4c312ec2866e"
+FINGERPRINT = "0809f8b72213b67cea85112884cc7a1278cec288a841c7c7b95ada7eb0485529"
 
 import numpy as np
 from numba import njit

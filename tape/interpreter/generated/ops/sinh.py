@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "78de68b2c591cbdcbe4e847f347cd9cfc7086780ae09cf28731465a6697dbf2b"
+FINGERPRINT = "fc49c5a8aee9b3d50077a426513db11519b5ba7d4ec4603a59fe5a48513e622f"
 
 import numpy as np
 from numba import njit

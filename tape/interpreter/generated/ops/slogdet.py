@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b5056ff8b941c8834bae98b54d4f4f5875ee473dcf7d879d257200442689df4a"
+FINGERPRINT = "de1d1f296300afdbe8ececd5e98e5923556295c48742cca0553b286d4187dbeb"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "89ccb20f4736672240f3c6187757375afbe33551c2c4a89de0f044cd32e02b55"
+FINGERPRINT = "547ae47653a2e65a56a59bcf09a6516457d2a86bb65f1de29341ee39f77dc681"
 
 import numpy as np
 from numba import njit

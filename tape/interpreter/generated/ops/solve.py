@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2199c19c49b866e3219b26fc6a808d62715300d09fef79400e1c273862c7b5e2"
+FINGERPRINT = "3a71a7725eb0f5114069f9421d7f82f27a3daf5d6f495aa65386e4ab616f4330"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "730afd419c13783f0f53a756943bc7e452515e48713609e2be55df12b993339a"
+FINGERPRINT = "ab9dde52f827cc9bfb98e748a4352e8d9a5ee65c59c29d22864a96c22cb842e5"
 
 import numpy as np
 from numba import njit

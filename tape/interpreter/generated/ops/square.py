@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1e5865755e8620aa7cd80757e4c167b67967a19579ef05d13a698ef1ed8e148f"
+FINGERPRINT = "75ff2953c3a0212bdb05f84b16afcf77a02b55b7f4a9088a5745616d316c5492"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ef309b31b99f97ff1ccfe7ba072ac0929a1d4a1744890ffab15f080b523ada77"
+FINGERPRINT = "fe9b17b89c7ed760b8c23ae2a1533e73ed5dd5c174829d089767cfa0f80a12b2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "187014a0b98cc401cff4e31610424a11338dd4a22cf2906e62f4781e31a05123"
+FINGERPRINT = "60a3d6108ce917e770f75596202a42eaca804634e0b98cba4dce99cd33921457"
 
 import numpy as np
 from numba import njit
@@ -229,44 +229,6 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
         pass
         v += g * s
     return v
-
-
-@njit(**UNCACHED_JIT)
-def _flat_rev_sum_9(c0, c1, x0, x1, y, gy, m):
-    p0 = p1 = p2 = p3 = 0.0
-    j = 0
-    while j + 4 <= m:
-        p0 += masked(sub_rev0(c0, x1[j], y[j], gy[j]), gy[j])
-        k = j + 1
-        p1 += masked(sub_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        k = j + 2
-        p2 += masked(sub_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        k = j + 3
-        p3 += masked(sub_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-        j += 4
-    acc = p0 + p1 + (p2 + p3)
-    for k in range(j, m):
-        acc += masked(sub_rev0(c0, x1[k], y[k], gy[k]), gy[k])
-    return acc
-
-
-@njit(**UNCACHED_JIT)
-def _flat_rev_sum_10(c0, c1, x0, x1, y, gy, m):
-    p0 = p1 = p2 = p3 = 0.0
-    j = 0
-    while j + 4 <= m:
-        p0 += masked(sub_rev1(x0[j], c1, y[j], gy[j]), gy[j])
-        k = j + 1
-        p1 += masked(sub_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        k = j + 2
-        p2 += masked(sub_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        k = j + 3
-        p3 += masked(sub_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-        j += 4
-    acc = p0 + p1 + (p2 + p3)
-    for k in range(j, m):
-        acc += masked(sub_rev1(x0[k], c1, y[k], gy[k]), gy[k])
-    return acc
 
 
 @njit(**SWEEP_JIT)
@@ -596,7 +558,18 @@ def _rev_sub_c1(i, entries, bufs, ipool, data, grad):
     m = y.shape[0]
     if active(bufs, a):
         g0 = view(bufs, grad, a)
-        g0[0] += _flat_rev_sum_9(c0, c1, x0, x1, y, gy, m)
+        p0 = p1 = p2 = p3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            p0 += masked(sub_rev0(c0, x1[j], y[j], gy[j]), gy[j])
+            p1 += masked(sub_rev0(c0, x1[j + 1], y[j + 1], gy[j + 1]), gy[j + 1])
+            p2 += masked(sub_rev0(c0, x1[j + 2], y[j + 2], gy[j + 2]), gy[j + 2])
+            p3 += masked(sub_rev0(c0, x1[j + 3], y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = p0 + p1 + (p2 + p3)
+        for k in range(j, m):
+            acc += masked(sub_rev0(c0, x1[k], y[k], gy[k]), gy[k])
+        g0[0] += acc
     if active(bufs, b):
         g1 = view(bufs, grad, b)
         for j in range(m):
@@ -744,7 +717,18 @@ def _rev_sub_c4(i, entries, bufs, ipool, data, grad):
             g0[j] += masked(v, gy[j])
     if active(bufs, b):
         g1 = view(bufs, grad, b)
-        g1[0] += _flat_rev_sum_10(c0, c1, x0, x1, y, gy, m)
+        q0 = q1 = q2 = q3 = 0.0
+        j = 0
+        while j + 4 <= m:
+            q0 += masked(sub_rev1(x0[j], c1, y[j], gy[j]), gy[j])
+            q1 += masked(sub_rev1(x0[j + 1], c1, y[j + 1], gy[j + 1]), gy[j + 1])
+            q2 += masked(sub_rev1(x0[j + 2], c1, y[j + 2], gy[j + 2]), gy[j + 2])
+            q3 += masked(sub_rev1(x0[j + 3], c1, y[j + 3], gy[j + 3]), gy[j + 3])
+            j += 4
+        acc = q0 + q1 + (q2 + q3)
+        for k in range(j, m):
+            acc += masked(sub_rev1(x0[k], c1, y[k], gy[k]), gy[k])
+        g1[0] += acc
 
 
 @njit(**SWEEP_JIT)

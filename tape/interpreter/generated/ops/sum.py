@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "88202413da592fb7d48db15637c85724dac3fabf42f2603b654a18609f6eda98"
+FINGERPRINT = "f515b9babc7337e1c3812970f6aad29f8f2a721f80b3505ab1168e1fc6eaa335"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5ff8688d21cf5d590e2c801809d256d330ebdd787b71522e6dd4dd7357c626e3"
+FINGERPRINT = "4b3de55361917549d251bac7008aeb936a7b0f14118bc17029f9d74d85d21818"
 
 import numpy as np
 from numba import njit

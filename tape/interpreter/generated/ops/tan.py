@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2b27c22ac4ddf209287c5fe0c62516c4a69049df12258754a2d282b0b76b53e4"
+FINGERPRINT = "44dacb6172326d944d002035ada6a3b30e51042b81905a3ce15731626f197f1c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b114268960b9e9206f723f876290f3d77655bb2d8945c8648b0ccd2a61171ad7"
+FINGERPRINT = "30996115c36b49e86b6379d983f6ff281c6e35ba630f238dedfcba2e3d346b85"
 
 import numpy as np
 from numba import njit

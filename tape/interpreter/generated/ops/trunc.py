@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cc22741184f17a87e82aeced0f5b59da35a7e0513f435a381ffd73be522af71b"
+FINGERPRINT = "d6b3ff5b81dcb90d8ee12f48d95eff39312ab1ba76b402df6ea23049a0980091"
 
 import numpy as np
 from numba import njit

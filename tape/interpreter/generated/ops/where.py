@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "da35a61399e61e675f963edc75d61f059487b9de50830f3eae6e2f43e6967ea6"
+FINGERPRINT = "b52d542b9d9ff343026630afa595812007e5cc2d3368f2bab6c33fb2b93567ef"
 
 import numpy as np
 from numba import njit
