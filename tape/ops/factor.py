@@ -31,7 +31,7 @@ from tape.ops import registry, validate
 from tape.ops.blas import gemm_acc, gesv
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import solve as sv
-from tape.ops.loops import active, add2, put2, tri, view
+from tape.ops.loops import active, add2, mat, put2, tri, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -50,11 +50,6 @@ def _dot(a, b):
     if a.shape[0] * a.shape[1] * b.shape[1] > 0:
         gemm_acc(np.ascontiguousarray(a), False, np.ascontiguousarray(b), False, out)
     return out
-
-
-@_jit
-def _mat(flat, off, r, c):
-    return flat[off : off + r * c].reshape((r, c))
 
 
 @_jit
@@ -144,9 +139,9 @@ def solve_fwd(i, entries, bufs, ipool, data):
     if n * k == 0:
         return -1
     for b in range(nb):
-        a = _mat(A, b * sa, n, n)
-        rhs = _mat(B, b * sb, n, k)
-        y = _mat(Y, b * n * k, n, k)
+        a = mat(A, b * sa, n, n)
+        rhs = mat(B, b * sb, n, k)
+        y = mat(Y, b * n * k, n, k)
         if mode == GENERAL:
             x, ok = _try_solve(a, rhs)
             if not ok:
@@ -169,12 +164,12 @@ def solve_rev(i, entries, bufs, ipool, data, grad):
     if n * k == 0:
         return
     for b in range(nb):
-        a = _mat(A, b * sa, n, n)
-        g = _solve(a, _mat(gX, b * n * k, n, k), mode, True)  # A^-T gX
+        a = mat(A, b * sa, n, n)
+        g = _solve(a, mat(gX, b * n * k, n, k), mode, True)  # A^-T gX
         if act_b:
-            add2(_mat(gB, b * sb, n, k), g)
+            add2(mat(gB, b * sb, n, k), g)
         if act_a:
-            add2(_mat(gA, b * sa, n, n), -_mask(_dot(g, _mat(X, b * n * k, n, k).T), mode))
+            add2(mat(gA, b * sa, n, n), -_mask(_dot(g, mat(X, b * n * k, n, k).T), mode))
 
 
 @_jit
@@ -190,14 +185,14 @@ def solve_jvp(i, entries, bufs, ipool, data, T):
         if n * k == 0:
             continue
         for b in range(nb):
-            a = _mat(A, b * sa, n, n)
+            a = mat(A, b * sa, n, n)
             r = np.zeros((n, k), A.dtype)
             if act_b:
-                add2(r, _mat(view(bufs, T[d], ib), b * sb, n, k))
+                add2(r, mat(view(bufs, T[d], ib), b * sb, n, k))
             if act_a:
-                ta = _mask(_mat(view(bufs, T[d], ia), b * sa, n, n), mode)
-                add2(r, -_dot(ta, _mat(X, b * n * k, n, k)))
-            put2(_mat(tY, b * n * k, n, k), _solve(a, r, mode, False))
+                ta = _mask(mat(view(bufs, T[d], ia), b * sa, n, n), mode)
+                add2(r, -_dot(ta, mat(X, b * n * k, n, k)))
+            put2(mat(tY, b * n * k, n, k), _solve(a, r, mode, False))
 
 
 @_jit
@@ -212,19 +207,19 @@ def solve_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     for d in range(T.shape[0]):
         for b in range(nb):
-            a = _mat(A, b * sa, n, n)
-            x = _mat(X, b * n * k, n, k)
-            g = _solve(a, _mat(gX, b * n * k, n, k), mode, True)
-            r = _mat(view(bufs, GT[d], io), b * n * k, n, k).copy()
+            a = mat(A, b * sa, n, n)
+            x = mat(X, b * n * k, n, k)
+            g = _solve(a, mat(gX, b * n * k, n, k), mode, True)
+            r = mat(view(bufs, GT[d], io), b * n * k, n, k).copy()
             if act_a:
-                ta = _mask(_mat(view(bufs, T[d], ia), b * sa, n, n), mode)
+                ta = _mask(mat(view(bufs, T[d], ia), b * sa, n, n), mode)
                 r -= _dot(ta.T, g)
             tg = _solve(a, r, mode, True)
             if act_b:
-                add2(_mat(view(bufs, GT[d], ib), b * sb, n, k), tg)
+                add2(mat(view(bufs, GT[d], ib), b * sb, n, k), tg)
             if act_a:
-                tx = _mat(view(bufs, T[d], io), b * n * k, n, k)
-                gta = _mat(view(bufs, GT[d], ia), b * sa, n, n)
+                tx = mat(view(bufs, T[d], io), b * n * k, n, k)
+                gta = mat(view(bufs, GT[d], ia), b * sa, n, n)
                 add2(gta, -_mask(_dot(tg, x.T) + _dot(g, tx.T), mode))
 
 
@@ -274,13 +269,13 @@ def cholesky_fwd(i, entries, bufs, ipool, data):
     p = entries[i, E_ATTR]
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
-        low, ok = _try_cholesky(_from_lower(_mat(A, b * n * n, n, n)))
+        low, ok = _try_cholesky(_from_lower(mat(A, b * n * n, n, n)))
         if not ok:
             return i
         for r in range(n):
             if not (low[r, r] > 0.0 and np.isfinite(low[r, r])):
                 return i
-        put2(_mat(Y, b * n * n, n, n), low)
+        put2(mat(Y, b * n * n, n, n), low)
     return -1
 
 
@@ -304,8 +299,8 @@ def cholesky_rev(i, entries, bufs, ipool, data, grad):
     p = entries[i, E_ATTR]
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
-        s, _ = _cholesky_s(_mat(L, b * n * n, n, n), _mat(gL, b * n * n, n, n))
-        add2(_mat(gA, b * n * n, n, n), _phi(s + s.T))
+        s, _ = _cholesky_s(mat(L, b * n * n, n, n), mat(gL, b * n * n, n, n))
+        add2(mat(gA, b * n * n, n, n), _phi(s + s.T))
 
 
 @_jit
@@ -317,14 +312,14 @@ def cholesky_jvp(i, entries, bufs, ipool, data, T):
     p = entries[i, E_ATTR]
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
-        low = _mat(L, b * n * n, n, n)
+        low = mat(L, b * n * n, n, n)
         li = _inv_lower(low)
         for d in range(T.shape[0]):
-            ty = _mat(view(bufs, T[d], o), b * n * n, n, n)
+            ty = mat(view(bufs, T[d], o), b * n * n, n, n)
             if not act:
                 ty[:] = 0.0
                 continue
-            ta = _from_lower(_mat(view(bufs, T[d], a), b * n * n, n, n))
+            ta = _from_lower(mat(view(bufs, T[d], a), b * n * n, n, n))
             put2(ty, _dot(low, _phi(_dot(_dot(li, ta), li.T))))
 
 
@@ -338,17 +333,17 @@ def cholesky_hvp(i, entries, bufs, ipool, data, grad, T, GT):
     p = entries[i, E_ATTR]
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
-        low = _mat(L, b * n * n, n, n)
-        gl = _mat(gL, b * n * n, n, n)
+        low = mat(L, b * n * n, n, n)
+        gl = mat(gL, b * n * n, n, n)
         s, li = _cholesky_s(low, gl)
         for d in range(T.shape[0]):
-            tl = _mat(view(bufs, T[d], o), b * n * n, n, n)
-            tgl = _mat(view(bufs, GT[d], o), b * n * n, n, n)
+            tl = mat(view(bufs, T[d], o), b * n * n, n, n)
+            tgl = mat(view(bufs, GT[d], o), b * n * n, n, n)
             inner = _phi(_dot(tl.T, gl) + _dot(low.T, tgl))
             ts = _dot(_dot(li.T, inner), li)
             ts -= _dot(li.T, _dot(tl.T, s))
             ts -= _dot(_dot(s, tl), li)
-            add2(_mat(view(bufs, GT[d], a), b * n * n, n, n), _phi(ts + ts.T))
+            add2(mat(view(bufs, GT[d], a), b * n * n, n, n), _phi(ts + ts.T))
 
 
 # ---------------------------------------------------------------- slogdet
@@ -361,7 +356,7 @@ def slogdet_fwd(i, entries, bufs, ipool, data):
     p = entries[i, E_ATTR]
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
-        a = _mat(A, b * n * n, n, n)
+        a = mat(A, b * n * n, n, n)
         if not np.all(np.isfinite(a)):
             return i
         sign, lad = np.linalg.slogdet(a)
@@ -388,8 +383,8 @@ def slogdet_rev(i, entries, bufs, ipool, data, grad):
     for b in range(nb):
         g = gY[2 * b + 1]
         if g != 0.0:
-            ga = _mat(gA, b * n * n, n, n)
-            ga += g * _inv_t(_mat(A, b * n * n, n, n))
+            ga = mat(gA, b * n * n, n, n)
+            ga += g * _inv_t(mat(A, b * n * n, n, n))
 
 
 @_jit
@@ -401,11 +396,11 @@ def slogdet_jvp(i, entries, bufs, ipool, data, T):
     p = entries[i, E_ATTR]
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
-        it = _inv_t(_mat(A, b * n * n, n, n)) if act else np.zeros((n, n), A.dtype)
+        it = _inv_t(mat(A, b * n * n, n, n)) if act else np.zeros((n, n), A.dtype)
         for d in range(T.shape[0]):
             ty = view(bufs, T[d], o)
             ty[2 * b] = 0.0
-            ty[2 * b + 1] = np.sum(it * _mat(view(bufs, T[d], a), b * n * n, n, n)) if act else 0.0
+            ty[2 * b + 1] = np.sum(it * mat(view(bufs, T[d], a), b * n * n, n, n)) if act else 0.0
 
 
 @_jit
@@ -418,11 +413,11 @@ def slogdet_hvp(i, entries, bufs, ipool, data, grad, T, GT):
     p = entries[i, E_ATTR]
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
-        it = _inv_t(_mat(A, b * n * n, n, n))
+        it = _inv_t(mat(A, b * n * n, n, n))
         g = gY[2 * b + 1]
         for d in range(T.shape[0]):
-            ta = _mat(view(bufs, T[d], a), b * n * n, n, n)
-            gta = _mat(view(bufs, GT[d], a), b * n * n, n, n)
+            ta = mat(view(bufs, T[d], a), b * n * n, n, n)
+            gta = mat(view(bufs, GT[d], a), b * n * n, n, n)
             gta += view(bufs, GT[d], o)[2 * b + 1] * it - g * _dot(_dot(it, ta.T), it)
 
 

@@ -14,7 +14,7 @@ from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blas import gemm_acc
 from tape.ops.blocks import matmul as mm
-from tape.ops.loops import active, add2, put2, view
+from tape.ops.loops import active, add2, mat, put2, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -29,12 +29,12 @@ def matmul_fwd(i, entries, bufs, ipool, data):
     if m * n == 0:
         return -1
     for b in range(nb):
-        y = Y[b * m * n : (b + 1) * m * n].reshape((m, n))
+        y = mat(Y, b * m * n, m, n)
         if k == 0:
             y[:] = 0.0
             continue
-        a = A[b * sa : b * sa + m * k].reshape((m, k))
-        bb = B[b * sb : b * sb + k * n].reshape((k, n))
+        a = mat(A, b * sa, m, k)
+        bb = mat(B, b * sb, k, n)
         gemm_acc(a, False, bb, False, y, 0.0)  # (np.dot costs the kernel a second of compile)
     return -1
 
@@ -55,14 +55,14 @@ def matmul_rev(i, entries, bufs, ipool, data, grad):
     if m * n * k == 0:
         return
     for b in range(nb):
-        gy = gY[b * m * n : (b + 1) * m * n].reshape((m, n))
-        a = A[b * sa : b * sa + m * k].reshape((m, k))
-        bb = B[b * sb : b * sb + k * n].reshape((k, n))
+        gy = mat(gY, b * m * n, m, n)
+        a = mat(A, b * sa, m, k)
+        bb = mat(B, b * sb, k, n)
         # added into the adjoints by BLAS itself (beta = 1): no temporary, no second pass
         if act_a:
-            gemm_acc(gy, False, bb, True, gA[b * sa : b * sa + m * k].reshape((m, k)))
+            gemm_acc(gy, False, bb, True, mat(gA, b * sa, m, k))
         if act_b:
-            gemm_acc(a, True, gy, False, gB[b * sb : b * sb + k * n].reshape((k, n)))
+            gemm_acc(a, True, gy, False, mat(gB, b * sb, k, n))
 
 
 @_jit
@@ -85,30 +85,28 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
     if m * n * k == 0:
         return
     for b in range(nb):
-        a = A[b * sa : b * sa + m * k].reshape((m, k))
-        bb = B[b * sb : b * sb + k * n].reshape((k, n))
+        a = mat(A, b * sa, m, k)
+        bb = mat(B, b * sb, k, n)
         if act_a:
             tA = np.empty((K * m, k), T.dtype)
             for d in range(K):
-                put2(
-                    tA[d * m : (d + 1) * m], T[d, oa + b * sa : oa + b * sa + m * k].reshape((m, k))
-                )
+                put2(tA[d * m : (d + 1) * m], mat(T[d], oa + b * sa, m, k))
             y1 = np.zeros((K * m, n), T.dtype)
             gemm_acc(tA, False, bb, False, y1)
             for d in range(K):
-                y = T[d, oy + b * m * n : oy + (b + 1) * m * n].reshape((m, n))
+                y = mat(T[d], oy + b * m * n, m, n)
                 add2(y, y1[d * m : (d + 1) * m])
         if act_b:
             tB = np.empty((k, K * n), T.dtype)
             for d in range(K):
                 put2(
                     tB[:, d * n : (d + 1) * n],
-                    T[d, ob + b * sb : ob + b * sb + k * n].reshape((k, n)),
+                    mat(T[d], ob + b * sb, k, n),
                 )
             y2 = np.zeros((m, K * n), T.dtype)
             gemm_acc(a, False, tB, False, y2)
             for d in range(K):
-                y = T[d, oy + b * m * n : oy + (b + 1) * m * n].reshape((m, n))
+                y = mat(T[d], oy + b * m * n, m, n)
                 add2(y, y2[:, d * n : (d + 1) * n])
 
 
@@ -131,13 +129,13 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
     oa, ob, oy = bufs[ia, B_OFF], bufs[ib, B_OFF], bufs[io, B_OFF]
     for b in range(nb):
         pa, pb, py = oa + b * sa, ob + b * sb, oy + b * m * n
-        gy = gY[b * m * n : (b + 1) * m * n].reshape((m, n))
-        a = A[b * sa : b * sa + m * k].reshape((m, k))
-        bb = B[b * sb : b * sb + k * n].reshape((k, n))
+        gy = mat(gY, b * m * n, m, n)
+        a = mat(A, b * sa, m, k)
+        bb = mat(B, b * sb, k, n)
         gty = np.empty((K * m, n), T.dtype)  # the directions' gt_Y, stacked
         gty_cols = np.empty((m, K * n), T.dtype)  # ... side by side
         for d in range(K):
-            g = GT[d, py : py + m * n].reshape((m, n))
+            g = mat(GT[d], py, m, n)
             put2(gty[d * m : (d + 1) * m], g)
             put2(gty_cols[:, d * n : (d + 1) * n], g)
         if act_a:
@@ -147,10 +145,10 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             if act_b:
                 tbt = np.empty((n, K * k), T.dtype)
                 for d in range(K):
-                    put2(tbt[:, d * k : (d + 1) * k], T[d, pb : pb + k * n].reshape((k, n)).T)
+                    put2(tbt[:, d * k : (d + 1) * k], mat(T[d], pb, k, n).T)
                 gemm_acc(gy, False, tbt, False, ga2)
             for d in range(K):
-                ga = GT[d, pa : pa + m * k].reshape((m, k))
+                ga = mat(GT[d], pa, m, k)
                 add2(ga, ga1[d * m : (d + 1) * m])
                 if act_b:
                     add2(ga, ga2[:, d * k : (d + 1) * k])
@@ -161,10 +159,10 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             if act_a:
                 tat = np.empty((K * k, m), T.dtype)
                 for d in range(K):
-                    put2(tat[d * k : (d + 1) * k], T[d, pa : pa + m * k].reshape((m, k)).T)
+                    put2(tat[d * k : (d + 1) * k], mat(T[d], pa, m, k).T)
                 gemm_acc(tat, False, gy, False, gb2)
             for d in range(K):
-                gb = GT[d, pb : pb + k * n].reshape((k, n))
+                gb = mat(GT[d], pb, k, n)
                 add2(gb, gb1[:, d * n : (d + 1) * n])
                 if act_a:
                     add2(gb, gb2[d * k : (d + 1) * k])

@@ -107,6 +107,13 @@ def active(bufs, b):
 # compiles a shape-mismatch message (2.3-3.5 s, once per process and number of axes) and its
 # np.tril 2.1 s; the shapes here agree by construction.
 @_jit
+def mat(flat, off, r, c):
+    """Elements ``off`` to ``off + r * c`` of the 1-d array ``flat`` as an ``r x c`` matrix (a
+    view): one compiled function for every kernel's reshapes, not a reshape's code at each."""
+    return flat[off : off + r * c].reshape((r, c))
+
+
+@_jit
 def put2(dst, src):
     """``dst[:] = src`` for 2-d arrays of one shape."""
     for r in range(dst.shape[0]):

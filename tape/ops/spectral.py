@@ -49,8 +49,8 @@ from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import qr as qr_block
-from tape.ops.factor import _dot, _from_lower, _mat, _phi, _tri_solve
-from tape.ops.loops import active, add2, put2, tri, view
+from tape.ops.factor import _dot, _from_lower, _phi, _tri_solve
+from tape.ops.loops import active, add2, mat, put2, tri, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -175,7 +175,7 @@ def eigh_fwd(i, entries, bufs, ipool, data):
     if n == 0:
         return -1
     for b in range(nb):
-        s = _from_lower(_mat(A, b * n * n, n, n))
+        s = _from_lower(mat(A, b * n * n, n, n))
         if not _finite(s):
             return i
         w, v, ok = _try_eigh(s)
@@ -185,7 +185,7 @@ def eigh_fwd(i, entries, bufs, ipool, data):
         _normalise_signs(v)
         for r in range(n):
             Y[b * n + r] = w[r]
-        put2(_mat(Y, nb * n + b * n * n, n, n), v)
+        put2(mat(Y, nb * n + b * n * n, n, n), v)
     return -1
 
 
@@ -201,12 +201,12 @@ def eigh_rev(i, entries, bufs, ipool, data, grad):
         return
     for b in range(nb):
         w = Y[b * n : (b + 1) * n]
-        v = _mat(Y, nb * n + b * n * n, n, n)
+        v = mat(Y, nb * n + b * n * n, n, n)
         gw = gY[b * n : (b + 1) * n]
-        gv = _mat(gY, nb * n + b * n * n, n, n)
+        gv = mat(gY, nb * n + b * n * n, n, n)
         C, _, _, _, _, bad = _eigh_core(w, v, gw, gv)
         g = _dot(_dot(v, C), v.T)
-        ga = _mat(gA, b * n * n, n, n)
+        ga = mat(gA, b * n * n, n, n)
         if bad:
             _poison(ga)
         else:
@@ -227,11 +227,11 @@ def eigh_jvp(i, entries, bufs, ipool, data, T):
         return
     for b in range(nb):
         w = Y[b * n : (b + 1) * n]
-        v = _mat(Y, nb * n + b * n * n, n, n)
+        v = mat(Y, nb * n + b * n * n, n, n)
         F, rep = _gaps(w)
         for d in range(T.shape[0]):
             tY = view(bufs, T[d], o)
-            ts = _from_lower(_mat(view(bufs, T[d], a), b * n * n, n, n))
+            ts = _from_lower(mat(view(bufs, T[d], a), b * n * n, n, n))
             P = _dot(_dot(v.T, ts), v)
             om = F * P
             for r in range(n):
@@ -239,7 +239,7 @@ def eigh_jvp(i, entries, bufs, ipool, data, T):
                 for c in range(n):
                     if rep[r, c] and P[r, c] != 0.0:
                         om[r, c] = np.nan
-            put2(_mat(tY, nb * n + b * n * n, n, n), _dot(v, om))
+            put2(mat(tY, nb * n + b * n * n, n, n), _dot(v, om))
 
 
 @_jit
@@ -257,17 +257,17 @@ def eigh_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     for b in range(nb):
         w = Y[b * n : (b + 1) * n]
-        v = _mat(Y, nb * n + b * n * n, n, n)
+        v = mat(Y, nb * n + b * n * n, n, n)
         gw = gY[b * n : (b + 1) * n]
-        gv = _mat(gY, nb * n + b * n * n, n, n)
+        gv = mat(gY, nb * n + b * n * n, n, n)
         C, F, M, rep, nz, bad = _eigh_core(w, v, gw, gv)
         used = np.any(C != 0.0)
         for d in range(T.shape[0]):
             tY, gtY = view(bufs, T[d], o), view(bufs, GT[d], o)
             tw = tY[b * n : (b + 1) * n]
-            tv = _mat(tY, nb * n + b * n * n, n, n)
+            tv = mat(tY, nb * n + b * n * n, n, n)
             tgw = gtY[b * n : (b + 1) * n]
-            tgv = _mat(gtY, nb * n + b * n * n, n, n)
+            tgv = mat(gtY, nb * n + b * n * n, n, n)
             tM = _dot(tv.T, gv) + _dot(v.T, tgv)
             tnz = _nonzero_columns(tgv)
             tc = np.zeros((n, n), w.dtype)
@@ -287,7 +287,7 @@ def eigh_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             if used:  # a NaN tangent of V reaches the gradient only through a nonzero C
                 vc = _dot(v, C)
                 tg += _dot(_dot(tv, C), v.T) + _dot(vc, tv.T)
-            gta = _mat(view(bufs, GT[d], a), b * n * n, n, n)
+            gta = mat(view(bufs, GT[d], a), b * n * n, n, n)
             if worse:
                 _poison(gta)
             else:
@@ -299,7 +299,7 @@ def eigh_hvp(i, entries, bufs, ipool, data, grad, T, GT):
 
 @_jit
 def _qr_parts(Y, b, nb, m, n):
-    return _mat(Y, b * m * n, m, n), _mat(Y, nb * m * n + b * n * n, n, n)
+    return mat(Y, b * m * n, m, n), mat(Y, nb * m * n + b * n * n, n, n)
 
 
 @_jit
@@ -330,7 +330,7 @@ def qr_fwd(i, entries, bufs, ipool, data):
         return -1
     eps = _eps(A)
     for b in range(nb):
-        a = _mat(A, b * m * n, m, n)
+        a = mat(A, b * m * n, m, n)
         if not _finite(a):
             return i
         q, r = np.linalg.qr(a)
@@ -375,7 +375,7 @@ def qr_rev(i, entries, bufs, ipool, data, grad):
         q, r = _qr_parts(Y, b, nb, m, n)
         gq, gr = _qr_parts(gY, b, nb, m, n)
         g, _ = _qr_grad(q, r, gq, gr)
-        add2(_mat(gA, b * m * n, m, n), g)
+        add2(mat(gA, b * m * n, m, n), g)
 
 
 @_jit
@@ -394,7 +394,7 @@ def qr_jvp(i, entries, bufs, ipool, data, T):
         q, r = _qr_parts(Y, b, nb, m, n)
         for d in range(T.shape[0]):
             tY = view(bufs, T[d], o)
-            ta = _mat(view(bufs, T[d], a), b * m * n, m, n)
+            ta = mat(view(bufs, T[d], a), b * m * n, m, n)
             x = _right_inv(ta, r)  # tA R^-1
             c = _dot(q.T, x)
             low = tri(c, True, -1)
@@ -426,7 +426,7 @@ def qr_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             tgq, tgr = _qr_parts(view(bufs, GT[d], o), b, nb, m, n)
             tm = _dot(tr, gr.T) + _dot(r, tgr.T) - _dot(tgq.T, q) - _dot(gq.T, tq)
             tb = tgq + _dot(tq, cm) + _dot(q, _copyltu(tm))
-            add2(_mat(view(bufs, GT[d], a), b * m * n, m, n), _right_inv_t(tb - _dot(g, tr.T), r))
+            add2(mat(view(bufs, GT[d], a), b * m * n, m, n), _right_inv_t(tb - _dot(g, tr.T), r))
 
 
 # ---------------------------------------------------------------- sparsity and checks

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "cac9458dcd3078f483d1deb0706df060a5baaf4456092e39071b78f042097a63"
+FINGERPRINT = "887924ef123ea1cb56670af1bd694ea7296ed1c1a0c99a3eab991379239e2b33"
 
 from numba import cuda, float64
 

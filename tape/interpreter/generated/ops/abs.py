@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b8c3c9cd400c86d0a2c725ae39084d360b4eeff682c6a20d6848a767c7a01137"
+FINGERPRINT = "c7838106c21c83475f1b9800f8ba0fca7c3bc0fb72d2d08d7767ca83cfa4b5e2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9f9102986f54107286bff92b99647845076b0426d55e4ea5a239415e4ec4efa4"
+FINGERPRINT = "879ea00eca3ed2915c5df67865ff784589c6a7f029cfac58b51b255fad234fb0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "63c2c0786e0efd90e81f6be00715406c3541634e61d9071bfc8f048f5d42e480"
+FINGERPRINT = "279db552c514e9169610edd8746d95012615954a6dbb2944458c6c64f78ec8ac"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb4af396525bc5e01056d759cbb06ea7030b1e2846d7d0c35d06a7db1646c3b4"
+FINGERPRINT = "d520278d0c1ae0543cec8d79c641ddfe2b0ce7212cc8a1c8960ea4f5ed7d6b92"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbdc6933aad1d9f01f3a9dc3009e53e06d528375daf1c41058ab8c6a067d8e19"
+FINGERPRINT = "05e8f13bba3e74fe4b70f6b83a743693d45255eeb6b5b678b0084a2ad2dcbf9e"
 
 import numpy as np
 from numba import njit

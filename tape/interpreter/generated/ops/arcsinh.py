@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3c542013b0a275e1dd25ecb506eaab1ac0dd8a56c91c6c8fd599804253fbb315"
+FINGERPRINT = "457f28b742e16d8e3bfe3b23d2e57cc9623cc527d3034014069783b6ee0b54a8"
 
 import numpy as np
 from numba import njit

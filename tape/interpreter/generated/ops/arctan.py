@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "44d10a131623d3a707c94aec77849d380f658ae80b0f1e3342c9b8d4451c5c2c"
+FINGERPRINT = "1a03f5a4f5bd7c891004591989be6059ad342c766dfca9753f3507e4ac19af06"
 
 import numpy as np
 from numba import njit

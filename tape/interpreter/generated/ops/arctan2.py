@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf48cde4f96607d57f32e56320eb31c5dfbc52c3dacaf4ae5ce34aec5a527ef1"
+FINGERPRINT = "518e27c1bafc5736558be50e2889db2454d4533221708efcf82ba28990e34de2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bc5aa0f5763745a931a7b9f237ac04e4bd2b730f6fa53699673f8ef98641651a"
+FINGERPRINT = "3cb58cd798173d1e213e96a15fa39af05097d9c914a39fef35d74b5f93411ea0"
 
 import numpy as np
 from numba import njit

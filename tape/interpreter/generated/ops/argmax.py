@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7f03c1c3014c9ba0062bbb95019cd21ef457d6a08a86bf5af7d8d2d6b907039a"
+FINGERPRINT = "dce211afa8c0a60cf4a40513f2117a8b3445b368da06a6c80b32a62b3b1a78f7"
 
 import numpy as np
 from numba import njit

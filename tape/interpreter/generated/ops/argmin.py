@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "412276309993f1bac0884aee030e1ebc4f4b56d129d117001f7f82973aea369b"
+FINGERPRINT = "7c9d85bb08cfc6ee0dc91eaa3e518fd64211f36558b5f1e64b0bc111ebaa52ef"
 
 import numpy as np
 from numba import njit

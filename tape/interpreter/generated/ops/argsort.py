@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "93071108e542681fcc844e8b3378e857562196b9f2aef57e5d9cf9abdd61a0d7"
+FINGERPRINT = "03cd271512fdd4b75a2fc540a4fd06decdaf2ee897c46081c402b09c7afa9f89"
 
 import numpy as np
 from numba import njit

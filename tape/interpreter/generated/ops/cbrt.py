@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c7a12c244c28a78940842bd7a27787a54a2b8334825030f546ff2e59cc03aa50"
+FINGERPRINT = "070a79ad693414d3c8905a8ae00738e1f6f892846688406f4bd1786457b8e5b5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "64dcf40b5286184316e47228553a255916144b97b7a4010661dd9af2fc2bd85a"
+FINGERPRINT = "870b49b3f12c60a7e1dc770cc73d09ff5c977a923d847518d9d615519530e81f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "af76770c9cfa2a5992f7fde9eec8c1e7bf81fd0a2777ee85950be46ff3b9f07d"
+FINGERPRINT = "0ead090a5b9a852c21474881ee3467b664fc250b2bfef08d2b5d7bfbe4db0686"
 
 import numpy as np
 from numba import njit

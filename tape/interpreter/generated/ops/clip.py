@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4008243f65b531e59e9fe73154a6caf919007ae29f24ab6887924cca0b75d1d7"
+FINGERPRINT = "5bb14f67f105aa2f9a878ba3ade1273541741cba0eba38ceab52f8a23af9a50c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0cedee089057f735fddb2857df8dcfef6df038394b41613515c6e5184f725b1"
+FINGERPRINT = "729b2e994164db613660926d91bc29673feb46a20aec98044c39c55f6dc9852c"
 
 import numpy as np
 from numba import njit

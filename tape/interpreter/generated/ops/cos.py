@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a610b9f6363139bad7926bb862164f2b4154fe3ab7852fb51000cef6ab978fca"
+FINGERPRINT = "209f00eb0a949dfd9e6ec52598ea83f8eebe696939948e7b21445f54d900ffe4"
 
 import numpy as np
 from numba import njit

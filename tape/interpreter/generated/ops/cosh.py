@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bab35b66bb610a3c951d639f83445c3e2219fe55481d9626526b9c363fd88e18"
+FINGERPRINT = "dff05d1556418c106cf9696599f878482d5c36ab41b31f473629179d5ed44f5c"
 
 import numpy as np
 from numba import njit

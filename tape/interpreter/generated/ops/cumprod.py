@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ecc291bc847b3b597f2c25c7ca9b0e867bd03489a03361a5e64d14f4887762bd"
+FINGERPRINT = "1470a61d3a4ec6569ac6ff5a9ae2cc8d6f21a5b897f3e4b0c98cf5e236cf0ec1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1f28abbd801c6935ae40ff0a692acdc5f50221e3d68a77cdc0e042f84e1b8f8d"
+FINGERPRINT = "fe8eefc6df026d4d7dba1962bbaa6428a43ee998e2491babddef7783af45d111"
 
 import numpy as np
 from numba import njit

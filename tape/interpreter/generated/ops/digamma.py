@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1a700045f6a02b645ec4a6e4acc80f4ef30dd88a9787282531622cce6689cf6e"
+FINGERPRINT = "d62bee34144df4af9d8c10546656d57b61edc71814f7063f643a0cc0a118ff06"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "12f394c230b3644ac1732ede15a979bea8f732f8c85417e0fb9cd9ed66ab03eb"
+FINGERPRINT = "52f8f7fe155b4ab788db9edd09e2ecaa584651d3a774b3b22227c3cc192754da"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c3cb44c7c222a968b100c7042a94de52bc05d28eb8e757fb4bbfaeb003228ba5"
+FINGERPRINT = "8212c8a43ad947fbf0499703af6af1d1cd19482fa24b316ac404e8d8095728d1"
 
 import numpy as np
 from numba import njit

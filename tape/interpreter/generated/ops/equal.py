@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "35b1d709a15fb7dc207b035e79fdb320c55bf491c66e0e0016c7c0592bf2de9c"
+FINGERPRINT = "ad76c4e231c22c986f2b528f25244f33e56a4cfa3e56e6533e1366756d1c04b7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c643ebbb628286eb3eba45a8dc56ca7dfc319e9aa69b2d8c4f2beac2e883f683"
+FINGERPRINT = "62eaf2e463ff03eca84a625d023b238919e6be55c03e2838d32e2f2225799d87"
 
 import numpy as np
 from numba import njit

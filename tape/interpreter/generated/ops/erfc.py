@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9e18fea3cff5598ddfa5a28b48240a776defbfd5d42ef36c5e3252e46f684c81"
+FINGERPRINT = "005c66682d794a4948df5a9b867b101c5a69778c22245ca8cb8ba0d03368e97b"
 
 import numpy as np
 from numba import njit

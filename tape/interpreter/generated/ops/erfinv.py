@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4d431c376b183a2d7fe3f6943f6807196e9b86c371283d8ba6c15fa19461f05"
+FINGERPRINT = "270bfcdf351d188738bf8fa041c615828b05a723f3a9cc277624cbf8605ee9bf"
 
 import numpy as np
 from numba import njit

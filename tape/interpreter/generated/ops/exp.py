@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe4945034ad990ffbd10bc528f9e117ed685967b76d8985dfb5f05ec1fa02b54"
+FINGERPRINT = "8a2cec3e89dd6140f114bfef4df75c54e95a65dec11189277545f1f249077f75"
 
 import numpy as np
 from numba import njit

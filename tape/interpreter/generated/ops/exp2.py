@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ff0ec8cee033e7b451c852b2bd96a1438d5105d05bd91666c0684bb4c2f4a944"
+FINGERPRINT = "ecaf6e2f246e193e6a69460245d620ecdc3393d631423fb021a12e99d8602b03"
 
 import numpy as np
 from numba import njit

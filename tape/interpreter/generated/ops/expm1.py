@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "359c15a26e7461e6952856197630a726e97a6c2f250b7600cd22bd10408e38b6"
+FINGERPRINT = "ebd917171fb20f55c2ac6e6d97941e7205f929473f1cb7991c526a9a4b7e8cab"
 
 import numpy as np
 from numba import njit

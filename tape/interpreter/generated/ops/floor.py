@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6694219f4c66c4e3e97499a0193c1c19effe37c38ae4c575bc77a1259edf9b42"
+FINGERPRINT = "25e708728d7a386813eb61da58460a6e9b010379ce1c090a05d03e6e097312e8"
 
 import numpy as np
 from numba import njit

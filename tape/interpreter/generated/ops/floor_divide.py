@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9f714d9434bc81bec6d0a36d02b8d92408c17fe21bd3cfdb60d9af83f5c4ae78"
+FINGERPRINT = "410e5f2ba4d7c272e1cfe51fe289fcda55b1a6046ca318b9e4a9052096ae9779"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "845f6ae136760329c5c0d57ebeb78ee08b6471ee57e9a7a47a1c84405b007f7a"
+FINGERPRINT = "fae4414f22ab013bac462ae79f3abea87fd27b68f5aeed0eca5e00badcdc074b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a44d9339995757580e6050fd6f79332c5090a4cfa09d247107f7cc891abd7720"
+FINGERPRINT = "30380feb725abb50ad45e9b5b1d7b6af9d6114b6665e43d555d64e7d4c8b15a6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c54aa097a67e71a1faee0f8f65f1a18ccc4d3193608135fc1e8ad3fb1ba245f9"
+FINGERPRINT = "62c55ab2e1241dd08f4a8f196534ffee4c99df60b8b4caf2e628e71b2e34dfec"
 
 import numpy as np
 from numba import njit

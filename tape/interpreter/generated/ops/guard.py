@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d64a5f6a9d6377a8ca228bc3a81bec3896c1bec945e16d2789b4b29c0ee0ea95"
+FINGERPRINT = "64f85c8a69f16f65f05531283894cc3a6bdbdbbe8b82d21980fbc74ed9dd962b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "265c4ca2328494cdd9aed7c57c02bd02ebdbd74442a28b8a4f7e9921103f934f"
+FINGERPRINT = "165c94ac6a6ab40e742fc8f77e90066d79afa4943b8c7c3063cc6d32e073acd4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "970fde0a660c364a2e96d6aa60ac43af5fcdf2fb9a4748f39a40392f459eca6b"
+FINGERPRINT = "d78cee5b89af2fa53ff50525ac5bfc21ab27938694d1dc9030a94b5183818c5f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6555f720ab5786552c4b828eb95d3b195c221cbcc2b53f2277125e53c922fbce"
+FINGERPRINT = "cc6c881bf4e03d20938c254672949ef19bc79ee2b4e7344a90c038aba8b58298"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6ac5c9a68498786423c7dc96edc171716e0aa5ca4751bb48b3a8faf4528bbca6"
+FINGERPRINT = "3275accb256d6e20ed392bbf1f222303137d61bc0cdb0e678de219ffc2f8d5f1"
 
 import numpy as np
 from numba import njit

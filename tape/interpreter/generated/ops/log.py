@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b56c311eb5f8eca2b3a11d2ccae1fa490633a25e3c468e463d4a3d3df54f393e"
+FINGERPRINT = "37b500801ae62f09193698dc313d220b61c74ae34ec939a827179d34a07c672f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "21a8649271f60d95617ecdda3cc479b6a288e3d980e3d014a4a941ab69fd412d"
+FINGERPRINT = "c6d2f0008f2609e764dd8ab454b2a281edfd68fff42af95f74318597e5923881"
 
 import numpy as np
 from numba import njit

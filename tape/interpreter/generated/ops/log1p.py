@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b234d41f0271b810418be963e2fa94a348c8c393e6cc09f2f2a22129cb6bce3c"
+FINGERPRINT = "49df8a573a2fd04b2ecf8e5b97bb7f2407f94079d1876698f3ad51e2636e93a5"
 
 import numpy as np
 from numba import njit

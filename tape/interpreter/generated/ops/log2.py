@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8e76f9c1e10b9012894af6f9bf2e798e9f12f2a929858894e35b25018c8326ec"
+FINGERPRINT = "f7536ccd7caf3fa109bdc92dcda995398b8641d9b9ac95594435498630fd863a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f186bab78bdde8eae467b6bccd8006a3a6d068fd9efa26483d0a30ee4301f7ae"
+FINGERPRINT = "ef3d720d1c73be34f32a1bd90207e6b0e31cdc0a45edc5d3e9795eac44d9a53f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9f4ecb36892c2bc056e9e16c317b197fe563c6b652b73fda6900b412f78f8d5b"
+FINGERPRINT = "286fc601eb829c363eafbba345621ec6e3b342128253a8dde95b0183068912c1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "17b2c810cfbabf3bfa2939b830e688d2560e5a51c324ef420991a0f5cda5685c"
+FINGERPRINT = "19f277673b981ab8477b817f8a4f70b68e5df821072700b154ad5b3d2cab78f0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0a1bb7ac65a3c6b9eedbdcdafc6b9faa6e3a9587c44532e7ea1ad710e53afea4"
+FINGERPRINT = "7391c59be7553511a0d6019cc4cfd8ac05490b8ea3bbcc4bb3bdafceddcf3c4f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e72bfb49b6538a3c78325be8fd7d8ab1fd6c33e8cf1043aab5165bb4dc47c7f2"
+FINGERPRINT = "dda3a7c86e416c9f7064e674177c51a2f847dba2073a134d2fd1f548dd802339"
 
 import numpy as np
 from numba import njit

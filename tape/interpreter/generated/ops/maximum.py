@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0e3b1a2d2b7b3bcace416fb5408004e6edddd00f8cdac4c1464b1d6f6236309"
+FINGERPRINT = "bc3f03fd13183735e3638546417e44790f7f9f56ea35a26033809f7b9ff272a4"
 
 import numpy as np
 from numba import njit

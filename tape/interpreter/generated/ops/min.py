@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c74bfd1d4f2dd7b162dc87f8fa9f889ab9947e2d1eab688ded05804426a8b4a6"
+FINGERPRINT = "740344b80e900b5ddacdd991ea78511b27a615bddf329cd7183b83825c2d274f"
 
 import numpy as np
 from numba import njit

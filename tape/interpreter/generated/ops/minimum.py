@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f9c3ac56c216708066a2a5772fd8800dae420ddaec68b6551ae9cbd8803acf85"
+FINGERPRINT = "d9554038aeb6a854511f130caba79f80d3aa96bb0d7fbba3eb6ff4de57ddd234"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c08a9b63188026c80a240ac3ec29c8baeea8ea056046ea0850bab0e44a1cd2c1"
+FINGERPRINT = "437a4c37bc5724822d04b6bef9187a32c1d16238a270477007ab541ee1792076"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d0c87934e27b9799e8addc47c00fb66318c4118bd9da2b67c591ee205c06a6c9"
+FINGERPRINT = "ea4b6dee1e5a81a6b79918efa8eb3df39e5ce7edba2f98dcdda86b1f9ec0c45e"
 
 import numpy as np
 from numba import njit

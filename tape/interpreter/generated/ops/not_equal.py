@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "011b332e013bf34ec517d5391607714fb119ac92b552b0e2b1b57cd83bfac673"
+FINGERPRINT = "9c2f9f8f43aa63c7d9f89edc6599ba9687fa826fb31ad1adc7bf7efff924671d"
 
 import numpy as np
 from numba import njit

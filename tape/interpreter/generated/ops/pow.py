@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "087e2b0010310aed51168ff833ba02903841b236180bbd82246a42bf4bb80a9f"
+FINGERPRINT = "eff8db0cf23b90ab62be120d9614710303cc8f0da364f8194d97581f35fcbd1f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "047b7c1c556226125f0d3faa30c2a65bd8e1350a3e9fd8ebac047820b4694b8d"
+FINGERPRINT = "e395b65ecd28808b48954e4ba0f455e1d80bf05e27b327b079c1641ca3683e04"
 
 import numpy as np
 from numba import njit

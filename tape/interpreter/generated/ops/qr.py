@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "526c561d6a7fe673cf9cdcdb74f2090bd62200c21c711383ed3742cec19d1cb7"
+FINGERPRINT = "5cf4ff4919ef510720d8d08772881ae5a50db4325c1c11dd1f81cbb476f11fbd"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fbfb0809dea5ca99861dd4d31333b359d244d4c981886cd6579308f22faf7b83"
+FINGERPRINT = "3a54d56697f42fefadd1defeb8ec65d97e6565614edef31a27efd2c8b137404b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "424f5494a24a63a4f74fde9b6c54719bc496c196a16355f7aef2f34949d679da"
+FINGERPRINT = "a666304eb1506842109a0df13be0b45b981cda33587ae29a2f739dcb1d486a54"
 
 import numpy as np
 from numba import njit

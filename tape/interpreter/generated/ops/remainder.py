@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "200667bc55140ad04fcb5fac92d9ae515e9872db82904ec61b9c954db352409a"
+FINGERPRINT = "ea5f91dd1500268d8348408f23e019ed054aaef18501b799ff37de379baa8d10"
 
 import numpy as np
 from numba import njit

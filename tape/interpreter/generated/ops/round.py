@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3cfffeed6112e864c26d17069befc399f021b14ceaee33d7a23f0cde23e6c771"
+FINGERPRINT = "276ce758af8018299f37cbc574e8e027765417c51b59aebceccbbed850f4eaf3"
 
 import numpy as np
 from numba import njit

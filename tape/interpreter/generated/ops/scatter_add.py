@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e245ec35b4151527fb0738590b44ac08f770b19ac384293043c3f442c8901f52"
+FINGERPRINT = "f96ea9c8fc4679ba7a1533e909b12523e6db22b6a2467841b7abb8fad045b222"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e81bfbc6e18a81fe16ea5b65dd51104197780216ba37cfd060c63c45d8a8b152"
+FINGERPRINT = "f9e8eee0cf904e5da698a2a28f829955bb50736dc95fcfe5c6a0e952b4a7bc34"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c6bae24efd44aaeea3475335ecf9d1a29982a0543745d136b13b31a7a37c2970"
+FINGERPRINT = "1588af1d0be313079eebc35be61ab403b1dd2f6dad6a4cf21b2238064e7450d9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0809f8b72213b67cea85112884cc7a1278cec288a841c7c7b95ada7eb0485529"
+FINGERPRINT = "29abdb3f9608efb8f876007c0a50eecaeba5baa25ea4fb3cb2d55bef80abb4ee"
 
 import numpy as np
 from numba import njit

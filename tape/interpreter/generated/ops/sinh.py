@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fc49c5a8aee9b3d50077a426513db11519b5ba7d4ec4603a59fe5a48513e622f"
+FINGERPRINT = "a2f61d4965660a18e54d44330e0dfa300e2e5e24f28cad9aa4417bc465aeeb9b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "de1d1f296300afdbe8ececd5e98e5923556295c48742cca0553b286d4187dbeb"
+FINGERPRINT = "0e817a5e642d9d10602b6d1ae5f92da06e7cb0230045f15e10488c34aa8c0473"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "547ae47653a2e65a56a59bcf09a6516457d2a86bb65f1de29341ee39f77dc681"
+FINGERPRINT = "7af18554b01ee58e928c73db77ea1e95ecea746b84ce9069dc23b84dbbf257ca"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3a71a7725eb0f5114069f9421d7f82f27a3daf5d6f495aa65386e4ab616f4330"
+FINGERPRINT = "a6d53e973297dd20dad80e4ed5ad0c8d8332b337a25eae1b35f191537c42eec6"
 
 import numpy as np
 from numba import njit

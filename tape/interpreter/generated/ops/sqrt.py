@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ab9dde52f827cc9bfb98e748a4352e8d9a5ee65c59c29d22864a96c22cb842e5"
+FINGERPRINT = "67cb20e8561a4f0c635ff1e4fdf185b99726257057a953752adb852e78461294"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "75ff2953c3a0212bdb05f84b16afcf77a02b55b7f4a9088a5745616d316c5492"
+FINGERPRINT = "bbaa74fa968f727ee3b2943b6c767e7b83a6099a27946fef8478e8da80da342a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe9b17b89c7ed760b8c23ae2a1533e73ed5dd5c174829d089767cfa0f80a12b2"
+FINGERPRINT = "65c86f9635b8fbeb4fc42183b2478df1b12b11a7db2b717c053a6cd8cbbc32f8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "60a3d6108ce917e770f75596202a42eaca804634e0b98cba4dce99cd33921457"
+FINGERPRINT = "78ce0356941e03375bd2194f7558a690b823491bc94f7280ca3c93362600c8d9"
 
 import numpy as np
 from numba import njit

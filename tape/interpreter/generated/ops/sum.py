@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f515b9babc7337e1c3812970f6aad29f8f2a721f80b3505ab1168e1fc6eaa335"
+FINGERPRINT = "97568671802476ed726d9ac946e3cb9b68c6e53b8cf1e680f3b7fa580ce0dfa6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4b3de55361917549d251bac7008aeb936a7b0f14118bc17029f9d74d85d21818"
+FINGERPRINT = "5941e6dd7af1a86046d13bab815cb42965f3b70f08d58474f11fc3d43e7729bd"
 
 import numpy as np
 from numba import njit

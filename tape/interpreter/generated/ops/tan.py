@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "44dacb6172326d944d002035ada6a3b30e51042b81905a3ce15731626f197f1c"
+FINGERPRINT = "8723b9bc7d6683e8819b44a9f546811b7e765dd3fe995f3638460886b805a9bb"
 
 import numpy as np
 from numba import njit

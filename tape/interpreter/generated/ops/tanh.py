@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "30996115c36b49e86b6379d983f6ff281c6e35ba630f238dedfcba2e3d346b85"
+FINGERPRINT = "b1f042d630d819d230a2e5680154d76c9ca276534ce1a66678a7fffa9dc1bb1b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6b3ff5b81dcb90d8ee12f48d95eff39312ab1ba76b402df6ea23049a0980091"
+FINGERPRINT = "1a406f5680e15ce7a335f599fce185c30f33d01538b6066140e3d460ae8d51d9"
 
 import numpy as np
 from numba import njit

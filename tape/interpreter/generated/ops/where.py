@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b52d542b9d9ff343026630afa595812007e5cc2d3368f2bab6c33fb2b93567ef"
+FINGERPRINT = "d41a875792c6b24bd92aee87577bf32778012403de418dcf32af0f05e399a426"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5ff817e8174d4520a164693858b151c57056b4ec2def273bdba56237e539e436"
+FINGERPRINT = "cfc2ea9a23cfea4a4f9a4ce92f22778d5080cbced6a878a6861870a367af697c"
 
 import numpy as np
 from numba import njit
