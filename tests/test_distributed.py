@@ -343,6 +343,18 @@ def _held(dask_worker=None):
     return len(dask_worker.data), len(dask_worker.state.tasks)
 
 
+def _no_more_held(held0, held1):
+    """Whether the workers hold (data, tasks) no more than before, give or take two per
+    worker, counted over all workers: the scheduler may move a persisted chunk from one worker
+    to another (one run: (13, 15) and (0, 0) before, (6, 8) and (7, 7) after), while a loop
+    that kept keys per call would hold hundreds more."""
+    slack = 2 * len(held0)
+    return all(
+        sum(h[k] for h in held1.values()) <= sum(h[k] for h in held0.values()) + slack
+        for k in (0, 1)
+    )
+
+
 def test_a_long_optimisation_loop_holds_nothing_per_call(client, data):
     """Hundreds of calls (a gradient-descent loop, as an optimiser drives it): the workers'
     tapes, held keys and memory and the scheduler's tasks stay where the first calls left
@@ -373,14 +385,12 @@ def test_a_long_optimisation_loop_holds_nothing_per_call(client, data):
         time.sleep(0.25)
         rss1, held1 = client.run(_rss), client.run(_held)
         tasks1 = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
-        if tasks1 <= tasks0 + 2 and all(
-            held1[a][0] <= held0[a][0] + 2 and held1[a][1] <= held0[a][1] + 2 for a in held0
-        ):
+        if tasks1 <= tasks0 + 2 and _no_more_held(held0, held1):
             break
     assert {a: s["tapes"] for a, s in D.worker_stats(client).items()} == tapes0
     assert tasks1 <= tasks0 + 2, (tasks0, tasks1)
+    assert _no_more_held(held0, held1), (held0, held1)
     for a in rss0:
-        assert held1[a][0] <= held0[a][0] + 2 and held1[a][1] <= held0[a][1] + 2, (held0, held1)
         grown = (rss1[a] - rss0[a]) / 2**20
         # 2.0 and 2.2 MiB in one run: a call that kept 24 KiB would add 8 MiB
         assert grown < 8, f"worker {a} grew {grown:.1f} MiB over 350 calls"
