@@ -46,9 +46,10 @@ GENERAL, LOWER, UPPER = 0, 1, 2
 def _dot(a, b):
     """``a @ b`` through BLAS (``gemm_acc``: ``np.dot`` costs a kernel a second of compile),
     on contiguous copies of transposed operands."""
-    out = np.zeros((a.shape[0], b.shape[1]), a.dtype)
-    if a.shape[0] * a.shape[1] * b.shape[1] > 0:
-        gemm_acc(np.ascontiguousarray(a), False, np.ascontiguousarray(b), False, out)
+    if a.shape[0] * a.shape[1] * b.shape[1] == 0:
+        return np.zeros((a.shape[0], b.shape[1]), a.dtype)
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    gemm_acc(np.ascontiguousarray(a), False, np.ascontiguousarray(b), False, out, 0.0)
     return out
 
 
@@ -102,11 +103,11 @@ def _singular(a, mode):
 
 
 @_jit
-def _finite2(a):
-    for r in range(a.shape[0]):
-        for c in range(a.shape[1]):
-            if not np.isfinite(a[r, c]):
-                return False
+def _finite(a):
+    """Whether every value of ``a`` is finite."""
+    for v in a.ravel():
+        if not np.isfinite(v):
+            return False
     return True
 
 
@@ -114,7 +115,7 @@ def _finite2(a):
 def _try_solve(a, b):
     """``(a^-1 b, True)``, or ``False`` second where ``a`` is exactly singular or either
     holds a non-finite value."""
-    if not (_finite2(a) and _finite2(b)):
+    if not (_finite(a) and _finite(b)):
         return b.copy(), False
     return gesv(a, False, b)
 

@@ -91,8 +91,8 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
             tA = np.empty((K * m, k), T.dtype)
             for d in range(K):
                 put2(tA[d * m : (d + 1) * m], mat(T[d], oa + b * sa, m, k))
-            y1 = np.zeros((K * m, n), T.dtype)
-            gemm_acc(tA, False, bb, False, y1)
+            y1 = np.empty((K * m, n), T.dtype)
+            gemm_acc(tA, False, bb, False, y1, 0.0)
             for d in range(K):
                 y = mat(T[d], oy + b * m * n, m, n)
                 add2(y, y1[d * m : (d + 1) * m])
@@ -103,8 +103,8 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
                     tB[:, d * n : (d + 1) * n],
                     mat(T[d], ob + b * sb, k, n),
                 )
-            y2 = np.zeros((m, K * n), T.dtype)
-            gemm_acc(a, False, tB, False, y2)
+            y2 = np.empty((m, K * n), T.dtype)
+            gemm_acc(a, False, tB, False, y2, 0.0)
             for d in range(K):
                 y = mat(T[d], oy + b * m * n, m, n)
                 add2(y, y2[:, d * n : (d + 1) * n])
@@ -139,28 +139,32 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             put2(gty[d * m : (d + 1) * m], g)
             put2(gty_cols[:, d * n : (d + 1) * n], g)
         if act_a:
-            ga1 = np.zeros((K * m, k), T.dtype)
-            gemm_acc(gty, False, bb, True, ga1)
-            ga2 = np.zeros((m, K * k), T.dtype)
+            ga1 = np.empty((K * m, k), T.dtype)
+            gemm_acc(gty, False, bb, True, ga1, 0.0)
+            ga2 = np.empty(
+                (m, K * k), T.dtype
+            )  # written and read only if the other input is active
             if act_b:
                 tbt = np.empty((n, K * k), T.dtype)
                 for d in range(K):
                     put2(tbt[:, d * k : (d + 1) * k], mat(T[d], pb, k, n).T)
-                gemm_acc(gy, False, tbt, False, ga2)
+                gemm_acc(gy, False, tbt, False, ga2, 0.0)
             for d in range(K):
                 ga = mat(GT[d], pa, m, k)
                 add2(ga, ga1[d * m : (d + 1) * m])
                 if act_b:
                     add2(ga, ga2[:, d * k : (d + 1) * k])
         if act_b:
-            gb1 = np.zeros((k, K * n), T.dtype)
-            gemm_acc(a, True, gty_cols, False, gb1)
-            gb2 = np.zeros((K * k, n), T.dtype)
+            gb1 = np.empty((k, K * n), T.dtype)
+            gemm_acc(a, True, gty_cols, False, gb1, 0.0)
+            gb2 = np.empty(
+                (K * k, n), T.dtype
+            )  # written and read only if the other input is active
             if act_a:
                 tat = np.empty((K * k, m), T.dtype)
                 for d in range(K):
                     put2(tat[d * k : (d + 1) * k], mat(T[d], pa, m, k).T)
-                gemm_acc(tat, False, gy, False, gb2)
+                gemm_acc(tat, False, gy, False, gb2, 0.0)
             for d in range(K):
                 gb = mat(GT[d], pb, k, n)
                 add2(gb, gb1[:, d * n : (d + 1) * n])

@@ -103,9 +103,6 @@ def active(bufs, b):
     return bufs[b, B_KIND] != CONST
 
 
-# Copies and sums of matrices as loops, for the matrix kernels: Numba's array slice assignment
-# compiles a shape-mismatch message (2.3-3.5 s, once per process and number of axes) and its
-# np.tril 2.1 s; the shapes here agree by construction.
 @_jit
 def mat(flat, off, r, c):
     """Elements ``off`` to ``off + r * c`` of the 1-d array ``flat`` as an ``r x c`` matrix (a
@@ -113,6 +110,9 @@ def mat(flat, off, r, c):
     return flat[off : off + r * c].reshape((r, c))
 
 
+# Copies and sums of matrices as loops, for the matrix kernels: Numba's array slice assignment
+# compiles a shape-mismatch message (2.3-3.5 s, once per process and number of axes) and its
+# np.tril 2.1 s; the shapes here agree by construction.
 @_jit
 def put2(dst, src):
     """``dst[:] = src`` for 2-d arrays of one shape."""

@@ -49,7 +49,7 @@ from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import qr as qr_block
-from tape.ops.factor import _dot, _from_lower, _phi, _tri_solve
+from tape.ops.factor import _dot, _finite, _from_lower, _phi, _tri_solve
 from tape.ops.loops import active, add2, mat, put2, tri, view
 
 _jit = njit(**UNCACHED_JIT)
@@ -67,14 +67,6 @@ def _eps(x):
     t = np.empty(1, x.dtype)
     t[0] = 1.0 + 2.0**-40
     return EPS64 if t[0] != 1.0 else EPS32
-
-
-@_jit
-def _finite(a):
-    for v in a.ravel():
-        if not np.isfinite(v):
-            return False
-    return True
 
 
 @_jit

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "887924ef123ea1cb56670af1bd694ea7296ed1c1a0c99a3eab991379239e2b33"
+FINGERPRINT = "01f1f7cba270bc7d51f2d910d80c07b0acd77f465247c33d54c0400db6c65a6c"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c7838106c21c83475f1b9800f8ba0fca7c3bc0fb72d2d08d7767ca83cfa4b5e2"
+FINGERPRINT = "55b9642734722a30e45a1f2295aa557e018ef724a0f511258a8a980b713b1aeb"
 
 import numpy as np
 from numba import njit

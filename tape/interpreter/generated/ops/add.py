@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "879ea00eca3ed2915c5df67865ff784589c6a7f029cfac58b51b255fad234fb0"
+FINGERPRINT = "3b6921fc18d161e438f640037ad10b6fc7e85eec145abe5260fd30c7e914a6a2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "279db552c514e9169610edd8746d95012615954a6dbb2944458c6c64f78ec8ac"
+FINGERPRINT = "fc8a2b953a667c4b76a6a289ae1e4fcf240bf9e08151d4510467f65240bf5543"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d520278d0c1ae0543cec8d79c641ddfe2b0ce7212cc8a1c8960ea4f5ed7d6b92"
+FINGERPRINT = "51f8c63432c7b142363c31bf182c0b46d784e6bddc93b7fd9b3e6d2e4ef061af"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "05e8f13bba3e74fe4b70f6b83a743693d45255eeb6b5b678b0084a2ad2dcbf9e"
+FINGERPRINT = "c0de5d3ec4689f56224cabc835f5670b35cfe1714b663f21738a4ef2f5fb9779"
 
 import numpy as np
 from numba import njit

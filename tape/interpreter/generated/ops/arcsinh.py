@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "457f28b742e16d8e3bfe3b23d2e57cc9623cc527d3034014069783b6ee0b54a8"
+FINGERPRINT = "48bd07067940af732750b8d329c1e9d05dc334740eaa81dd236e1eb904c2e897"
 
 import numpy as np
 from numba import njit

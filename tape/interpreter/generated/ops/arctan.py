@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1a03f5a4f5bd7c891004591989be6059ad342c766dfca9753f3507e4ac19af06"
+FINGERPRINT = "09f243712b0e15510c0e4de019a035134f72f6359d2121676315f27c37c94751"
 
 import numpy as np
 from numba import njit

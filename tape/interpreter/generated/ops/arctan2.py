@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "518e27c1bafc5736558be50e2889db2454d4533221708efcf82ba28990e34de2"
+FINGERPRINT = "78b104b49b1724a2c069a7e8002aeb0ed678d31e4116e2465301225c2656565b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3cb58cd798173d1e213e96a15fa39af05097d9c914a39fef35d74b5f93411ea0"
+FINGERPRINT = "7cd4bf11609456249c969b156e8365f4cd1e3e4e16b75978f1558d35fb507869"
 
 import numpy as np
 from numba import njit

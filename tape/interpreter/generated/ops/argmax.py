@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dce211afa8c0a60cf4a40513f2117a8b3445b368da06a6c80b32a62b3b1a78f7"
+FINGERPRINT = "7784d018355f38b15e73524dfebd902776154a8518378e6cc4df416e0b00084e"
 
 import numpy as np
 from numba import njit

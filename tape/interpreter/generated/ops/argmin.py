@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7c9d85bb08cfc6ee0dc91eaa3e518fd64211f36558b5f1e64b0bc111ebaa52ef"
+FINGERPRINT = "5fac05a2d64b77772826c5ceea0802b6ede0c05283a461388525e3844fcb6ff8"
 
 import numpy as np
 from numba import njit

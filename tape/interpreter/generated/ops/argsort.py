@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "03cd271512fdd4b75a2fc540a4fd06decdaf2ee897c46081c402b09c7afa9f89"
+FINGERPRINT = "7ec459ce1648f3cddcc7a09c5629528f8b394bb95d101294dc590e540cf28b01"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "070a79ad693414d3c8905a8ae00738e1f6f892846688406f4bd1786457b8e5b5"
+FINGERPRINT = "5b18513ac876f738e0615ccfe45652a780aa2021cd3ce1f907fd33febcecbe0b"
 
 import numpy as np
 from numba import njit

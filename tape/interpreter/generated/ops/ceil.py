@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "870b49b3f12c60a7e1dc770cc73d09ff5c977a923d847518d9d615519530e81f"
+FINGERPRINT = "9d811ad95b5f68847de34b73c5d8ccaca822fcd7ed31bff0e8a45223e05d4665"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0ead090a5b9a852c21474881ee3467b664fc250b2bfef08d2b5d7bfbe4db0686"
+FINGERPRINT = "f2cefccf73b8139354fd41a67c5f13ecbe263c64806395c8566f0d2f56cc9e0c"
 
 import numpy as np
 from numba import njit

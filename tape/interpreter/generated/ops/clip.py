@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5bb14f67f105aa2f9a878ba3ade1273541741cba0eba38ceab52f8a23af9a50c"
+FINGERPRINT = "b900bb42efe86287bafa51beba44206005d5679a81e4005b3cd1c47f495a31ab"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "729b2e994164db613660926d91bc29673feb46a20aec98044c39c55f6dc9852c"
+FINGERPRINT = "13f64d71f7de7663f3f5dfa03d4fdebad16d7fb5bbf1082d0c2c1438df259bad"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "209f00eb0a949dfd9e6ec52598ea83f8eebe696939948e7b21445f54d900ffe4"
+FINGERPRINT = "7156d5ed71e28f2acf8c5437407f498f6744f969f06a772ff8acfc27068f7f9b"
 
 import numpy as np
 from numba import njit

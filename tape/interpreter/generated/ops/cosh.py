@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dff05d1556418c106cf9696599f878482d5c36ab41b31f473629179d5ed44f5c"
+FINGERPRINT = "102118c8f3bc5bf0496346af474aa224742c107a6fd676dfcf88ce9da33b5e28"
 
 import numpy as np
 from numba import njit

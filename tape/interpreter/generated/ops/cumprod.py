@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1470a61d3a4ec6569ac6ff5a9ae2cc8d6f21a5b897f3e4b0c98cf5e236cf0ec1"
+FINGERPRINT = "fb24c31995d521a1fc370d54aaeff522b16021f52bb71c732bfd8f8109205aa9"
 
 import numpy as np
 from numba import njit

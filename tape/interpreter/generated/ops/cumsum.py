@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe8eefc6df026d4d7dba1962bbaa6428a43ee998e2491babddef7783af45d111"
+FINGERPRINT = "4dcb8903e28ea09d23cff2184b4a49604b3e3770f277d7d8a994eb6b9ea5c1e1"
 
 import numpy as np
 from numba import njit

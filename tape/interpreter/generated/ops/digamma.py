@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d62bee34144df4af9d8c10546656d57b61edc71814f7063f643a0cc0a118ff06"
+FINGERPRINT = "9ed70a348c7509f00b265eacc61a5edb327c7aa444478236e5f314847e32d197"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "52f8f7fe155b4ab788db9edd09e2ecaa584651d3a774b3b22227c3cc192754da"
+FINGERPRINT = "57ae8c1312fa4de0b66def51c7fb2db662cfe0437430a3fcca6e782878ca702a"
 
 import numpy as np
 from numba import njit

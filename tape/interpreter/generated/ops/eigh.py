@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8212c8a43ad947fbf0499703af6af1d1cd19482fa24b316ac404e8d8095728d1"
+FINGERPRINT = "159da69ddaaa51bb0d4531cdc6f3729cb4e57a86adeea17b2bd91754477ad065"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ad76c4e231c22c986f2b528f25244f33e56a4cfa3e56e6533e1366756d1c04b7"
+FINGERPRINT = "fe90854ce1f6cc73e64d6f18b80e7d73419d0736cf8f18feec9c489b826b479b"
 
 import numpy as np
 from numba import njit

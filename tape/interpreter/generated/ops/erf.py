@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "62eaf2e463ff03eca84a625d023b238919e6be55c03e2838d32e2f2225799d87"
+FINGERPRINT = "40153f0e2dc9a7427a6a48c47ca3063debddb04dfffe3d83562486a58d737f63"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "005c66682d794a4948df5a9b867b101c5a69778c22245ca8cb8ba0d03368e97b"
+FINGERPRINT = "ee1b7035b96ee61d4412b88eae67a2458c9cad9f63e964c9cf4e458bc3922b74"
 
 import numpy as np
 from numba import njit

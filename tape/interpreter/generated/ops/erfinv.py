@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "270bfcdf351d188738bf8fa041c615828b05a723f3a9cc277624cbf8605ee9bf"
+FINGERPRINT = "033b836cbe77ed7647164ce5055a7d6983183e7a2d721a41aa2481636b97f196"
 
 import numpy as np
 from numba import njit

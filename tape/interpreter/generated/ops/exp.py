@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8a2cec3e89dd6140f114bfef4df75c54e95a65dec11189277545f1f249077f75"
+FINGERPRINT = "0414f4665f1beefc6f44e68d28463097693da06a6fe2c9f976787074433f205c"
 
 import numpy as np
 from numba import njit

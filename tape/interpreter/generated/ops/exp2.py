@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ecaf6e2f246e193e6a69460245d620ecdc3393d631423fb021a12e99d8602b03"
+FINGERPRINT = "796dc61c1a624587cc4d7d6f4d7daa6366b9611163fa1e4a109fa68797f07129"
 
 import numpy as np
 from numba import njit

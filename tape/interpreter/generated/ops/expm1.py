@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ebd917171fb20f55c2ac6e6d97941e7205f929473f1cb7991c526a9a4b7e8cab"
+FINGERPRINT = "41ae5484aa01a87f3513c53e6efdf6e7fc086c1adfbf99e4f49761a7eff6472b"
 
 import numpy as np
 from numba import njit

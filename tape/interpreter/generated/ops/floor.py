@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "25e708728d7a386813eb61da58460a6e9b010379ce1c090a05d03e6e097312e8"
+FINGERPRINT = "f882ed9a9a874c689c8dcc748890b222e1909003dcee0a2081564519dcee4759"
 
 import numpy as np
 from numba import njit

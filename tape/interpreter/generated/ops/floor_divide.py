@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "410e5f2ba4d7c272e1cfe51fe289fcda55b1a6046ca318b9e4a9052096ae9779"
+FINGERPRINT = "a61f8c7b58cf2ecc3755bbf95e326447456915022fd7d63abf6a344aaaa57dd0"
 
 import numpy as np
 from numba import njit

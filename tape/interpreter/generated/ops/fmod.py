@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fae4414f22ab013bac462ae79f3abea87fd27b68f5aeed0eca5e00badcdc074b"
+FINGERPRINT = "58249276c2535af5e766556a5be1d2e8f6af3fb5b069427ebb58047248089a6c"
 
 import numpy as np
 from numba import njit

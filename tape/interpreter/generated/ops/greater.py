@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "30380feb725abb50ad45e9b5b1d7b6af9d6114b6665e43d555d64e7d4c8b15a6"
+FINGERPRINT = "0be92b93f598fcd0ab633458c14f823e364083756b26c99265b245a615be0a82"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "62c55ab2e1241dd08f4a8f196534ffee4c99df60b8b4caf2e628e71b2e34dfec"
+FINGERPRINT = "5d6c568557a6467bd26955406b589735aab6089be2899189fb42a8babdfa74b6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "64f85c8a69f16f65f05531283894cc3a6bdbdbbe8b82d21980fbc74ed9dd962b"
+FINGERPRINT = "2a1c90ee5007c55619e0ac51e8914e7e4db98a686d70301139f656a489c91ab3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "165c94ac6a6ab40e742fc8f77e90066d79afa4943b8c7c3063cc6d32e073acd4"
+FINGERPRINT = "d6e8567e3039bed298c2774dfd7e40afd832acc24c8b597e7094470f9a9f48a5"
 
 import numpy as np
 from numba import njit

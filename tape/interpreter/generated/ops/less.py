@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d78cee5b89af2fa53ff50525ac5bfc21ab27938694d1dc9030a94b5183818c5f"
+FINGERPRINT = "0e6e73b0359ed5ad234a6aec1ff5133d3c527859ae1ceb7bfcab59f65f6d629b"
 
 import numpy as np
 from numba import njit

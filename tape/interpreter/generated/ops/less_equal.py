@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cc6c881bf4e03d20938c254672949ef19bc79ee2b4e7344a90c038aba8b58298"
+FINGERPRINT = "db7b666a19f76fc56fed60f464646e56e100326c55848adaf8ccef62a65e7f8e"
 
 import numpy as np
 from numba import njit

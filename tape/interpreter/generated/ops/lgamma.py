@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3275accb256d6e20ed392bbf1f222303137d61bc0cdb0e678de219ffc2f8d5f1"
+FINGERPRINT = "4dcba2b3e6eeb81ba9feb072667917972da324a8a81a012076b7e35b990dc0ac"
 
 import numpy as np
 from numba import njit

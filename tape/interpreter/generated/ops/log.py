@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "37b500801ae62f09193698dc313d220b61c74ae34ec939a827179d34a07c672f"
+FINGERPRINT = "ada93cf3e8cc5ae6308bb6789d7534a966f877696234aa389d68094689ef0eb3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c6d2f0008f2609e764dd8ab454b2a281edfd68fff42af95f74318597e5923881"
+FINGERPRINT = "7c05da8bbfb59e89acc420ccb35d54dc1c273be2e0b11703824701460e4e69c0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "49df8a573a2fd04b2ecf8e5b97bb7f2407f94079d1876698f3ad51e2636e93a5"
+FINGERPRINT = "546a4f4f7f336a1278fd816e4663f2d548d7597e029ce6a9abe22354b2d44254"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f7536ccd7caf3fa109bdc92dcda995398b8641d9b9ac95594435498630fd863a"
+FINGERPRINT = "7bc719f5a7d4443aa5e9e50dc922ab6508ea48727cbfe3c8d85b87e70db7d548"
 
 import numpy as np
 from numba import njit

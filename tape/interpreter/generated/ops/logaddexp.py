@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ef3d720d1c73be34f32a1bd90207e6b0e31cdc0a45edc5d3e9795eac44d9a53f"
+FINGERPRINT = "15c853a63795e4efd1009e659d667d9af34e1ac54b16e4562928c71be8d8760c"
 
 import numpy as np
 from numba import njit

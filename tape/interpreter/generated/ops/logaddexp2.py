@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "286fc601eb829c363eafbba345621ec6e3b342128253a8dde95b0183068912c1"
+FINGERPRINT = "166e24ca3281115c6289087bdadfdf764326d94a0b1003310c59238c2f4c3273"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "19f277673b981ab8477b817f8a4f70b68e5df821072700b154ad5b3d2cab78f0"
+FINGERPRINT = "3711557dddc02c6ba8cfe9c51dad5fc9193c1878b9816650b381fd49d3018a1c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7391c59be7553511a0d6019cc4cfd8ac05490b8ea3bbcc4bb3bdafceddcf3c4f"
+FINGERPRINT = "f8f9f42be9b99f53c3f1382ede57b81f8ebaef01eadc00497b7ad0a2f30fd837"
 
 import numpy as np
 from numba import njit

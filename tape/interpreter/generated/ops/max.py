@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dda3a7c86e416c9f7064e674177c51a2f847dba2073a134d2fd1f548dd802339"
+FINGERPRINT = "b8efc0e323de4f5e544e49d1546d5c6a63fc5aac1ee2bdc4de27d4512899c920"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bc3f03fd13183735e3638546417e44790f7f9f56ea35a26033809f7b9ff272a4"
+FINGERPRINT = "d9ede12554dac24d94fed45f1ce0abe14cb19ec6e5da524706c41140a25a9008"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "740344b80e900b5ddacdd991ea78511b27a615bddf329cd7183b83825c2d274f"
+FINGERPRINT = "a5f2392beb807df3391d3405028f27530956111bc3c8e3cb76d915ef34abbfa6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d9554038aeb6a854511f130caba79f80d3aa96bb0d7fbba3eb6ff4de57ddd234"
+FINGERPRINT = "a267d3e22b2d696f0c8faeea8bab437c9e9247c42679fa43f67072402e9a9c8f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "437a4c37bc5724822d04b6bef9187a32c1d16238a270477007ab541ee1792076"
+FINGERPRINT = "353788c3b5049447ea6fe9f697c79b81b100707e700cb34014428bc286064760"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ea4b6dee1e5a81a6b79918efa8eb3df39e5ce7edba2f98dcdda86b1f9ec0c45e"
+FINGERPRINT = "c1043b541d4695b3ba913ac0d71f56bfbdfdd59c04a39573d2867b995ee5f6df"
 
 import numpy as np
 from numba import njit

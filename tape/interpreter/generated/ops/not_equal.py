@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9c2f9f8f43aa63c7d9f89edc6599ba9687fa826fb31ad1adc7bf7efff924671d"
+FINGERPRINT = "48e03d59bc670d85d9270435f20b2163f85fde51a358fcaf360a523d1b75ec66"
 
 import numpy as np
 from numba import njit

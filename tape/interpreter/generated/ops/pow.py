@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eff8db0cf23b90ab62be120d9614710303cc8f0da364f8194d97581f35fcbd1f"
+FINGERPRINT = "858ca3898afef17caab5d5137e90873b2c66225b01e291aa3b968746d9a59a3f"
 
 import numpy as np
 from numba import njit

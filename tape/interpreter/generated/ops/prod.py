@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e395b65ecd28808b48954e4ba0f455e1d80bf05e27b327b079c1641ca3683e04"
+FINGERPRINT = "992ceedc5fefc8b769f6990785ad68c5661917aaf64cb651fb544a3233624525"
 
 import numpy as np
 from numba import njit

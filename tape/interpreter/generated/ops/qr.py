@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5cf4ff4919ef510720d8d08772881ae5a50db4325c1c11dd1f81cbb476f11fbd"
+FINGERPRINT = "64a463bf341b97c9d8507a7981e165479d2ba1b05620719265a66b291de9fd20"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3a54d56697f42fefadd1defeb8ec65d97e6565614edef31a27efd2c8b137404b"
+FINGERPRINT = "817e2048f897c68e106efa8c68ac157c5327275a9cf4ce337335fa30cc76b1ad"
 
 import numpy as np
 from numba import njit

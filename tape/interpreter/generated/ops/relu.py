@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a666304eb1506842109a0df13be0b45b981cda33587ae29a2f739dcb1d486a54"
+FINGERPRINT = "1b7c0d609bd2e6ff28e9283a9b8de9d9104c66a6389770c2e0ee1694f6be9225"
 
 import numpy as np
 from numba import njit

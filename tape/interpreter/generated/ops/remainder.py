@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ea5f91dd1500268d8348408f23e019ed054aaef18501b799ff37de379baa8d10"
+FINGERPRINT = "7a90a0f1af72103c21537aa7c9f649c4e0269188644e973af6ee7c8101d06535"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "276ce758af8018299f37cbc574e8e027765417c51b59aebceccbbed850f4eaf3"
+FINGERPRINT = "f83ebf8124a471a0d5b7b3cedc55be76b8e29d89d46bfcdf62801ffdfac0927a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f96ea9c8fc4679ba7a1533e909b12523e6db22b6a2467841b7abb8fad045b222"
+FINGERPRINT = "ec1eef6724353c9d123bd7f7f6a0ae4d6a5e3f257f4285dfd1875e5f9345d8d7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f9e8eee0cf904e5da698a2a28f829955bb50736dc95fcfe5c6a0e952b4a7bc34"
+FINGERPRINT = "03d85f8f0f197bccda750f1e716b146ff723e69d93f83689d3fac983e6116f2d"
 
 import numpy as np
 from numba import njit

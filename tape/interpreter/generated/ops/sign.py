@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1588af1d0be313079eebc35be61ab403b1dd2f6dad6a4cf21b2238064e7450d9"
+FINGERPRINT = "cdaaea210f8523cef8f30213cfac8e02a985aaf0d78fddd321dc589ae04c6407"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "29abdb3f9608efb8f876007c0a50eecaeba5baa25ea4fb3cb2d55bef80abb4ee"
+FINGERPRINT = "a72d40e74cd24e2de32eb809dba9d11b7060a11cce076024e4560a9c7889bf97"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a2f61d4965660a18e54d44330e0dfa300e2e5e24f28cad9aa4417bc465aeeb9b"
+FINGERPRINT = "f626ba985f75e9c6c9ccc7b7f7e32e072cf29c8eca6cefe4625e02d039395e47"
 
 import numpy as np
 from numba import njit

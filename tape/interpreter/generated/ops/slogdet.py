@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0e817a5e642d9d10602b6d1ae5f92da06e7cb0230045f15e10488c34aa8c0473"
+FINGERPRINT = "d78934f0328287edf45bc46de1311ce38ce0d8f8c00782b5b05b416d50652653"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7af18554b01ee58e928c73db77ea1e95ecea746b84ce9069dc23b84dbbf257ca"
+FINGERPRINT = "2020329628df7fbe61db61d1adce09c376c27469728ce207d7f7fd50acaa25c8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a6d53e973297dd20dad80e4ed5ad0c8d8332b337a25eae1b35f191537c42eec6"
+FINGERPRINT = "4c0a6bf88bcdc088ccb9b6e69631cfe2283c7c0fd737f4027b19b55477eea3c2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "67cb20e8561a4f0c635ff1e4fdf185b99726257057a953752adb852e78461294"
+FINGERPRINT = "31ffa7195877b1763fb97d3f948418e357ba8a73c950b89d66dffc25add27c8e"
 
 import numpy as np
 from numba import njit

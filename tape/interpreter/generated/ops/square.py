@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbaa74fa968f727ee3b2943b6c767e7b83a6099a27946fef8478e8da80da342a"
+FINGERPRINT = "2fb01347ad519b6b49fb2106d537233f041f050645a87eb0ff1b470c4bc6dbb4"
 
 import numpy as np
 from numba import njit

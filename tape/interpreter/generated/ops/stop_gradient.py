@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "65c86f9635b8fbeb4fc42183b2478df1b12b11a7db2b717c053a6cd8cbbc32f8"
+FINGERPRINT = "d524d81755e23d3f76b79e1f4833ee4f516459aa8668ffe4b3847b3d0cc0963c"
 
 import numpy as np
 from numba import njit

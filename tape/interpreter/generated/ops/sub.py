@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "78ce0356941e03375bd2194f7558a690b823491bc94f7280ca3c93362600c8d9"
+FINGERPRINT = "af4bc345abc01beef401f2bf08aa4ae6b5f6e9cd46427b56a018d012a202d286"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "97568671802476ed726d9ac946e3cb9b68c6e53b8cf1e680f3b7fa580ce0dfa6"
+FINGERPRINT = "aa027766c42e30ab96b870499d8035ecb50031896087b0a0f72b173f9aeff800"
 
 import numpy as np
 from numba import njit

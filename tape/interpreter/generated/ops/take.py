@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5941e6dd7af1a86046d13bab815cb42965f3b70f08d58474f11fc3d43e7729bd"
+FINGERPRINT = "625d5957f65b94e13703914e13800cc3bf3112678ebf1830dc2545b177fbd337"
 
 import numpy as np
 from numba import njit

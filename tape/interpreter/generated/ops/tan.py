@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8723b9bc7d6683e8819b44a9f546811b7e765dd3fe995f3638460886b805a9bb"
+FINGERPRINT = "cf1417c9c35c08c856c0e6d011a44aab9c6fddedd89fcdbf549b150cac30bf95"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b1f042d630d819d230a2e5680154d76c9ca276534ce1a66678a7fffa9dc1bb1b"
+FINGERPRINT = "4bb6e340fa86c9cf49a2afdd9eb13416bc1aab530cde8f9c83ee6fd5e72c46e5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1a406f5680e15ce7a335f599fce185c30f33d01538b6066140e3d460ae8d51d9"
+FINGERPRINT = "d58ef5d642a0072d81b4b20499779ed9357d4b5f7db20443912da106cfb24fee"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d41a875792c6b24bd92aee87577bf32778012403de418dcf32af0f05e399a426"
+FINGERPRINT = "a6d227ba9242d327960cc43387757cf8578c2f48eca5862d9dc39d42a77d249e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cfc2ea9a23cfea4a4f9a4ce92f22778d5080cbced6a878a6861870a367af697c"
+FINGERPRINT = "9c515a4f408088131e45bb691135fb3989a2a26589842be8e7cd0f77ef6760a5"
 
 import numpy as np
 from numba import njit
