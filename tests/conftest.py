@@ -24,6 +24,11 @@ def pytest_collection_modifyitems(config, items):
         if moved:
             config.hook.pytest_deselected(items=moved)
             items[:] = [it for it in items if it.path.name not in files]
+    # tests whose kernels other tests compile anyway: after them, so they load them
+    late = [it for it in items if it.get_closest_marker("late") is not None]
+    if late:
+        ids = {id(it) for it in late}
+        items[:] = [it for it in items if id(it) not in ids] + late
     _background.order(items)
 
 

@@ -404,8 +404,9 @@ print(len(mods), sum(sum(m.unit.stats.cache_hits.values()) for m in mods.values(
 
 
 def test_a_helper_process_compiles_a_tapes_fused_loops_into_the_cache(tmp_path):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
-               TAPE_CACHE_DIR=str(tmp_path / "tape"), TAPE_COMPILE_WORKERS="1")  # fmt: skip
+    # a new tape cache (the unit modules are new files, so Numba has nothing of them), and
+    # the suite's Numba cache, where the interpreter's kernels that the recording runs are
+    env = dict(os.environ, TAPE_CACHE_DIR=str(tmp_path / "tape"), TAPE_COMPILE_WORKERS="1")
     r = subprocess.run([sys.executable, "-c", UNITS_CHILD], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     n, hits, misses = (int(v) for v in r.stdout.split())
@@ -433,8 +434,8 @@ print(sum(g.stats.cache_hits.values()), sum(g.stats.cache_misses.values()))
 
 
 def test_a_helper_process_compiles_the_runtimes_gradient_for_a_recordings_arguments(tmp_path):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"),
-               TAPE_CACHE_DIR=str(tmp_path / "tape"), TAPE_COMPILE_WORKERS="1")  # fmt: skip
+    # a new tape cache: the runtime's module is a new file there (see the test above)
+    env = dict(os.environ, TAPE_CACHE_DIR=str(tmp_path / "tape"), TAPE_COMPILE_WORKERS="1")
     r = subprocess.run(
         [sys.executable, "-c", RUNTIME_CHILD], env=env, capture_output=True, text=True
     )
@@ -448,6 +449,10 @@ def test_a_helper_process_compiles_the_runtimes_gradient_for_a_recordings_argume
 CLASS_OPS = [registry.BY_NAME[n] for n in ("mul", "div", "pow", "maximum", "less")]
 
 
+# late: by then tests/test_ops.py and the background run of tests/test_derivatives.py have
+# compiled these kernels into the suite's cache, so this loads them instead of compiling
+# each a second time
+@pytest.mark.late
 @pytest.mark.parametrize("op", CLASS_OPS, ids=lambda o: o.name)
 def test_class_kernels_give_the_general_kernels_numbers(op, rng):
     """A binary op's kernels of one entry class (equal sizes, a one-element first or second
