@@ -372,6 +372,20 @@ def test_gradcheck_at_several_points_passes_for_branchy_code():
     assert tp.gradcheck(_branchy, np.array([0.3, -0.2, 0.4]), n_points=5, scale=1.0)
 
 
+def test_gradcheck_checks_forward_mode_unless_told_not_to(monkeypatch):
+    from tape.frontend import testing
+
+    calls = []
+    real = testing._check_jvp
+    monkeypatch.setattr(testing, "_check_jvp", lambda *a: calls.append(1) or real(*a))
+    x = np.array([0.3, -0.2, 0.4])
+    assert tp.gradcheck(_branchy, x) and len(calls) == 1
+    assert tp.gradcheck(_branchy, x, check_forward_ad=False) and len(calls) == 1
+    assert tp.autograd.gradcheck(_branchy, (tp.tensor(x, requires_grad=True),)) and len(calls) == 2
+    w = tp.tensor(x, requires_grad=True)
+    assert tp.autograd.gradcheck(_branchy, (w,), check_forward_ad=False) and len(calls) == 2
+
+
 def test_gradcheck_catches_a_frozen_path_without_a_guard():
     state = {}
 

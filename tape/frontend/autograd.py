@@ -439,14 +439,16 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
     ``func`` with respect to the ``inputs`` that require grad with central finite
     differences (:func:`tape.gradcheck`, float64). Returns True; on a mismatch raises
     :class:`tape.GradcheckError` (a ``RuntimeError``), or returns False with
-    ``raise_exception=False``. PyTorch's other flags (``check_forward_ad``, ``fast_mode``, ...)
-    are accepted: forward mode is always checked against reverse mode."""
+    ``raise_exception=False``. Forward mode is checked against reverse mode unless
+    ``check_forward_ad=False`` is passed (PyTorch's default is not to check it; here it is).
+    PyTorch's other flags (``fast_mode``, ...) are accepted and change nothing."""
     from tape.frontend.testing import GradcheckError
     from tape.frontend.testing import gradcheck as _gradcheck
 
     inputs, wrt = _check_inputs("gradcheck", inputs)
     try:
-        return _gradcheck(func, *_values_of(inputs), eps=eps, atol=atol, rtol=rtol, wrt=wrt)
+        return _gradcheck(func, *_values_of(inputs), eps=eps, atol=atol, rtol=rtol, wrt=wrt,
+                          check_forward_ad=bool(flags.get("check_forward_ad", True)))
     except GradcheckError:
         if raise_exception:
             raise
