@@ -124,6 +124,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
+from numba import types as nbtypes
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from tape.compiler.analyse import Group, Plan
 from tape.compiler.cache import load_module, module_name, unit_module
@@ -133,6 +137,7 @@ from tape.compiler.emit import (
     adjoint_ranges,
     dispatch_text,
     gradient_args_text,
+    njit_gradient_text,
     rule_names,
     table_text,
     zeroing_text,
@@ -171,8 +176,9 @@ from tape.compiler.runtime import (
     runtime_source,
 )
 from tape.interpreter import warm as _warm
-from tape.interpreter.dispatch import precompile, register_unit, unit_signature_types
+from tape.interpreter.dispatch import prepare, precompile, register_unit, unit_signature_types
 from tape.interpreter.generated import sweeps as interp_sweeps
+from tape.layout.config import UNCACHED_JIT
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
@@ -186,12 +192,14 @@ from tape.program.core import register_extension
 from tape.program.replay import CompileError
 
 
-def generate(t):
+def generate(t, own=False):
     """The source of the compiled module for tape ``t`` (see the module docstring), the
     integer pool its sweeps take (the tape's, with the unit tables appended), the globals to
     set on the module (custom ops' functions), the sources of its unit modules (name in
     the module -> text; see :func:`unit_module`) and the pool cells that name them (``(index,
-    name, reverse)``: :func:`compile_tape` puts the loops' ids there)."""
+    name, reverse)``: :func:`compile_tape` puts the loops' ids there). ``own``: a module of
+    the tape's own even where the shared runtime would replay it, with ``njit_gradient_impl``
+    (the body of :func:`njit_gradient`)."""
     if not t.inputs and not t.outputs:
         raise CompileError("only tapes made by tape.record() can be compiled")
     plan = Plan(t)
@@ -220,7 +228,7 @@ def generate(t):
         and o not in gen.leaves_assigned
     ]  # fmt: skip
     shareable = gen.shared()
-    if all(inline or name in shareable for name, (_, _, inline) in gen.blocks.items()):
+    if not own and all(inline or name in shareable for name, (_, _, inline) in gen.blocks.items()):
         # fused loops of unit modules and interpreter entries only: the shared runtime
         pool, cells, calls = _generic_tables(t, plan, gen, frows, rrows, tail, zero, leaves,
                                              shareable)  # fmt: skip
@@ -359,6 +367,8 @@ def generate(t):
         n_ints = t.n_entries * t.entries.shape[1] + t.n_bufs * t.bufs.shape[1] + pool.shape[0]
         reads = any(TABLES.search(line) for _, lines, _ in gen.blocks.values() for line in lines)
         src += gradient_args_text(t, B, n_ints, reads or not inlined, len(frows) - tail)
+        if own:
+            src += njit_gradient_text(t, B, n_ints, reads or not inlined, len(frows) - tail)
     from tape.interpreter.codegen import drivers_text
 
     src.append(drivers_text(shared_only=True))
@@ -532,12 +542,13 @@ def _source_key(fn):
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def compile_tape(t):
+def compile_tape(t, own=False):
     """``(sweeps, pool)``: what tape ``t`` replays through (a :class:`CompiledSweeps`: the
     shared runtime, or, for a tape whose units call custom ops' functions, a module of its
     own, generated, written and loaded; Numba compiles them on first call) and the integer
-    pool its sweeps take in place of ``t.ipool``."""
-    g = generate(t)
+    pool its sweeps take in place of ``t.ipool``. ``own``: a module of the tape's own (see
+    :func:`generate`)."""
+    g = generate(t, own)
     pool = g.pool
     mods = {name: unit_module(text) for name, text in g.units.items()}
     rev_of = {name: rev for _, name, rev in g.cells}
@@ -645,3 +656,98 @@ def kernels_of(mod) -> types.ModuleType:
 
 register_extension("compile", compile_tape)
 register_extension("compiled_kernels", kernels_of)
+
+
+# ---------------------------------------------------------------- t.njit_gradient
+
+
+@intrinsic
+def _memory_at(typingctx, addr, n, like):
+    """A 1-D C-contiguous array of ``n`` items of ``like``'s dtype at address ``addr`` (an
+    integer literal that Numba freezes: ``context.add_dynamic_addr`` marks the code, and every
+    caller that links it, as not to be cached, so no other process runs it). No meminfo:
+    nothing is reference counted; whoever passes the address keeps the memory alive."""
+    if not (isinstance(addr, nbtypes.IntegerLiteral) and isinstance(n, nbtypes.IntegerLiteral)):
+        return None
+    arr = nbtypes.Array(like.dtype, 1, "C")
+    sig = arr(addr, n, like)
+
+    def codegen(context, builder, sig, args):
+        ptr = context.add_dynamic_addr(builder, sig.args[0].literal_value, info="tape arena")
+        out = context.make_array(arr)(context, builder)
+        item = context.get_constant(nbtypes.intp, context.get_abi_sizeof(context.get_data_type(arr.dtype)))
+        data = builder.bitcast(ptr, context.get_data_type(arr.dtype).as_pointer())
+        context.populate_array(
+            out, data=data, shape=cgutils.pack_array(builder, [context.get_constant(nbtypes.intp, sig.args[1].literal_value)]),
+            strides=cgutils.pack_array(builder, [item]), itemsize=item, meminfo=None,
+        )  # fmt: skip
+        return out._getvalue()
+
+    return sig, codegen
+
+
+NJIT_DOC = """The compiled tape's gradient as a plain ``@njit`` function of its arguments
+(``t.njit_gradient``): ``fn(x0, .., g0, ..)`` loads the arguments ``x0, ..`` (arrays of the
+recorded shapes, any layout), replays forward and backward, and writes the gradient of the
+scalar output with respect to each differentiated argument into ``g0, ..`` (arrays of the
+same shapes). Returns nothing. Call it from your own ``@njit`` code (Numba compiles it into
+the caller, with no dispatch) or from Python::
+
+    g = t.njit_gradient
+
+    @njit
+    def descend(x, lr, steps):
+        gx = np.empty_like(x)
+        for _ in range(steps):
+            g(x, gx)
+            x -= lr * gx
+        return x
+
+Every argument's shape is checked first (``ValueError``); a sweep that stops (a failed
+guard: the arguments take another path than the recording) raises ``RuntimeError`` rather
+than leave stale gradients. The function has one private workspace: call it from one thread
+at a time. It names this process's memory, so Numba does not cache it, nor any ``@njit``
+function that calls it (a ``cache=True`` caller warns and compiles each process).
+"""
+
+NJIT_WRAPPER = '''
+def njit_gradient({args}):
+    _impl(_INTS, _memory_at({addr}, {n}, _LIKE), {args})
+'''
+
+
+def njit_gradient(t):
+    """``t.njit_gradient`` (see :attr:`tape.Tape.njit_gradient`): a plain ``@njit`` function
+    ``(x0, .., g0, ..) -> None`` of the tape's arguments and its differentiated arguments'
+    gradients, with a private arena and the tape's integer tables frozen into it. Compiles a
+    module of the tape's own (:func:`generate` with ``own=True``: small tapes' units inlined
+    into its sweeps), cached by Numba, and the wrapper, which is not (it names this process's
+    arena address)."""
+    r = t.replay_state()
+    if r["sig"].n_seed != 1:
+        r["sig"].require_scalar("njit_gradient")
+    if not r["simple"]:
+        raise ValueError("t.njit_gradient: the differentiated arguments must have the tape's "
+                         f"dtype ({np.dtype(t.dtype).name}); use t.gradient()")  # fmt: skip
+    for b in t.inputs:
+        if len(t.shapes[b]) == 0:
+            raise ValueError("t.njit_gradient takes array arguments: this tape has a 0-d "
+                             "argument; use t.gradient() or tape.kernels")  # fmt: skip
+    sw, pool = compile_tape(t, own=True)
+    for kind, code in sw.TABLE_CALLS:  # the interpreter kernels its unfused entries call
+        prepare((code,), t.dtype, (kind,))
+    ne, nb = t.n_entries, t.n_bufs
+    ints = np.concatenate([t.entries[:ne].ravel(), t.bufs[:nb].ravel(), pool])
+    n = t.n_data
+    arena = np.empty(2 * n, t.dtype)
+    arena[:n] = t.data[:n]
+    arena[n:] = 0
+    args = ", ".join([f"x{k}" for k in range(len(t.inputs))] + [f"g{k}" for k in range(len(t.wrt))])
+    scope = dict(_impl=sw.module.njit_gradient_impl, _INTS=ints, _memory_at=_memory_at,
+                 _LIKE=arena[:0])  # fmt: skip
+    exec(NJIT_WRAPPER.format(args=args, addr=arena.ctypes.data, n=2 * n), scope)
+    fn = njit(**UNCACHED_JIT)(scope["njit_gradient"])
+    fn._tape_memory = (arena, ints)  # alive while the function is
+    fn.__doc__ = NJIT_DOC
+    return fn
+register_extension("njit_gradient", njit_gradient)

@@ -1127,6 +1127,39 @@ class Tape:
             return kernels
         return _EXTENSIONS["compiled_kernels"](sw)
 
+    @property
+    def njit_gradient(self):
+        """The gradient as a plain ``@njit`` function of the arguments, ``fn(x0, .., g0, ..)``:
+        loads ``x0, ..`` (arrays of the recorded shapes), replays and writes the gradient of
+        each differentiated argument into ``g0, ..`` (arrays of the same shapes). Call it from
+        your own ``@njit`` code, where Numba compiles it into the caller::
+
+            g = t.njit_gradient
+
+            @njit
+            def descend(x, lr, steps):
+                gx = np.empty_like(x)
+                for _ in range(steps):
+                    g(x, gx)
+                    x -= lr * gx
+                return x
+
+        Shapes are checked (``ValueError``); a failed guard raises ``RuntimeError``. Made on
+        first use (the tape's own compiled module, whatever :attr:`tier`; not for tapes with
+        Python callbacks), with one private workspace: call it from one thread at a time. See
+        :func:`tape.compiled.njit_gradient`."""
+        st = self.extensions()
+        fn = st.get("njit_gradient")
+        if fn is None:
+            self.replay_state()
+            if self.callbacks and not python_free(self):
+                refuse(self, "njit_gradient", CompileError)
+            with self._compile_lock:
+                fn = st.get("njit_gradient")
+                if fn is None:
+                    fn = st["njit_gradient"] = _EXTENSIONS["njit_gradient"](self)
+        return fn
+
     def is_guard(self, status) -> bool:
         """Whether a sweep status (the entry index a sweep stopped at, as returned by
         ``tape.sweeps.forward_backward``) is a failed guard: the replay's arguments would take
