@@ -706,13 +706,17 @@ the caller, with no dispatch) or from Python::
 Every argument's shape is checked first (``ValueError``); a sweep that stops (a failed
 guard: the arguments take another path than the recording) raises ``RuntimeError`` rather
 than leave stale gradients. The function has one private workspace: call it from one thread
-at a time. It names this process's memory, so Numba does not cache it, nor any ``@njit``
-function that calls it (a ``cache=True`` caller warns and compiles each process).
+at a time. It names this process's memory (kept until the process ends), so Numba does not
+cache it, nor any ``@njit`` function that calls it (a ``cache=True`` caller warns and compiles
+in each process).
 """
+
+_NJIT_MEMORY = []
+"""The arenas and tables of every ``t.njit_gradient`` made in this process (never freed)."""
 
 NJIT_WRAPPER = '''
 def njit_gradient({args}):
-    _impl(_INTS, _memory_at({addr}, {n}, _LIKE), {args})
+    _impl({ints}, _memory_at({addr}, {n}, _LIKE), {args})
 '''
 
 
@@ -743,11 +747,17 @@ def njit_gradient(t):
     arena[:n] = t.data[:n]
     arena[n:] = 0
     args = ", ".join([f"x{k}" for k in range(len(t.inputs))] + [f"g{k}" for k in range(len(t.wrt))])
+    # the tables as a constant array where only the inlined units read them (LLVM then folds
+    # the reads); the calls through the address tables take writable arrays
+    frozen = not sw.TABLE_CALLS and "_call_unit_" not in Path(sw.module.__file__).read_text()
+    ints_at = "_INTS" if frozen else f"_memory_at({ints.ctypes.data}, {ints.shape[0]}, _LIKE_I)"
     scope = dict(_impl=sw.module.njit_gradient_impl, _INTS=ints, _memory_at=_memory_at,
-                 _LIKE=arena[:0])  # fmt: skip
-    exec(NJIT_WRAPPER.format(args=args, addr=arena.ctypes.data, n=2 * n), scope)
-    fn = njit(**UNCACHED_JIT)(scope["njit_gradient"])
-    fn._tape_memory = (arena, ints)  # alive while the function is
+                 _LIKE=arena[:0], _LIKE_I=ints[:0])  # fmt: skip
+    exec(NJIT_WRAPPER.format(args=args, addr=arena.ctypes.data, n=2 * n, ints=ints_at), scope)
+    fn = njit(inline="always", **UNCACHED_JIT)(scope["njit_gradient"])
+    # alive as long as the process: a caller compiled with this function inlined names the
+    # arena's address, and may outlive the function object and the tape
+    _NJIT_MEMORY.append((arena, ints))
     fn.__doc__ = NJIT_DOC
     return fn
 register_extension("njit_gradient", njit_gradient)

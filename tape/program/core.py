@@ -867,7 +867,7 @@ class Tape:
         in each argument's recorded dtype, fresh copies unless ``out`` (arrays of the same
         shapes) is given to fill."""
         d = self._direct
-        if d is not None and out is None and not self._variants and not _anomaly.ON:
+        if d is not None and not self._variants and not _anomaly.ON:
             # a compiled tape's common call, inlined: one compiled call (see _run_direct)
             fn, ints, fast, one = d
             if len(args) == 1 and one is not None:  # the arguments' checks cost as much as
@@ -880,14 +880,20 @@ class Tape:
                     ws = self._tls.ws
                 except AttributeError:
                     ws = self.thread_workspace()
+                if out is not None:  # checked before anything runs: no replay is half done
+                    outs = self._check_out(out, ws.grad_views)
                 status = fn(ints, ws.arena, *args)  # raises only before it writes
                 if status < 0:
                     ws.ok = True
                     v = ws.grad_views
-                    return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+                    if out is None:
+                        return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+                    for o, g in zip(outs, v):
+                        o[...] = g
+                    return out
                 ws.ok = False
                 tp, ws = self._recover(status, ws, args, True)
-                return tp._grads_out(ws, None)
+                return tp._grads_out(ws, out)
         r = self._replay
         if r is None:
             r = self.replay_state()
@@ -943,11 +949,28 @@ class Tape:
         ws.ok = False
         return self._recover(status, ws, args, True)
 
+    @staticmethod
+    def _check_out(out, views):
+        """``out`` of :meth:`gradient` as a list of arrays, one per differentiated argument,
+        each of its gradient's shape (a broadcast into a larger array would hide a mistake)."""
+        if type(out) is _ndarray and len(views) == 1:
+            if out.shape != views[0].shape:
+                raise ValueError(f"gradient(out=): an array of shape {views[0].shape} expected, "
+                                 f"got {out.shape}")  # fmt: skip
+            return (out,)
+        outs = [out] if len(views) == 1 and isinstance(out, np.ndarray) else list(out)
+        if len(outs) != len(views):
+            raise ValueError(f"gradient(out=): {len(views)} arrays expected, got {len(outs)}")
+        for k, (o, v) in enumerate(zip(outs, views)):
+            if not isinstance(o, np.ndarray) or o.shape != v.shape:
+                raise ValueError(f"gradient(out=): array {k} must be an array of shape {v.shape}"
+                                 f", got {getattr(o, 'shape', type(o).__name__)}")  # fmt: skip
+        return outs
+
     def _grads_out(self, ws, out):
         views = ws.grad_views
         if out is not None:
-            outs = [out] if len(views) == 1 and isinstance(out, np.ndarray) else list(out)
-            for o, v in zip(outs, views):
+            for o, v in zip(self._check_out(out, views), views):
                 o[...] = v
             return out
         dts = self._replay["grad_dtypes"]
