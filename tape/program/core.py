@@ -880,14 +880,21 @@ class Tape:
                     ws = self._tls.ws
                 except AttributeError:
                     ws = self.thread_workspace()
-                if out is not None:  # checked before anything runs: no replay is half done
-                    outs = self._check_out(out, ws.grad_views)
+                v = ws.grad_views
+                if out is None:
+                    outs = None
+                elif type(out) is _ndarray and len(v) == 1 and out.shape == v[0].shape:
+                    outs = out  # one array, of its gradient's shape: the common call
+                else:  # checked before anything runs: no replay is half done
+                    outs = self._check_out(out, v)
                 status = fn(ints, ws.arena, *args)  # raises only before it writes
                 if status < 0:
                     ws.ok = True
-                    v = ws.grad_views
-                    if out is None:
+                    if outs is None:
                         return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+                    if outs is out:
+                        out[...] = v[0]
+                        return out
                     for o, g in zip(outs, v):
                         o[...] = g
                     return out
