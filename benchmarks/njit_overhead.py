@@ -9,10 +9,11 @@ gradient that writes into a given array (no allocation). Inside an ``@njit`` loo
 - ``t.kernels.gradient(ka)``: the compiled tier's kernel-argument driver (``tp.record(...,
   compile=True)``, ``ka = t.workspace()``);
 - ``tp.kernels.gradient(ka)``: the interpreter's (any tape);
-- ``t.njit_gradient(x, g)``: the compiled tape as a plain ``@njit`` function of its arguments.
+- ``t.njit_gradient(x, g, work)``: the compiled tape as a plain ``@njit`` function of its
+  arguments and a workspace (``work = t.njit_workspace()``).
 
 From Python: the hand gradient called from Python, ``t.gradient(x)``, ``t.gradient(x, out=g)``
-and ``t.njit_gradient(x, g)``.
+and ``t.njit_gradient(x, g, work)``.
 
 Each figure is the median over ``R`` repeats of the mean time per call over a batch of calls
 (ns); the ratio is to the hand gradient in the same setting. Set ``NUMBA_CACHE_DIR`` /
@@ -80,10 +81,10 @@ def make_ka_loop(kernels):
 
 def make_njit_loop(fn):
     @njit
-    def loop(x, g, calls):
+    def loop(x, g, work, calls):
         s = 0.0
         for _ in range(calls):
-            fn(x, g)
+            fn(x, g, work)
             s += g[0]
         return s
 
@@ -146,8 +147,10 @@ def bench(n, reps):
     rows.append(("@njit loop", "tp.kernels.gradient(ka) interpreter", per_call(lambda c: loop_i(kai, c), calls, reps), h))
     ng = getattr(tc, "njit_gradient", None)
     if ng is not None:
+        work = tc.njit_workspace()
         loop_n = make_njit_loop(ng)
-        rows.append(("@njit loop", "t.njit_gradient(x, g)", per_call(lambda c: loop_n(x, g, c), calls, reps), h))
+        rows.append(("@njit loop", "t.njit_gradient(x, g, work)",
+                     per_call(lambda c: loop_n(x, g, work, c), calls, reps), h))  # fmt: skip
 
     hp = per_call(py_loop(lambda: hand_grad(x, g)), pcalls, reps)
     rows.append(("Python", "hand_grad(x, g)", hp, hp))
@@ -162,7 +165,7 @@ def bench(n, reps):
     except TypeError:
         pass
     if ng is not None:
-        py("t.njit_gradient(x, g)", lambda: ng(x, g))
+        py("t.njit_gradient(x, g, work)", lambda: ng(x, g, work))
     return rows
 
 

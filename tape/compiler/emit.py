@@ -962,8 +962,9 @@ NJIT_STOPPED = (
 
 def njit_gradient_text(t, B, n_ints, tables_read, n_run):
     """``njit_gradient_impl(ints, arena, x0, .., g0, ..)``: the body of ``t.njit_gradient``
-    (:func:`tape.compiler.compiled.njit_gradient`), which passes the tape's integer arrays and a
-    private arena of its own. Checks every argument's shape first (Numba checks no bounds),
+    (:func:`tape.compiler.compiled.njit_gradient`), which passes the tape's integer arrays (a
+    constant array, or a view of the caller's workspace) and the value and adjoint arenas
+    (the first cells of the caller's workspace, ``work``). Checks every argument's shape first (Numba checks no bounds),
     loads the arguments, runs what :func:`gradient_args_text`'s function runs and writes the
     differentiated arguments' gradients into the ``g`` arrays (any layout). A sweep that
     stops (a guard, a gather out of bounds) raises: its gradients would be stale."""
@@ -972,8 +973,8 @@ def njit_gradient_text(t, B, n_ints, tables_read, n_run):
     we, wb = t.entries.shape[1], t.bufs.shape[1]
     ne, nb, nd = t.n_entries * we, t.n_bufs * wb, t.n_data
     out = [
-        # inlined (Numba IR) into t.njit_gradient, where the tables are constants and the
-        # arena has no meminfo: LLVM folds the table reads and the reference counts away
+        # inlined (Numba IR) into t.njit_gradient, where the tables are constants (for
+        # tapes whose units are all inlined): LLVM folds the table reads away
         "@njit(inline='always', **UNIT_JIT)",
         f"def njit_gradient_impl(ints, arena, {', '.join(xs + gs)}):",
         '    """t.njit_gradient\'s body (see tape.compiler.emit.njit_gradient_text)."""',

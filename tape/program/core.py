@@ -1159,36 +1159,53 @@ class Tape:
 
     @property
     def njit_gradient(self):
-        """The gradient as a plain ``@njit`` function of the arguments, ``fn(x0, .., g0, ..)``:
-        loads ``x0, ..`` (arrays of the recorded shapes), replays and writes the gradient of
-        each differentiated argument into ``g0, ..`` (arrays of the same shapes). Call it from
-        your own ``@njit`` code, where Numba compiles it into the caller::
+        """The gradient as a plain ``@njit`` function of the arguments, ``fn(x0, .., g0, ..,
+        work)``: loads ``x0, ..`` (arrays of the recorded shapes), replays in ``work`` and
+        writes the gradient of each differentiated argument into ``g0, ..`` (arrays of the
+        same shapes). ``work`` is the caller's, from :meth:`njit_workspace`. Call it from your
+        own ``@njit`` code, where Numba compiles it into the caller::
 
             g = t.njit_gradient
 
             @njit
-            def descend(x, lr, steps):
+            def descend(x, lr, steps, work):
                 gx = np.empty_like(x)
                 for _ in range(steps):
-                    g(x, gx)
+                    g(x, gx, work)
                     x -= lr * gx
                 return x
 
-        Shapes are checked (``ValueError``); a failed guard raises ``RuntimeError``. Made on
+            descend(x, 1e-3, 100, t.njit_workspace())
+
+        One ``work`` per thread (each Python thread, each chunk of a ``prange`` loop, its
+        own): the function keeps no state of its own, so calls with their own ``work`` run in
+        parallel. ``work``'s type, size and marker (another tape's is refused) and the shapes
+        are checked first (``ValueError``); a failed guard raises ``RuntimeError``. Made on
         first use (the tape's own compiled module, whatever :attr:`tier`; not for tapes with
-        Python callbacks), with one private workspace: call it from one thread at a time. See
-        :func:`tape.compiled.njit_gradient`."""
+        Python callbacks). An ``@njit(cache=True)`` caller is cached by Numba (see
+        :func:`tape.compiled.njit_gradient` for what that means when the tape changes)."""
+        return self._njit()[0]
+
+    def njit_workspace(self):
+        """A fresh workspace for :attr:`njit_gradient` (``fn(x0, .., g0, .., work)``): a 1-D
+        array of the tape's dtype, the value arena (with the tape's constants), the adjoint
+        arena and a marker of this tape, owned by the caller. One per thread; do not write
+        into it."""
+        return self._njit()[1].copy()
+
+    def _njit(self):
+        """``(fn, work)``: :attr:`njit_gradient` and the workspace it copies, made once."""
         st = self.extensions()
-        fn = st.get("njit_gradient")
-        if fn is None:
+        fw = st.get("njit_gradient")
+        if fw is None:
             self.replay_state()
             if self.callbacks and not python_free(self):
                 refuse(self, "njit_gradient", CompileError)
             with self._compile_lock:
-                fn = st.get("njit_gradient")
-                if fn is None:
-                    fn = st["njit_gradient"] = _EXTENSIONS["njit_gradient"](self)
-        return fn
+                fw = st.get("njit_gradient")
+                if fw is None:
+                    fw = st["njit_gradient"] = _EXTENSIONS["njit_gradient"](self)
+        return fw
 
     def is_guard(self, status) -> bool:
         """Whether a sweep status (the entry index a sweep stopped at, as returned by
