@@ -123,7 +123,14 @@ import types
 from pathlib import Path
 from typing import NamedTuple
 
+import llvmlite.binding as ll
 import numpy as np
+from llvmlite import ir as llir
+from numba import njit
+from numba import types as nbtypes
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
+from numba.np.numpy_support import as_dtype
 
 from tape.compiler.analyse import Group, Plan
 from tape.compiler.cache import load_module, module_name, unit_module
@@ -133,6 +140,7 @@ from tape.compiler.emit import (
     adjoint_ranges,
     dispatch_text,
     gradient_args_text,
+    njit_gradient_text,
     rule_names,
     table_text,
     zeroing_text,
@@ -171,7 +179,7 @@ from tape.compiler.runtime import (
     runtime_source,
 )
 from tape.interpreter import warm as _warm
-from tape.interpreter.dispatch import precompile, register_unit, unit_signature_types
+from tape.interpreter.dispatch import precompile, prepare, register_unit, unit_signature_types
 from tape.interpreter.generated import sweeps as interp_sweeps
 from tape.layout.columns import (
     ACTIVE,
@@ -180,18 +188,22 @@ from tape.layout.columns import (
     B_OFF,
     B_SIZE,
     E_OP,
+    E_OUT,
     LEAF,
 )
+from tape.layout.config import UNCACHED_JIT
 from tape.program.core import register_extension
 from tape.program.replay import CompileError
 
 
-def generate(t):
+def generate(t, own=False):
     """The source of the compiled module for tape ``t`` (see the module docstring), the
     integer pool its sweeps take (the tape's, with the unit tables appended), the globals to
     set on the module (custom ops' functions), the sources of its unit modules (name in
     the module -> text; see :func:`unit_module`) and the pool cells that name them (``(index,
-    name, reverse)``: :func:`compile_tape` puts the loops' ids there)."""
+    name, reverse)``: :func:`compile_tape` puts the loops' ids there). ``own``: a module of
+    the tape's own even where the shared runtime would replay it, with ``njit_gradient_impl``
+    (the body of :func:`njit_gradient`)."""
     if not t.inputs and not t.outputs:
         raise CompileError("only tapes made by tape.record() can be compiled")
     plan = Plan(t)
@@ -220,7 +232,7 @@ def generate(t):
         and o not in gen.leaves_assigned
     ]  # fmt: skip
     shareable = gen.shared()
-    if all(inline or name in shareable for name, (_, _, inline) in gen.blocks.items()):
+    if not own and all(inline or name in shareable for name, (_, _, inline) in gen.blocks.items()):
         # fused loops of unit modules and interpreter entries only: the shared runtime
         pool, cells, calls = _generic_tables(t, plan, gen, frows, rrows, tail, zero, leaves,
                                              shareable)  # fmt: skip
@@ -359,6 +371,8 @@ def generate(t):
         n_ints = t.n_entries * t.entries.shape[1] + t.n_bufs * t.bufs.shape[1] + pool.shape[0]
         reads = any(TABLES.search(line) for _, lines, _ in gen.blocks.values() for line in lines)
         src += gradient_args_text(t, B, n_ints, reads or not inlined, len(frows) - tail)
+        if own:
+            src += njit_gradient_text(t, B, n_ints, reads or not inlined, len(frows) - tail)
     from tape.interpreter.codegen import drivers_text
 
     src.append(drivers_text(shared_only=True))
@@ -532,12 +546,13 @@ def _source_key(fn):
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def compile_tape(t):
+def compile_tape(t, own=False):
     """``(sweeps, pool)``: what tape ``t`` replays through (a :class:`CompiledSweeps`: the
     shared runtime, or, for a tape whose units call custom ops' functions, a module of its
     own, generated, written and loaded; Numba compiles them on first call) and the integer
-    pool its sweeps take in place of ``t.ipool``."""
-    g = generate(t)
+    pool its sweeps take in place of ``t.ipool``. ``own``: a module of the tape's own (see
+    :func:`generate`)."""
+    g = generate(t, own)
     pool = g.pool
     mods = {name: unit_module(text) for name, text in g.units.items()}
     rev_of = {name: rev for _, name, rev in g.cells}
@@ -645,3 +660,244 @@ def kernels_of(mod) -> types.ModuleType:
 
 register_extension("compile", compile_tape)
 register_extension("compiled_kernels", kernels_of)
+
+
+# ---------------------------------------------------------------- t.njit_gradient
+
+
+def _work_ok(work, like):
+    """``work`` if it can be ``t.njit_gradient``'s workspace by its type (a writable 1-D
+    C-contiguous array of ``like``'s dtype), else ``ValueError`` (compiled: see the overload
+    below)."""
+    if not (isinstance(work, np.ndarray) and work.ndim == 1 and work.dtype == like.dtype
+            and work.flags.c_contiguous and work.flags.writeable):  # fmt: skip
+        raise ValueError(f"t.njit_gradient: work must be {_WORK_IS.format(like.dtype)}")
+    return work
+
+
+_WORK_IS = "a writable 1-D C-contiguous {} array made by t.njit_workspace()"
+
+
+@overload(_work_ok, jit_options=dict(UNCACHED_JIT))
+def _work_ok_impl(work, like):
+    """Typed ``_work_ok``, decided when Numba types the call: ``work`` itself, or code that
+    raises ``ValueError`` and is typed as returning an empty array of the right type (so the
+    rest of the caller types, and never runs)."""
+    ok = (isinstance(work, nbtypes.Array) and work.ndim == 1 and work.layout == "C"
+          and work.mutable and work.dtype == like.dtype)  # fmt: skip
+    if ok:
+        return lambda work, like: work
+    msg = f"t.njit_gradient: work must be {_WORK_IS.format(like.dtype)}, got {work}"
+    dt = as_dtype(like.dtype)
+
+    def bad(work, like):
+        if like.shape[0] == 0:
+            raise ValueError(msg)
+        return np.empty(0, dt)
+
+    return bad
+
+
+@intrinsic
+def _part(typingctx, work, start, n, like):
+    """``work``'s cells from ``start`` on, as a 1-D C-contiguous array of ``n`` items of
+    ``like``'s dtype (``start`` counts ``work``'s items; the part must be aligned for
+    ``like``'s dtype), borrowed: no meminfo, so no reference counts in the caller's loop (a
+    slice would increment and decrement ``work``'s, atomically, on every call). The caller
+    keeps ``work`` alive for the call: it is an argument of the function that takes the
+    part."""
+    if not (isinstance(work, nbtypes.Array) and work.layout == "C" and work.ndim == 1
+            and isinstance(start, nbtypes.Integer) and isinstance(n, nbtypes.Integer)):  # fmt: skip
+        return None
+    arr = nbtypes.Array(like.dtype, 1, "C")
+    sig = arr(work, start, n, like)
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(sig.args[0])(context, builder, args[0])
+        first = builder.gep(src.data, [args[1]])
+        out = context.make_array(arr)(context, builder)
+        ty = context.get_data_type(arr.dtype)
+        item = context.get_constant(nbtypes.intp, context.get_abi_sizeof(ty))
+        n_ = context.cast(builder, args[2], sig.args[2], nbtypes.intp)
+        context.populate_array(
+            out, data=builder.bitcast(first, ty.as_pointer()), shape=cgutils.pack_array(builder, [n_]),
+            strides=cgutils.pack_array(builder, [item]), itemsize=item, meminfo=None,
+        )  # fmt: skip
+        return out._getvalue()
+
+    return sig, codegen
+
+
+_TOKEN = np.array([int.from_bytes(os.urandom(8), "little") >> 2 | 1], np.int64)
+"""A random number of this process (odd: never 0), which compiled code reads through the
+external symbol ``tape_njit_token`` (bound here at import, in every process: code cached by
+Numba links to the running process's): a workspace whose tables hold this process's unit ids
+carries it, and ``t.njit_gradient`` refuses one made in another process."""
+ll.add_symbol("tape_njit_token", _TOKEN.ctypes.data)
+
+
+@intrinsic
+def _process_token(typingctx):
+    """:data:`_TOKEN` of the process running the code."""
+
+    def codegen(context, builder, sig, args):
+        mod = builder.module
+        gv = mod.globals.get("tape_njit_token")
+        if gv is None:
+            gv = llir.GlobalVariable(mod, llir.IntType(64), "tape_njit_token")
+            gv.linkage = "external"
+        return builder.load(gv)
+
+    return nbtypes.int64(), codegen
+
+
+NJIT_DOC = """The compiled tape's gradient as a plain ``@njit`` function of its arguments
+(``t.njit_gradient``): ``fn(x0, .., g0, .., work)`` loads the arguments ``x0, ..`` (arrays of
+the recorded shapes, any layout), replays forward and backward in ``work`` and writes the
+gradient of the scalar output with respect to each differentiated argument into ``g0, ..``
+(arrays of the same shapes). Returns nothing. ``work = t.njit_workspace()`` is the caller's:
+a 1-D array of the tape's dtype holding the value arena (with the tape's constants), the
+adjoint arena and, last, two cells that mark it as this tape's. Call it from your own
+``@njit`` code (Numba compiles it into the caller, with no dispatch) or from Python::
+
+    g = t.njit_gradient
+
+    @njit
+    def descend(x, lr, steps, work):
+        gx = np.empty_like(x)
+        for _ in range(steps):
+            g(x, gx, work)
+            x -= lr * gx
+        return x
+
+    descend(x, 1e-3, 100, t.njit_workspace())
+
+One ``work`` per thread: two calls running at once must not share one (each Python thread,
+and each chunk of a ``prange`` loop, makes its own with ``t.njit_workspace()``, or takes a
+row of a 2-D array of copies allocated before the loop, ``np.stack([w] * n)``). Nothing else
+is shared: the tape's tables are constants of the code (or, for a tape whose entries call
+the interpreter's kernels or fused loops through the address tables, copied into ``work``
+too, with this process's loop ids), so calls with their own ``work`` run in parallel (the
+function takes no GIL). Do not write into ``work``.
+
+Checked first, before anything is written (``ValueError``): ``work``'s type, size and
+marker (a workspace of another tape is refused), for a workspace holding the tables the
+process it was made in (one made in another process, as by unpickling, is refused: its loop
+ids are that process's), and every argument's and gradient's shape. A sweep that stops (a
+failed guard: the arguments take another path than the recording) raises ``RuntimeError``
+rather than leave stale gradients.
+
+The function names no address of this process, so an ``@njit(cache=True)`` function that
+calls it is cached by Numba and loaded by the next process (the function itself is made with
+``exec``, which Numba cannot cache: a Python caller compiles it in each process). Numba keys a caller's
+cache on the caller's own source file only: when the tape changes and the caller's file
+does not, the next process loads the caller compiled for the old tape. The marker is a hash
+of the tape's tables, its constants and its generated code, so a workspace of the new tape
+is then refused (``ValueError``) rather than read by stale code: delete Numba's cache (or
+touch the caller's file) after changing the tape.
+"""
+
+NJIT_WRAPPER = """
+def njit_gradient({args}, work):
+    w = _work_ok(work, _LIKE)
+    if w.shape[0] != {size} or w[{size} - 2] != {tag0!r} or w[{size} - 1] != {tag1!r}:
+        raise ValueError(_WRONG_WORK)
+{token}    _impl({ints}, _part(w, 0, {arena}, _LIKE), {args})
+"""
+
+NJIT_TOKEN = """    if _part(w, {at}, 1, _LIKE_I)[0] != _process_token():
+        raise ValueError(_OTHER_PROCESS)
+"""
+
+OTHER_PROCESS = (
+    "t.njit_gradient: work was made in another process (its tables name that process's "
+    "compiled loops): make one with t.njit_workspace() in this process"
+)
+
+WRONG_WORK = (
+    "t.njit_gradient: work is not this tape's workspace (its size or its marker differs): make "
+    "it with t.njit_workspace() of the tape whose t.njit_gradient is called. If it was, the "
+    "caller is stale: Numba loaded an @njit(cache=True) caller compiled for an earlier version "
+    "of the tape (delete Numba's cache, or touch the caller's file)"
+)
+
+
+def _marker(t, sw, dtype):
+    """Two numbers in [1, 2) exact in ``dtype``, from a hash of what the function computes:
+    the tape's tables (entries, buffers, integer pool), the values of its constants (the value arena's cells that no argument
+    and no entry writes), its generated code (its module's and units' source) and the
+    interpreter's fingerprint. The same in every process for the same tape (the ids of the
+    loops a workspace's tables name are this process's: the process token checks them)."""
+    ne, nb, n = t.n_entries, t.n_bufs, t.n_data
+    written = np.zeros(n, bool)
+    B = t.bufs[:nb]
+    for b in list(t.inputs) + [int(o) for o in t.entries[:ne, E_OUT]]:
+        if b >= 0:
+            off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
+            written[off : off + size] = True
+    h = hashlib.sha256()
+    for part in (np.dtype(dtype).str, sw.SOURCE, interp_sweeps.FINGERPRINT, str(n)):
+        h.update(part.encode() + b"\0")
+    for a in (t.entries[:ne], B, t.ipool[: t.n_ipool], t.data[:n][~written]):
+        h.update(np.ascontiguousarray(a).tobytes())
+    bits = 52 if np.dtype(dtype).itemsize == 8 else 23
+    d = h.digest()
+    return tuple(1.0 + (int.from_bytes(d[8 * k : 8 * k + 8], "little") % (1 << bits)) / (1 << bits)
+                 for k in (0, 1))  # fmt: skip
+
+
+def njit_gradient(t):
+    """``t.njit_gradient`` and its workspace (see :attr:`tape.Tape.njit_gradient`): ``(fn,
+    work)``, a plain ``@njit`` function ``(x0, .., g0, .., work) -> None`` of the tape's
+    arguments, its differentiated arguments' gradients and a workspace laid out like
+    ``work`` (which ``t.njit_workspace()`` copies). Compiles a module of the tape's own
+    (:func:`generate` with ``own=True``: small tapes' units inlined into its sweeps), cached by
+    Numba, and the wrapper (made with ``exec``: compiled in each process). The integer tables
+    are frozen into the code as constants where only the inlined units read them (LLVM folds
+    the reads); where entries call kernels through the address tables (which take writable
+    arrays, and the pool names this process's unit ids) they are copied into ``work``, after
+    the arenas. Nothing is kept outside the tape (``t.extensions()``)."""
+    r = t.replay_state()
+    if r["sig"].n_seed != 1:
+        r["sig"].require_scalar("njit_gradient")
+    if not r["simple"]:
+        raise ValueError("t.njit_gradient: the differentiated arguments must have the tape's "
+                         f"dtype ({np.dtype(t.dtype).name}); use t.gradient()")  # fmt: skip
+    for b in t.inputs:
+        if len(t.shapes[b]) == 0:
+            raise ValueError("t.njit_gradient takes array arguments: this tape has a 0-d "
+                             "argument; use t.gradient() or tape.kernels")  # fmt: skip
+    sw, pool = compile_tape(t, own=True)
+    for kind, code in sw.TABLE_CALLS:  # the interpreter kernels its unfused entries call
+        prepare((code,), t.dtype, (kind,))
+    ne, nb = t.n_entries, t.n_bufs
+    ints = np.concatenate([t.entries[:ne].ravel(), t.bufs[:nb].ravel(), pool]).astype(np.int64)
+    n = t.n_data
+    dt = np.dtype(t.dtype)
+    # the tables as a constant array where only the inlined units read them; else in work
+    frozen = not sw.TABLE_CALLS and "_call_unit_" not in Path(sw.module.__file__).read_text()
+    per = 8 // dt.itemsize  # cells per int64 (the arenas' 2n cells keep it 8-byte aligned)
+    n_int = 0 if frozen else (ints.shape[0] + 1) * per  # and the process token
+    size = 2 * n + n_int + 2
+    work = np.zeros(size, dt)
+    work[:n] = t.data[:n]
+    if not frozen:
+        work[2 * n : 2 * n + n_int].view(np.int64)[:] = np.append(ints, _TOKEN)
+    tag = _marker(t, sw, dt)
+    work[size - 2 :] = tag
+    work.setflags(write=False)  # the template: t.njit_workspace() hands out copies
+    args = ", ".join([f"x{k}" for k in range(len(t.inputs))] + [f"g{k}" for k in range(len(t.wrt))])
+    ints_at = "_INTS" if frozen else f"_part(w, {2 * n}, {ints.shape[0]}, _LIKE_I)"
+    scope = dict(_impl=sw.module.njit_gradient_impl, _INTS=ints if frozen else None, _part=_part,
+                 _work_ok=_work_ok, _LIKE=np.empty(0, dt), _LIKE_I=np.empty(0, np.int64),
+                 _WRONG_WORK=WRONG_WORK, _OTHER_PROCESS=OTHER_PROCESS,
+                 _process_token=_process_token)  # fmt: skip
+    token = "" if frozen else NJIT_TOKEN.format(at=2 * n + ints.shape[0] * per)
+    exec(NJIT_WRAPPER.format(args=args, size=size, tag0=tag[0], tag1=tag[1], ints=ints_at,
+                             arena=2 * n, token=token), scope)  # fmt: skip
+    fn = njit(inline="always", **UNCACHED_JIT)(scope["njit_gradient"])
+    fn.__doc__ = NJIT_DOC
+    return fn, work
+
+
+register_extension("njit_gradient", njit_gradient)

@@ -953,6 +953,83 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
     return out
 
 
+NJIT_STOPPED = (
+    "tape: t.njit_gradient: the sweep stopped (a failed guard: these arguments take another "
+    "path than the recording, or an op rejected its data, as a gather index out of bounds); "
+    "call t.gradient() from Python with the same arguments for the details"
+)
+
+
+def njit_gradient_text(t, B, n_ints, tables_read, n_run):
+    """``njit_gradient_impl(ints, arena, x0, .., g0, ..)``: the body of ``t.njit_gradient``
+    (:func:`tape.compiler.compiled.njit_gradient`), which passes the tape's integer arrays (a
+    constant array, or a view of the caller's workspace) and the value and adjoint arenas
+    (the first cells of the caller's workspace, ``work``). Checks every argument's shape first (Numba checks no bounds),
+    loads the arguments, runs what :func:`gradient_args_text`'s function runs and writes the
+    differentiated arguments' gradients into the ``g`` arrays (any layout). A sweep that
+    stops (a guard, a gather out of bounds) raises: its gradients would be stale."""
+    xs = [f"x{k}" for k in range(len(t.inputs))]
+    gs = [f"g{k}" for k in range(len(t.wrt))]
+    we, wb = t.entries.shape[1], t.bufs.shape[1]
+    ne, nb, nd = t.n_entries * we, t.n_bufs * wb, t.n_data
+    out = [
+        # inlined (Numba IR) into t.njit_gradient, where the tables are constants (for
+        # tapes whose units are all inlined): LLVM folds the table reads away
+        "@njit(inline='always', **UNIT_JIT)",
+        f"def njit_gradient_impl(ints, arena, {', '.join(xs + gs)}):",
+        '    """t.njit_gradient\'s body (see tape.compiler.emit.njit_gradient_text)."""',
+        f"    if ints.shape[0] != {n_ints} or arena.shape[0] != {2 * nd}:",
+        f"        raise ValueError({STALE_POOL!r})",
+    ]
+    for names, bs, what in ((xs, t.inputs, "argument"), (gs, [t.inputs[k] for k in t.wrt], "gradient")):
+        for k, (v, b) in enumerate(zip(names, bs)):
+            shape = tuple(t.shapes[b])
+            test = " or ".join(f"{v}.shape[{d}] != {s}" for d, s in enumerate(shape))
+            out += [f"    if {test}:",
+                    f"        raise ValueError('t.njit_gradient: {what} {k} must have shape {shape}')"]
+    if not tables_read:
+        out += ["    entries = bufs = ints  # unread: the inlined units take them, unused"]
+    else:
+        out += [
+            f"    entries = interp_sweeps.table2d(ints[0 : {ne}], {t.n_entries}, {we})",
+            f"    bufs = interp_sweeps.table2d(ints[{ne} : {ne + nb}], {t.n_bufs}, {wb})",
+        ]
+    out += [
+        f"    ipool = ints[{ne + nb} :]",
+        f"    data = arena[0 : {nd}]",
+        f"    grad = arena[{nd} :]",
+    ]
+
+    def nest(v, b, store):  # a loop over every element of v (any layout), C order
+        shape = tuple(t.shapes[b])
+        off = int(B[b, B_OFF])
+        lines, flat = [], []
+        for d, s in enumerate(shape):
+            lines.append("    " * (d + 1) + f"for i{d} in range({s}):")
+            stride = int(np.prod(shape[d + 1 :], dtype=np.int64))
+            flat.append(f"i{d} * {stride}" if stride != 1 else f"i{d}")
+        at = f"{v}[{', '.join(f'i{d}' for d in range(len(shape)))}]"
+        cell = f"{'grad' if store else 'data'}[{off} + {' + '.join(flat)}]"
+        pad = "    " * (len(shape) + 1)
+        lines.append(pad + (f"{at} = {cell}" if store else f"{cell} = {at}"))
+        return lines
+
+    for x, b in zip(xs, t.inputs):
+        out += nest(x, b, False)
+    out += [
+        f"    st = _forward_units(entries, bufs, ipool, data, {n_run})",
+        "    if st >= 0:",
+        f"        raise RuntimeError({NJIT_STOPPED!r})",
+        "    _zero_adjoints(ipool, grad, True)",
+        f"    grad[{int(B[t.outputs[0], B_OFF])}] += 1.0",
+        "    _reverse_units(entries, bufs, ipool, data, grad, True)",
+    ]
+    for g, k in zip(gs, t.wrt):
+        out += nest(g, t.inputs[k], True)
+    out += ["", ""]
+    return out
+
+
 def zeroing_text(ranges, table, depth):
     """Lines that zero the adjoint ranges ``ranges``: one loop over each when there are few
     (constants: no table to read), else a loop over their ``table`` in the pool (``(flat

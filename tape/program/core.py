@@ -867,7 +867,7 @@ class Tape:
         in each argument's recorded dtype, fresh copies unless ``out`` (arrays of the same
         shapes) is given to fill."""
         d = self._direct
-        if d is not None and out is None and not self._variants and not _anomaly.ON:
+        if d is not None and not self._variants and not _anomaly.ON:
             # a compiled tape's common call, inlined: one compiled call (see _run_direct)
             fn, ints, fast, one = d
             if len(args) == 1 and one is not None:  # the arguments' checks cost as much as
@@ -880,14 +880,27 @@ class Tape:
                     ws = self._tls.ws
                 except AttributeError:
                     ws = self.thread_workspace()
+                v = ws.grad_views
+                if out is None:
+                    outs = None
+                elif type(out) is _ndarray and len(v) == 1 and out.shape == v[0].shape:
+                    outs = out  # one array, of its gradient's shape: the common call
+                else:  # checked before anything runs: no replay is half done
+                    outs = self._check_out(out, v)
                 status = fn(ints, ws.arena, *args)  # raises only before it writes
                 if status < 0:
                     ws.ok = True
-                    v = ws.grad_views
-                    return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+                    if outs is None:
+                        return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
+                    if outs is out:
+                        out[...] = v[0]
+                        return out
+                    for o, g in zip(outs, v):
+                        o[...] = g
+                    return out
                 ws.ok = False
                 tp, ws = self._recover(status, ws, args, True)
-                return tp._grads_out(ws, None)
+                return tp._grads_out(ws, out)
         r = self._replay
         if r is None:
             r = self.replay_state()
@@ -943,11 +956,28 @@ class Tape:
         ws.ok = False
         return self._recover(status, ws, args, True)
 
+    @staticmethod
+    def _check_out(out, views):
+        """``out`` of :meth:`gradient` as a list of arrays, one per differentiated argument,
+        each of its gradient's shape (a broadcast into a larger array would hide a mistake)."""
+        if type(out) is _ndarray and len(views) == 1:
+            if out.shape != views[0].shape:
+                raise ValueError(f"gradient(out=): an array of shape {views[0].shape} expected, "
+                                 f"got {out.shape}")  # fmt: skip
+            return (out,)
+        outs = [out] if len(views) == 1 and isinstance(out, np.ndarray) else list(out)
+        if len(outs) != len(views):
+            raise ValueError(f"gradient(out=): {len(views)} arrays expected, got {len(outs)}")
+        for k, (o, v) in enumerate(zip(outs, views)):
+            if not isinstance(o, np.ndarray) or o.shape != v.shape:
+                raise ValueError(f"gradient(out=): array {k} must be an array of shape {v.shape}"
+                                 f", got {getattr(o, 'shape', type(o).__name__)}")  # fmt: skip
+        return outs
+
     def _grads_out(self, ws, out):
         views = ws.grad_views
         if out is not None:
-            outs = [out] if len(views) == 1 and isinstance(out, np.ndarray) else list(out)
-            for o, v in zip(outs, views):
+            for o, v in zip(self._check_out(out, views), views):
                 o[...] = v
             return out
         dts = self._replay["grad_dtypes"]
@@ -1126,6 +1156,56 @@ class Tape:
 
             return kernels
         return _EXTENSIONS["compiled_kernels"](sw)
+
+    @property
+    def njit_gradient(self):
+        """The gradient as a plain ``@njit`` function of the arguments, ``fn(x0, .., g0, ..,
+        work)``: loads ``x0, ..`` (arrays of the recorded shapes), replays in ``work`` and
+        writes the gradient of each differentiated argument into ``g0, ..`` (arrays of the
+        same shapes). ``work`` is the caller's, from :meth:`njit_workspace`. Call it from your
+        own ``@njit`` code, where Numba compiles it into the caller::
+
+            g = t.njit_gradient
+
+            @njit
+            def descend(x, lr, steps, work):
+                gx = np.empty_like(x)
+                for _ in range(steps):
+                    g(x, gx, work)
+                    x -= lr * gx
+                return x
+
+            descend(x, 1e-3, 100, t.njit_workspace())
+
+        One ``work`` per thread (each Python thread, each chunk of a ``prange`` loop, its
+        own): the function keeps no state of its own, so calls with their own ``work`` run in
+        parallel. ``work``'s type, size and marker (another tape's is refused) and the shapes
+        are checked first (``ValueError``); a failed guard raises ``RuntimeError``. Made on
+        first use (the tape's own compiled module, whatever :attr:`tier`; not for tapes with
+        Python callbacks). An ``@njit(cache=True)`` caller is cached by Numba (see
+        :func:`tape.compiled.njit_gradient` for what that means when the tape changes)."""
+        return self._njit()[0]
+
+    def njit_workspace(self):
+        """A fresh workspace for :attr:`njit_gradient` (``fn(x0, .., g0, .., work)``): a 1-D
+        array of the tape's dtype, the value arena (with the tape's constants), the adjoint
+        arena and a marker of this tape, owned by the caller. One per thread; do not write
+        into it."""
+        return self._njit()[1].copy()
+
+    def _njit(self):
+        """``(fn, work)``: :attr:`njit_gradient` and the workspace it copies, made once."""
+        st = self.extensions()
+        fw = st.get("njit_gradient")
+        if fw is None:
+            self.replay_state()
+            if self.callbacks and not python_free(self):
+                refuse(self, "njit_gradient", CompileError)
+            with self._compile_lock:
+                fw = st.get("njit_gradient")
+                if fw is None:
+                    fw = st["njit_gradient"] = _EXTENSIONS["njit_gradient"](self)
+        return fw
 
     def is_guard(self, status) -> bool:
         """Whether a sweep status (the entry index a sweep stopped at, as returned by
