@@ -376,6 +376,42 @@ def test_gesv_solves_and_reports_a_singular_matrix(dtype, trans):
     np.testing.assert_array_equal(a, a_view)  # nothing written
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_trsm_and_potrf_against_scipy_and_numpy(dtype):
+    # the triangular solves and Cholesky factors of the factorisation kernels: BLAS trsm
+    # (op(a) x = b, one triangle of a read) and LAPACK potrf (the lower triangle read)
+    import scipy.linalg
+    from numba import njit
+
+    from tape.ops.blas import potrf, trsm
+
+    rng = np.random.default_rng(9)
+    f64 = lambda x: x.astype(np.float64)  # noqa: E731
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    a = (rng.normal(size=(5, 5)) + 5 * np.eye(5)).astype(dtype)
+    b = rng.normal(size=(5, 3)).astype(dtype)
+    jt = njit(lambda a, b, lo, tr: trsm(a, b, lo, tr))
+    for lower in (True, False):
+        for trans in (False, True):
+            tri = np.tril(f64(a)) if lower else np.triu(f64(a))
+            want = scipy.linalg.solve_triangular(tri, f64(b), lower=lower, trans=int(trans))
+            for fn in (jt, trsm):
+                for av, bv in ((a, b), (np.asfortranarray(a), b[::-1][::-1]), (a, b[:, :1])):
+                    x = fn(av, bv, lower, trans)
+                    assert x.dtype == dtype and x.shape == bv.shape and x.flags.c_contiguous
+                    w = want if bv.shape == b.shape else want[:, :1]
+                    np.testing.assert_allclose(x, w, rtol=tol, atol=tol)
+    assert jt(a, b[:, :0], True, False).shape == (5, 0)
+    s = f64(a) @ f64(a).T
+    lower_only = np.tril(s) + np.triu(np.full((5, 5), np.nan), 1)  # the upper is never read
+    jp = njit(lambda a: potrf(a))
+    for fn in (jp, potrf):
+        low, ok = fn(lower_only.astype(dtype))
+        assert ok and low.dtype == dtype
+        np.testing.assert_allclose(low, np.linalg.cholesky(s), rtol=tol, atol=tol)
+        assert not fn((-s).astype(dtype))[1]  # not positive definite
+
+
 def test_float32_matmul_gradient():
     rng = np.random.default_rng(3)
     a = rng.normal(size=(2, 3, 4)).astype(np.float32)

@@ -1,5 +1,7 @@
 """BLAS and LAPACK calls for the op kernels: ``C += op(A) @ op(B)`` through ``gemm`` with
-``beta = 1`` (:func:`gemm_acc`), and ``op(A) X = B`` through ``gesv`` (:func:`gesv`).
+``beta = 1`` (:func:`gemm_acc`), ``op(A) X = B`` through ``gesv`` (:func:`gesv`) and, for a
+triangular ``A``, ``trsm`` (:func:`trsm`), and Cholesky factors through ``potrf``
+(:func:`potrf`).
 
 ``c += np.dot(a, b)`` inside ``@njit`` makes a temporary for the product, then adds it in a
 second pass over ``c``. A matmul's reverse does this twice per matrix of the batch; for GMM's 25
@@ -145,5 +147,132 @@ def _gesv(a, trans, b):
                 x[r, j] = bf[j, r]
         # af and ipiv are read after the call, so they live through it
         return x, st == 0 and af.shape[0] == n and ipiv.shape[0] >= n
+
+    return impl
+
+
+def _potrf_sig(t):
+    return types.intc(types.char, types.char, types.intp, types.CPointer(t), types.intp)
+
+
+_POTRF = {
+    types.float64: (types.ExternalFunction("numba_xxpotrf", _potrf_sig(types.float64)), ord("d")),
+    types.float32: (types.ExternalFunction("numba_xxpotrf", _potrf_sig(types.float32)), ord("s")),
+}
+
+
+def potrf(a):
+    """``(low, ok)``: the lower Cholesky factor of the symmetric positive definite ``a``
+    (LAPACK ``potrf``, the routine ``np.linalg.cholesky`` calls), reading ``a``'s lower
+    triangle only, and whether it succeeded (``ok`` False: ``a`` is not positive definite,
+    ``low`` is not a factor). ``a`` is an ``(n, n)`` 2-d array of a float dtype (any layout),
+    not written. (Python version, for ``NUMBA_DISABLE_JIT``.)"""
+    try:
+        return np.linalg.cholesky(np.tril(a) + np.tril(a, -1).T).astype(a.dtype), True
+    except np.linalg.LinAlgError:
+        return np.array(a, copy=True), False
+
+
+@overload(potrf, jit_options={"nogil": True})
+def _potrf(a):
+    if not (isinstance(a, types.Array) and a.ndim == 2 and a.dtype in _POTRF):
+        raise TypingError("potrf: a must be a 2-d float64 or float32 array")
+    _nplinalg.ensure_lapack()
+    fn, kind = _POTRF[a.dtype]
+    dt = np.float32 if a.dtype == types.float32 else np.float64
+
+    def impl(a):
+        n = a.shape[0]
+        # row-major lower triangle = column-major upper: potrf's A = U^T U there is L L^T
+        low = np.zeros((n, n), dt)
+        for r in range(n):
+            for c in range(r + 1):
+                low[r, c] = a[r, c]
+        st = 0
+        if n > 0:
+            st = fn(kind, ord("U"), n, low.ctypes, n)
+        for r in range(n):  # potrf leaves the other triangle as it was: zeros
+            for c in range(r + 1, n):
+                low[r, c] = 0.0
+        return low, st == 0
+
+    return impl
+
+
+# trsm is not among Numba's C helpers: SciPy's cython_blas exports it, and the address is bound
+# to a symbol of our own at import, in every process, so kernels that call it stay cacheable
+# (Numba links cached code against the running process's symbols; a ctypes pointer would be
+# frozen into the cache)
+def _bind_trsm():
+    import llvmlite.binding as ll
+    from numba.extending import get_cython_function_address
+
+    for name in ("dtrsm", "strsm"):
+        ll.add_symbol(f"tape_{name}", get_cython_function_address("scipy.linalg.cython_blas", name))
+
+
+_bind_trsm()
+
+
+def _trsm_sig(t):
+    c, i, p = types.CPointer(types.char), types.CPointer(types.intc), types.CPointer(t)
+    return types.void(c, c, c, c, i, i, p, p, i, p, i)
+
+
+_TRSM = {
+    types.float64: types.ExternalFunction("tape_dtrsm", _trsm_sig(types.float64)),
+    types.float32: types.ExternalFunction("tape_strsm", _trsm_sig(types.float32)),
+}
+
+
+def trsm(a, b, lower, trans):
+    """``op(a)^-1 b`` for a triangular ``a`` (BLAS ``trsm``: blocked, level 3), ``op(a)`` =
+    ``a`` or ``a.T`` (``trans``), reading only ``a``'s lower (``lower``) or upper triangle,
+    into a new C-contiguous array. ``a`` is ``(n, n)``, ``b`` ``(n, k)``, 2-d arrays of one
+    float dtype, any layout; neither is written. No test for a zero pivot (the caller's).
+    (Python version, for ``NUMBA_DISABLE_JIT``.)"""
+    import scipy.linalg
+
+    tri = np.tril(a) if lower else np.triu(a)
+    if b.size == 0:
+        return np.array(b, copy=True)
+    x = scipy.linalg.solve_triangular(tri, b, lower=lower, trans=1 if trans else 0)
+    return np.ascontiguousarray(x, dtype=b.dtype)
+
+
+@overload(trsm, jit_options={"nogil": True})
+def _trsm(a, b, lower, trans):
+    if not all(isinstance(x, types.Array) and x.ndim == 2 for x in (a, b)):
+        raise TypingError("trsm: a and b must be 2-d arrays")
+    if not (a.dtype == b.dtype and a.dtype in _TRSM):
+        raise TypingError(f"trsm: one float dtype for both (got {a.dtype}, {b.dtype})")
+    fn = _TRSM[a.dtype]
+    dt = np.float32 if a.dtype == types.float32 else np.float64
+
+    def impl(a, b, lower, trans):
+        n, k = b.shape
+        x = np.empty((n, k), dt)
+        for r in range(n):
+            for j in range(k):
+                x[r, j] = b[r, j]
+        if n == 0 or k == 0:
+            return x
+        ac = np.ascontiguousarray(a)
+        # column-major: x^T is (k, n) with leading dimension k, a^T (n, n); op(a) x = b is
+        # x^T op(a)^T = b^T, a solve from the right with a^T (or its transpose), whose
+        # triangle is the other one
+        side = np.full(1, ord("R"), np.int8)
+        uplo = np.full(1, ord("U") if lower else ord("L"), np.int8)
+        ta = np.full(1, ord("T") if trans else ord("N"), np.int8)
+        diag = np.full(1, ord("N"), np.int8)
+        m_ = np.full(1, k, np.intc)
+        n_ = np.full(1, n, np.intc)
+        one = np.ones(1, dt)
+        fn(side.ctypes, uplo.ctypes, ta.ctypes, diag.ctypes, m_.ctypes, n_.ctypes, one.ctypes,
+           ac.ctypes, n_.ctypes, x.ctypes, m_.ctypes)  # fmt: skip
+        # the arguments are read after the call, so they live through it
+        if side[0] + uplo[0] + ta[0] + diag[0] + m_[0] + n_[0] + one.shape[0] + ac.shape[0] < 0:
+            raise RuntimeError("trsm")
+        return x
 
     return impl

@@ -2,8 +2,9 @@
 triangular), ``cholesky`` and ``slogdet``, batched over square ``n x n`` matrices.
 
 Every rule is the matrix-calculus result for the whole factorisation (no differentiation
-through its loops); the forward kernels call LAPACK through Numba's ``np.linalg`` where it has
-the routine, and substitution loops for triangular systems.
+through its loops). Cholesky factors come from LAPACK ``potrf``, triangular systems (and
+``L^-1``) from BLAS ``trsm``, general systems from LAPACK ``gesv`` (:mod:`tape.ops.blas`), and
+``slogdet`` from Numba's ``np.linalg``.
 
 ``solve`` attribute block: ``[batch, n, k, stride_a, stride_b, mode]``: output matrix ``b``
 (``n x k``) is ``X[b] = op(A[b])^-1 B[b]`` with ``A[b]`` starting at ``b * stride_a`` and
@@ -28,7 +29,7 @@ from numba import njit
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
-from tape.ops.blas import gemm_acc, gesv
+from tape.ops.blas import gemm_acc, gesv, potrf, trsm
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import solve as sv
 from tape.ops.loops import active, add2, mat, put2, tri, view
@@ -63,24 +64,9 @@ def _mask(m, mode):
 
 @_jit
 def _tri_solve(a, b, lower, trans):
-    """``op(a)^-1 b`` by substitution, ``op(a)`` = ``a`` or ``a^T``, reading only the
-    ``lower`` (or upper) triangle of ``a``."""
-    n = a.shape[0]
-    k = b.shape[1]
-    x = b.copy()
-    down = lower != trans  # op(a) is lower triangular: solve top-down
-    for s in range(n):
-        r = s if down else n - 1 - s
-        c0, c1 = (0, r) if down else (r + 1, n)
-        for c in range(c0, c1):
-            coef = a[c, r] if trans else a[r, c]
-            if coef != 0.0:
-                for j in range(k):
-                    x[r, j] -= coef * x[c, j]
-        d = a[r, r]
-        for j in range(k):
-            x[r, j] /= d
-    return x
+    """``op(a)^-1 b``, ``op(a)`` = ``a`` or ``a^T``, reading only the ``lower`` (or upper)
+    triangle of ``a``: BLAS ``trsm`` (a blocked level-3 solve)."""
+    return trsm(a, b, lower, trans)
 
 
 @_jit
@@ -249,18 +235,14 @@ def _phi(m):
 
 
 @_jit
-def _try_cholesky(a):
-    try:
-        return np.linalg.cholesky(a), True
-    except Exception:  # noqa: BLE001  (LAPACK: not positive definite)
-        return a.copy(), False
-
-
-@_jit
 def _inv_lower(low):
-    """``L^-1`` through LAPACK (a substitution loop against the identity is ten times
-    slower at n = 1000); ``L`` is a nonsingular Cholesky factor."""
-    return tri(np.linalg.inv(low), True, 0)
+    """``L^-1`` by ``trsm`` against the identity (a substitution loop is ten times slower at
+    n = 1000); ``L`` is a nonsingular Cholesky factor."""
+    n = low.shape[0]
+    eye = np.zeros((n, n), low.dtype)
+    for r in range(n):
+        eye[r, r] = 1.0
+    return tri(trsm(low, eye, True, False), True, 0)
 
 
 @_jit
@@ -270,7 +252,7 @@ def cholesky_fwd(i, entries, bufs, ipool, data):
     p = entries[i, E_ATTR]
     nb, n = ipool[p + sq.BATCH], ipool[p + sq.N]
     for b in range(nb):
-        low, ok = _try_cholesky(_from_lower(mat(A, b * n * n, n, n)))
+        low, ok = potrf(mat(A, b * n * n, n, n))  # (reads the lower triangle)
         if not ok:
             return i
         for r in range(n):

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "01f1f7cba270bc7d51f2d910d80c07b0acd77f465247c33d54c0400db6c65a6c"
+FINGERPRINT = "e5530c621eeb62122dc5ad28674f6d62170a8a2525631e8f72109413b5a5c363"
 
 from numba import cuda, float64
 

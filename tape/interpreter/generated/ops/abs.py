@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "55b9642734722a30e45a1f2295aa557e018ef724a0f511258a8a980b713b1aeb"
+FINGERPRINT = "a49facd2d07100075dbe73a4c672e815315a8da3a35f37258526aa937cb7c192"
 
 import numpy as np
 from numba import njit

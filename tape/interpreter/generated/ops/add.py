@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3b6921fc18d161e438f640037ad10b6fc7e85eec145abe5260fd30c7e914a6a2"
+FINGERPRINT = "7edd5ea051f415c9dc58ac4e9de36e0c097486a13dd26f18f9c7ddd00ae39e30"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fc8a2b953a667c4b76a6a289ae1e4fcf240bf9e08151d4510467f65240bf5543"
+FINGERPRINT = "9fbe06af544883637d57f8f7878702257269f721a91cefae04d3ac311ddf2631"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "51f8c63432c7b142363c31bf182c0b46d784e6bddc93b7fd9b3e6d2e4ef061af"
+FINGERPRINT = "891ae40491c6fb49dcee16517648cbe44cf2d09b05a56132f31682bdd7a9fc8a"
 
 import numpy as np
 from numba import njit

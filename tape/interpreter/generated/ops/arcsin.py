@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c0de5d3ec4689f56224cabc835f5670b35cfe1714b663f21738a4ef2f5fb9779"
+FINGERPRINT = "0008b6c057367562821f204e0dbbd882b77305d58cb94ab155049d18bf21e6e2"
 
 import numpy as np
 from numba import njit

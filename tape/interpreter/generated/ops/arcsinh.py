@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "48bd07067940af732750b8d329c1e9d05dc334740eaa81dd236e1eb904c2e897"
+FINGERPRINT = "f6aa9ce6f06f92292e2ebc4c2dc6cbbc5873046002f33d55efdc30284d2bb4e8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "09f243712b0e15510c0e4de019a035134f72f6359d2121676315f27c37c94751"
+FINGERPRINT = "d2d89683345ce3c33cf92c59e7191d777ea707f5fcf2d54313953e9061bd2cfc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "78b104b49b1724a2c069a7e8002aeb0ed678d31e4116e2465301225c2656565b"
+FINGERPRINT = "b7b2ce5615693ed4c5f901b48f6cb7da096dd5f0da75d06b9ee848b00892d5bf"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7cd4bf11609456249c969b156e8365f4cd1e3e4e16b75978f1558d35fb507869"
+FINGERPRINT = "ed4133660a5ad9d272c15a6acca3dd0b22441829841703ddf65b410b0132bb0d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7784d018355f38b15e73524dfebd902776154a8518378e6cc4df416e0b00084e"
+FINGERPRINT = "229b3c656d6d324e909cf71995bf7c0f03403891a95bf4370d1ba571bcecee6c"
 
 import numpy as np
 from numba import njit

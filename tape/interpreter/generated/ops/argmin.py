@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5fac05a2d64b77772826c5ceea0802b6ede0c05283a461388525e3844fcb6ff8"
+FINGERPRINT = "02cea7af33e46f8bf65ee84539788aec6084fbe4eea7c634af045863ca78db14"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7ec459ce1648f3cddcc7a09c5629528f8b394bb95d101294dc590e540cf28b01"
+FINGERPRINT = "a8c5b09010bafcc1932fa89a55389cf019a93fec157e3f3f828d6fb408b3e7fb"
 
 import numpy as np
 from numba import njit

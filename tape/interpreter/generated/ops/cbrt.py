@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5b18513ac876f738e0615ccfe45652a780aa2021cd3ce1f907fd33febcecbe0b"
+FINGERPRINT = "d4db4bde90815f47b022c191b481f09d7c303175641b85c5c295c982fd953e83"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9d811ad95b5f68847de34b73c5d8ccaca822fcd7ed31bff0e8a45223e05d4665"
+FINGERPRINT = "e701a5ee32206f909d7c7b7034eba9caf859c91c313fb34a24d56c493bc4e3e3"
 
 import numpy as np
 from numba import njit

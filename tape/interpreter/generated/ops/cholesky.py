@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f2cefccf73b8139354fd41a67c5f13ecbe263c64806395c8566f0d2f56cc9e0c"
+FINGERPRINT = "026ae889819fc1d6300c15fcd53b399d321583c0675464b85f81ac178ab5f7ac"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b900bb42efe86287bafa51beba44206005d5679a81e4005b3cd1c47f495a31ab"
+FINGERPRINT = "04b2a9857af13b04fc6f80fe5a39067217fbb386551913c8d388f72d8c58f21e"
 
 import numpy as np
 from numba import njit

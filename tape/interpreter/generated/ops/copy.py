@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "13f64d71f7de7663f3f5dfa03d4fdebad16d7fb5bbf1082d0c2c1438df259bad"
+FINGERPRINT = "84465fe9b8ac7428868a389f72f1b84a677f23a3b324dcdc2dbf9a6a5821ee63"
 
 import numpy as np
 from numba import njit

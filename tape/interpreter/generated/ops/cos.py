@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7156d5ed71e28f2acf8c5437407f498f6744f969f06a772ff8acfc27068f7f9b"
+FINGERPRINT = "38a6790d9d925443cef79535b50bb73a0f37d20000d89936de4cc533990d919d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "102118c8f3bc5bf0496346af474aa224742c107a6fd676dfcf88ce9da33b5e28"
+FINGERPRINT = "e6694f0454f5630996384ea6fc08c2833f5dc8ef0625a2b859e4fdc3edc309a6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb24c31995d521a1fc370d54aaeff522b16021f52bb71c732bfd8f8109205aa9"
+FINGERPRINT = "bc0c2140e113cf2b50b0f7537794f58494f8f097344c94de68c965f5cf7750da"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4dcb8903e28ea09d23cff2184b4a49604b3e3770f277d7d8a994eb6b9ea5c1e1"
+FINGERPRINT = "0c8ff6db1141b734d870117faf1d5896988881cc64c0e1d626cd2fe52d48dcfc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9ed70a348c7509f00b265eacc61a5edb327c7aa444478236e5f314847e32d197"
+FINGERPRINT = "71971cb265430a01b1b30f1fc9571153c284adde2b19e17824e1e16f20b488d6"
 
 import numpy as np
 from numba import njit

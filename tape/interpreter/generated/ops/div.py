@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "57ae8c1312fa4de0b66def51c7fb2db662cfe0437430a3fcca6e782878ca702a"
+FINGERPRINT = "bdf399cd3b57585dcb3301bf2e0e079876f0b6e73f93375962d1ce59f88e08bf"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "159da69ddaaa51bb0d4531cdc6f3729cb4e57a86adeea17b2bd91754477ad065"
+FINGERPRINT = "59aec23a4654d52b7c0c34e0486b1dc962b81d8a1c4ccd836fd9f32204994779"
 
 import numpy as np
 from numba import njit

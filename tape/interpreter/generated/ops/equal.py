@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe90854ce1f6cc73e64d6f18b80e7d73419d0736cf8f18feec9c489b826b479b"
+FINGERPRINT = "053fcccda9d074729a3155fbf929d05efb598e3ac4e80c4113599b0225dd83d6"
 
 import numpy as np
 from numba import njit

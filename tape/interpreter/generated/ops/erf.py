@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "40153f0e2dc9a7427a6a48c47ca3063debddb04dfffe3d83562486a58d737f63"
+FINGERPRINT = "dff760b39b3795746baa754f25836e999aa0337802c762dd8d7c4075fd9b6dcf"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee1b7035b96ee61d4412b88eae67a2458c9cad9f63e964c9cf4e458bc3922b74"
+FINGERPRINT = "3bc2c8f59764a520ec0add89fdba9c49dc585e09ac9317680dada6f5b122017d"
 
 import numpy as np
 from numba import njit

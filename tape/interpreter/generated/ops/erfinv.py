@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "033b836cbe77ed7647164ce5055a7d6983183e7a2d721a41aa2481636b97f196"
+FINGERPRINT = "b008c8667f4c0e24a76e94e07cef127046e90b18e4c78b27bb5073c8392d0ab2"
 
 import numpy as np
 from numba import njit

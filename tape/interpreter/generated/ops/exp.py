@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0414f4665f1beefc6f44e68d28463097693da06a6fe2c9f976787074433f205c"
+FINGERPRINT = "e4b7d09b9930650a86fd5842d7b71863c5dd41db7f5eb140f50c92fc1cb52e8c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "796dc61c1a624587cc4d7d6f4d7daa6366b9611163fa1e4a109fa68797f07129"
+FINGERPRINT = "b49e22b17bf8527789f8a76f2cccdbba021ee8bcf64460e00d161e0d68341bc9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "41ae5484aa01a87f3513c53e6efdf6e7fc086c1adfbf99e4f49761a7eff6472b"
+FINGERPRINT = "887d9080535962cc05990dd0f97ee5887f232fcbf163f8cb7f581939ec2cfef8"
 
 import numpy as np
 from numba import njit

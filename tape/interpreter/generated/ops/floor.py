@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f882ed9a9a874c689c8dcc748890b222e1909003dcee0a2081564519dcee4759"
+FINGERPRINT = "fa9178770295905c06a30b0c04dfaa6511ef75c02c14687fe342645c6e863e01"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a61f8c7b58cf2ecc3755bbf95e326447456915022fd7d63abf6a344aaaa57dd0"
+FINGERPRINT = "b5a4b6a90e391b7435680d4af2bfb04ae8c57f0166c6ca2b7e9ac9d8c1fe08e5"
 
 import numpy as np
 from numba import njit

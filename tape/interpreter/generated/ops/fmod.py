@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "58249276c2535af5e766556a5be1d2e8f6af3fb5b069427ebb58047248089a6c"
+FINGERPRINT = "5bfec194a35eacb3a5931cc9eebe42ec976e1b6ae9d691938ab652ef0b1c29d3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0be92b93f598fcd0ab633458c14f823e364083756b26c99265b245a615be0a82"
+FINGERPRINT = "bd8aaee065e03a2dc4a831cde8afa4531f8d013a39fee73f58710312ae8b93cc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5d6c568557a6467bd26955406b589735aab6089be2899189fb42a8babdfa74b6"
+FINGERPRINT = "899931d1ad3a546cddc39263459f723105e0a5760a7d6fe13f62dc1ad4bbac58"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2a1c90ee5007c55619e0ac51e8914e7e4db98a686d70301139f656a489c91ab3"
+FINGERPRINT = "82f71351b264e263df6a68ecb3d95013558d1b10d4b0bf82692ca1d0147c8c3d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6e8567e3039bed298c2774dfd7e40afd832acc24c8b597e7094470f9a9f48a5"
+FINGERPRINT = "728ad67086085c8a99e6c5ad48f69e1d0f5874f9a18e23b764a7caed028677a0"
 
 import numpy as np
 from numba import njit

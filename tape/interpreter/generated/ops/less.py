@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0e6e73b0359ed5ad234a6aec1ff5133d3c527859ae1ceb7bfcab59f65f6d629b"
+FINGERPRINT = "9fc880053ccf1a4db67b3e0b5eb4f2753f85c5ea90c96c0d4989117dcff4fe01"
 
 import numpy as np
 from numba import njit

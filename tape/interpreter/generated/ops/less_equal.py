@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "db7b666a19f76fc56fed60f464646e56e100326c55848adaf8ccef62a65e7f8e"
+FINGERPRINT = "48a0acff380904f1fb6c00c59dc24011bf463778db4a6f65a954890f1330d61c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4dcba2b3e6eeb81ba9feb072667917972da324a8a81a012076b7e35b990dc0ac"
+FINGERPRINT = "6446d12b2b5bc9ae15f0f6e6dd95f11f974bb74b9f58fd5544dbfc1a62e5e3de"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ada93cf3e8cc5ae6308bb6789d7534a966f877696234aa389d68094689ef0eb3"
+FINGERPRINT = "0b28173d966e9395231965f6a09ff6c69abc264617f194b10b6d710cb7f66dfc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7c05da8bbfb59e89acc420ccb35d54dc1c273be2e0b11703824701460e4e69c0"
+FINGERPRINT = "46b86185ccd3e5b9f4e68fea7409b692edec385228eeadb97abdee6ec0295d34"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "546a4f4f7f336a1278fd816e4663f2d548d7597e029ce6a9abe22354b2d44254"
+FINGERPRINT = "b87f1b7b9e5040a74b3f6452b9ae804527fdb5f35fbb4e6a057640d1559cb0bc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7bc719f5a7d4443aa5e9e50dc922ab6508ea48727cbfe3c8d85b87e70db7d548"
+FINGERPRINT = "03d3d708d343df35ba2f38ef6193858b93303588a873d468a5355989124a3e70"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "15c853a63795e4efd1009e659d667d9af34e1ac54b16e4562928c71be8d8760c"
+FINGERPRINT = "3d2b916dcdef861f263104e72e7e3cef5e2493db2ae60bcddca7751548b99afe"
 
 import numpy as np
 from numba import njit

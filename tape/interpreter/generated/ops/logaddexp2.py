@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "166e24ca3281115c6289087bdadfdf764326d94a0b1003310c59238c2f4c3273"
+FINGERPRINT = "69d568dc410375c3df946329f15d18dd5aed8d8f86f7aa520047f483c720035f"
 
 import numpy as np
 from numba import njit

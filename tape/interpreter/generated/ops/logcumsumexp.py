@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3711557dddc02c6ba8cfe9c51dad5fc9193c1878b9816650b381fd49d3018a1c"
+FINGERPRINT = "a89747d73f0e8e23baf4b36ac1039a61ac06fd7558604c483d909b4d7ff82b41"
 
 import numpy as np
 from numba import njit

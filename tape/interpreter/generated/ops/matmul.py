@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f8f9f42be9b99f53c3f1382ede57b81f8ebaef01eadc00497b7ad0a2f30fd837"
+FINGERPRINT = "7db194ddb77fccde84b2ac31e618768dca32b119f7c4d40de04d354631073e74"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b8efc0e323de4f5e544e49d1546d5c6a63fc5aac1ee2bdc4de27d4512899c920"
+FINGERPRINT = "7a9c2c75af77ef3339b14825866e4a6f90de4d00b4d8c0c03bb4c802c221694e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d9ede12554dac24d94fed45f1ce0abe14cb19ec6e5da524706c41140a25a9008"
+FINGERPRINT = "6b4a90956ed0a2c59df43bf547c7d39ed7519afdf3b1b6e1ebaa09bb21836bfe"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a5f2392beb807df3391d3405028f27530956111bc3c8e3cb76d915ef34abbfa6"
+FINGERPRINT = "b5b9a677d1a06bc4694d0f2055051d25995221b42a5bfb3e97b5f7e12b93ed15"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a267d3e22b2d696f0c8faeea8bab437c9e9247c42679fa43f67072402e9a9c8f"
+FINGERPRINT = "6479301e4cb5596baeeabd27c5df3619a1d900bb31b796afac174f82eddaff42"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "353788c3b5049447ea6fe9f697c79b81b100707e700cb34014428bc286064760"
+FINGERPRINT = "4cd99617e5487fa571725c14e11ad9ec39cc0047951157b186b6bb40f5ad981b"
 
 import numpy as np
 from numba import njit

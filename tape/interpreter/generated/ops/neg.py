@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c1043b541d4695b3ba913ac0d71f56bfbdfdd59c04a39573d2867b995ee5f6df"
+FINGERPRINT = "0c94bf7d24b5ae2ed89041f0d90e1743d15eafe1324a0e6363138ecda5c2f535"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "48e03d59bc670d85d9270435f20b2163f85fde51a358fcaf360a523d1b75ec66"
+FINGERPRINT = "28ee41e5f2959f114d3bcbbca5b4a7d932f89fdc99d2f8a5eb65e262b99c45f5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "858ca3898afef17caab5d5137e90873b2c66225b01e291aa3b968746d9a59a3f"
+FINGERPRINT = "ad05149cb39961e007e818dc54fef2a1f66ce164513888bd1e780934e186ecb7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "992ceedc5fefc8b769f6990785ad68c5661917aaf64cb651fb544a3233624525"
+FINGERPRINT = "58784add112a781b7487e284cf32b8a96be49b493fd0f9d60ed63879501a9b85"
 
 import numpy as np
 from numba import njit

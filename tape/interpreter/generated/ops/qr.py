@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "64a463bf341b97c9d8507a7981e165479d2ba1b05620719265a66b291de9fd20"
+FINGERPRINT = "acde18f51eb9168ee39d7cc38e1a1e7c1e2fe7bfd8a55a796f6e9ad83df4b294"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "817e2048f897c68e106efa8c68ac157c5327275a9cf4ce337335fa30cc76b1ad"
+FINGERPRINT = "1c7a8896b8b9e553ba78b5d0e28cd45cea023597c0d22209329459c6c2d41991"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1b7c0d609bd2e6ff28e9283a9b8de9d9104c66a6389770c2e0ee1694f6be9225"
+FINGERPRINT = "e0d57dfbd43b277862d19d8f7fab801a0361cb275cd06d1e6c32ce20b0a456c5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7a90a0f1af72103c21537aa7c9f649c4e0269188644e973af6ee7c8101d06535"
+FINGERPRINT = "7295e13be59adf335d4fed42da831690eca866994177c2403adb4c4558326997"
 
 import numpy as np
 from numba import njit

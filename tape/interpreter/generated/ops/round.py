@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f83ebf8124a471a0d5b7b3cedc55be76b8e29d89d46bfcdf62801ffdfac0927a"
+FINGERPRINT = "eee89709040055fa0f6262fb3dbfd7527410b91d56840a726331a840df375ce7"
 
 import numpy as np
 from numba import njit

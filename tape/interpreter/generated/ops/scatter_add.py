@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ec1eef6724353c9d123bd7f7f6a0ae4d6a5e3f257f4285dfd1875e5f9345d8d7"
+FINGERPRINT = "8aa95cfaab3dcb414d90b84c79510541d1beb414a659d17e6c52c261608c81a3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "03d85f8f0f197bccda750f1e716b146ff723e69d93f83689d3fac983e6116f2d"
+FINGERPRINT = "f5384550deacad0e629ba1e37d75daea111c98fc533fee8bb5e01efb5dd6dcd6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cdaaea210f8523cef8f30213cfac8e02a985aaf0d78fddd321dc589ae04c6407"
+FINGERPRINT = "06c925a27e0704a1e5ed71c52a5ce6856df78b9cdaf161fbbc331037e252bbd6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a72d40e74cd24e2de32eb809dba9d11b7060a11cce076024e4560a9c7889bf97"
+FINGERPRINT = "42bdf412e28963507f5da430c00362ff6338f84bb84051971e98da6b4ffdc212"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f626ba985f75e9c6c9ccc7b7f7e32e072cf29c8eca6cefe4625e02d039395e47"
+FINGERPRINT = "939ca7abf4a98b8ee58326ac2dd62ad95e18f5b695afc37b9a6f1c50983628a8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d78934f0328287edf45bc46de1311ce38ce0d8f8c00782b5b05b416d50652653"
+FINGERPRINT = "57777b0d9c392802903f2f91095b576428f7bfb290f22c8773bc85591f70e76f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2020329628df7fbe61db61d1adce09c376c27469728ce207d7f7fd50acaa25c8"
+FINGERPRINT = "6de8df51ddd1a251423de2e542e0038ac35a890b73073cd2409200449cfec0cb"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4c0a6bf88bcdc088ccb9b6e69631cfe2283c7c0fd737f4027b19b55477eea3c2"
+FINGERPRINT = "d4c6d092a3adfc2e14a15d51a2c67d3e7fbf7042ca504062facb47852a66c333"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "31ffa7195877b1763fb97d3f948418e357ba8a73c950b89d66dffc25add27c8e"
+FINGERPRINT = "49219441beab96f050d881190a455dcc99248c27a9e02a4dd9f47e491e4283a3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2fb01347ad519b6b49fb2106d537233f041f050645a87eb0ff1b470c4bc6dbb4"
+FINGERPRINT = "aeee42043027a59c7ce419a3298b6ac211d8e9e520eeb7fab413351b82aa966a"
 
 import numpy as np
 from numba import njit

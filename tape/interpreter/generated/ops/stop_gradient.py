@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d524d81755e23d3f76b79e1f4833ee4f516459aa8668ffe4b3847b3d0cc0963c"
+FINGERPRINT = "d4ce32ad9fa20265307e31c662d0f50d913c12cd65598f8520d5f3b87342de0d"
 
 import numpy as np
 from numba import njit

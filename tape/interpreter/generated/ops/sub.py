@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "af4bc345abc01beef401f2bf08aa4ae6b5f6e9cd46427b56a018d012a202d286"
+FINGERPRINT = "16cdad0581eb898c9645ad4619b82915a13e67dd36ae39c5bc5d8ab6905e6769"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aa027766c42e30ab96b870499d8035ecb50031896087b0a0f72b173f9aeff800"
+FINGERPRINT = "969b506a29e7900de1d8adac2a08d343015a9c1ae15cf8872cd5d474e5120976"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "625d5957f65b94e13703914e13800cc3bf3112678ebf1830dc2545b177fbd337"
+FINGERPRINT = "804120257481c784aa91bcc236ca5b0adc31cc305d7717503e0b7acf749c1581"
 
 import numpy as np
 from numba import njit

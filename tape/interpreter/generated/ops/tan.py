@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf1417c9c35c08c856c0e6d011a44aab9c6fddedd89fcdbf549b150cac30bf95"
+FINGERPRINT = "fe109c3d77f11a9c94e2797ebeb03d8b05c3f3a5581c421e941e7b7f01c92f66"
 
 import numpy as np
 from numba import njit

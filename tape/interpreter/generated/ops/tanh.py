@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4bb6e340fa86c9cf49a2afdd9eb13416bc1aab530cde8f9c83ee6fd5e72c46e5"
+FINGERPRINT = "0946f490ebae9af858ffd4810ce4d3dd823f0c9e98a46c113e4a65a2f7681cab"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d58ef5d642a0072d81b4b20499779ed9357d4b5f7db20443912da106cfb24fee"
+FINGERPRINT = "98868417fb2133560b5e0314b8c8a3565d8df6cdac5bc89dd2efeb9dd01ebcee"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a6d227ba9242d327960cc43387757cf8578c2f48eca5862d9dc39d42a77d249e"
+FINGERPRINT = "d30cf8542f99a4fac27853c43c31c90f718580510321c9e3d17a2602cffcebd4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9c515a4f408088131e45bb691135fb3989a2a26589842be8e7cd0f77ef6760a5"
+FINGERPRINT = "686be1b5d876c3ec113659c4a3a0d981573dd1a288b0b6c1c112f7ddae860b80"
 
 import numpy as np
 from numba import njit
