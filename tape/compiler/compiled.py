@@ -758,19 +758,8 @@ gradient of the scalar output with respect to each differentiated argument into 
 (arrays of the same shapes). Returns nothing. ``work = t.njit_workspace()`` is the caller's:
 a 1-D array of the tape's dtype holding the value arena (with the tape's constants), the
 adjoint arena and, last, two cells that mark it as this tape's. Call it from your own
-``@njit`` code (Numba compiles it into the caller, with no dispatch) or from Python::
-
-    g = t.njit_gradient
-
-    @njit
-    def descend(x, lr, steps, work):
-        gx = np.empty_like(x)
-        for _ in range(steps):
-            g(x, gx, work)
-            x -= lr * gx
-        return x
-
-    descend(x, 1e-3, 100, t.njit_workspace())
+``@njit`` code (Numba compiles it into the caller, with no dispatch) or from Python; the
+example is in :attr:`tape.Tape.njit_gradient`.
 
 One ``work`` per thread: two calls running at once must not share one (each Python thread,
 and each chunk of a ``prange`` loop, makes its own with ``t.njit_workspace()``, or takes a
