@@ -65,6 +65,7 @@ class _Plan:
         self.in_offs = np.asarray(self.in_off, np.int64)
         self.in_sizes = np.asarray(self.in_size, np.int64)
         self.in_dtypes = [np.dtype(tp.input_dtypes[k]) for k in tp.wrt]
+        self.compiled = None  # the generated derivative passes, once made (see _compiled)
 
     def need(self, *kinds):
         """Prepare the op kernels of the sweep ``kinds`` that a transform runs, the first time
@@ -193,9 +194,15 @@ def _describe(v):
 # ---------------------------------------------------------------- sweeps
 
 
-def _forward(t, args):
+def _forward(t, args, compiled=False):
     """Replay the forward sweep at ``args``: ``(plan, values)``, every entry's value written
-    (on the interpreter: a compiled forward keeps intermediates in registers)."""
+    (on the interpreter: a compiled forward keeps intermediates in registers). ``compiled``:
+    the tape's own forward where its generated derivative passes follow (:func:`_compiled`),
+    which need only the values it stores."""
+    if compiled and t.tier == "compiled" and not t.callbacks:
+        tp, ws = t.run_replay(args, False)
+        if tp is t and _compiled(_plan(tp)) is not None:
+            return _plan(tp), ws.data
     tp, ws = t.run_replay(args, False, interp=True)
     return _plan(tp), ws.data
 
@@ -215,11 +222,11 @@ def _tangents(plan, data, V):
     segments; each callback group writes its outputs' tangents with its own ``tangent``
     (a :func:`tape.custom_op` given ``jvp``, a :func:`tape.checkpoint`), and others raise."""
     tp = plan.tp
-    plan.need(_dispatch.FWD, _dispatch.TAN)
     T = plan.arenas(V.shape[0])[0]
     plan.seed_inputs(T, V)
-    lo = 0
     if tp.callbacks:
+        plan.need(_dispatch.FWD, _dispatch.TAN)
+        lo = 0
         from tape.program.callbacks import groups
 
         for s, e, call in groups(tp):
@@ -233,8 +240,48 @@ def _tangents(plan, data, V):
                 )
             tangent(tp, data, T)
             lo = e
-    sweeps.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, tp.n_entries)
+        sweeps.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, lo, tp.n_entries)
+        return T
+    mod = _compiled(plan)
+    if mod is not None:
+        mod.tangent_all(tp.entries, tp.bufs, tp.ipool, data, T)
+    else:
+        plan.need(_dispatch.FWD, _dispatch.TAN)
+        sweeps.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, 0, tp.n_entries)
     return T
+
+
+def _compiled(plan):
+    """The generated derivative passes of a compiled tape (:mod:`tape.compiler.second`), with
+    the interpreter kernels they call prepared, or ``None``: the interpreter's sweeps run (a
+    tape on the interpreter, or one the generator leaves there)."""
+    tp = plan.tp
+    if tp.callbacks or tp.tier != "compiled":
+        return None
+    mod = plan.compiled
+    if mod is None:
+        from tape.compiler.second import derivative_module
+
+        mod = derivative_module(tp)
+        if mod is None:
+            return None
+        for kind, code in mod.TABLE_CALLS:
+            _dispatch.prepare((code,), tp.dtype, (kind,))
+        plan.compiled = mod
+    return mod
+
+
+def _hvp_pass(plan, data, grad, T, GT):
+    """Forward-over-reverse after a forward sweep (``hvp_pass``'s contract): generated code for
+    a compiled tape, the interpreter's drivers otherwise."""
+    tp = plan.tp
+    mod = _compiled(plan)
+    if mod is not None:
+        mod.hvp_all(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, plan.seed, mod.ZERO)
+    else:
+        plan.need(*_dispatch.ALL)
+        sweeps.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries,
+                        tp.n_bufs, plan.roots, plan.seed)  # fmt: skip
 
 
 def _second(plan, what):
@@ -248,16 +295,13 @@ def _hvp_rows(plan, data, V):
     tp = plan.tp
     plan.require_scalar()
     _second(plan, "second derivatives")
-    plan.need(*_dispatch.ALL)
     out = np.empty((V.shape[0], plan.n_in), tp.dtype)
     step = plan.chunk(V.shape[0])
-    seed = plan.seed
     for a in range(0, V.shape[0], step):
         Vc = V[a : a + step]
         T, GT, grad = plan.arenas(Vc.shape[0])
         plan.seed_inputs(T, Vc)
-        sweeps.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
-                   plan.roots, seed)  # fmt: skip
+        _hvp_pass(plan, data, grad, T, GT)
         out[a : a + step] = plan.read_inputs(GT)
     return out
 
@@ -297,7 +341,7 @@ def jvp(t, *args, tangents):
     """``(value, tangent)``: the outputs at ``args`` and their directional derivative along
     ``tangents`` (one array per differentiated argument, or a single array), one forward
     sweep and one tangent sweep. Structured like :meth:`Tape.forward`'s result."""
-    plan, data = _forward(t, args)
+    plan, data = _forward(t, args, compiled=True)
     v = plan.flat_in(tangents, "jvp: tangents")
     out = _jac_fwd_rows(plan, data, v[None, :])[0]
     return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_out(plan, plan.split_out(out))
@@ -412,17 +456,14 @@ def hvp(t, *args, v):
     per differentiated argument, or a single array), structured like :meth:`Tape.gradient`'s
     result. Costs one forward, one reverse, one tangent and one forward-over-reverse sweep,
     the last three in one compiled call."""
-    plan, data = _forward(t, args)
+    plan, data = _forward(t, args, compiled=True)
     _second(plan, "hvp()")
     vals = plan.in_values(v, "hvp: v")
-    tp = plan.tp
     plan.require_scalar()
-    plan.need(*_dispatch.ALL)
     T, GT, grad = plan.arenas(1)
     for a, o, n in zip(vals, plan.in_off, plan.in_size):
         T[0, o : o + n] = a.ravel()
-    sweeps.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries, tp.n_bufs,
-               plan.roots, plan.seed)  # fmt: skip
+    _hvp_pass(plan, data, grad, T, GT)
     out = [
         GT[0, o : o + n].reshape(s).astype(d)
         for o, n, s, d in zip(plan.in_off, plan.in_size, plan.in_shapes, plan.in_dtypes)

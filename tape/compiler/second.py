@@ -1,0 +1,472 @@
+"""Forward mode and forward-over-reverse on the compiled tier: the tangent sweep and the
+Hessian-vector product pass generated for one tape, with the gradient's fusion.
+
+The derivative drivers (:mod:`tape.transforms.derivatives`) replay the forward sweep on the
+interpreter, which writes every entry's value, then run the interpreter's ``tangent_sweep`` and
+``hvp_pass``: a pass over the arena per entry and direction. For a compiled tape they run the
+two functions of a module generated here instead, with the same contracts:
+
+- ``tangent_all(entries, bufs, ipool, data, T)``: the tangents of the outputs (and of every
+  value a later unit reads) for each direction (row) of ``T``, the arguments' tangents seeded
+  and ``T`` zero elsewhere, as :func:`tape.interpreter.generated.sweeps.tangent_sweep` over the
+  whole tape. Tangents of values a fused loop keeps in registers are not written.
+- ``hvp_all(entries, bufs, ipool, data, grad, T, GT, seeds, ZERO)``: as ``hvp_pass``: the reverse pass
+  seeded with ``seeds`` (the adjoints in ``grad``), the tangent sweep of ``T`` and the tangent of
+  the reverse pass (the tangent adjoints ``GT``, one arena per direction). ``GT`` and ``grad``
+  are zeroed where they are read (the arguments among them), not whole.
+
+The units are the compiled tier's (:class:`tape.compiler.analyse.Plan`): a fused group of
+elementwise entries is one loop over its elements per direction, with tangents and adjoints in
+registers; only values read outside the loop go through ``T``, ``grad`` and ``GT``. Values the
+compiled forward stores are loaded and the others computed again, so ``data`` may come from
+the compiled forward or the interpreter's (which writes every value). An entry the tier does not fuse
+calls the interpreter's kernels for its op through the dispatch table, as the compiled
+gradient does. The rules are the op registry's: ``tangent = sum_k masked(r_k(x, y, t_k),
+t_k)`` and, for the tangent adjoint of input ``k``, ``masked(r_k(x, y, gt_y), gt_y) + g_y *
+sum_j H_kj t_j`` (:mod:`tape.ops.loops`), so the numbers are the interpreter's to rounding.
+
+Offsets are written into the code, so each tape structure has a module of its own (named by
+its text, cached by Numba beside it). Tapes with more than :data:`MAX_GROUPS` fused groups, and
+tapes with Python callbacks, keep the interpreter's drivers.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from tape.compiler.analyse import CALLBACK_OP, Call, Group, Plan
+from tape.compiler.cache import load_module
+from tape.compiler.emit import Gen, rule_names
+from tape.compiler.params import BLOCK, BLOCK_MIN
+from tape.interpreter import dispatch as _dispatch
+from tape.layout.columns import B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT
+
+MAX_GROUPS = 256
+"""Fused groups beyond which a tape's derivative drivers stay on the interpreter: the module
+is a function per group with its offsets written in, and Numba's compile time grows with it."""
+
+_LOCK = threading.Lock()
+
+_AT_J = re.compile(r"\b(\w+)\[j\]")
+"""Element ``j`` of a view in a loop's text."""
+
+_HESS_AT = {1: {(0, 0): 0}, 2: {(0, 0): 0, (0, 1): 1, (1, 0): 1, (1, 1): 2}}
+"""Arity -> ``(k, j)`` -> the index in ``Op.hess`` of the second partial ``H_kj`` (upper
+triangle, row by row)."""
+
+
+def derivative_module(t):
+    """The generated module of compiled tape ``t``'s derivative passes, made (and compiled)
+    on first use, or ``None`` where the interpreter's drivers run instead (see the module
+    docstring)."""
+    st = t.extensions()
+    if "second" in st:
+        return st["second"]
+    with _LOCK:
+        if "second" not in st:
+            src = generate(t)
+            st["second"] = None if src is None else load_module(src, "tape_second")
+    return st["second"]
+
+
+class _Unit:
+    """The text of one fused group's two loops (tangent, and tangent of the reverse).
+
+    Every buffer is read through a view (``_span``) indexed by the loop's range variables,
+    so no index needs a wraparound test; over rows, a view that runs along them is cut to
+    the row first. Views of ``T`` and ``GT`` are made per direction."""
+
+    def __init__(self, gen: Gen, u: int, g: Group):
+        self.gen, self.p, self.u, self.g = gen, gen.p, u, g
+        self.rows = g.rows > 1
+        self.M = g.m if self.rows else g.n
+        self.views: dict[str, tuple] = {}  # name -> (arena, buffer, kind)
+
+    # -- where an operand lies --------------------------------------------------------
+    def at(self, arena, b, kind="full"):
+        """Element ``(r, j)`` of buffer ``b`` read as ``kind`` in ``arena`` (``data``,
+        ``tr``: the direction's tangents, ``grad`` or ``gr``: its tangent adjoints)."""
+        key = kind if isinstance(kind, str) else f"{kind[0]}{kind[1]}"
+        name = f"{arena[0] if arena != 'gr' else 'h'}{b}_{key}"
+        self.views[name] = (arena, b, kind)
+        if kind == "scalar":
+            return f"{name}[0]"
+        if kind == "per_row":
+            return f"{name}[r]"
+        if kind != "row" and self.rows:
+            return f"{name}_r[j]"
+        return f"{name}[j]"
+
+    def view_lines(self, arenas):
+        """The views of ``arenas``, whole, then (in the loop over rows) cut to the row."""
+        whole, per_row = [], []
+        for name, (arena, b, kind) in self.views.items():
+            if arena not in arenas:
+                continue
+            off, n = int(self.p.B[b, B_OFF]), int(self.p.B[b, B_SIZE])
+            whole.append(f"{name} = _span({arena}, {off}, {n})")
+            if self.rows and kind not in ("scalar", "per_row", "row"):
+                row = (
+                    "r" if kind == "full" else f"(r {'%' if kind[0] == 'tile' else '//'} {kind[1]})"
+                )
+                per_row.append(f"{name}_r = _span({name}, {row} * {self.M}, {self.M})")
+        return whole, per_row
+
+    def local(self, b):
+        """The register name stem of operand ``b`` if this group makes it, else ``None``."""
+        p = self.p
+        ob = int(p.owner[b])
+        return ob if p.made_by.get(ob) == self.u and p.full(b) else None
+
+    def operands(self, i):
+        """``[(value, tangent or None), ...]`` of entry ``i``'s inputs (``None``: zero)."""
+        p = self.p
+        out = []
+        for k, b in enumerate(p.ins[i]):
+            ob = self.local(b)
+            if ob is not None:
+                out.append((f"v{ob}", f"t{ob}"))
+                continue
+            kind = p.kind(i, k)
+            dyn = p.dyn[int(p.owner[b])] and p.B[b, B_KIND] != CONST
+            out.append((self.at("data", b, kind), self.at("tr", b, kind) if dyn else None))
+        return out
+
+    def forward_lines(self):
+        """Each entry's value (loaded where the compiled forward stores it, else computed
+        again) and tangent, in order."""
+        p, gen = self.p, self.gen
+        lines = []
+        for i in self.g.entries:
+            o = int(p.E[i, E_OUT])
+            ops = self.operands(i)
+            args = [v for v, _ in ops]
+            if gen.stored(self.u, i):
+                lines.append(f"v{o} = {self.at('data', o)}")
+            else:  # kept in registers by the compiled forward: computed again
+                lines.append(f"v{o} = {gen.value(i, args)}")
+            terms = [
+                f"_masked({gen.rule(i, k, args, f'v{o}', t)}, {t})"
+                for k, (_, t) in enumerate(ops)
+                if t is not None and p.ops[i].differentiable[k]
+            ]
+            lines.append(f"t{o} = {' + '.join(terms) if terms else '0.0'}")
+        return lines
+
+    def fold_at(self, arena):
+        """``(source owner, element of the sum in arena)`` of the group's folded sum."""
+        g, p = self.g, self.p
+        src = int(p.owner[p.ins[g.fold][0]])
+        so = int(p.E[g.fold, E_OUT])
+        return src, so, self.at(arena, so, ("block", g.fold_rows) if g.fold_rows else "scalar")
+
+    def function(self, name, args, body, pre_d=(), pre_r=(), post_r=(), post_d=()):
+        """The function: views, then per direction, per row and per element."""
+        top, _ = self.view_lines(("data", "grad"))
+        d_views, _ = self.view_lines(("tr", "gr"))
+        _, rows = self.view_lines(("data", "grad", "tr", "gr"))
+        out = ['@njit(fastmath={"reassoc"}, **UNIT_JIT)', f"def {name}({args}):"]
+        out += [f"    {x}" for x in top]
+        out += ["    for d in range(T.shape[0]):", "        tr = T[d]"]
+        if "GT" in args:
+            out.append("        gr = GT[d]")
+        out += [f"        {x}" for x in (*d_views, *pre_d)]
+        depth = 2
+        if self.rows:
+            out.append(f"        for r in range({self.g.rows}):")
+            out += [f"            {x}" for x in (*rows, *pre_r)]
+            depth = 3
+        pad = "    " * depth
+        out.append(f"{pad}for j in range({self.M}):")
+        out += [f"{pad}    {x}" for x in body]
+        out += [f"{pad}{x}" for x in post_r]
+        out += [f"        {x}" for x in post_d]
+        return out + ["", ""]
+
+    # -- tangent ----------------------------------------------------------------------
+    def tangent(self, name):
+        p, g = self.p, self.g
+        body = self.forward_lines()
+        for i in g.entries:
+            o = int(p.E[i, E_OUT])
+            if p.external(o, self.u):
+                body.append(f"{self.at('tr', o)} = t{o}")
+        pre, post = [], []
+        if g.fold >= 0:
+            src, so, at = self.fold_at("tr")
+            if g.fold_rows:
+                n = int(p.B[so, B_SIZE])
+                pre = [f"for q in range({n}):", f"    {at.split('_r[')[0].split('[')[0]}[q] = 0.0"]
+                body.append(f"{at} += t{src}")
+            else:
+                pre = ["ft = 0.0"]
+                body.append(f"ft += t{src}")
+                post = [f"{at} = ft"]
+        return self.function(name, "data, T", body, pre_d=pre, post_d=post)
+
+    # -- tangent of the reverse -------------------------------------------------------
+    def hrev(self, name):
+        p, gen, g = self.p, self.gen, self.g
+        body = self.forward_lines()
+        for i in g.entries:
+            if p.emask[i]:
+                o = int(p.E[i, E_OUT])
+                if p.external(o, self.u):
+                    body += [f"a{o} = {self.at('grad', o)}", f"g{o} = {self.at('gr', o)}"]
+                else:
+                    body += [f"a{o} = 0.0", f"g{o} = 0.0"]
+        if g.fold >= 0 and p.emask[g.fold]:
+            src, so, _ = self.fold_at("grad")
+            body += [f"a{src} += {self.fold_at('grad')[2]}", f"g{src} += {self.fold_at('gr')[2]}"]
+        # contributions to a buffer read outside the loop: summed per element (elementwise
+        # kinds), per row (per_row) or over the loop (scalar), then added to the arenas
+        acc: dict[tuple, tuple[str, str]] = {}
+        contrib = []
+        for i in reversed(g.entries):
+            if not p.emask[i]:
+                continue
+            op = p.ops[i]
+            o = int(p.E[i, E_OUT])
+            ops = self.operands(i)
+            args = [v for v, _ in ops]
+            for k, b in enumerate(p.ins[i]):
+                ob = int(p.owner[b])
+                if not op.differentiable[k] or p.B[b, B_KIND] == CONST or not p.dyn[ob]:
+                    continue
+                ca = f"_masked({gen.rule(i, k, args, f'v{o}', f'a{o}')}, a{o})"
+                cg = f"_masked({gen.rule(i, k, args, f'v{o}', f'g{o}')}, g{o})"
+                terms = []
+                for j, (_, tj) in enumerate(ops):
+                    h = _HESS_AT.get(len(ops), {}).get((k, j))
+                    if tj is None or h is None or op.hess[h] is None:
+                        continue
+                    terms.append(f"_masked(_h_{op.name}_{h}({', '.join(args)}, v{o}) * {tj}, {tj})")
+                if terms:
+                    cg += f" + _masked(a{o} * ({' + '.join(terms)}), a{o})"
+                loc = self.local(b)
+                if loc is not None:
+                    contrib += [f"a{loc} += {ca}", f"g{loc} += {cg}"]
+                    continue
+                kind = p.kind(i, k)
+                key = (b, kind if isinstance(kind, str) else tuple(kind))
+                if key not in acc:
+                    n = len(acc)
+                    acc[key] = (f"ea{n}", f"eg{n}")
+                ea, eg = acc[key]
+                contrib += [f"{ea} += {ca}", f"{eg} += {cg}"]
+        pre_d, pre_r, post_r, post_d, elem = [], [], [], [], []
+        for (b, kind), (ea, eg) in acc.items():
+            ga, gg = self.at("grad", b, kind), self.at("gr", b, kind)
+            add = ["if d == 0:", f"    {ga} += {ea}", f"{gg} += {eg}"]
+            if kind == "scalar":
+                pre_d += [f"{ea} = 0.0", f"{eg} = 0.0"]
+                post_d += add
+            elif kind == "per_row":
+                pre_r += [f"{ea} = 0.0", f"{eg} = 0.0"]
+                post_r += add
+            else:
+                body += [f"{ea} = 0.0", f"{eg} = 0.0"]
+                elem.append((ea, eg, ga, gg))
+        body += contrib
+        if self.rows or self.M < BLOCK_MIN:
+            for ea, eg, ga, gg in elem:
+                body += ["if d == 0:", f"    {ga} += {ea}", f"{gg} += {eg}"]
+            return self.function(name, "data, grad, T, GT", body, pre_d, pre_r, post_r, post_d)
+        return self.blocked(name, body, elem, pre_d, post_d)
+
+    def blocked(self, name, body, elem, pre_d, post_d):
+        """A long flat loop in blocks of ``BLOCK`` elements: the contributions to buffers read
+        outside the loop go to scratch arrays (in the L1 cache), added to the arenas by loops
+        of their own, so the main loop stores nothing that may alias what it loads and
+        vectorises (as the gradient's ``_block_loop``)."""
+        blk = min(BLOCK, self.M)
+        keep = []
+        for ea, eg, _, _ in elem:
+            keep += [f"b{ea}[jj] = {ea}", f"b{eg}[jj] = {eg}"]
+        used = sorted({m for line in body for m in _AT_J.findall(line)}
+                      | {m for e in elem for m in _AT_J.findall(e[2] + e[3])})  # fmt: skip
+        main = [_AT_J.sub(r"\1_[jj]", x) for x in body + keep]
+        top, _ = self.view_lines(("data", "grad"))
+        d_views, _ = self.view_lines(("tr", "gr"))
+        out = ['@njit(fastmath={"reassoc"}, **UNIT_JIT)', f"def {name}(data, grad, T, GT):"]
+        out += [f"    {x}" for x in top]
+        for ea, eg, _, _ in elem:
+            out += [
+                f"    b{ea} = np.empty({blk}, data.dtype)",
+                f"    b{eg} = np.empty({blk}, data.dtype)",
+            ]
+        out += ["    for d in range(T.shape[0]):", "        tr = T[d]", "        gr = GT[d]"]
+        out += [f"        {x}" for x in (*d_views, *pre_d)]
+        out += [f"        for j0 in range(0, {self.M}, {blk}):",
+                f"            m = min({blk}, {self.M} - j0)"]  # fmt: skip
+        out += [f"            {v}_ = _span({v}, j0, m)" for v in used]
+        out += ["            for jj in range(m):"] + [f"                {x}" for x in main]
+        for ea, eg, ga, gg in elem:
+            ga, gg = (_AT_J.sub(r"\1_[jj]", x) for x in (ga, gg))
+            out += ["            if d == 0:", "                for jj in range(m):",
+                    f"                    {ga} += b{ea}[jj]",
+                    "            for jj in range(m):", f"                {gg} += b{eg}[jj]"]  # fmt: skip
+        out += [f"        {x}" for x in post_d]
+        return out + ["", ""]
+
+
+def _ranges(B, owners):
+    """``(offset, size)`` of the owners' memory, adjacent ones merged."""
+    spans = sorted((int(B[o, B_OFF]), int(B[o, B_SIZE])) for o in owners)
+    out: list[list[int]] = []
+    for off, n in spans:
+        if out and off <= out[-1][0] + out[-1][1]:
+            out[-1][1] = max(out[-1][1], off + n - out[-1][0])
+        else:
+            out.append([off, n])
+    return out
+
+
+def generate(t):
+    """The source of tape ``t``'s derivative module, or ``None`` where its drivers stay on
+    the interpreter (callbacks, too many groups)."""
+    if t.callbacks or not t.outputs:
+        return None
+    p = Plan(t)
+    if any(p.ops[i] is CALLBACK_OP for i in p.live):
+        return None
+    groups = [u for u, unit in enumerate(p.units) if isinstance(unit, Group)]
+    if len(groups) > MAX_GROUPS:
+        return None
+    gen = Gen(p)
+    B = p.B
+    funcs: list[str] = []
+    fwd, rev, calls = [], [], set()
+    for u, unit in enumerate(p.units):
+        if isinstance(unit, Call):
+            i = unit.entries[0]
+            op = p.ops[i]
+            if B[int(p.E[i, E_OUT]), B_KIND] != CONST:
+                fwd.append(f"    _tan({op.code}, {i}, entries, bufs, ipool, data, T)  # {op.name}")
+                calls.add((_dispatch.TAN, op.code))
+            continue
+        un = _Unit(gen, u, unit)
+        funcs += un.tangent(f"_tan{u}")
+        fwd.append(f"    _tan{u}(data, T)")
+    for u in range(len(p.units) - 1, -1, -1):
+        unit = p.units[u]
+        if isinstance(unit, Call):
+            i = unit.entries[0]
+            if p.emask[i]:
+                op = p.ops[i]
+                rev.append(
+                    f"    _rev({op.code}, {i}, entries, bufs, ipool, data, grad, T, GT)  # {op.name}"
+                )
+                calls |= {(_dispatch.REV, op.code), (_dispatch.HREV, op.code)}
+            continue
+        if any(p.emask[i] for i in unit.entries) or (unit.fold >= 0 and p.emask[unit.fold]):
+            funcs += _Unit(gen, u, unit).hrev(f"_hrev{u}")
+            rev.append(f"    _hrev{u}(data, grad, T, GT)")
+    # adjoint memory read or added to: zeroed first (the arguments' too, which the drivers
+    # read whether or not the output depends on them)
+    in_regs = {
+        o for o, u in p.made_by.items()
+        if isinstance(p.units[u], Group) and not p.external(o, u)
+    }  # fmt: skip
+    zero = {
+        o for o in range(len(t.bufs[: t.n_bufs]))
+        if p.rneed[o] and p.dyn[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] != CONST
+        and o not in in_regs
+    }  # fmt: skip
+    zero |= {int(p.owner[b]) for b in t.inputs}
+    spans = _ranges(B, zero)
+    seed_lines, s = [], 0
+    for r in t.outputs:
+        off, n = int(B[r, B_OFF]), int(B[r, B_SIZE])
+        seed_lines += [f"    for q in range({n}):", f"        grad[{off} + q] += seeds[{s} + q]"]
+        s += n
+    ops = [p.ops[i] for i in p.live]
+    hess = []
+    for op in sorted({op for op in ops if op.kind != "structural"}, key=lambda op: op.code):
+        hess += [f'_h_{op.name}_{h} = BY_NAME["{op.name}"].hess[{h}]'
+                 for h, f in enumerate(op.hess) if f is not None]  # fmt: skip
+    src = [
+        '"""Forward mode and forward-over-reverse for one tape: GENERATED by',
+        f"tape.compiler.second. Do not edit. {len(p.units)} units ({len(groups)} fused groups) of",
+        f'{t.n_entries} entries."""',
+        "",
+        "import numpy as np",
+        "from numba import njit",
+        "",
+        "from tape.interpreter import dispatch",
+        "from tape.interpreter.generated import sweeps as interp_sweeps",
+        "from tape.layout.config import COMPILED_JIT, UNIT_JIT",
+        "from tape.ops.loops import masked as _masked",
+        "from tape.compiler.emit import span as _span",
+        "from tape.compiler.emit import outline_rule as _outline_rule",
+        "from tape.ops.registry import BY_NAME",
+        "",
+        f'SWEEPS = "{_sweeps_fingerprint()}"  # the interpreter whose kernels it calls',
+        "TAN, REV, HREV = dispatch.TAN, dispatch.REV, dispatch.HREV",
+        "",
+        *rule_names(ops),
+        *hess,
+        "",
+        "",
+        "@njit(**UNIT_JIT)",
+        "def _tan(op, i, entries, bufs, ipool, data, T):",
+        '    """Entry ``i`` (op ``op``) through the interpreter\'s table: its tangent kernel."""',
+        "    a = interp_sweeps._kernel(TAN, op, i, entries, bufs, data)",
+        "    if a != dispatch.NOTHING:",
+        "        dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))",
+        "",
+        "",
+        "@njit(**UNIT_JIT)",
+        "def _rev(op, i, entries, bufs, ipool, data, grad, T, GT):",
+        '    """The reverse and tangent-of-reverse kernels of entry ``i`` (op ``op``)."""',
+        "    a = interp_sweeps._kernel(REV, op, i, entries, bufs, data)",
+        "    if a != dispatch.NOTHING:",
+        "        dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))",
+        "    a = interp_sweeps._kernel(HREV, op, i, entries, bufs, data)",
+        "    if a != dispatch.NOTHING:",
+        "        dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))",
+        "",
+        "",
+        *funcs,
+        "@njit(**UNIT_JIT)",
+        "def _tangents(entries, bufs, ipool, data, T):",
+        *(fwd or ["    pass"]),
+        "",
+        "",
+        "@njit(**COMPILED_JIT)",
+        "def tangent_all(entries, bufs, ipool, data, T):",
+        '    """The tangent sweep over the whole tape (see tape.compiler.second). Writes ``T``."""',
+        "    _tangents(entries, bufs, ipool, data, T)",
+        "",
+        "",
+        f"ZERO = np.array({[x for sp in spans for x in sp]!r}, np.int64)",
+        '"""(offset, size) pairs, flat: the adjoint memory hvp_all zeroes (pass it as ``Z``)."""',
+        "",
+        "",
+        "@njit(**COMPILED_JIT)",
+        "def hvp_all(entries, bufs, ipool, data, grad, T, GT, seeds, Z):",
+        '    """Forward-over-reverse (see tape.compiler.second): ``Z`` is ``ZERO``. Writes',
+        '    ``grad``, ``T`` and ``GT``."""',
+        "    for k in range(0, Z.shape[0], 2):",
+        "        for q in range(Z[k], Z[k] + Z[k + 1]):",
+        "            grad[q] = 0.0",
+        "            for d in range(GT.shape[0]):",
+        "                GT[d, q] = 0.0",
+        *seed_lines,
+        "    _tangents(entries, bufs, ipool, data, T)",
+        *rev,
+        "",
+        "",
+        f"TABLE_CALLS = {tuple(sorted(calls))!r}",
+        '"""(sweep kind, op code) of the interpreter kernels this module calls through the',
+        'dispatch table (prepare them first: tape.interpreter.dispatch.prepare)."""',
+        "",
+    ]
+    return "\n".join(src)
+
+
+def _sweeps_fingerprint():
+    from tape.interpreter.generated import sweeps
+
+    return sweeps.FINGERPRINT
