@@ -27,15 +27,15 @@ from tape.bench.common import backend
 from tape.bench.harness import Case, Impl, Problem, Skip
 
 
-def _record(f, params, consts):
-    """A tape of ``f`` on the interpreter (the derivative drivers run there; its gradient,
-    the ``hvp`` problem's "objective", is then the interpreter's too)."""
+def _record(f, params, consts, compile=False):
+    """A tape of ``f``, on the interpreter or (``compile``) compiled: its derivative drivers
+    (and its gradient, the ``hvp`` problem's "objective") run on that tier."""
     import tape as tp
 
     B = backend("tape")
     cs = [tp.tensor(c) if np.asarray(c).dtype.kind == "f" else np.asarray(c) for c in consts]
     return tp.record(lambda *ps: f(B, ps, cs), *params, wrt=list(range(len(params))),
-                     compile=False)  # fmt: skip
+                     compile=compile)  # fmt: skip
 
 
 def _jax_fn(f, params, consts):
@@ -57,8 +57,8 @@ def hvp_builders(f, params, consts):
     rng = np.random.default_rng(7)
     vs = [rng.standard_normal(np.shape(p)) for p in params]
 
-    def tape_b():
-        t = _record(f, params, consts)
+    def tape_b(compile=True):
+        t = _record(f, params, consts, compile)
         return Impl(
             grad=lambda: t.hvp(*params, v=tuple(vs)),
             value=lambda: t.gradient(*params),
@@ -76,7 +76,7 @@ def hvp_builders(f, params, consts):
             value=lambda: jax.block_until_ready(gj(*xs)),
         )
 
-    return {"tape": tape_b, "jax jit": jax_b}
+    return {"tape": tape_b, "tape interpreter": lambda: tape_b(False), "jax jit": jax_b}
 
 
 def hvp_cases(opts):
@@ -113,7 +113,7 @@ def hessian_cases(opts):
         x = np.random.default_rng(0).uniform(-1.0, 2.0, n)
 
         def tape_b(x=x, sparse=False):
-            t = _record(simple.rosenbrock, [x], ())
+            t = _record(simple.rosenbrock, [x], (), compile=True)
             conv = (lambda H: H.toarray().ravel()) if sparse else (lambda H: np.ravel(H))
             note = f"{len(t)} entries"
             if sparse:
@@ -149,7 +149,7 @@ def jacobian_cases(opts):
 
     def tape_b(mode):
         def build():
-            t = _record(mixed, [x], (A,))
+            t = _record(mixed, [x], (A,), compile=True)
             return Impl(grad=lambda: t.jacobian(x, mode=mode), note=f"{len(t)} entries")
 
         return build

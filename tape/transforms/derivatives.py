@@ -28,7 +28,9 @@ import numpy as np
 from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps
 from tape.layout.columns import B_OFF, B_SIZE
+from tape.program import anomaly as _anomaly
 from tape.program.callbacks import refuse
+from tape.program.core import _direct_ok
 
 CHUNK_BYTES = 64 << 20
 """Upper bound on the tangent arenas of one pass (``k`` directions times the arena)."""
@@ -244,7 +246,7 @@ def _tangents(plan, data, V):
         return T
     mod = _compiled(plan)
     if mod is not None:
-        mod.tangent_all(tp.entries, tp.bufs, tp.ipool, data, T)
+        mod.tangent(tp.entries, tp.bufs, tp.ipool, data, T)
     else:
         plan.need(_dispatch.FWD, _dispatch.TAN)
         sweeps.tangent_sweep(tp.entries, tp.bufs, tp.ipool, data, T, 0, tp.n_entries)
@@ -277,7 +279,7 @@ def _hvp_pass(plan, data, grad, T, GT):
     tp = plan.tp
     mod = _compiled(plan)
     if mod is not None:
-        mod.hvp_all(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, plan.seed, mod.ZERO)
+        mod.hvp(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, plan.seed)
     else:
         plan.need(*_dispatch.ALL)
         sweeps.hvp_pass(tp.entries, tp.bufs, tp.ipool, data, grad, T, GT, tp.n_entries,
@@ -456,6 +458,28 @@ def hvp(t, *args, v):
     per differentiated argument, or a single array), structured like :meth:`Tape.gradient`'s
     result. Costs one forward, one reverse, one tangent and one forward-over-reverse sweep,
     the last three in one compiled call."""
+    st = t.extension_state
+    fast = st.get("hvp") if st is not None else None
+    if fast is not None and not t._variants and not _anomaly.ON:
+        # a compiled tape's common call: one differentiated argument, arrays of the recorded
+        # shapes and dtypes (checked as the one-call gradient checks them)
+        sw, pool, mod, plan, shapes, (o, n, s, d) = fast
+        if (
+            t.run_with[0] is sw
+            and _direct_ok(args, shapes)
+            and type(v) is np.ndarray
+            and v.shape == s
+        ):
+            ws = getattr(t._tls, "ws", None) or t.thread_workspace()
+            ws.ok = False
+            for view, a in zip(ws.in_views, args):
+                view[...] = a
+            if sw.forward_sweep(t.entries, t.bufs, pool, ws.data, 0, t.n_entries) < 0:
+                ws.ok = True
+                T, GT, grad = plan.arenas(1)
+                T[0, o : o + n] = v.reshape(-1)
+                mod.hvp(t.entries, t.bufs, t.ipool, ws.data, grad, T, GT, plan.seed)
+                return GT[0, o : o + n].reshape(s).astype(d)
     plan, data = _forward(t, args, compiled=True)
     _second(plan, "hvp()")
     vals = plan.in_values(v, "hvp: v")
@@ -468,6 +492,11 @@ def hvp(t, *args, v):
         GT[0, o : o + n].reshape(s).astype(d)
         for o, n, s, d in zip(plan.in_off, plan.in_size, plan.in_shapes, plan.in_dtypes)
     ]
+    if plan.tp is t and plan.compiled is not None and len(out) == 1:
+        sw, pool = t.run_with
+        r = t.replay_state()
+        where = (plan.in_off[0], plan.in_size[0], plan.in_shapes[0], plan.in_dtypes[0])
+        t.extensions()["hvp"] = (sw, pool, plan.compiled, plan, r["fast"], where)
     return out[0] if len(out) == 1 else tuple(out)
 
 
