@@ -18,10 +18,10 @@ from tape.bench.harness import Opts, Progress, Skip
 
 def problems():
     """Every problem, in report order."""
-    from tape.bench import ba, gmm, gp, lstm, second, simple
+    from tape.bench import ba, gmm, gp, lstm, njit_loop, second, simple
 
     return (
-        simple.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS + gp.PROBLEMS
+        simple.PROBLEMS + njit_loop.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS + gp.PROBLEMS
         + second.PROBLEMS
     )  # fmt: skip
 
