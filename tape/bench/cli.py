@@ -21,8 +21,8 @@ def problems():
     from tape.bench import ba, gmm, gp, lstm, njit_loop, second, simple
 
     return (
-        simple.PROBLEMS + njit_loop.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS + gp.PROBLEMS
-        + second.PROBLEMS
+        simple.PROBLEMS + njit_loop.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS
+        + gp.PROBLEMS + second.PROBLEMS
     )  # fmt: skip
 
 
@@ -106,8 +106,8 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="python -m tape.bench",
         description="Benchmark tape's gradients against a hand-written Numba gradient and the "
-        "installed peers (JAX jit, PyTorch eager, HIPS autograd, Dr.Jit, CasADi), after checking they all agree "
-        "to 1e-8 in float64.",
+        "installed peers (JAX jit, PyTorch eager, HIPS autograd, Dr.Jit, CasADi), after checking "
+        "they all agree to 1e-8 in float64.",
     )
     ap.add_argument("problems", nargs="*", help="problems to run (default: all); see --list")
     ap.add_argument("--list", action="store_true", help="list the problems and exit")

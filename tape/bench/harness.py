@@ -363,8 +363,13 @@ def plot(problems: list, results: dict, path):
             for tool, info in res["tools"].items():
                 if "grad" in info:
                     series.setdefault(tool, []).append((res["size"], info["grad"]["median_s"]))
-    tools = list(REF_ORDER) + ["tape eager", "tape per-obs", "drjit", "casadi"]
-    tools += ["tape njit_gradient", "tape compiled kernels"]
+    tools = list(REF_ORDER) + [
+        "tape eager",
+        "tape per-obs",
+        "drjit",
+        "casadi",
+        "tape njit_gradient",
+    ]
     style = {t: (f"C{k % 10}", m) for k, (t, m) in enumerate(zip(tools, "osD^vx*Ph<>d"))}
     ncol = 3
     nrow = max(1, math.ceil(len(panels) / ncol))
