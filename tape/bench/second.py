@@ -62,19 +62,17 @@ def casadi_derivative(f, x, consts, what, v=None):
 
     def build():
         ca, (xs,), y = casadi_symbols(f, [x], consts)
-        n = np.size(x)
+        value = None
         if what == "hvp":
-            vs = ca.MX.sym("v", n)
+            vs = ca.MX.sym("v", np.size(x))
             d = ca.Function("hvp", [xs, vs], [ca.jtimes(ca.gradient(y, xs), xs, vs)])
             args = [x, v]
+            G = ca.Function("gradient", [xs], [ca.densify(ca.gradient(y, xs))])
+            value = casadi_buffered(G, [x])
         else:
             J = ca.hessian(y, xs)[0] if what == "hessian" else ca.jacobian(y, xs)
             d, args = ca.Function(what, [xs], [ca.densify(J)]), [x]
         m = d.size1_out(0)
-        value = None
-        if what == "hvp":
-            G = ca.Function("gradient", [xs], [ca.densify(ca.gradient(y, xs))])
-            value = casadi_buffered(G, [x])
         return Impl(
             grad=casadi_buffered(d, args), value=value,
             grad_np=lambda r: r[0].reshape((m, -1), order="F").ravel(),
@@ -121,8 +119,8 @@ def hvp_cases(opts):
     from tape.bench import gmm, simple
 
     x = np.random.default_rng(0).uniform(-1.0, 2.0, 1000)
-    out = [Case("hvp", "rosenbrock n=1000", 1000, hvp_builders(simple.rosenbrock, [x], (), casadi=True),
-                ratio=True)]  # fmt: skip
+    tools = hvp_builders(simple.rosenbrock, [x], (), casadi=True)
+    out = [Case("hvp", "rosenbrock n=1000", 1000, tools, ratio=True)]
     rng = np.random.default_rng(1)
     params = simple._mlp_params(rng, (32, 64, 1))
     X, y = rng.normal(size=(64, 32)), rng.normal(size=(64, 1))
