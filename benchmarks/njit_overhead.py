@@ -16,7 +16,9 @@ From Python: the hand gradient called from Python, ``t.gradient(x)``, ``t.gradie
 and ``t.njit_gradient(x, g, work)``.
 
 Each figure is the median over ``R`` repeats of the mean time per call over a batch of calls
-(ns); the ratio is to the hand gradient in the same setting. Set ``NUMBA_CACHE_DIR`` /
+(ns); the ratio is to the hand gradient in the same setting. The loops are
+:mod:`tape.bench.njit_loop`'s (``python -m tape.bench njit-loop`` runs them in the benchmark's
+harness, with its agreement check and interleaved timing). Set ``NUMBA_CACHE_DIR`` /
 ``TAPE_CACHE_DIR`` to keep compiled code between runs.
 """
 
@@ -29,66 +31,16 @@ import subprocess
 import time
 
 import numpy as np
-from numba import njit
 
 import tape as tp
-from tape.bench import simple
-
-
-def rosen(x):
-    return simple.rosenbrock(tp, [x], ())
-
-
-@njit(cache=True, error_model="numpy")
-def hand_grad(x, g):
-    """Rosenbrock's gradient into ``g`` (one fused loop); returns the value."""
-    n = x.shape[0]
-    for i in range(n):
-        g[i] = 0.0
-    f = 0.0
-    for i in range(n - 1):
-        a = x[i + 1] - x[i] * x[i]
-        b = 1.0 - x[i]
-        f += 100.0 * a * a + b * b
-        g[i] += -400.0 * a * x[i] - 2.0 * b
-        g[i + 1] += 200.0 * a
-    return f
-
-
-@njit(cache=True)
-def loop_hand(x, g, calls):
-    s = 0.0
-    for _ in range(calls):
-        hand_grad(x, g)
-        s += g[0]
-    return s
-
-
-def make_ka_loop(kernels):
-    """A loop calling ``kernels.gradient(ka)`` (a module global: Numba binds it at compile)."""
-    K = kernels
-
-    @njit
-    def loop(ka, calls):
-        s = 0.0
-        for _ in range(calls):
-            K.gradient(ka)
-            s += ka.grad[0]
-        return s
-
-    return loop
-
-
-def make_njit_loop(fn):
-    @njit
-    def loop(x, g, work, calls):
-        s = 0.0
-        for _ in range(calls):
-            fn(x, g, work)
-            s += g[0]
-        return s
-
-    return loop
+from tape.bench.njit_loop import (
+    hand_grad,
+    loaded_workspace,
+    loop_hand,
+    make_ka_loop,
+    make_njit_loop,
+    rosen,
+)
 
 
 def per_call(run, calls, reps):
@@ -130,10 +82,7 @@ def bench(n, reps):
 
     tc = tp.record(rosen, x, compile=True)
     ti = tp.record(rosen, x, compile=False)
-    kac, kai = tc.workspace(), ti.workspace()
-    for ka, t in ((kac, tc), (kai, ti)):
-        off, m = t.input_slice(0)
-        ka.data[off : off + m] = x
+    kac, kai = loaded_workspace(tc, x), loaded_workspace(ti, x)
     # the results agree before anything is timed
     ref = np.empty(n)
     hand_grad(x, ref)
@@ -142,9 +91,23 @@ def bench(n, reps):
     h = per_call(lambda c: loop_hand(x, g, c), calls, reps)
     rows.append(("@njit loop", "hand", h, h))
     loop_c = make_ka_loop(tc.kernels)
-    rows.append(("@njit loop", "t.kernels.gradient(ka) compiled", per_call(lambda c: loop_c(kac, c), calls, reps), h))
+    rows.append(
+        (
+            "@njit loop",
+            "t.kernels.gradient(ka) compiled",
+            per_call(lambda c: loop_c(kac, c), calls, reps),
+            h,
+        )
+    )
     loop_i = make_ka_loop(tp.kernels)
-    rows.append(("@njit loop", "tp.kernels.gradient(ka) interpreter", per_call(lambda c: loop_i(kai, c), calls, reps), h))
+    rows.append(
+        (
+            "@njit loop",
+            "tp.kernels.gradient(ka) interpreter",
+            per_call(lambda c: loop_i(kai, c), calls, reps),
+            h,
+        )
+    )
     ng = getattr(tc, "njit_gradient", None)
     if ng is not None:
         work = tc.njit_workspace()
@@ -178,8 +141,10 @@ def main(argv=None):
     print(f"{'n':>6}  {'where':<10}  {'what':<38} {'ns/call':>9}  {'[min-max]':>17}  {'x hand':>7}")
     for n in [int(s) for s in a.sizes.split(",")]:
         for where, what, (med, lo, hi), base in bench(n, a.reps):
-            print(f"{n:>6}  {where:<10}  {what:<38} {med:9.1f}  [{lo:7.1f}-{hi:7.1f}]  "
-                  f"{med / base[0]:7.2f}")
+            print(
+                f"{n:>6}  {where:<10}  {what:<38} {med:9.1f}  [{lo:7.1f}-{hi:7.1f}]  "
+                f"{med / base[0]:7.2f}"
+            )
 
 
 if __name__ == "__main__":

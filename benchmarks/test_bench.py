@@ -1,18 +1,20 @@
 """The ``python -m tape.bench`` problems as pytest-benchmark tests: ``pytest benchmarks/``.
 
 One test per (problem instance, tool); each is grouped by instance so pytest-benchmark's table
-compares the tools side by side. Peers that are not installed, and missing ADBench data, are
+compares the tools side by side (``njit-loop``: the time of one call of a loop of gradients in
+``@njit`` code, not per gradient). Peers that are not installed, and missing ADBench data, are
 skipped. The full comparison (agreement checks, interleaved timing, gradient/objective
 ratios) is ``python -m tape.bench``; this is the same code timed by pytest-benchmark.
 """
 
 import pytest
 
-from tape.bench import adbench, ba, gmm, gp, lstm, second, simple
+from tape.bench import adbench, ba, gmm, gp, lstm, njit_loop, second, simple
 from tape.bench.harness import Opts, Skip
 
 DATA = adbench.find_data_dir()
-TOOLS = ("tape", "tape eager", "njit (hand)", "numpy (hand)", "jax jit", "torch", "autograd")
+TOOLS = ("tape", "tape eager", "njit (hand)", "numpy (hand)", "jax jit", "torch", "autograd",
+         "drjit", "casadi")  # fmt: skip
 
 
 def _cases():
@@ -20,6 +22,7 @@ def _cases():
     out += [c for c in simple.rosenbrock_cases(Opts()) if c.size in (10, 1000, 100_000)]
     out += simple.mlp_cases(Opts()) + simple.mlp_large_cases(Opts()) + simple.linreg_cases(Opts())
     out += gp.gp_cases(Opts()) + gp.gp_x_cases(Opts(quick=True))
+    out += njit_loop.njit_loop_cases(Opts(quick=True))
     if DATA is not None:
         out += [c for c in gmm.gmm_cases(Opts(quick=True)) if c.label != "10k d10 K25"]
         out += ba.ba_cases(Opts(quick=True))
@@ -41,7 +44,7 @@ CASES = _cases()
 PARAMS = [
     pytest.param(case, tool, id=f"{case.problem}[{case.label}]-{tool}")
     for case in CASES
-    for tool in TOOLS
+    for tool in (case.builders if case.problem == "njit-loop" else TOOLS)
     if tool in case.builders
 ] + [
     pytest.param(case, tool, id=f"{case.problem}[{case.label}]-{tool}")

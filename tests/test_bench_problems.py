@@ -5,7 +5,8 @@ Tiny sizes, no timing."""
 import numpy as np
 import pytest
 
-from tape.bench import adbench, ba, gmm, lstm, simple
+from tape.bench import adbench, ba, gmm, lstm, njit_loop, second, simple
+from tape.bench.backends import peer_of
 from tape.bench.common import backend
 from tape.bench.harness import Opts, Skip, flat, rel_err, run_case
 
@@ -25,14 +26,22 @@ def peer_builders(builders):
     """The builders of the installed peers (the others are skipped)."""
     out = {}
     for tool, b in builders.items():
-        if tool in ("jax jit", "torch", "autograd"):
-            mod = {"jax jit": "jax", "torch": "torch", "autograd": "autograd"}[tool]
+        if peer_of(tool):
             try:
-                backend(mod)
+                backend(peer_of(tool))
             except Skip:
                 continue
         out[tool] = b
     return out
+
+
+def needs(peer):
+    try:
+        backend(peer)
+        missing = False
+    except Skip:
+        missing = True
+    return pytest.mark.skipif(missing, reason=f"{peer} is not installed (the peers extra)")
 
 
 # ------------------------------------------------------------------ simple problems
@@ -66,6 +75,68 @@ def test_rosenbrock_peers_agree():
     for tool, b in peer_builders(case.builders).items():
         v, g = grad_of(b)
         assert rel_err(v, hv) <= RTOL and rel_err(g, hg) <= RTOL, tool
+
+
+def test_peer_of_names_the_peer_a_tool_needs():
+    assert [peer_of(t) for t in ("jax jacfwd", "casadi", "drjit", "torch", "tape compiled",
+                                 "njit (hand)", "tape njit_gradient")] == [
+        "jax", "casadi", "drjit", "torch", None, None, None]  # fmt: skip
+
+
+@needs("drjit")
+def test_drjit_traces_once_and_agrees_on_every_size():
+    """The frozen gradient is recorded at the first call and replayed after (a re-trace per
+    call would time Dr.Jit's tracer, not its kernels)."""
+    for case in simple.rosenbrock_cases(Opts(quick=True)):
+        hv, hg = grad_of(case.builders["njit (hand)"])
+        impl = case.builders["drjit"]()
+        for _ in range(3):
+            g = impl.grad_np(impl.grad())
+        assert impl.frozen.n_recordings == 1, case.label
+        assert rel_err(g, hg) <= RTOL and rel_err(impl.value_np(impl.value()), hv) <= RTOL
+
+
+@needs("casadi")
+def test_casadi_derivatives_agree_with_tape_and_a_plain_call():
+    """CasADi's gradient, HVP, Hessian and Jacobian (through ``Function.buffer``) against
+    tape's and, for the buffer's column-major layout, against CasADi's own plain call of a
+    non-symmetric Jacobian."""
+    import casadi as ca
+
+    import tape as tp
+
+    case = simple.rosenbrock_cases(Opts(quick=True))[0]
+    hv, hg = grad_of(case.builders["njit (hand)"])
+    v, g = grad_of(case.builders["casadi"])
+    assert rel_err(v, hv) <= RTOL and rel_err(g, hg) <= RTOL
+
+    rng = np.random.default_rng(0)
+    x, v, A = rng.uniform(-1.0, 2.0, 7), rng.standard_normal(7), rng.standard_normal((7, 7))
+    t = second._record(simple.rosenbrock, [x], ())
+    tm = tp.record(lambda x: second.mixed(backend("tape"), [x], [tp.tensor(A)]), x)
+    refs = {"hvp": (simple.rosenbrock, (), t.hvp(x, v=(v,))),
+            "hessian": (simple.rosenbrock, (), t.hessian(x)),
+            "jacobian": (second.mixed, (A,), tm.jacobian(x))}  # fmt: skip
+    for what, (f, consts, ref) in refs.items():
+        impl = second.casadi_derivative(f, x, consts, what, v)()
+        assert rel_err(impl.grad_np(impl.grad()), flat(ref)) <= RTOL, what
+    _, (xs,), y = second.casadi_symbols(second.mixed, [x], (A,))
+    plain = np.asarray(ca.Function("j", [xs], [ca.jacobian(y, xs)])(x))
+    impl = second.casadi_derivative(second.mixed, x, (A,), "jacobian")()
+    assert rel_err(impl.grad_np(impl.grad()), plain) <= 1e-14
+
+
+def test_njit_loop_tools_agree_and_report_per_gradient_times():
+    """The tools of ``njit-loop`` pass the harness's agreement check at n=10 (one short timing
+    round: the per-gradient times are there, the numbers are not checked)."""
+    case = njit_loop.njit_loop_cases(Opts(quick=True))[0]
+    tools = ("njit (hand)", "tape", "tape njit_gradient")  # "tape compiled": 4 s more compiling
+    opts = Opts(min_time=1e-4, budget=0.001, min_repeats=1, max_repeats=1, tools=tools)
+    res = run_case(case, opts)
+    assert set(res["tools"]) == set(tools)
+    for tool, info in res["tools"].items():
+        assert info["status"] == "ok" and info["grad_err"] <= RTOL, (tool, info)
+        assert info["grad"]["repeats"] == 1 and "compile_s" in info
 
 
 # ------------------------------------------------------------------ GMM
@@ -194,6 +265,68 @@ def test_harness_reports_a_wrong_gradient():
     res = run_case(case, Opts(min_time=1e-5, budget=0.001, min_repeats=1, max_repeats=1))
     assert res["tools"]["tape"]["status"] == "mismatch"
     assert "grad" not in res["tools"]["tape"]
+
+
+def test_harness_reports_per_gradient_times_and_the_one_time_cost(monkeypatch):
+    """On a fake clock (a build of 2 s, a grad() call of 1 ms computing 10 gradients): times
+    are per gradient, ``compile`` is build + first call less one steady call, and the table
+    shows it."""
+    from tape.bench import harness
+    from tape.bench.harness import Case, Impl, Problem, format_table
+
+    clock = [0.0]
+
+    def tick(dt, result=None):
+        clock[0] += dt
+        return result
+
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+    x = np.arange(3.0)
+    case = Case("toy", "x", 3, {
+        "tape": lambda: tick(2.0, Impl(grad=lambda: tick(1e-3, 2 * x), batch=10)),
+        "njit (hand)": lambda: Impl(grad=lambda: tick(1e-4, 2 * x)),
+    })  # fmt: skip
+    res = run_case(case, Opts(min_time=1e-2, budget=0.1, min_repeats=3, max_repeats=3))
+    t, h = res["tools"]["tape"], res["tools"]["njit (hand)"]
+    assert t["grad"]["median_s"] == pytest.approx(1e-4) and h["grad"]["median_s"] == pytest.approx(
+        1e-4
+    )
+    assert t["compile_s"] == pytest.approx(2.0) and h["compile_s"] == pytest.approx(0.0, abs=1e-12)
+    assert t["setup_s"] + t["first_s"] == pytest.approx(2.001)
+    table = format_table(Problem("toy", "toy", "n", None), [res])
+    assert "compile" in table.splitlines()[1]
+    assert table.splitlines()[3].split()[-4:] == ["2", "s", "2", "s"]  # first, compile
+
+
+def test_report_quotes_the_njit_loop_and_the_peers():
+    from tape.bench.report import markdown, targets_njit_and_peers
+
+    def case(size, **meds):
+        tools = {k: {"status": "ok", "grad": {"median_s": v, "q25_s": v, "q75_s": v},
+                     "compile_s": 0.5} for k, v in meds.items()}  # fmt: skip
+        return {"case": f"n={size}", "size": size, "tools": tools, "notes": []}
+
+    results = {
+        "njit-loop": [
+            case(
+                10, **{"njit (hand)": 20e-9, "tape njit_gradient": 40e-9, "tape compiled": 400e-9}
+            ),
+            case(1000, **{"njit (hand)": 1e-6, "tape njit_gradient": 1.1e-6}),
+        ],
+        "rosenbrock": [case(10, **{"tape compiled": 1e-6, "drjit": 12e-6, "casadi": 0.5e-6})],
+    }
+    got = targets_njit_and_peers(results)
+    assert [met for _, _, met in got] == [True, False, None]
+    assert "40 ns, hand 20 ns (2.00x); tape compiled 400 ns (20.0x)" == got[0][1]
+    assert "drjit 12.0 us (12.0x tape, compile 500 ms)" in got[2][1]
+    meta = {"date": "d", "cpu": "c", "cpus": 2, "platform": "p", "python": "3", "numpy": "2",
+            "numba": "0", "scipy": "1", "peers": {}}  # fmt: skip
+    md = markdown({"meta": meta, "results": results, "skipped": []})
+    assert "## Issue 35 targets" in md
+    assert (
+        "| inside @njit, Rosenbrock n=1000: t.njit_gradient <= 1.05x hand @njit | 1.1 us, hand 1.0 us (1.10x)"
+        in md
+    )
 
 
 def test_threads_option_pins_the_process_to_that_many_cpus():

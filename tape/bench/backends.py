@@ -2,7 +2,9 @@
 
 An objective is written against a backend ``B`` (``B.exp``, ``B.sum(x, axis)``, ...) and
 plain operators (``+ - * / **``, ``@``, slicing, ``.reshape``); every tool then runs the
-same formula in its own natural style. Peers are imported lazily: a missing one is reported
+same formula in its own natural style (Dr.Jit and CasADi only the formulas their array types
+express: vectors, elementwise functions, slices, and for CasADi constant matrices times a
+vector). Peers are imported lazily: a missing one is reported
 by :func:`peer_status` and skipped, never an error.
 """
 
@@ -13,7 +15,7 @@ import os
 
 import numpy as np
 
-PEERS = ("jax", "torch", "autograd")
+PEERS = ("jax", "torch", "autograd", "drjit", "casadi")
 
 
 def peer_status() -> dict:
@@ -23,11 +25,20 @@ def peer_status() -> dict:
         try:
             if name == "jax":
                 _jax()
+            elif name == "drjit":
+                _drjit()
             mod = importlib.import_module(name)
             out[name] = _version(name, mod)
         except Exception:  # noqa: BLE001  (a broken install is reported as missing)
             out[name] = None
     return out
+
+
+def peer_of(tool: str) -> str | None:
+    """The peer a benchmark tool needs (``"jax jit"``, ``"jax jacfwd"`` -> ``"jax"``), from
+    the tool's first word; ``None`` for tape's own tools and the hand-written ones."""
+    first = tool.split()[0]
+    return first if first in PEERS else None
 
 
 def _jax():
@@ -36,6 +47,18 @@ def _jax():
 
     jax.config.update("jax_enable_x64", True)
     return jax
+
+
+def _drjit():
+    """Dr.Jit with its LLVM backend (``ImportError`` where LLVM is not found), its thread pool
+    sized as ``--threads`` asks."""
+    import drjit as dr
+
+    if not dr.has_backend(dr.JitBackend.LLVM):
+        raise ImportError("Dr.Jit's LLVM backend is not available (no LLVM library found)")
+    if os.environ.get("TAPE_BENCH_THREADS"):
+        dr.set_thread_count(int(os.environ["TAPE_BENCH_THREADS"]))
+    return dr
 
 
 class NumpyB:
@@ -184,6 +207,61 @@ class AutogradB(NumpyB):
 
     def stack(self, xs, axis=0):
         return self.anp.stack(xs, axis=axis)
+
+
+class DrJitB(NumpyB):
+    """Dr.Jit's LLVM backend, float64 arrays with AD (``drjit.llvm.ad.Float64``): 1-D
+    arguments (slicing is a gather), no matrix products."""
+
+    name = "drjit"
+
+    def __init__(self):
+        dr = _drjit()
+        from drjit.llvm.ad import Float64
+
+        self.dr, self.Float64 = dr, Float64
+        self.exp, self.log, self.tanh, self.sqrt = dr.exp, dr.log, dr.tanh, dr.sqrt
+        self.sin, self.cos = dr.sin, dr.cos
+
+    def sum(self, x, axis=None):
+        if axis not in (None, 0):
+            raise NotImplementedError("Dr.Jit backend: 1-D arrays only")
+        return self.dr.sum(x)
+
+    def sigmoid(self, x):
+        return 1.0 / (1.0 + self.dr.exp(-x))
+
+    def const(self, a):
+        return self.Float64(np.ravel(a))
+
+
+class CasadiB(NumpyB):
+    """CasADi's symbolic expressions (``MX`` or ``SX``): an argument of ``n`` elements is an
+    ``n x 1`` column (1-D NumPy arrays and CasADi columns index alike), constants are ``DM``."""
+
+    name = "casadi"
+
+    def __init__(self):
+        import casadi as ca
+
+        self.ca = ca
+        self.exp, self.log, self.tanh, self.sqrt = ca.exp, ca.log, ca.tanh, ca.sqrt
+        self.sin, self.cos = ca.sin, ca.cos
+
+    def sum(self, x, axis=None):
+        ca = self.ca
+        if axis is None:
+            return ca.sum1(ca.sum2(x))
+        return ca.sum1(x) if axis == 0 else ca.sum2(x)
+
+    def sigmoid(self, x):
+        return 1.0 / (1.0 + self.ca.exp(-x))
+
+    def concat(self, xs, axis=0):
+        return self.ca.vertcat(*xs) if axis == 0 else self.ca.horzcat(*xs)
+
+    def const(self, a):
+        return self.ca.DM(np.asarray(a, np.float64))
 
 
 def _version(name, mod):

@@ -12,17 +12,17 @@ import tempfile
 import time
 
 from tape.bench import harness
-from tape.bench.backends import peer_status
+from tape.bench.backends import peer_of, peer_status
 from tape.bench.harness import Opts, Progress, Skip
 
 
 def problems():
     """Every problem, in report order."""
-    from tape.bench import ba, gmm, gp, lstm, second, simple
+    from tape.bench import ba, gmm, gp, lstm, njit_loop, second, simple
 
     return (
-        simple.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS + gp.PROBLEMS
-        + second.PROBLEMS
+        simple.PROBLEMS + njit_loop.PROBLEMS + gmm.PROBLEMS + ba.PROBLEMS + lstm.PROBLEMS
+        + gp.PROBLEMS + second.PROBLEMS
     )  # fmt: skip
 
 
@@ -106,8 +106,8 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(
         prog="python -m tape.bench",
         description="Benchmark tape's gradients against a hand-written Numba gradient and the "
-        "installed peers (JAX jit, PyTorch eager, HIPS autograd), after checking they all agree "
-        "to 1e-8 in float64.",
+        "installed peers (JAX jit, PyTorch eager, HIPS autograd, Dr.Jit, CasADi), after checking "
+        "they all agree to 1e-8 in float64.",
     )
     ap.add_argument("problems", nargs="*", help="problems to run (default: all); see --list")
     ap.add_argument("--list", action="store_true", help="list the problems and exit")
@@ -227,7 +227,8 @@ def main(argv=None) -> int:
     )
     print("times: median of interleaved rounds; spread: half the interquartile range; "
           "'vs tape' = tool time / tape replay time (>1: slower than tape); 'first' = build "
-          "(trace, record, jit) + first gradient call, in this process", flush=True)  # fmt: skip
+          "(trace, record, jit) + first gradient call, in this process; 'compile' = 'first' "
+          "less one steady-state call (the one-time cost)", flush=True)  # fmt: skip
 
     # the compiled tier's 'first' is its compile time: a fresh tape cache, unless one is set
     cache = os.environ.setdefault("TAPE_CACHE_DIR", tempfile.mkdtemp(prefix="tape-bench-"))
@@ -252,12 +253,8 @@ def main(argv=None) -> int:
     for p in probs:
         results[p.name] = []
         for case in cases[p.name]:
-            for tool, v in (
-                ("jax jit", peers.get("jax")),
-                ("torch", peers.get("torch")),
-                ("autograd", peers.get("autograd")),
-            ):
-                if not v and tool in case.builders:
+            for tool in list(case.builders):
+                if peer_of(tool) and not peers.get(peer_of(tool)):
                     del case.builders[tool]
             res = harness.run_case(case, opts, progress)
             progress.step()

@@ -19,6 +19,10 @@ Method (one case at a time):
    caches, and a sample of one cold call would measure that, not the tool. Garbage
    collection is off during a sample (as in ``timeit``). Report the median, the interquartile spread and
    the ratio to tape.
+5. One-time cost: ``first`` is the build plus the first gradient call (what a user waits for
+   before the first number); ``compile`` is ``first`` less one steady-state call (the median),
+   the part of it that the tool spends once: tracing, recording, code generation, JIT
+   compilation (or loading compiled code from a cache), first-call allocations.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Impl:
     grad_np: Callable[[Any], np.ndarray] = flat
     value_np: Callable[[Any], np.ndarray] = flat
     note: str = ""
+    batch: int = 1  # gradients one ``grad()`` computes (a loop in @njit code); times are per one
 
 
 @dataclass
@@ -264,15 +269,17 @@ def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
                 j[2]()
             j[5].append(_sample(j[2], j[3]))
     for tool, kind, _fn, number, _t, samples in jobs:
-        s = np.array(samples)
+        s = np.array(samples) / timed[tool].batch
         q25, med, q75 = np.percentile(s, [25, 50, 75])
         res["tools"][tool][kind] = dict(
             median_s=float(med), q25_s=float(q25), q75_s=float(q75), min_s=float(s.min()),
             repeats=len(s), number=number,
         )  # fmt: skip
     tape_med = res["tools"].get("tape", {}).get("grad", {}).get("median_s")
-    for _tool, info in res["tools"].items():
+    for tool, info in res["tools"].items():
         if "grad" in info:
+            steady = info["grad"]["median_s"] * timed[tool].batch  # one grad() call
+            info["compile_s"] = max(0.0, info["setup_s"] + info["first_s"] - steady)
             if tape_med:
                 info["grad"]["vs_tape"] = info["grad"]["median_s"] / tape_med
             if "objective" in info:
@@ -291,7 +298,7 @@ def _spread(d):
 
 def format_table(problem: Problem, results: list) -> str:
     ratio = problem.ratio
-    head = ["case", "tool", "gradient", "spread", "vs tape", "first"]
+    head = ["case", "tool", "gradient", "spread", "vs tape", "first", "compile"]
     if ratio:
         head += ["objective", "grad/obj"]
     rows = []
@@ -314,6 +321,7 @@ def format_table(problem: Problem, results: list) -> str:
                 _spread(g),
                 f"{g['vs_tape']:.2f}" if "vs_tape" in g else "-",
                 fmt_time(info["setup_s"] + info["first_s"]) if "first_s" in info else "-",
+                fmt_time(info["compile_s"]) if "compile_s" in info else "-",
             ]
             if ratio:
                 o = info.get("objective")
@@ -355,8 +363,14 @@ def plot(problems: list, results: dict, path):
             for tool, info in res["tools"].items():
                 if "grad" in info:
                     series.setdefault(tool, []).append((res["size"], info["grad"]["median_s"]))
-    tools = list(REF_ORDER) + ["tape eager", "tape per-obs"]
-    style = {t: (f"C{k}", m) for k, (t, m) in enumerate(zip(tools, "osD^vx*P"))}
+    tools = list(REF_ORDER) + [
+        "tape eager",
+        "tape per-obs",
+        "drjit",
+        "casadi",
+        "tape njit_gradient",
+    ]
+    style = {t: (f"C{k % 10}", m) for k, (t, m) in enumerate(zip(tools, "osD^vx*Ph<>d"))}
     ncol = 3
     nrow = max(1, math.ceil(len(panels) / ncol))
     fig, axes = plt.subplots(nrow, ncol, figsize=(5 * ncol, 4 * nrow), squeeze=False)

@@ -16,6 +16,11 @@ by colouring) and SciPy optimisers fed by tapes, against JAX in the same run.
 - ``optimize``: ``tape.optimize.minimize(method="trust-ncg")`` on Rosenbrock n=1,000 and
   ``tape.optimize.least_squares`` on the full ``ba1``, against the same SciPy call fed by JAX
   (jitted gradient and HVP) for the former.
+
+CasADi (on Rosenbrock and the 100 -> 100 function: one vector argument) runs an ``MX``
+``ca.Function`` of the symbolic derivative, called through ``Function.buffer`` (see
+:mod:`tape.bench.common`): ``ca.jtimes(ca.gradient(f, x), x, v)`` (forward over reverse) for
+the HVP, ``ca.hessian`` and ``ca.jacobian`` (densified) for the dense matrices.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from tape.bench import adbench
-from tape.bench.common import backend
+from tape.bench.common import backend, casadi_buffered, casadi_symbols
 from tape.bench.harness import Case, Impl, Problem, Skip
 
 
@@ -50,10 +55,38 @@ def _jax_fn(f, params, consts):
     return B.jax, xs, fj, n
 
 
+def casadi_derivative(f, x, consts, what, v=None):
+    """A builder of CasADi's ``what`` (``"hvp"``, ``"hessian"``, ``"jacobian"``) of ``f`` at
+    the vector ``x`` (``v``: the HVP's direction); for the HVP, the gradient is the objective
+    (the ``hvp`` problem's ``grad/obj``)."""
+
+    def build():
+        ca, (xs,), y = casadi_symbols(f, [x], consts)
+        value = None
+        if what == "hvp":
+            vs = ca.MX.sym("v", np.size(x))
+            d = ca.Function("hvp", [xs, vs], [ca.jtimes(ca.gradient(y, xs), xs, vs)])
+            args = [x, v]
+            G = ca.Function("gradient", [xs], [ca.densify(ca.gradient(y, xs))])
+            value = casadi_buffered(G, [x])
+        else:
+            J = ca.hessian(y, xs)[0] if what == "hessian" else ca.jacobian(y, xs)
+            d, args = ca.Function(what, [xs], [ca.densify(J)]), [x]
+        m = d.size1_out(0)
+        return Impl(
+            grad=casadi_buffered(d, args), value=value,
+            grad_np=lambda r: r[0].reshape((m, -1), order="F").ravel(),
+            note="MX Function, called through Function.buffer",
+        )  # fmt: skip
+
+    return build
+
+
 # ------------------------------------------------------------------ HVP
 
 
-def hvp_builders(f, params, consts):
+def hvp_builders(f, params, consts, casadi=False):
+    """tape and JAX; ``casadi``: CasADi too (``f`` of one vector argument)."""
     rng = np.random.default_rng(7)
     vs = [rng.standard_normal(np.shape(p)) for p in params]
 
@@ -76,15 +109,18 @@ def hvp_builders(f, params, consts):
             value=lambda: jax.block_until_ready(gj(*xs)),
         )
 
-    return {"tape": tape_b, "tape interpreter": lambda: tape_b(False), "jax jit": jax_b}
+    out = {"tape": tape_b, "tape interpreter": lambda: tape_b(False), "jax jit": jax_b}
+    if casadi:
+        out["casadi"] = casadi_derivative(f, params[0], consts, "hvp", vs[0])
+    return out
 
 
 def hvp_cases(opts):
     from tape.bench import gmm, simple
 
     x = np.random.default_rng(0).uniform(-1.0, 2.0, 1000)
-    out = [Case("hvp", "rosenbrock n=1000", 1000, hvp_builders(simple.rosenbrock, [x], ()),
-                ratio=True)]  # fmt: skip
+    tools = hvp_builders(simple.rosenbrock, [x], (), casadi=True)
+    out = [Case("hvp", "rosenbrock n=1000", 1000, tools, ratio=True)]
     rng = np.random.default_rng(1)
     params = simple._mlp_params(rng, (32, 64, 1))
     X, y = rng.normal(size=(64, 32)), rng.normal(size=(64, 1))
@@ -125,7 +161,8 @@ def hessian_cases(opts):
             h = jax.jit(jax.hessian(fj))
             return Impl(grad=lambda: jax.block_until_ready(h(*xs)))
 
-        tools = {"tape": tape_b, "tape sparse": lambda x=x: tape_b(x, True), "jax jit": jax_b}
+        tools = {"tape": tape_b, "tape sparse": lambda x=x: tape_b(x, True), "jax jit": jax_b,
+                 "casadi": casadi_derivative(simple.rosenbrock, x, (), "hessian")}  # fmt: skip
         out.append(Case("hessian", f"rosenbrock n={n}", n, tools))
     return out
 
@@ -163,7 +200,8 @@ def jacobian_cases(opts):
         return build
 
     tools = {"tape fwd": tape_b("fwd"), "tape rev": tape_b("rev"),
-             "jax jacfwd": jax_b("jacfwd"), "jax jacrev": jax_b("jacrev")}  # fmt: skip
+             "jax jacfwd": jax_b("jacfwd"), "jax jacrev": jax_b("jacrev"),
+             "casadi": casadi_derivative(mixed, x, (A,), "jacobian")}  # fmt: skip
     return [Case("jacobian", "100 -> 100", 100, tools)]
 
 

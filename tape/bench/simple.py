@@ -50,7 +50,8 @@ def rosenbrock_cases(opts):
         def hand(x=x):
             return Impl(grad=lambda: rosenbrock_grad_njit(x)[1], value=lambda: rosenbrock_njit(x))
 
-        out.append(Case("rosenbrock", f"n={n}", n, scalar_builders(rosenbrock, [x], hand=hand)))
+        tools = scalar_builders(rosenbrock, [x], hand=hand, vector_peers=True)
+        out.append(Case("rosenbrock", f"n={n}", n, tools))
     return out
 
 
