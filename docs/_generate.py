@@ -192,7 +192,7 @@ def api_pages(out: Path) -> None:
     for module, title in MODULES.items():
         names = public_names(module)
         head = f"``{module}``"
-        lines = [head, "=" * len(head), "", f".. py:module:: {module}", "", title + ".", ""]
+        lines = [head, "=" * len(head), "", title + ".", "", f".. automodule:: {module}", ""]
         if module == "tape":
             seen = set()
             for group, members in GROUPS.items():

@@ -110,7 +110,11 @@ def jacobian(fn, argnums=0, mode="auto"):
 
 
 jacrev = functools.partial(jacobian, mode="rev")
+jacrev.__doc__ = """``jacrev(fn, argnums=0)(*args)``: :func:`jacobian` by reverse mode, one reverse sweep
+per output element (JAX's ``jax.jacrev``)."""
 jacfwd = functools.partial(jacobian, mode="fwd")
+jacfwd.__doc__ = """``jacfwd(fn, argnums=0)(*args)``: :func:`jacobian` by forward mode, tangent sweeps that
+carry several directions at once (JAX's ``jax.jacfwd``)."""
 
 
 def hessian(fn, argnums=0):
