@@ -189,7 +189,7 @@ def test_docs_example_runs():
     page = Path(__file__).resolve().parent.parent / "docs" / "guides" / "checkpointing.md"
     code = page.read_text().split("```python\n", 1)[1].split("```", 1)[0]
     scope = {}
-    exec(compile(code, str(page), "exec"), scope)
+    exec(compile(code, f"<{page.name}>", "exec"), scope)
 
     def plain(w, xs):
         h = tp.zeros(16)

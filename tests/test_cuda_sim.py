@@ -935,7 +935,7 @@ else:
         blocks = [b.split("```", 1)[0] for b in page.read_text().split("```python\n")[1:3]]
         scope = {"np": np, "tp": tp}
         for code in blocks:
-            exec(compile(code, str(page), "exec"), scope)
+            exec(compile(code, f"<{page.name}>", "exec"), scope)
         ct, t = scope["ct"], scope["ct"].cpu()
         x = rng.standard_normal(5)
         np.testing.assert_allclose(ct.gradient(x), t.gradient(x), rtol=1e-12)

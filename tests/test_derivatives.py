@@ -496,7 +496,7 @@ def test_docs_example_runs():
     page = Path(__file__).resolve().parent.parent / "docs" / "guides" / "derivatives.md"
     code = page.read_text().split("```python\n", 1)[1].split("```", 1)[0]
     scope = {}
-    exec(compile(code, str(page), "exec"), scope)
+    exec(compile(code, f"<{page.name}>", "exec"), scope)
     assert scope["H"].shape == (100, 100) and sps.issparse(scope["Hs"])
     np.testing.assert_allclose(scope["Hs"].toarray(), scope["H"], rtol=1e-14)
     np.testing.assert_allclose(scope["hv"], scope["H"] @ np.ones(100), rtol=1e-12)

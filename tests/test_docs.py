@@ -9,6 +9,7 @@ cluster). Blocks with ``>>>`` prompts are doctests: their printed output must ma
 import doctest
 import importlib
 import inspect
+import linecache
 import re
 import sys
 from pathlib import Path
@@ -42,13 +43,17 @@ def run_page(path):
     """Run every block of ``path`` in one scope; returns how many ran."""
     scope = {"__name__": "__docs__"}
     ran = 0
-    for code, run in code_blocks(path.read_text()):
+    for k, (code, run) in enumerate(code_blocks(path.read_text())):
         if not run:
             continue
+        name = f"<{path.relative_to(ROOT)}, block {k + 1}>"
         if ">>>" in code:
-            assert _run_doctest(code, str(path.relative_to(ROOT)), scope) > 0
+            assert _run_doctest(code, name, scope) > 0
         else:
-            exec(compile(code, str(path.relative_to(ROOT)), "exec"), scope)
+            # the block's own lines for inspect.getsource (custom ops hash their functions'
+            # source), not the page's lines at the block's line numbers
+            linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+            exec(compile(code, name, "exec"), scope)
         ran += 1
     return ran
 
