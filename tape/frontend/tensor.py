@@ -504,7 +504,7 @@ class Tensor:
         """The value as a NumPy array (shares memory for owned values, a copy otherwise).
 
         Inside :func:`tape.record` the value leaves the tape: a guard is recorded, checked at
-        every replay (see README, "When replay is safe").
+        every replay (see the guide "When replay is safe", ``docs/guides/replay_safety.md``).
         """
         if self._tape is None:
             return self._value
