@@ -13,7 +13,7 @@ Record once, replay many::
     t = tp.record(lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum(), x0)
     g = t.gradient(x1)
 
-See README.md for the full tour.
+The documentation (``docs/``, built with Sphinx) has the full tour.
 """
 
 from tape import _aliases

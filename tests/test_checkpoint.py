@@ -183,13 +183,13 @@ def test_refusals_and_bad_input(data, tmp_path):
         tp.checkpoint(lambda a, b: a, tp.zeros(2), "text")
 
 
-def test_readme_example_runs():
+def test_docs_example_runs():
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    code = text.split("## Checkpointing", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    page = Path(__file__).resolve().parent.parent / "docs" / "guides" / "checkpointing.md"
+    code = page.read_text().split("```python\n", 1)[1].split("```", 1)[0]
     scope = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, f"<{page.name}>", "exec"), scope)
 
     def plain(w, xs):
         h = tp.zeros(16)

@@ -929,12 +929,13 @@ else:
         with pytest.raises(ValueError, match=f"vjp{returned}.*returned {returned} cotangent"):
             ct.gradient(x)
 
-    def test_readme_custom_op_gpu_example_runs(rng):
-        section = (ROOT / "README.md").read_text().split("## User-defined ops", 1)[1]
-        blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:3]]
+    def test_docs_custom_op_gpu_example_runs(rng):
+        # the page's first two blocks: the @njit functions, then the CUDA device functions
+        page = ROOT / "docs" / "guides" / "custom_ops.md"
+        blocks = [b.split("```", 1)[0] for b in page.read_text().split("```python\n")[1:3]]
         scope = {"np": np, "tp": tp}
         for code in blocks:
-            exec(compile(code, "README.md", "exec"), scope)
+            exec(compile(code, f"<{page.name}>", "exec"), scope)
         ct, t = scope["ct"], scope["ct"].cpu()
         x = rng.standard_normal(5)
         np.testing.assert_allclose(ct.gradient(x), t.gradient(x), rtol=1e-12)

@@ -65,7 +65,14 @@ def _per_arg(res, order, single):
 
 def grad(fn, argnums=0):
     """``grad(fn)(*args)``: the gradient of the scalar ``fn`` with respect to argument
-    ``argnums`` (an int: one array; a tuple: a tuple of arrays)."""
+    ``argnums`` (an int: one array; a tuple: a tuple of arrays).
+
+    Examples
+    --------
+    >>> import numpy as np, tape as tp
+    >>> tp.grad(lambda x, y: (x * y).sum(), argnums=(0, 1))(np.ones(2), np.arange(2.0))
+    (array([0., 1.]), array([1., 1.]))
+    """
     wrt, order, single = _argnums(argnums)
     traced = _Traced(fn, wrt)
 
@@ -78,7 +85,15 @@ def grad(fn, argnums=0):
 
 
 def value_and_grad(fn, argnums=0):
-    """``value_and_grad(fn)(*args)`` -> ``(fn(*args), grad(fn, argnums)(*args))``."""
+    """``value_and_grad(fn)(*args)`` -> ``(fn(*args), grad(fn, argnums)(*args))``.
+
+    Examples
+    --------
+    >>> import numpy as np, tape as tp
+    >>> value, g = tp.value_and_grad(lambda x: (x * x).sum())(np.array([1.0, 2.0]))
+    >>> float(value), g
+    (5.0, array([2., 4.]))
+    """
     wrt, order, single = _argnums(argnums)
     traced = _Traced(fn, wrt)
 
@@ -94,7 +109,15 @@ def value_and_grad(fn, argnums=0):
 def jacobian(fn, argnums=0, mode="auto"):
     """``jacobian(fn)(*args)``: JAX's ``jacfwd``/``jacrev`` result (``out.shape + arg.shape``;
     tuples over ``argnums`` when it is a tuple, over the outputs when ``fn`` returns a
-    tuple). ``mode``: ``"auto"``, ``"fwd"`` or ``"rev"`` (:meth:`Tape.jacobian`)."""
+    tuple). ``mode``: ``"auto"``, ``"fwd"`` or ``"rev"`` (:meth:`Tape.jacobian`).
+
+    Examples
+    --------
+    >>> import numpy as np, tape as tp
+    >>> tp.jacobian(lambda x: x * x)(np.array([1.0, 2.0]))
+    array([[2., 0.],
+           [0., 4.]])
+    """
     wrt, order, single = _argnums(argnums)
     traced = _Traced(fn, wrt)
 
@@ -110,12 +133,24 @@ def jacobian(fn, argnums=0, mode="auto"):
 
 
 jacrev = functools.partial(jacobian, mode="rev")
+jacrev.__doc__ = """``jacrev(fn, argnums=0)(*args)``: :func:`jacobian` by reverse mode, one
+reverse sweep per output element (JAX's ``jax.jacrev``)."""
 jacfwd = functools.partial(jacobian, mode="fwd")
+jacfwd.__doc__ = """``jacfwd(fn, argnums=0)(*args)``: :func:`jacobian` by forward mode, tangent
+sweeps that carry several directions at once (JAX's ``jax.jacfwd``)."""
 
 
 def hessian(fn, argnums=0):
     """``hessian(fn)(*args)``: the Hessian of the scalar ``fn`` (``arg.shape + arg.shape``;
-    tuples of tuples of blocks when ``argnums`` is a tuple), by forward-over-reverse."""
+    tuples of tuples of blocks when ``argnums`` is a tuple), by forward-over-reverse.
+
+    Examples
+    --------
+    >>> import numpy as np, tape as tp
+    >>> tp.hessian(lambda x: (x**3).sum())(np.array([1.0, 2.0]))
+    array([[ 6.,  0.],
+           [ 0., 12.]])
+    """
     wrt, order, single = _argnums(argnums)
     traced = _Traced(fn, wrt)
 

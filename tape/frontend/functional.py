@@ -298,6 +298,9 @@ def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False):  # noqa: A0
 
 @_export
 def prod(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
+    """Product of the elements over ``axis`` (NumPy) or ``dim`` (PyTorch), all of them by
+    default; the gradient is exact when the input holds zeros (no division by the
+    product)."""
     return reduce.prod(x, _axis(axis, dim), _keep(keepdims, keepdim))
 
 
@@ -449,6 +452,8 @@ for _fn in scan.EXPORTS:
 
 
 def permute(x, *axes):
+    """``x`` with its axes in the order ``axes`` (``permute(x, 1, 0)`` or
+    ``permute(x, (1, 0))``), as ``torch.permute``; NumPy's ``transpose(x, axes)``."""
     if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
         axes = tuple(axes[0])
     return movement.transpose(x, axes)

@@ -71,16 +71,23 @@ def _leaf_state(arr) -> Tensor:
 class Optimizer:
     """Base class of all optimisers, as ``torch.optim.Optimizer``.
 
-    Args:
-        params: an iterable of leaf tensors that require grad, or of dicts each holding a
-            ``'params'`` entry (tensors, or ``(name, tensor)`` pairs) and hyperparameters
-            overriding ``defaults`` for that group.
-        defaults: the default hyperparameters (``required`` marks one with no default).
+    Parameters
+    ----------
+    params
+        An iterable of leaf tensors that require grad, or of dicts each holding a
+        ``'params'`` entry (tensors, or ``(name, tensor)`` pairs) and hyperparameters
+        overriding ``defaults`` for that group.
+    defaults
+        The default hyperparameters (``required`` marks one with no default).
 
-    Attributes:
-        param_groups: list of dicts, one per group, with every default filled in.
-        state: dict from parameter tensor to that parameter's state dict.
-        defaults: the default hyperparameters.
+    Attributes
+    ----------
+    param_groups
+        List of dicts, one per group, with every default filled in.
+    state
+        Dict from parameter tensor to that parameter's state dict.
+    defaults
+        The default hyperparameters.
 
     A subclass implements :meth:`_update_group` (update one group's parameters in place)
     or overrides :meth:`step` outright; it may implement :meth:`_check_group` to validate
@@ -125,13 +132,17 @@ class Optimizer:
     def step(self, closure=None):
         """Perform a single optimisation step (update every parameter that has a ``.grad``).
 
-        Args:
-            closure (callable, optional): a function that re-evaluates the model and returns
-                the loss (typically: ``zero_grad()``, compute the loss, ``backward()``,
-                return the loss). It is called with gradient tracking enabled, before the
-                update.
+        Parameters
+        ----------
+        closure : callable, optional
+            A function that re-evaluates the model and returns
+            the loss (typically: ``zero_grad()``, compute the loss, ``backward()``,
+            return the loss). It is called with gradient tracking enabled, before the
+            update.
 
-        Returns:
+        Returns
+        -------
+        object or None
             The closure's loss, or None without a closure.
         """
         loss = None
@@ -146,11 +157,13 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         """Reset the gradients of all optimised tensors.
 
-        Args:
-            set_to_none (bool): set ``.grad`` to None (default) rather than filling the
-                gradient tensors with zeros in place. As in PyTorch, the optimisers skip a
-                parameter whose ``.grad`` is None but step one whose gradient is zero (which
-                still moves it under momentum or weight decay).
+        Parameters
+        ----------
+        set_to_none : bool
+            Set ``.grad`` to None (default) rather than filling the
+            gradient tensors with zeros in place. As in PyTorch, the optimisers skip a
+            parameter whose ``.grad`` is None but step one whose gradient is zero (which
+            still moves it under momentum or weight decay).
         """
         for group in self.param_groups:
             for p in group["params"]:
@@ -172,16 +185,21 @@ class Optimizer:
         """Add a parameter group to :attr:`param_groups` (e.g. layers unfrozen while
         fine-tuning).
 
-        Args:
-            param_group (dict): ``'params'`` (a tensor, or a list of tensors or of
-                ``(name, tensor)`` pairs) and hyperparameters for this group; missing ones
-                take the optimiser's defaults.
+        Parameters
+        ----------
+        param_group : dict
+            ``'params'`` (a tensor, or a list of tensors or of
+            ``(name, tensor)`` pairs) and hyperparameters for this group; missing ones
+            take the optimiser's defaults.
 
-        Raises:
-            TypeError: ``param_group`` is not a dict, its params are a set, or a param is not
-                a tensor.
-            ValueError: a param is not a leaf, does not require grad, or is already in
-                another group; a required hyperparameter is missing or one is invalid.
+        Raises
+        ------
+        TypeError
+            ``param_group`` is not a dict, its params are a set, or a param is not
+            a tensor.
+        ValueError
+            A param is not a leaf, does not require grad, or is already in
+            another group; a required hyperparameter is missing or one is invalid.
         """
         if not isinstance(param_group, dict):
             raise TypeError(f"param_group must be a dict, but got {type(param_group).__name__}")
@@ -298,8 +316,10 @@ class Optimizer:
         the parameter's dtype), so this optimiser shares no memory with the saved dict; NumPy
         arrays and other array-likes are accepted in place of tape tensors.
 
-        Raises:
-            ValueError: the number of groups, or of parameters in a group, differs.
+        Raises
+        ------
+        ValueError
+            The number of groups, or of parameters in a group, differs.
         """
         state_dict = dict(state_dict)
         groups = self.param_groups
@@ -418,17 +438,27 @@ class SGD(Optimizer):
     The momentum buffer starts as the first gradient, so dampening applies from the second
     step on (PyTorch's convention).
 
-    Args:
-        params: iterable of parameters or of parameter-group dicts.
-        lr (float): learning rate (default: 1e-3).
-        momentum (float): momentum factor (default: 0).
-        dampening (float): dampening for momentum (default: 0).
-        weight_decay (float): weight decay, an L2 penalty added to the gradient (default: 0).
-        nesterov (bool): Nesterov momentum; needs ``momentum > 0`` and ``dampening == 0``
-            (default: False).
-        maximize (bool): maximise the objective instead of minimising it (default: False).
-        foreach, fused: accepted for compatibility with PyTorch; the NumPy update is the same.
-        differentiable: must be False.
+    Parameters
+    ----------
+    params
+        Iterable of parameters or of parameter-group dicts.
+    lr : float
+        Learning rate (default: 1e-3).
+    momentum : float
+        Momentum factor (default: 0).
+    dampening : float
+        Dampening for momentum (default: 0).
+    weight_decay : float
+        Weight decay, an L2 penalty added to the gradient (default: 0).
+    nesterov : bool
+        Nesterov momentum; needs ``momentum > 0`` and ``dampening == 0``
+        (default: False).
+    maximize : bool
+        Maximise the objective instead of minimising it (default: False).
+    foreach, fused
+        Accepted for compatibility with PyTorch; the NumPy update is the same.
+    differentiable
+        Must be False.
 
     Example::
 
@@ -525,18 +555,29 @@ class Adam(Optimizer):
     The state of each parameter is ``step`` (a number), ``exp_avg``, ``exp_avg_sq`` and, with
     amsgrad, ``max_exp_avg_sq``.
 
-    Args:
-        params: iterable of parameters or of parameter-group dicts.
-        lr (float): learning rate (default: 1e-3).
-        betas (tuple[float, float]): decay rates of the running averages of the gradient and
-            of its square (default: (0.9, 0.999)).
-        eps (float): term added to the denominator for numerical stability (default: 1e-8).
-        weight_decay (float): weight decay (default: 0).
-        amsgrad (bool): use the AMSGrad variant (default: False).
-        maximize (bool): maximise the objective instead of minimising it (default: False).
-        decoupled_weight_decay (bool): decoupled (AdamW) weight decay (default: False).
-        foreach, capturable, fused: accepted for compatibility with PyTorch (no effect).
-        differentiable: must be False.
+    Parameters
+    ----------
+    params
+        Iterable of parameters or of parameter-group dicts.
+    lr : float
+        Learning rate (default: 1e-3).
+    betas : tuple[float, float]
+        Decay rates of the running averages of the gradient and
+        of its square (default: (0.9, 0.999)).
+    eps : float
+        Term added to the denominator for numerical stability (default: 1e-8).
+    weight_decay : float
+        Weight decay (default: 0).
+    amsgrad : bool
+        Use the AMSGrad variant (default: False).
+    maximize : bool
+        Maximise the objective instead of minimising it (default: False).
+    decoupled_weight_decay : bool
+        Decoupled (AdamW) weight decay (default: False).
+    foreach, capturable, fused
+        Accepted for compatibility with PyTorch (no effect).
+    differentiable
+        Must be False.
     """
 
     def __init__(
@@ -669,17 +710,27 @@ class AdamW(Adam):
     the :class:`Adam` step with the plain gradient (the decay does not enter the moments).
     Note the default ``weight_decay=1e-2`` (Adam's is 0).
 
-    Args:
-        params: iterable of parameters or of parameter-group dicts.
-        lr (float): learning rate (default: 1e-3).
-        betas (tuple[float, float]): decay rates of the running averages of the gradient and
-            of its square (default: (0.9, 0.999)).
-        eps (float): term added to the denominator for numerical stability (default: 1e-8).
-        weight_decay (float): decoupled weight decay coefficient (default: 1e-2).
-        amsgrad (bool): use the AMSGrad variant (default: False).
-        maximize (bool): maximise the objective instead of minimising it (default: False).
-        foreach, capturable, fused: accepted for compatibility with PyTorch (no effect).
-        differentiable: must be False.
+    Parameters
+    ----------
+    params
+        Iterable of parameters or of parameter-group dicts.
+    lr : float
+        Learning rate (default: 1e-3).
+    betas : tuple[float, float]
+        Decay rates of the running averages of the gradient and
+        of its square (default: (0.9, 0.999)).
+    eps : float
+        Term added to the denominator for numerical stability (default: 1e-8).
+    weight_decay : float
+        Decoupled weight decay coefficient (default: 1e-2).
+    amsgrad : bool
+        Use the AMSGrad variant (default: False).
+    maximize : bool
+        Maximise the objective instead of minimising it (default: False).
+    foreach, capturable, fused
+        Accepted for compatibility with PyTorch (no effect).
+    differentiable
+        Must be False.
     """
 
     def __init__(

@@ -76,6 +76,16 @@ def record(
     constants at record time. Integer arguments (for example gather indices) are replayed as
     data and checked for range at every replay. Every entry keeps the ``file:line`` of the code
     that recorded it (``print(t)``, error and anomaly messages).
+
+    Examples
+    --------
+    >>> import numpy as np, tape as tp
+    >>> t = tp.record(lambda x: (x * x).sum(), np.zeros(3))
+    >>> t.gradient(np.array([1.0, 2.0, 3.0]))
+    array([2., 4., 6.])
+    >>> value, g = t.value_and_grad(np.ones(3))
+    >>> float(value)
+    3.0
     """
     if on_change not in ON_CHANGE and on_change != "_variant":
         raise ValueError(f"record: on_change must be one of {ON_CHANGE}, got {on_change!r}")

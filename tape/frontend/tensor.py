@@ -160,6 +160,8 @@ def set_default_device(dev):
 
 
 def get_default_device():
+    """The device constructors use by default (``device("cpu")`` unless
+    :func:`set_default_device` changed it), as ``torch.get_default_device``."""
     return _DEFAULT_DEVICE[0]
 
 
@@ -208,6 +210,8 @@ _state = _State()
 
 
 def is_grad_enabled() -> bool:
+    """Whether ops on this thread record gradients now (False inside :class:`no_grad` and
+    :class:`inference_mode`), as ``torch.is_grad_enabled``."""
     return _state.grad
 
 
@@ -500,7 +504,7 @@ class Tensor:
         """The value as a NumPy array (shares memory for owned values, a copy otherwise).
 
         Inside :func:`tape.record` the value leaves the tape: a guard is recorded, checked at
-        every replay (see README, "When replay is safe").
+        every replay (see the guide "When replay is safe", ``docs/guides/replay_safety.md``).
         """
         if self._tape is None:
             return self._value
@@ -1668,21 +1672,95 @@ def _input(x, input, what):
 
 
 def zeros_like(x=None, dtype=None, requires_grad=False, *, device=None, input=None) -> Tensor:
+    """A tensor of zeros with the shape of ``x``, as ``torch.zeros_like``.
+
+    Parameters
+    ----------
+    x : Tensor or array_like
+        Whose shape (and, without ``dtype``, floating dtype) the result takes; ``input=`` is
+        PyTorch's name for it.
+    dtype : dtype, optional
+        The result's dtype.
+    requires_grad : bool
+        Whether the result is a leaf that requires grad.
+    device : optional
+        Only ``"cpu"`` for eager tensors.
+
+    Returns
+    -------
+    Tensor
+    """
     x = _input(x, input, "zeros_like")
     return zeros(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
 def ones_like(x=None, dtype=None, requires_grad=False, *, device=None, input=None) -> Tensor:
+    """A tensor of ones with the shape of ``x``, as ``torch.ones_like``.
+
+    Parameters
+    ----------
+    x : Tensor or array_like
+        Whose shape (and, without ``dtype``, floating dtype) the result takes; ``input=`` is
+        PyTorch's name for it.
+    dtype : dtype, optional
+        The result's dtype.
+    requires_grad : bool
+        Whether the result is a leaf that requires grad.
+    device : optional
+        Only ``"cpu"`` for eager tensors.
+
+    Returns
+    -------
+    Tensor
+    """
     x = _input(x, input, "ones_like")
     return ones(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
 def empty_like(x=None, dtype=None, requires_grad=False, *, device=None, input=None) -> Tensor:
+    """A tensor of the shape of ``x`` with uninitialised values, as ``torch.empty_like``.
+
+    Parameters
+    ----------
+    x : Tensor or array_like
+        Whose shape (and, without ``dtype``, floating dtype) the result takes; ``input=`` is
+        PyTorch's name for it.
+    dtype : dtype, optional
+        The result's dtype.
+    requires_grad : bool
+        Whether the result is a leaf that requires grad.
+    device : optional
+        Only ``"cpu"`` for eager tensors.
+
+    Returns
+    -------
+    Tensor
+    """
     x = _input(x, input, "empty_like")
     return empty(_shape_of(x), dtype=_like(x, dtype), device=device, requires_grad=requires_grad)
 
 
 def full_like(x=None, fill_value=None, dtype=None, requires_grad=False, *, device=None, input=None):
+    """A tensor of the shape of ``x`` filled with ``fill_value``, as ``torch.full_like``.
+
+    Parameters
+    ----------
+    x : Tensor or array_like
+        Whose shape (and, without ``dtype``, floating dtype) the result takes; ``input=`` is
+        PyTorch's name for it.
+    fill_value : scalar
+        Every element's value.
+    dtype : dtype, optional
+        The result's dtype.
+    requires_grad : bool
+        Whether the result is a leaf that requires grad.
+    device : optional
+        Only ``"cpu"`` for eager tensors.
+
+    Returns
+    -------
+    Tensor
+    """
     x = _input(x, input, "full_like")
     return full(_shape_of(x), fill_value, _like(x, dtype), requires_grad, device=device)
 

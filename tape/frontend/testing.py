@@ -51,6 +51,12 @@ def gradcheck(fn, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, wrt=None, max_full=64
     Returns True, or raises :class:`GradcheckError` naming the point, the input, the worst
     element, the analytic and the numeric value, and the first tape entry whose own local
     derivative disagrees with finite differences (the op and ``file:line`` that recorded it).
+
+    Examples
+    --------
+    >>> import numpy as np, tape as tp
+    >>> tp.gradcheck(lambda x: tp.sin(x) * x, np.linspace(0.0, 1.0, 4))
+    True
     """
     base = _numpy_args(inputs)
     # the interpreter: a check replays each tape a few times, never enough to repay a compile

@@ -1210,7 +1210,7 @@ class Tape:
     def is_guard(self, status) -> bool:
         """Whether a sweep status (the entry index a sweep stopped at, as returned by
         ``tape.sweeps.forward_backward``) is a failed guard: the replay's arguments would take
-        another path than the recorded one (see README, "When replay is safe")."""
+        another path than the recorded one (see ``docs/guides/replay_safety.md``)."""
         return stopped_by_guard(self, int(status))
 
     def kernel_args(self) -> KernelArgs:

@@ -36,6 +36,7 @@ class Generator:
         return self._seed
 
     def initial_seed(self):
+        """The seed this generator was last seeded with."""
         return self._seed
 
 
@@ -48,10 +49,13 @@ def manual_seed(seed):
 
 
 def seed():
+    """Seed the default generator from fresh OS entropy and return that seed, as
+    ``torch.seed``."""
     return default_generator.seed()
 
 
 def initial_seed():
+    """The seed the default generator was last seeded with, as ``torch.initial_seed``."""
     return default_generator.initial_seed()
 
 
