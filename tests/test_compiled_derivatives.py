@@ -5,7 +5,7 @@ Each tape is recorded twice, on the interpreter and compiled; ``jvp``, ``jacobia
 ``hvp`` and ``hessian`` of the compiled one run the generated passes and must agree with the
 interpreter's to 1e-12 relative in float64. The shapes cover every way a fused loop reads an
 input (full, one value, a row per row, a value per row, tiles and blocks of rows), folded sums
-(full and over blocks of rows), loops in blocks and element by element, entries the tier
+(full and over blocks of rows), loops in blocks (flat and over rows) and element by element, entries the tier
 leaves to the interpreter's kernels (matrix products, ``max``), merged duplicates, ``where``
 and integer powers.
 """
@@ -73,6 +73,9 @@ CASES = {
     "tiles and blocks": (three_axis, (RNG.normal(size=(2, 20)), RNG.normal(size=(3, 2)),
                                       RNG.normal(size=(3, 20)))),
     "row per row": (mlp, (RNG.normal(size=(6, 3)), RNG.normal(size=(3, 5)), RNG.normal(size=5))),
+    "long rows": (mlp, (RNG.normal(size=(4, 3)), RNG.normal(size=(3, 70)), RNG.normal(size=70))),
+    "long tiles and blocks": (three_axis, (RNG.normal(size=(2, 70)), RNG.normal(size=(3, 2)),
+                                           RNG.normal(size=(3, 70)))),
     "mixed": (mixed, (RNG.normal(size=(4, 5)), RNG.normal(size=5))),
 }  # fmt: skip
 

@@ -383,17 +383,17 @@ class _Unit:
                 body += [f"{ea} = 0.0", f"{eg} = 0.0"]
                 elem.append((ea, eg, ga, gg))
         body += contrib
-        if self.rows or self.M < BLOCK_MIN:
+        if self.M < BLOCK_MIN:
             for ea, eg, ga, gg in elem:
                 body += ["if d == 0:", f"    {ga} += {ea}", f"{gg} += {eg}"]
             return self.function(name, "data, grad, T, GT", body, pre_d, pre_r, post_r, post_d)
-        return self.blocked(name, body, elem, pre_d, post_d)
+        return self.blocked(name, body, elem, pre_d, pre_r, post_r, post_d)
 
-    def blocked(self, name, body, elem, pre_d, post_d):
-        """A long flat loop in blocks of ``BLOCK`` elements: the contributions to buffers read
-        outside the loop go to scratch arrays (in the L1 cache), added to the arenas by loops
-        of their own, so the main loop stores nothing that may alias what it loads and
-        vectorises (as the gradient's ``_block_loop``)."""
+    def blocked(self, name, body, elem, pre_d, pre_r, post_r, post_d):
+        """A long loop (flat, or over long rows) in blocks of ``BLOCK`` elements: the
+        contributions to buffers read outside the loop go to scratch arrays (in the L1
+        cache), added to the arenas by loops of their own, so the main loop stores nothing
+        that may alias what it loads and vectorises (as the gradient's ``_block_loop``)."""
         blk = min(BLOCK, self.M)
         keep = []
         for ea, eg, _, _ in elem:
@@ -412,15 +412,19 @@ class _Unit:
             ]
         out += ["    for d in range(T.shape[0]):", "        tr = T[d]", "        gr = GT[d]"]
         out += [f"        {x}" for x in (*d_views, *pre_d)]
-        out += [f"        for j0 in range(0, {self.M}, {blk}):",
-                f"            m = min({blk}, {self.M} - j0)"]  # fmt: skip
-        out += [f"            {v}_ = _span({v}, j0, m)" for v in used]
-        out += ["            for jj in range(m):"] + [f"                {x}" for x in main]
+        inner = [f"for j0 in range(0, {self.M}, {blk}):", f"    m = min({blk}, {self.M} - j0)"]
+        inner += [f"    {v}_ = _span({v}, j0, m)" for v in used]
+        inner += ["    for jj in range(m):"] + [f"        {x}" for x in main]
         for ea, eg, ga, gg in elem:
             ga, gg = (_AT_J.sub(r"\1_[jj]", x) for x in (ga, gg))
-            out += ["            if d == 0:", "                for jj in range(m):",
-                    f"                    {ga} += b{ea}[jj]",
-                    "            for jj in range(m):", f"                {gg} += b{eg}[jj]"]  # fmt: skip
+            inner += ["    if d == 0:", "        for jj in range(m):", f"            {ga} += b{ea}[jj]",
+                      "    for jj in range(m):", f"        {gg} += b{eg}[jj]"]  # fmt: skip
+        if self.rows:
+            _, rows = self.view_lines(("data", "grad", "tr", "gr"))
+            inner = [f"for r in range({self.g.rows}):"] + [
+                f"    {x}" for x in (*rows, *pre_r, *inner, *post_r)
+            ]
+        out += [f"        {x}" for x in inner]
         out += [f"        {x}" for x in post_d]
         return out + ["", ""]
 
