@@ -84,18 +84,23 @@ def targets(results) -> list:
 
 
 def targets_second_order(results) -> list:
-    """``[(target, measured, met)]`` for issue 9's benchmark targets (tape's interpreter)."""
+    """``[(target, measured, met)]`` for the second-order and Jacobian targets (issue 35:
+    compiled tapes; the ``hvp`` problem also times the interpreter's drivers, reported)."""
     out = []
     for r in results.get("hvp", []):
         h, g = _med(r, "tape"), _med(r, "tape", "objective")
         if h and g:
-            out.append((f"HVP {r['case']}: <= 4x the gradient", f"HVP {_us(h)}, gradient "
-                        f"{_us(g)} ({h / g:.1f}x)", h <= 4 * g))  # fmt: skip
+            out.append((f"HVP {r['case']} (compiled): <= 2.5x the gradient", f"HVP {_us(h)}, "
+                        f"gradient {_us(g)} ({h / g:.1f}x)", h <= 2.5 * g))  # fmt: skip
+        hi, gi = _med(r, "tape interpreter"), _med(r, "tape interpreter", "objective")
+        if hi and gi:
+            out.append((f"HVP {r['case']} on the interpreter (reported)", f"HVP {_us(hi)}, "
+                        f"gradient {_us(gi)} ({hi / gi:.1f}x)", None))  # fmt: skip
     for r in results.get("hessian", []):
-        if r["case"] == "rosenbrock n=100":
+        if r["case"] == "rosenbrock n=100" or r["case"].startswith("mlp"):
             t, j = _med(r, "tape"), _med(r, "jax jit")
             if t and j:
-                out.append(("Hessian of Rosenbrock n=100: <= 1x jax.hessian",
+                out.append((f"Hessian {r['case']}: <= 1x jax.hessian",
                             f"tape {_us(t)}, JAX {_us(j)} ({t / j:.2f}x)", t <= j))  # fmt: skip
     for r in results.get("jacobian", []):
         ts = {k: _med(r, k) for k in ("tape fwd", "tape rev", "jax jacfwd", "jax jacrev")}
@@ -104,9 +109,9 @@ def targets_second_order(results) -> list:
                 min(ts["tape fwd"], ts["tape rev"]),
                 min(ts["jax jacfwd"], ts["jax jacrev"]),
             )
-            out.append((f"Jacobian {r['case']} (reported, no target)",
+            out.append((f"Jacobian {r['case']}: <= 1x the faster JAX transform",
                         ", ".join(f"{k} {_us(v)}" for k, v in ts.items())
-                        + f" (best tape / best JAX {best_t / best_j:.2f}x)", None))  # fmt: skip
+                        + f" (best tape / best JAX {best_t / best_j:.2f}x)", best_t <= best_j))  # fmt: skip
     for r in results.get("ba-jacobian", []):
         s, d, j = _med(r, "tape sparse"), _med(r, "tape rev (dense)"), _med(r, "jax jacfwd (dense)")
         note = r["tools"].get("tape sparse", {}).get("note", "")
@@ -363,7 +368,7 @@ def markdown(doc, plot=None, command=None, folder=None) -> str:
     tg2 = targets_second_order(results)
     if tg2:
         lines += [
-            "## Issue 9 targets (this run; tape = the interpreter's derivative sweeps)",
+            "## Second-order and Jacobian targets (this run; issue 35: compiled tapes)",
             "",
             "| target | measured | met |",
             "|---|---|---|",

@@ -164,7 +164,33 @@ def hessian_cases(opts):
         tools = {"tape": tape_b, "tape sparse": lambda x=x: tape_b(x, True), "jax jit": jax_b,
                  "casadi": casadi_derivative(simple.rosenbrock, x, (), "hessian")}  # fmt: skip
         out.append(Case("hessian", f"rosenbrock n={n}", n, tools))
+    rng = np.random.default_rng(5)
+    theta = np.concatenate([np.ravel(p) for p in simple._mlp_params(rng, (8, 16, 1))])
+    X, y = rng.normal(size=(32, 8)), rng.normal(size=(32, 1))
+
+    def tape_mlp():
+        t = _record(mlp_flat, [theta], (X, y), compile=True)
+        return Impl(grad=lambda: t.hessian(theta), grad_np=np.ravel, note=f"{len(t)} entries")
+
+    def jax_mlp():
+        jax, xs, fj, _ = _jax_fn(mlp_flat, [theta], (X, y))
+        h = jax.jit(jax.hessian(fj))
+        return Impl(grad=lambda: jax.block_until_ready(h(*xs)))
+
+    out.append(Case("hessian", "mlp 8-16-1 batch 32 (161 parameters)", theta.size,
+                    {"tape": tape_mlp, "jax jit": jax_mlp}))  # fmt: skip
     return out
+
+
+def mlp_flat(B, params, consts):
+    """The MLP loss of :func:`tape.bench.simple.mlp_tanh_mse` (8 -> 16 -> 1) as a function of
+    one vector of its 161 parameters."""
+    from tape.bench import simple
+
+    (th,) = params
+    W1, b1 = th[0:128].reshape(8, 16), th[128:144]
+    W2, b2 = th[144:160].reshape(16, 1), th[160:161]
+    return simple.mlp_tanh_mse(B, [W1, b1, W2, b2], consts)
 
 
 # ------------------------------------------------------------------ Jacobian
@@ -349,7 +375,7 @@ def optimize_cases(opts):
 PROBLEMS = [
     Problem("hvp", "Hessian-vector product (grad/obj = HVP time / gradient time)", "size",
             hvp_cases, ratio=True),
-    Problem("hessian", "dense Hessian of Rosenbrock", "n", hessian_cases),
+    Problem("hessian", "dense Hessian of Rosenbrock and of a small MLP", "n", hessian_cases),
     Problem("jacobian", "Jacobian of a 100 -> 100 function, forward and reverse", "n", jacobian_cases),
     Problem("ba-jacobian", "bundle adjustment residual Jacobian: colouring vs dense", "observations p",
             ba_jacobian_cases),
