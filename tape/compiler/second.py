@@ -81,7 +81,7 @@ def derivative_module(t):
 
 
 class Passes:
-    """One tape's generated fused loops, their addresses, and the tables the generic
+    """One tape's generated fused loops, their addresses, and the program the generic
     drivers (:func:`tangent_pass`, :func:`hvp_pass`) run them by. The drivers compile once
     per process and dtype (and load from Numba's cache after that), whatever the tape: a
     tape's own code is its fused loops, each compiled on its own."""
@@ -91,25 +91,36 @@ class Passes:
         d1, d2 = _dispatch._arena(dtype, 1), _dispatch._arena(dtype, 2)
         tan_sig, hrev_sig = types.none(d1, d2), types.none(d1, d1, d2, d2)
         who = "the derivative passes' fused loops"
-        self.tan_addr = np.array(
+        self.addr = np.array(
             [_dispatch._address(getattr(self.module, n), tan_sig, who) for n in g.tan_units]
-            or [0], np.int64)  # fmt: skip
-        self.hrev_addr = np.array(
-            [_dispatch._address(getattr(self.module, n), hrev_sig, who) for n in g.hrev_units]
-            or [0], np.int64)  # fmt: skip
-        self.tan_rows, self.rev_rows = g.tan_rows, g.rev_rows
-        self.zero, self.roots = g.zero, g.roots
+            + [_dispatch._address(getattr(self.module, n), hrev_sig, who) for n in g.hrev_units]
+            + [0], np.int64)  # fmt: skip
+        rev = g.rev_rows.copy()
+        rev[rev[:, 0] == 0, 1] += len(g.tan_units)  # one address table for both kinds
+        parts = (g.zero, g.roots, g.tan_rows, rev)
+        self.prog = np.concatenate(
+            [np.array([len(x) for x in parts], np.int64)] + [x.ravel() for x in parts]
+        )
+        """The program: ``[n_zero, n_roots, n_tan, n_rev]``, then the zero ranges
+        (``[offset, size]``), the roots (``[offset, size]``, seeded in this order), the tangent
+        rows and the reverse rows (``[what, a, b]``: a fused loop at ``addr[a]`` (``what`` 0),
+        or entry ``b`` of op ``a`` through the interpreter's table)."""
         self.TABLE_CALLS = g.calls
         self.source = g.source
 
     def tangent(self, entries, bufs, ipool, data, T):
         """The tangent sweep (``tangent_sweep``'s contract over the whole tape)."""
-        tangent_pass(entries, bufs, ipool, data, T, self.tan_rows, self.tan_addr)
+        tangent_pass(entries, bufs, ipool, data, T, self.prog, self.addr)
 
     def hvp(self, entries, bufs, ipool, data, grad, T, GT, seeds):
         """Forward-over-reverse (``hvp_pass``'s contract)."""
-        hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, self.zero, self.roots,
-                 self.tan_rows, self.tan_addr, self.rev_rows, self.hrev_addr)  # fmt: skip
+        hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog, self.addr)
+
+    def hvp_one(self, entries, bufs, ipool, data, grad, T, GT, seeds, v, off, out):
+        """:meth:`hvp` for one direction ``v`` (flat, of the arena's dtype) of the argument at
+        arena offset ``off``, in one call: ``v`` into ``T``'s first row, the pass, and the
+        argument's tangent adjoints into ``out`` (flat, as long as ``v``)."""
+        hvp_one(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog, self.addr, v, off, out)
 
 
 _call_tan = _dispatch._caller(
@@ -125,50 +136,69 @@ _call_hrev = _dispatch._caller(
 
 
 @njit(**SWEEP_JIT)
-def tangent_pass(entries, bufs, ipool, data, T, rows, addr):
-    """Run the rows ``[what, a, b]`` of a tangent table in order: a fused loop (``what`` 0,
-    its address ``addr[a]``) or the interpreter's tangent kernel of entry ``b`` (op ``a``)
-    through the dispatch table. Writes ``T``."""
-    for k in range(rows.shape[0]):
-        if rows[k, 0] == 0:
-            _call_tan(addr[rows[k, 1]], (data, T))
+def tangent_pass(entries, bufs, ipool, data, T, prog, addr):
+    """Run the tangent rows of ``prog`` (see :attr:`Passes.prog`) in order: fused loops
+    through their addresses, other entries through the interpreter's tangent kernels.
+    Writes ``T``."""
+    at = 4 + 2 * prog[0] + 2 * prog[1]
+    for k in range(prog[2]):
+        r = at + 3 * k
+        if prog[r] == 0:
+            _call_tan(addr[prog[r + 1]], (data, T))
             continue
-        i = rows[k, 2]
-        a = interp_sweeps._kernel(_dispatch.TAN, rows[k, 1], i, entries, bufs, data)
+        i = prog[r + 2]
+        a = interp_sweeps._kernel(_dispatch.TAN, prog[r + 1], i, entries, bufs, data)
         if a != _dispatch.NOTHING:
             _dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))
 
 
 @njit(**SWEEP_JIT)
-def hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, zero, roots, trows, taddr, rrows,
-             raddr):  # fmt: skip
-    """Forward-over-reverse from tables: zero the adjoint memory ``zero`` (``[offset,
-    size]`` rows) in ``grad`` and every row of ``GT``, add ``seeds`` at the ``roots`` (rows
-    ``[offset, size]``), run the tangent table, then the reverse table: fused loops
-    (``raddr``) and entries through the interpreter's reverse and tangent-of-reverse
-    kernels. Writes ``grad``, ``T`` and ``GT``."""
-    for k in range(zero.shape[0]):
-        for q in range(zero[k, 0], zero[k, 0] + zero[k, 1]):
-            grad[q] = 0.0
-            for d in range(GT.shape[0]):
-                GT[d, q] = 0.0
-    s = 0
-    for k in range(roots.shape[0]):
-        for q in range(roots[k, 1]):
-            grad[roots[k, 0] + q] += seeds[s + q]
-        s += roots[k, 1]
-    tangent_pass(entries, bufs, ipool, data, T, trows, taddr)
-    for k in range(rrows.shape[0]):
-        if rrows[k, 0] == 0:
-            _call_hrev(raddr[rrows[k, 1]], (data, grad, T, GT))
+def hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr):
+    """Forward-over-reverse by ``prog`` (see :attr:`Passes.prog`): zero its adjoint memory
+    in ``grad`` and every row of ``GT``, add ``seeds`` at its roots, run its tangent rows,
+    then its reverse rows: fused loops, and entries through the interpreter's reverse and
+    tangent-of-reverse kernels. Writes ``grad``, ``T`` and ``GT``."""
+    z = 4
+    for k in range(prog[0]):
+        g = grad[prog[z + 2 * k] : prog[z + 2 * k] + prog[z + 2 * k + 1]]
+        for q in range(g.shape[0]):
+            g[q] = 0.0
+        for d in range(GT.shape[0]):
+            h = GT[d, prog[z + 2 * k] : prog[z + 2 * k] + prog[z + 2 * k + 1]]
+            for q in range(h.shape[0]):
+                h[q] = 0.0
+    at, s = z + 2 * prog[0], 0
+    for k in range(prog[1]):
+        for q in range(prog[at + 2 * k + 1]):
+            grad[prog[at + 2 * k] + q] += seeds[s + q]
+        s += prog[at + 2 * k + 1]
+    tangent_pass(entries, bufs, ipool, data, T, prog, addr)
+    at += 2 * prog[1] + 3 * prog[2]
+    for k in range(prog[3]):
+        r = at + 3 * k
+        if prog[r] == 0:
+            _call_hrev(addr[prog[r + 1]], (data, grad, T, GT))
             continue
-        op, i = rrows[k, 1], rrows[k, 2]
+        op, i = prog[r + 1], prog[r + 2]
         a = interp_sweeps._kernel(_dispatch.REV, op, i, entries, bufs, data)
         if a != _dispatch.NOTHING:
             _dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
         a = interp_sweeps._kernel(_dispatch.HREV, op, i, entries, bufs, data)
         if a != _dispatch.NOTHING:
             _dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
+
+
+@njit(**SWEEP_JIT)
+def hvp_one(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr, v, off, out):
+    """:func:`hvp_pass` for one direction ``v`` of the argument at offset ``off`` of the arena
+    (seeded into ``T[0]``), its tangent adjoints copied to ``out``."""
+    t0 = T[0, off : off + v.shape[0]]
+    for q in range(v.shape[0]):
+        t0[q] = v[q]
+    hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr)
+    g0 = GT[0, off : off + out.shape[0]]
+    for q in range(out.shape[0]):
+        out[q] = g0[q]
 
 
 class Generated(NamedTuple):

@@ -30,7 +30,6 @@ from tape.interpreter.generated import sweeps
 from tape.layout.columns import B_OFF, B_SIZE
 from tape.program import anomaly as _anomaly
 from tape.program.callbacks import refuse
-from tape.program.core import _direct_ok
 
 CHUNK_BYTES = 64 << 20
 """Upper bound on the tangent arenas of one pass (``k`` directions times the arena)."""
@@ -460,26 +459,37 @@ def hvp(t, *args, v):
     the last three in one compiled call."""
     st = t.extension_state
     fast = st.get("hvp") if st is not None else None
-    if fast is not None and not t._variants and not _anomaly.ON:
-        # a compiled tape's common call: one differentiated argument, arrays of the recorded
-        # shapes and dtypes (checked as the one-call gradient checks them)
-        sw, pool, mod, plan, shapes, (o, n, s, d) = fast
+    if fast is not None and not t._variants and not _anomaly.ON and len(args) == 1:
+        # a compiled tape's common call: one argument, differentiated, 1-d, and ``v`` arrays
+        # of its recorded shape and dtype, which is the arena's (checked as the one-call
+        # gradient checks its argument)
+        sw, pool, mod, plan, (shape, dt), off = fast
+        a = args[0]
+        if type(v) is tuple and len(v) == 1:
+            v = v[0]
         if (
             t.run_with[0] is sw
-            and _direct_ok(args, shapes)
+            and type(a) is np.ndarray
+            and a.shape == shape
+            and a.dtype is dt
             and type(v) is np.ndarray
-            and v.shape == s
+            and v.shape == shape
+            and v.dtype is dt
         ):
             ws = getattr(t._tls, "ws", None) or t.thread_workspace()
             ws.ok = False
-            for view, a in zip(ws.in_views, args):
-                view[...] = a
+            ws.in_views[0][...] = a
             if sw.forward_sweep(t.entries, t.bufs, pool, ws.data, 0, t.n_entries) < 0:
                 ws.ok = True
-                T, GT, grad = plan.arenas(1)
-                T[0, o : o + n] = v.reshape(-1)
-                mod.hvp(t.entries, t.bufs, t.ipool, ws.data, grad, T, GT, plan.seed)
-                return GT[0, o : o + n].reshape(s).astype(d)
+                try:
+                    T, GT, grad = plan._tls.one
+                except AttributeError:
+                    T, GT, grad = plan._tls.one = plan.arenas(1)
+                out = np.empty(shape, dt)
+                mod.hvp_one(
+                    t.entries, t.bufs, t.ipool, ws.data, grad, T, GT, plan.seed, v, off, out
+                )
+                return out
     plan, data = _forward(t, args, compiled=True)
     _second(plan, "hvp()")
     vals = plan.in_values(v, "hvp: v")
@@ -492,11 +502,14 @@ def hvp(t, *args, v):
         GT[0, o : o + n].reshape(s).astype(d)
         for o, n, s, d in zip(plan.in_off, plan.in_size, plan.in_shapes, plan.in_dtypes)
     ]
-    if plan.tp is t and plan.compiled is not None and len(out) == 1:
+    r = t.replay_state()
+    if (
+        plan.tp is t and plan.compiled is not None and len(t.inputs) == 1
+        and list(t.wrt) == [0] and len(plan.in_shapes[0]) == 1
+        and r["fast"][0][1] == t.dtype == plan.in_dtypes[0]
+    ):  # fmt: skip
         sw, pool = t.run_with
-        r = t.replay_state()
-        where = (plan.in_off[0], plan.in_size[0], plan.in_shapes[0], plan.in_dtypes[0])
-        t.extensions()["hvp"] = (sw, pool, plan.compiled, plan, r["fast"], where)
+        t.extensions()["hvp"] = (sw, pool, plan.compiled, plan, r["fast"][0], plan.in_off[0])
     return out[0] if len(out) == 1 else tuple(out)
 
 
