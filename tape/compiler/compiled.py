@@ -119,6 +119,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import types
 from pathlib import Path
 from typing import NamedTuple
@@ -543,6 +544,12 @@ def _source_key(fn):
             parts.append(inspect.getsource(f))
         except (OSError, TypeError):
             parts.append(f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', repr(f))}")
+        where = getattr(f, "__module__", None)
+        if where is None or where not in sys.modules:
+            # code run by exec() without a module (Numba names it "<dynamic>"): another
+            # process cannot import it, so Numba's cache of a module that calls it cannot
+            # be loaded there (ModuleNotFoundError); the name is this process's own
+            parts.append(f"process {os.getpid()}, function {id(f)}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
