@@ -20,6 +20,10 @@ from tape.compiler import second
 
 RTOL = 1e-12
 
+# after the main process's other tests: the interpreter's second-order kernels these compare
+# against are in Numba's cache by then (the background test_derivatives.py compiles them all)
+pytestmark = pytest.mark.late
+
 
 def close(a, b, rtol=RTOL):
     a, b = np.asarray(a, float), np.asarray(b, float)
