@@ -24,7 +24,9 @@ from tape.frontend import functional as _tf
 from tape.frontend.ops import linalg as _linalg
 from tape.frontend.ops import movement as _movement
 from tape.frontend.ops import reduce as _red
-from tape.frontend.tensor import Tensor, as_tensor, float64, reshape, unsqueeze
+from tape.frontend.tensor import Tensor, apply, as_tensor, float64, reshape, unsqueeze
+from tape.ops.blocks import scan as scan_block
+from tape.ops.softmax import CROSS_ENTROPY
 
 # Elementwise ops come from tape.functional (generated from the op registry); reductions and
 # structural ops from their front ends, whose positional signatures
@@ -571,6 +573,32 @@ def _nll_terms(name, logp, target, weight, ignore_index):
     return _tf.where(ignored, 0.0, per), w_t, ignored, w, cdim
 
 
+def _fused_terms(name, x, t, weight, ignore_index, cdim):
+    """:func:`_nll_terms` of ``log_softmax(x)`` for a class-index target ``t`` that is data,
+    with ``-log_softmax(x)[t]`` as one ``cross_entropy`` entry (:mod:`tape.ops.softmax`);
+    ``(per-element loss, weights w[t])``."""
+    c = x.shape[cdim]
+    w = _class_weight(name, weight, c, x)
+    tv = np.asarray(t._value, np.int64)
+    ign = tv == ignore_index
+    safe = np.where(ign, 0, np.where(tv < 0, tv + c, tv))
+    outer = x.shape[0] if cdim == 1 else 1
+    inner = math.prod(x.shape[2:])
+    per = apply(
+        CROSS_ENTROPY, [x, safe], x.shape[:cdim] + x.shape[cdim + 1 :],
+        scan_block.encode(outer, c, inner),
+    )  # fmt: skip
+    keep = np.where(ign, 0.0, 1.0).astype(x.dtype)
+    if w is None:
+        w_t = as_tensor(keep)
+    else:
+        w_t = _movement.take(w, safe) * keep
+        per = w_t * per
+    if ign.any():
+        per = _tf.where(ign, 0.0, per)
+    return per, w_t
+
+
 def _nll_reduce(loss, w_t, reduction):
     if reduction == "mean":
         if w_t._tape is None and not w_t.requires_grad:  # constant weights: their sum as a number
@@ -608,8 +636,13 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         raise ValueError(f"{name}: Expected 1 or more dimensions (got 0)")
     cdim = 0 if x.ndim == 1 else 1
     c = x.shape[cdim]
-    logp = _log_softmax(x, cdim)
     tshape = _shape(target)
+    if label_smoothing == 0 and tshape != x.shape:
+        t = _class_target(name, target, x, ignore_index)
+        if t._tape is None and c < 1 << 24:  # class indices that are data: one entry
+            loss, w_t = _fused_terms(name, x, t, weight, ignore_index, cdim)
+            return _nll_reduce(loss, w_t, reduction)
+    logp = _log_softmax(x, cdim)
     if tshape == x.shape:  # class probabilities (PyTorch's rule: same shape as the input)
         tkind = target.dtype.kind if isinstance(target, Tensor) else np.asarray(target).dtype.kind
         if tkind != "f":

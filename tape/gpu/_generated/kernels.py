@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "e5530c621eeb62122dc5ad28674f6d62170a8a2525631e8f72109413b5a5c363"
+FINGERPRINT = "c8e6f1272d0e854cbc81ffb489875c446faf69ee5961cb84c9d2fd537bbe42d0"
 
 from numba import cuda, float64
 
@@ -197,6 +197,8 @@ k_eigh_fwd = GPU_KERNELS["eigh"].fwd
 k_eigh_rev = GPU_KERNELS["eigh"].rev
 k_qr_fwd = GPU_KERNELS["qr"].fwd
 k_qr_rev = GPU_KERNELS["qr"].rev
+k_cross_entropy_fwd = GPU_KERNELS["cross_entropy"].fwd
+k_cross_entropy_rev = GPU_KERNELS["cross_entropy"].rev
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -366,6 +368,8 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_eigh_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 81:  # qr
         k_qr_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 82:  # cross_entropy
+        k_cross_entropy_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -513,6 +517,8 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_eigh_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 81:  # qr
         k_qr_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 82:  # cross_entropy
+        k_cross_entropy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9df7e56476743202591c80123a1ce5dddcdf4db370c7c3c79f50e9cbe84ef427"
+FINGERPRINT = "8f3419f95001c78fb3728e78f634bad22d62cdcdfbba44b3a4247ff5e591bb77"
 
 import numpy as np
 from numba import njit, prange
