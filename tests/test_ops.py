@@ -253,6 +253,14 @@ KERNEL_CASES = {
         (lambda a, b: tp.einsum("ij,ij->ij", a, b), lambda a, b: np.einsum("ij,ij->ij", a, b), [_r(1, 3), _r(2, 3)]),
         (lambda a, b: tp.einsum("aab,bc->ac", a, b), lambda a, b: np.einsum("aab,bc->ac", a, b), [_r(2, 2, 3), _r(3, 4)]),
     ],
+    "matmul_nt": [
+        # x W^T (linear) with W read in place
+        (lambda x, w: F.linear(x, w), lambda x, w: x @ w.T, [_r(3, 4), _r(2, 4)]),
+        (lambda x, w: F.linear(x, w), lambda x, w: x @ w.T, [_r(4), _r(3, 4)]),
+        (lambda x, w: F.linear(x, w), lambda x, w: x @ w.T, [_r(2, 3, 4), _r(5, 4)]),
+        (lambda x, w, b: F.linear(x, w, b), lambda x, w, b: x @ w.T + b, [_r(3, 2), _r(4, 2), _r(4)]),
+        (lambda a: F.linear(a, a), lambda a: a @ a.T, [_r(3, 3)]),  # both inputs one buffer
+    ],
     "cross_entropy": [
         # -log_softmax(x)[t] per row, one entry; targets negative-free, ignored, weighted
         (lambda x: F.cross_entropy(x, ce_t, reduction="none"), lambda x: _ce_ref(x, ce_t, 1), [_r(5, 4)]),

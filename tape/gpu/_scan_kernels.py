@@ -163,7 +163,7 @@ def argmin_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
 
 
 # ---------------------------------------------------------------- cross_entropy
-# tape.ops.softmax: one thread per row (its logits strided by inner, its class index at the
+# tape.ops.nn: one thread per row (its logits strided by inner, its class index at the
 # row's position in input 1); phase 0 checks every index first, as the CPU kernel does.
 
 

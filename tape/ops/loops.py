@@ -224,6 +224,12 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
     g0 = view(bufs, grad, a)
     g1 = view(bufs, grad, b)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
+    if m < SHORT_ROW:  # many short rows (a bias of a few classes): no call per row
+        if act0:
+            _short_rows_rev(r0, True, x0, x1, g0, y, gy, nd, m, s0, s1, o0, o1)
+        if act1:
+            _short_rows_rev(r1, False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
+        return
     for r in range(o0.shape[0]):
         yr = y[r * m : (r + 1) * m]
         gyr = gy[r * m : (r + 1) * m]
@@ -233,6 +239,34 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
             _bcast_rev_row(r0, True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
         if act1:
             _bcast_rev_row(r1, False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
+
+
+SHORT_ROW = 4
+"""Rows shorter than this take :func:`_short_rows_rev`: below the four running sums of
+:func:`_bcast_rev_row`, whose results it has to the bit."""
+
+
+@_loop
+def _short_rows_rev(r, first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
+    # binary_rev for input 0 (first) or 1 over every row at once, for rows of m < SHORT_ROW:
+    # a row that reduces into one value (stride 0) sums in order, as _bcast_rev_row does
+    sk = s0 if first else s1
+    for q in range(o0.shape[0]):
+        b0 = o0[q] if nd > 1 else 0
+        b1 = o1[q] if nd > 1 else 0
+        bk = b0 if first else b1
+        e = q * m
+        if sk == 0:
+            acc = 0.0
+            for j in range(m):
+                g_ = gy[e + j]
+                acc += masked(r(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], g_), g_)
+            g[bk] += acc
+        else:
+            for j in range(m):
+                g_ = gy[e + j]
+                v = r(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], g_)
+                g[bk + j * sk] += masked(v, g_)
 
 
 @_jit

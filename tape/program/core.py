@@ -448,6 +448,10 @@ class Tape:
             entries, bufs, grad, self.n_entries, self.n_bufs, np.asarray(roots, np.int64),
             np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
         )  # fmt: skip
+        if _dispatch.all_prepared(_dispatch.REV, entries, bufs, order, data):
+            # every kernel in the table, no callback: the compiled sweep, in one call
+            sweeps.reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, self.n_entries)
+            return need
         rev = sweeps.REV
         done = set()  # autograd.Function calls already run
         classes = _dispatch.entry_classes(entries, bufs, order).tolist()

@@ -25,8 +25,9 @@ from tape.frontend.ops import linalg as _linalg
 from tape.frontend.ops import movement as _movement
 from tape.frontend.ops import reduce as _red
 from tape.frontend.tensor import Tensor, apply, as_tensor, float64, reshape, unsqueeze
+from tape.ops.blocks import matmul as mm_block
 from tape.ops.blocks import scan as scan_block
-from tape.ops.softmax import CROSS_ENTROPY
+from tape.ops.nn import CROSS_ENTROPY, MATMUL_NT
 
 # Elementwise ops come from tape.functional (generated from the op registry); reductions and
 # structural ops from their front ends, whose positional signatures
@@ -321,18 +322,28 @@ def linear(input, weight, bias=None):
             f"linear: mat1 and mat2 shapes cannot be multiplied ({rows}x{x.shape[-1]} and "
             f"{k}x{cols}): input of shape {tuple(x.shape)}, weight of shape {tuple(w.shape)}"
         )
-    wt = _movement.transpose(w) if w.ndim == 2 else w
-    if x.ndim <= 3:
-        out = _linalg.matmul(x, wt)
+    if w.ndim == 2:  # x W^T as one matmul_nt entry: W read in place, no copy of W.T
+        n = w.shape[0]
+        rows = math.prod(x.shape[:-1])
+        x2 = x if x.ndim == 2 else reshape(x, (rows, k))
+        out = apply(MATMUL_NT, [x2, w], (rows, n), mm_block.encode(1, rows, k, n, 0, 0))
+        if x.ndim != 2:
+            out = reshape(out, x.shape[:-1] + (n,))
+    elif x.ndim <= 3:
+        out = _linalg.matmul(x, w)
     else:
-        out = reshape(_linalg.matmul(reshape(x, (-1, k)), wt), x.shape[:-1] + wt.shape[1:])
+        out = reshape(_linalg.matmul(reshape(x, (-1, k)), w), x.shape[:-1])
     if bias is None:
         return out
     b = _float(bias)
-    try:
-        ok = np.broadcast_shapes(out.shape, b.shape) == out.shape
-    except ValueError:
-        ok = False
+    bs, os_ = b.shape, out.shape
+    if bs == os_[-1:] or bs == () or bs == os_:  # the common shapes, without NumPy's rules
+        ok = True
+    else:
+        try:
+            ok = np.broadcast_shapes(os_, bs) == os_
+        except ValueError:
+            ok = False
     if not ok:
         raise RuntimeError(
             f"linear: bias of shape {tuple(b.shape)} does not match the output's shape {tuple(out.shape)} "
@@ -575,7 +586,7 @@ def _nll_terms(name, logp, target, weight, ignore_index):
 
 def _fused_terms(name, x, t, weight, ignore_index, cdim):
     """:func:`_nll_terms` of ``log_softmax(x)`` for a class-index target ``t`` that is data,
-    with ``-log_softmax(x)[t]`` as one ``cross_entropy`` entry (:mod:`tape.ops.softmax`);
+    with ``-log_softmax(x)[t]`` as one ``cross_entropy`` entry (:mod:`tape.ops.nn`);
     ``(per-element loss, weights w[t])``."""
     c = x.shape[cdim]
     w = _class_weight(name, weight, c, x)

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "c8e6f1272d0e854cbc81ffb489875c446faf69ee5961cb84c9d2fd537bbe42d0"
+FINGERPRINT = "0feccb97934e372c2e21d968ac9be07f46ff6776c27e4f4fa979028f79cb362f"
 
 from numba import cuda, float64
 
@@ -199,6 +199,8 @@ k_qr_fwd = GPU_KERNELS["qr"].fwd
 k_qr_rev = GPU_KERNELS["qr"].rev
 k_cross_entropy_fwd = GPU_KERNELS["cross_entropy"].fwd
 k_cross_entropy_rev = GPU_KERNELS["cross_entropy"].rev
+k_matmul_nt_fwd = GPU_KERNELS["matmul_nt"].fwd
+k_matmul_nt_rev = GPU_KERNELS["matmul_nt"].rev
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -370,6 +372,8 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_qr_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 82:  # cross_entropy
         k_cross_entropy_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 83:  # matmul_nt
+        k_matmul_nt_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -519,6 +523,8 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_qr_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 82:  # cross_entropy
         k_cross_entropy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 83:  # matmul_nt
+        k_matmul_nt_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)

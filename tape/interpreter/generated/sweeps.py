@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8f3419f95001c78fb3728e78f634bad22d62cdcdfbba44b3a4247ff5e591bb77"
+FINGERPRINT = "29096c9e013c149e1f0b8e827bd523976332be5d298770828ce1afe2eb0def0a"
 
 import numpy as np
 from numba import njit, prange

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a49facd2d07100075dbe73a4c672e815315a8da3a35f37258526aa937cb7c192"
+FINGERPRINT = "a55043d16b0e7054c58a0a9c3a2f84e602b84dd50e3679bb65da9e1fc359323c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9fbe06af544883637d57f8f7878702257269f721a91cefae04d3ac311ddf2631"
+FINGERPRINT = "5cd60ab494d02d5eee4c0967c25495b3f25db532fdaa24514673a1b1209ab611"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "891ae40491c6fb49dcee16517648cbe44cf2d09b05a56132f31682bdd7a9fc8a"
+FINGERPRINT = "ed891f0041e269fe3a166e890a40f1bc707dd86458ea4641d46d11e06a58c69e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0008b6c057367562821f204e0dbbd882b77305d58cb94ab155049d18bf21e6e2"
+FINGERPRINT = "1093903429ba8201f68f8b6c5dc4846a813ade46fac047cc6c1ac774b859a1cc"
 
 import numpy as np
 from numba import njit

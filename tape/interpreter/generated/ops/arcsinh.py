@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f6aa9ce6f06f92292e2ebc4c2dc6cbbc5873046002f33d55efdc30284d2bb4e8"
+FINGERPRINT = "c5394811163ffa4e7fdf2c29b8391c622aaff785a61ebef9938eea581adfc5f4"
 
 import numpy as np
 from numba import njit

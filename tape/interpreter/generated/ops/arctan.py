@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d2d89683345ce3c33cf92c59e7191d777ea707f5fcf2d54313953e9061bd2cfc"
+FINGERPRINT = "318d001793cb9e630742d4bcc7a884c04087a4410b60b0733651652a9a29a51d"
 
 import numpy as np
 from numba import njit

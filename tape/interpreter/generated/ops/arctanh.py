@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ed4133660a5ad9d272c15a6acca3dd0b22441829841703ddf65b410b0132bb0d"
+FINGERPRINT = "dcb407ce7580640b7b3c82841c86a2688a8c326a2badc44b7422277ec64a5dd2"
 
 import numpy as np
 from numba import njit

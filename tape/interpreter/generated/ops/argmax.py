@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "229b3c656d6d324e909cf71995bf7c0f03403891a95bf4370d1ba571bcecee6c"
+FINGERPRINT = "4b992a1c3fc6ac37b553f997413f55ab7adb5391e70dd9ab4c8a5b8e80c14e31"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "02cea7af33e46f8bf65ee84539788aec6084fbe4eea7c634af045863ca78db14"
+FINGERPRINT = "edd0b462b8a5eee537ba27bdf5803b6e600a67ae2150813700912a4c636875f2"
 
 import numpy as np
 from numba import njit

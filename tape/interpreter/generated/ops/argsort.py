@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a8c5b09010bafcc1932fa89a55389cf019a93fec157e3f3f828d6fb408b3e7fb"
+FINGERPRINT = "f48fefdce98dc43713b065ca91d8c83b46131ccc30241b4b79c870b05af75065"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d4db4bde90815f47b022c191b481f09d7c303175641b85c5c295c982fd953e83"
+FINGERPRINT = "0909ac9f5d34db43583b98987746fe2caa2d3fb8d87427a3feabfc0d187cd6d2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e701a5ee32206f909d7c7b7034eba9caf859c91c313fb34a24d56c493bc4e3e3"
+FINGERPRINT = "bfb513918525f02cba46cc9f5fe79d496506fe89c292f1f0e17880eda1c543e2"
 
 import numpy as np
 from numba import njit

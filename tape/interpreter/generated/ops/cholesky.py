@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "026ae889819fc1d6300c15fcd53b399d321583c0675464b85f81ac178ab5f7ac"
+FINGERPRINT = "f8c0622931484395395a0a920947b75f82853e2571fe1fab53f27792a9335034"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "04b2a9857af13b04fc6f80fe5a39067217fbb386551913c8d388f72d8c58f21e"
+FINGERPRINT = "98a8b3d1526a5e24e9146909c8ece0715882229c8d930b1fd85039fbe48f363e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "84465fe9b8ac7428868a389f72f1b84a677f23a3b324dcdc2dbf9a6a5821ee63"
+FINGERPRINT = "18c9eca50d6063da50ca9dfb0ea0c0c220b59449457ebf2ba430f1687e5a7807"
 
 import numpy as np
 from numba import njit

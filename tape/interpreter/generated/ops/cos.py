@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38a6790d9d925443cef79535b50bb73a0f37d20000d89936de4cc533990d919d"
+FINGERPRINT = "25ffec531a9751aa8c369bc8bd5e1398e2d54eec0c8b51f5b118b4966027be06"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e6694f0454f5630996384ea6fc08c2833f5dc8ef0625a2b859e4fdc3edc309a6"
+FINGERPRINT = "b780d797e70ed6353c54041da1d1c194f9b06e1db05a060adeaea4cd750d891c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bc0c2140e113cf2b50b0f7537794f58494f8f097344c94de68c965f5cf7750da"
+FINGERPRINT = "cb09ad060c75a6bcf6440e2cc808905586eed70583aac140ab7d943f21d87d82"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c8ff6db1141b734d870117faf1d5896988881cc64c0e1d626cd2fe52d48dcfc"
+FINGERPRINT = "f5592d9ac1809c61c975653808508d8112fc5c107d216c403299bc653ed7a73b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "71971cb265430a01b1b30f1fc9571153c284adde2b19e17824e1e16f20b488d6"
+FINGERPRINT = "a8690e5266fb35f50f960becd1d72d542cd5a4e0e7db5f7da2715b6c44a2b8b1"
 
 import numpy as np
 from numba import njit

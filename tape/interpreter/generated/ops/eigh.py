@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "59aec23a4654d52b7c0c34e0486b1dc962b81d8a1c4ccd836fd9f32204994779"
+FINGERPRINT = "4318c1abfc7d7ec49f8c70f76f9be1bb50f89536cade9573b6d68ecb07bf4a61"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "053fcccda9d074729a3155fbf929d05efb598e3ac4e80c4113599b0225dd83d6"
+FINGERPRINT = "a8725016d324118f1e1c3f5893632aba3a66ff5f59ac8e9ab9ee3f135e5aaf82"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dff760b39b3795746baa754f25836e999aa0337802c762dd8d7c4075fd9b6dcf"
+FINGERPRINT = "420a1c152078a230330bdedd31cd31ab3ec4dbe6ce8bb99fc4b55f0aebfbaebd"
 
 import numpy as np
 from numba import njit

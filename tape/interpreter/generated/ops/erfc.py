@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3bc2c8f59764a520ec0add89fdba9c49dc585e09ac9317680dada6f5b122017d"
+FINGERPRINT = "fd74ed6a3ad08b6a3f5eca6aa6c29d294aad179195c9e22f226505a740b303e1"
 
 import numpy as np
 from numba import njit

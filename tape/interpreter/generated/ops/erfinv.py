@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b008c8667f4c0e24a76e94e07cef127046e90b18e4c78b27bb5073c8392d0ab2"
+FINGERPRINT = "cf42b6f8a7da89d55b2aae9a673d8ee93454d8cb70f07848a445213b53d6e815"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e4b7d09b9930650a86fd5842d7b71863c5dd41db7f5eb140f50c92fc1cb52e8c"
+FINGERPRINT = "4873d1c226f8d25e368f8bbddfc1a0fa6a1a507932371003fa50bab52cb17179"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b49e22b17bf8527789f8a76f2cccdbba021ee8bcf64460e00d161e0d68341bc9"
+FINGERPRINT = "11b1b47a474a30f217ede946c5e19e15100f00c65b25ece948511a5074681b0e"
 
 import numpy as np
 from numba import njit

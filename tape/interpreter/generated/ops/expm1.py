@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "887d9080535962cc05990dd0f97ee5887f232fcbf163f8cb7f581939ec2cfef8"
+FINGERPRINT = "3c03e449b466855039ed37878836aa17c8393ee49e3e877c432c564bba2e6f14"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fa9178770295905c06a30b0c04dfaa6511ef75c02c14687fe342645c6e863e01"
+FINGERPRINT = "6dfc0dfb56bd361c3f3a6c459cb8ae88e8f82bbf76944f7e2542737959cc9ee8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bd8aaee065e03a2dc4a831cde8afa4531f8d013a39fee73f58710312ae8b93cc"
+FINGERPRINT = "ffc43f6c31759515b70151de7b8830b1afcac97ca10690c4d0d5217af6d0e08d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "899931d1ad3a546cddc39263459f723105e0a5760a7d6fe13f62dc1ad4bbac58"
+FINGERPRINT = "dbd11ad25614d13438f8eb651784371ec41a8d2dfb29b6d8749e79bf86ba5fb2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "82f71351b264e263df6a68ecb3d95013558d1b10d4b0bf82692ca1d0147c8c3d"
+FINGERPRINT = "1bf2063d04f47a730eef3ae06f30c8bd5fdbb8694665f24af57e5acfa69ebdde"
 
 import numpy as np
 from numba import njit

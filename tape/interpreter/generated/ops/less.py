@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9fc880053ccf1a4db67b3e0b5eb4f2753f85c5ea90c96c0d4989117dcff4fe01"
+FINGERPRINT = "116c16b76628fd3c99539c61b1fd1009f953995ab46aeb0178ee2f8b8bf7b5f6"
 
 import numpy as np
 from numba import njit

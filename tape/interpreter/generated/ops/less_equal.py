@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "48a0acff380904f1fb6c00c59dc24011bf463778db4a6f65a954890f1330d61c"
+FINGERPRINT = "b3bde53f5e77f4fd81b096f3dd310f9de51e33c36ea5d97ba37d987e3662294d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6446d12b2b5bc9ae15f0f6e6dd95f11f974bb74b9f58fd5544dbfc1a62e5e3de"
+FINGERPRINT = "56cadf83df83af5baeff93c86043724965d05e3c7ac487fbc9eef604fc9dcff0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0b28173d966e9395231965f6a09ff6c69abc264617f194b10b6d710cb7f66dfc"
+FINGERPRINT = "fea90516f13edc879917fbf1c2cb0b94c77f772ff68d1881eeb8f7832e2876a7"
 
 import numpy as np
 from numba import njit

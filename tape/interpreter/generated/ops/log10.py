@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "46b86185ccd3e5b9f4e68fea7409b692edec385228eeadb97abdee6ec0295d34"
+FINGERPRINT = "27bd0465eb415096ad6ea4324b7d5b7d91d49e3fb4a3eae773147df467c0af0b"
 
 import numpy as np
 from numba import njit

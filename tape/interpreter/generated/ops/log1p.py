@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b87f1b7b9e5040a74b3f6452b9ae804527fdb5f35fbb4e6a057640d1559cb0bc"
+FINGERPRINT = "a9ec26380eb876cd5520168e778abee2a4e5b094f41edff108380580b45b3803"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "03d3d708d343df35ba2f38ef6193858b93303588a873d468a5355989124a3e70"
+FINGERPRINT = "aa72e766ee0577edc0281e36537522ebc4cbe0789dfb069b0b686ca91eb8d465"
 
 import numpy as np
 from numba import njit

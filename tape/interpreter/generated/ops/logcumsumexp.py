@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a89747d73f0e8e23baf4b36ac1039a61ac06fd7558604c483d909b4d7ff82b41"
+FINGERPRINT = "18e138a97688c6641f1eca870e905e6340f2ec685ac04ee7436b95c287160368"
 
 import numpy as np
 from numba import njit

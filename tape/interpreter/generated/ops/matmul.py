@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7db194ddb77fccde84b2ac31e618768dca32b119f7c4d40de04d354631073e74"
+FINGERPRINT = "b11afc899a53a835fc10e7d093dc2fc87d73d1e861ecaa81d8db7581a7b04251"
 
 import numpy as np
 from numba import njit

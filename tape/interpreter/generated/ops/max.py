@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7a9c2c75af77ef3339b14825866e4a6f90de4d00b4d8c0c03bb4c802c221694e"
+FINGERPRINT = "7324f9ec787ac4957eeb235e3600804910be5f7b2ebdd997649e18cb96dd40cc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b5b9a677d1a06bc4694d0f2055051d25995221b42a5bfb3e97b5f7e12b93ed15"
+FINGERPRINT = "ab5d15d0f787ee026d0201fe769763fc404f5f39f6172836e09d1829cec95477"
 
 import numpy as np
 from numba import njit

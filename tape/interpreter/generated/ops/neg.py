@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c94bf7d24b5ae2ed89041f0d90e1743d15eafe1324a0e6363138ecda5c2f535"
+FINGERPRINT = "bcf426e2cea427a5d0435571ac9782e10af6e3f1daf4fc015fc362274060609c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "28ee41e5f2959f114d3bcbbca5b4a7d932f89fdc99d2f8a5eb65e262b99c45f5"
+FINGERPRINT = "e42756332c9141dacb87ebf3903e113a41aab06a46c8ca7d12356297ea42f531"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "58784add112a781b7487e284cf32b8a96be49b493fd0f9d60ed63879501a9b85"
+FINGERPRINT = "08db084a3a8da7bf29d77893ca9cefbbaaa559356632f3d4c50f6c1a99c27101"
 
 import numpy as np
 from numba import njit

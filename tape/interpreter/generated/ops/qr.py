@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "acde18f51eb9168ee39d7cc38e1a1e7c1e2fe7bfd8a55a796f6e9ad83df4b294"
+FINGERPRINT = "c6cfef4756c8e92ddcea74c5e65a6911c96450ef32aad8bf8fc7bc7d9cb73390"
 
 import numpy as np
 from numba import njit

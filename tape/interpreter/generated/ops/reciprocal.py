@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1c7a8896b8b9e553ba78b5d0e28cd45cea023597c0d22209329459c6c2d41991"
+FINGERPRINT = "58c21b872f272c781777769e8fc8c5689d648c9c77e9601c7610a276ee2188fc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0d57dfbd43b277862d19d8f7fab801a0361cb275cd06d1e6c32ce20b0a456c5"
+FINGERPRINT = "2a8e85003642eebcb17c5f7499646f265f1f89bf9946676aa8e08faca1071a9b"
 
 import numpy as np
 from numba import njit

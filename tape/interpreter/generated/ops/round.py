@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eee89709040055fa0f6262fb3dbfd7527410b91d56840a726331a840df375ce7"
+FINGERPRINT = "fedbae5f3d6209ec7caffb44f1df2e5ce4a6f468c6f601d87c5c55d07cb38ae4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8aa95cfaab3dcb414d90b84c79510541d1beb414a659d17e6c52c261608c81a3"
+FINGERPRINT = "e278273bedcf4f02a78594918389c8a9baa9501aa071a1ecc61e67b67ec2a312"
 
 import numpy as np
 from numba import njit

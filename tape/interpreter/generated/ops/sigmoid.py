@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f5384550deacad0e629ba1e37d75daea111c98fc533fee8bb5e01efb5dd6dcd6"
+FINGERPRINT = "030c56ee37b9e5522b5d11b6cc8fa8baa4132ddb59c8545a850bfb601e3b5bd2"
 
 import numpy as np
 from numba import njit

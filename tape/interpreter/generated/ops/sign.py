@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "06c925a27e0704a1e5ed71c52a5ce6856df78b9cdaf161fbbc331037e252bbd6"
+FINGERPRINT = "d27a8f5130a5f0c61e457f834cb4c577bb242aefc59544cc1679954d1d1350c8"
 
 import numpy as np
 from numba import njit

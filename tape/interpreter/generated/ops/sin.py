@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "42bdf412e28963507f5da430c00362ff6338f84bb84051971e98da6b4ffdc212"
+FINGERPRINT = "a15d1bd84715eb64aec4a7f3f6c7e5dad869028d3b53ceebbbf3c6ef8c7f3020"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "939ca7abf4a98b8ee58326ac2dd62ad95e18f5b695afc37b9a6f1c50983628a8"
+FINGERPRINT = "c90e92e21e22217ea3a778948926fd147894c1fee6981d5b04d3444aa12ffe36"
 
 import numpy as np
 from numba import njit

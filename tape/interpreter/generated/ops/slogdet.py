@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "57777b0d9c392802903f2f91095b576428f7bfb290f22c8773bc85591f70e76f"
+FINGERPRINT = "99a04bbeb7b7735b9fb87db1c5e2abc408adf888351f84bcdc79a89f62200ad1"
 
 import numpy as np
 from numba import njit

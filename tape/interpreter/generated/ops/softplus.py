@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6de8df51ddd1a251423de2e542e0038ac35a890b73073cd2409200449cfec0cb"
+FINGERPRINT = "747f99d8c4a31779fb5a95992e3daf24ee8aa31bfab22c90670aead2dbe6d7e4"
 
 import numpy as np
 from numba import njit

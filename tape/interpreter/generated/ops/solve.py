@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d4c6d092a3adfc2e14a15d51a2c67d3e7fbf7042ca504062facb47852a66c333"
+FINGERPRINT = "e50f3e3ff93d9096b209e530cc0702acd6cb5d43b456386205a99cb78248a2de"
 
 import numpy as np
 from numba import njit

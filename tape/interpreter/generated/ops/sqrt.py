@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "49219441beab96f050d881190a455dcc99248c27a9e02a4dd9f47e491e4283a3"
+FINGERPRINT = "2d1c349dfc68de955e58fbbdf762216c67bdc668fdcd0293f508be4e34301383"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aeee42043027a59c7ce419a3298b6ac211d8e9e520eeb7fab413351b82aa966a"
+FINGERPRINT = "282a3d683fcf649018fed176262fcb901d8dfe6ef654b63badb2b4f19c0e4c9f"
 
 import numpy as np
 from numba import njit

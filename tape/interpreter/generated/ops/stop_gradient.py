@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d4ce32ad9fa20265307e31c662d0f50d913c12cd65598f8520d5f3b87342de0d"
+FINGERPRINT = "2f0b7a0c545394337558b005ef01788005ba1bfac11aae1e206359df8cd77e06"
 
 import numpy as np
 from numba import njit

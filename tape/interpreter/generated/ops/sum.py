@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "969b506a29e7900de1d8adac2a08d343015a9c1ae15cf8872cd5d474e5120976"
+FINGERPRINT = "2013af4026e0bcff4d2cc17f577ddcbf93486ba992482c64bf586a21f5fcb697"
 
 import numpy as np
 from numba import njit

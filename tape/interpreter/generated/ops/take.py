@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "804120257481c784aa91bcc236ca5b0adc31cc305d7717503e0b7acf749c1581"
+FINGERPRINT = "1fdfefa0d1e62204f98db23bf0565f95219641f59482997c208494352d93e6f6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe109c3d77f11a9c94e2797ebeb03d8b05c3f3a5581c421e941e7b7f01c92f66"
+FINGERPRINT = "17ec012388e10c045cfdd36358c95192a63bb3d4debf0033e5c831b8081b546b"
 
 import numpy as np
 from numba import njit

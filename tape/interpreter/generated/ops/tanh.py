@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0946f490ebae9af858ffd4810ce4d3dd823f0c9e98a46c113e4a65a2f7681cab"
+FINGERPRINT = "fed76ca13d656f9bcefcc91d7461a1a69ee654484d892338fdb70f7a8f7ae2cb"
 
 import numpy as np
 from numba import njit

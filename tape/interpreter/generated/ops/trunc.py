@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98868417fb2133560b5e0314b8c8a3565d8df6cdac5bc89dd2efeb9dd01ebcee"
+FINGERPRINT = "704e63508f664768c7dfdb65a2c2c7e6153accd2376d8325fad8d05a1925fc7b"
 
 import numpy as np
 from numba import njit

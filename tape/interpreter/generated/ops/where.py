@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d30cf8542f99a4fac27853c43c31c90f718580510321c9e3d17a2602cffcebd4"
+FINGERPRINT = "3d2088446e768acd61935b83daddce57bef09c473222d77ab166172f346f0094"
 
 import numpy as np
 from numba import njit

@@ -1,7 +1,9 @@
-"""Classification losses: ``cross_entropy``, the negative log-softmax of logits picked at a
-target class, one value per row, as one entry (where ``log_softmax`` followed by a gather
-records a chain of ten).
+"""The ops of the neural-network front end (:mod:`tape.frontend.nn.functional`):
+``cross_entropy`` and ``matmul_nt``. They are registered after every other family, so that
+adding them left the other op codes as they were.
 
+``cross_entropy`` is the negative log-softmax of logits picked at a target class, one value
+per row, as one entry (where ``log_softmax`` followed by a gather records a chain of ten).
 The logits are viewed as ``(outer, n, inner)`` with ``n`` the class axis (the scan block,
 :mod:`tape.ops.blocks.scan`): element ``j`` of row ``(o, q)`` is at
 ``o * n * inner + j * inner + q``. Input 1 holds one class index per row (``outer * inner``
@@ -14,7 +16,12 @@ the sweep on one out of range. Output element ``(o, q)`` is
 with ``m`` the row's maximum (``0`` where it is not finite), the same shift and the same
 operations as ``-log_softmax(x)[t]``. With ``p_j = exp(x_j - m) / sum_k exp(x_k - m)`` the
 softmax, the reverse rule is ``dL/dx_j = gy (p_j - [j = t])``; the tangent is
-``sum_j p_j tx_j - tx_t``. The front end is :func:`tape.frontend.nn.functional.cross_entropy`.
+``sum_j p_j tx_j - tx_t``.
+
+``matmul_nt`` is ``matmul`` with its second operand held transposed (``A[b] @ B[b]^T``, the
+same attribute block, ``B[b]`` of ``n x k``): ``linear``'s ``x W^T`` without a copy of
+``W.T`` in the forward sweep or the reverse. Its kernels, check and sparsity rule are
+``matmul``'s (:mod:`tape.ops.linalg`) with the transposed flag.
 """
 
 import math
@@ -24,7 +31,7 @@ from numba import njit
 
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
-from tape.ops import registry, validate
+from tape.ops import linalg, registry, validate
 from tape.ops.blocks import scan as sc
 from tape.ops.loops import active, view
 
@@ -51,6 +58,23 @@ def _shift_sum(x, s, n, inner):
     for j in range(n):
         total += math.exp(x[s + j * inner] - m)
     return m, total
+
+
+@_jit
+def _exps(x, s, n, inner, ex):
+    """:func:`_shift_sum`, with ``exp(x_j - m)`` kept in ``ex`` (the same values and sum)."""
+    m = x[s]
+    for j in range(1, n):
+        v = x[s + j * inner]
+        if v > m or v != v:
+            m = v
+    if not abs(m) < math.inf:
+        m = 0.0
+    total = 0.0 * x[s]
+    for j in range(n):
+        ex[j] = math.exp(x[s + j * inner] - m)
+        total += ex[j]
+    return total
 
 
 @_jit
@@ -92,6 +116,7 @@ def cross_entropy_rev(i, entries, bufs, ipool, data, grad):
     gx = view(bufs, grad, a)
     gy = view(bufs, grad, entries[i, E_OUT])
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    ex = np.empty(n, np.float64)
     for o in range(outer):
         for q in range(inner):
             r = o * inner + q
@@ -99,13 +124,11 @@ def cross_entropy_rev(i, entries, bufs, ipool, data, grad):
             if g == 0.0:  # a zero adjoint contributes exactly zero (no 0 * inf)
                 continue
             s = o * n * inner + q
-            m, total = _shift_sum(x, s, n, inner)
-            w = g / total
+            w = g / _exps(x, s, n, inner, ex)
             t = _target(idx, r, n)
             for j in range(n):
-                e = s + j * inner
-                v = math.exp(x[e] - m) * w
-                gx[e] += v - g if j == t else v
+                v = ex[j] * w
+                gx[s + j * inner] += v - g if j == t else v
 
 
 @_jit
@@ -233,4 +256,9 @@ CROSS_ENTROPY = registry.structural(
     "cross_entropy", cross_entropy_fwd, cross_entropy_rev, module=__name__, n_inputs=2,
     differentiable=(True, False), check=check, gpu="cross_entropy", dtype=("like", (0,)),
     describe_failure=failure, jvp=cross_entropy_jvp, hvp=cross_entropy_hvp, sparsity=sparsity,
+)  # fmt: skip
+MATMUL_NT = registry.structural(
+    "matmul_nt", linalg.matmul_nt_fwd, linalg.matmul_nt_rev, module=linalg.__name__, n_inputs=2,
+    differentiable=(True, True), check=linalg.check, gpu="matmul_nt", jvp=linalg.matmul_nt_jvp,
+    hvp=linalg.matmul_nt_hvp, sparsity=linalg.sparsity_nt, may_stop=False,
 )  # fmt: skip
