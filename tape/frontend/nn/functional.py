@@ -584,28 +584,54 @@ def _nll_terms(name, logp, target, weight, ignore_index):
     return _tf.where(ignored, 0.0, per), w_t, ignored, w, cdim
 
 
-def _fused_terms(name, x, t, weight, ignore_index, cdim):
-    """:func:`_nll_terms` of ``log_softmax(x)`` for a class-index target ``t`` that is data,
-    with ``-log_softmax(x)[t]`` as one ``cross_entropy`` entry (:mod:`tape.ops.nn`);
-    ``(per-element loss, weights w[t])``."""
+_TARGETS: dict = {}
+"""``id(target) -> (target, version, key, rows)``: :func:`_target_rows` of the class-index
+tensors ``cross_entropy`` saw last (a training loop passes the same labels every step)."""
+
+
+def _target_rows(name, target, x, ignore_index, cdim):
+    """For a class-index ``target`` that is data (not traced), checked against the logits
+    ``x``: ``(indices, keep, ignored, block)``, the indices the ``cross_entropy`` entry reads
+    (ignored ones as 0, negative ones from the end), 1.0 / 0.0 where counted / ignored, the
+    ignore mask and the entry's attribute block; None for a traced target. Kept per target
+    tensor until it is written in place."""
+    key = (x.shape, x.dtype, ignore_index)
+    cached = isinstance(target, Tensor) and target._ver is not None
+    if cached:
+        hit = _TARGETS.get(id(target))
+        if hit is not None and hit[0] is target and hit[1] == target._ver[0] and hit[2] == key:
+            return hit[3]
+    t = _class_target(name, target, x, ignore_index)
+    if t._tape is not None or x.shape[cdim] >= 1 << 24:
+        return None
     c = x.shape[cdim]
-    w = _class_weight(name, weight, c, x)
     tv = np.asarray(t._value, np.int64)
     ign = tv == ignore_index
     safe = np.where(ign, 0, np.where(tv < 0, tv + c, tv))
+    keep = as_tensor(np.where(ign, 0.0, 1.0).astype(x.dtype))
     outer = x.shape[0] if cdim == 1 else 1
-    inner = math.prod(x.shape[2:])
-    per = apply(
-        CROSS_ENTROPY, [x, safe], x.shape[:cdim] + x.shape[cdim + 1 :],
-        scan_block.encode(outer, c, inner),
-    )  # fmt: skip
-    keep = np.where(ign, 0.0, 1.0).astype(x.dtype)
+    block = scan_block.encode(outer, c, math.prod(x.shape[2:]))
+    rows = (safe, keep, ign if ign.any() else None, block)
+    if cached:
+        if len(_TARGETS) > 64:
+            _TARGETS.clear()
+        _TARGETS[id(target)] = (target, target._ver[0], key, rows)
+    return rows
+
+
+def _fused_terms(name, x, rows, weight, cdim):
+    """:func:`_nll_terms` of ``log_softmax(x)`` for the target ``rows`` of
+    :func:`_target_rows`, with ``-log_softmax(x)[t]`` as one ``cross_entropy`` entry
+    (:mod:`tape.ops.nn`); ``(per-element loss, weights w[t])``."""
+    safe, keep, ign, block = rows
+    w = _class_weight(name, weight, x.shape[cdim], x)
+    per = apply(CROSS_ENTROPY, [x, safe], x.shape[:cdim] + x.shape[cdim + 1 :], block)
     if w is None:
-        w_t = as_tensor(keep)
+        w_t = keep
     else:
         w_t = _movement.take(w, safe) * keep
         per = w_t * per
-    if ign.any():
+    if ign is not None:
         per = _tf.where(ign, 0.0, per)
     return per, w_t
 
@@ -649,9 +675,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     c = x.shape[cdim]
     tshape = _shape(target)
     if label_smoothing == 0 and tshape != x.shape:
-        t = _class_target(name, target, x, ignore_index)
-        if t._tape is None and c < 1 << 24:  # class indices that are data: one entry
-            loss, w_t = _fused_terms(name, x, t, weight, ignore_index, cdim)
+        rows = _target_rows(name, target, x, ignore_index, cdim)
+        if rows is not None:  # class indices that are data: one entry
+            loss, w_t = _fused_terms(name, x, rows, weight, cdim)
             return _nll_reduce(loss, w_t, reduction)
     logp = _log_softmax(x, cdim)
     if tshape == x.shape:  # class probabilities (PyTorch's rule: same shape as the input)

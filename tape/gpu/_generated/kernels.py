@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "0feccb97934e372c2e21d968ac9be07f46ff6776c27e4f4fa979028f79cb362f"
+FINGERPRINT = "6489d1c2c3eb6bca9080c47fe65303d02c8b94142b16d4d8a58ce1652187e582"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a55043d16b0e7054c58a0a9c3a2f84e602b84dd50e3679bb65da9e1fc359323c"
+FINGERPRINT = "ecefee013ff81c795d0eda215089e4f1f70505bd5793fbf0b6b9ea755e438cf8"
 
 import numpy as np
 from numba import njit

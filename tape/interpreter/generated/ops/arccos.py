@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5cd60ab494d02d5eee4c0967c25495b3f25db532fdaa24514673a1b1209ab611"
+FINGERPRINT = "c12e3cb638b0e698e577324bb82149d95bd09b00705c8151853e47f13eec0434"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ed891f0041e269fe3a166e890a40f1bc707dd86458ea4641d46d11e06a58c69e"
+FINGERPRINT = "8b2afcc57fed91bc69c345940552388974c460dc7a3cf2d845ece000379790c4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1093903429ba8201f68f8b6c5dc4846a813ade46fac047cc6c1ac774b859a1cc"
+FINGERPRINT = "125abfacb1749ecfd0f392b6f3186c2a7cd297a18c3149c607037118e7ee1101"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c5394811163ffa4e7fdf2c29b8391c622aaff785a61ebef9938eea581adfc5f4"
+FINGERPRINT = "e3ad34aca3815822240bbf1c0acc2e18c741a31943dcff61a8d4973cc57c3587"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "318d001793cb9e630742d4bcc7a884c04087a4410b60b0733651652a9a29a51d"
+FINGERPRINT = "dc7c44fe0f34f242a5a59ea432ab3e71ee591c8646d3f134accef84816655663"
 
 import numpy as np
 from numba import njit

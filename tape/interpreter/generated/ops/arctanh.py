@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dcb407ce7580640b7b3c82841c86a2688a8c326a2badc44b7422277ec64a5dd2"
+FINGERPRINT = "fd272022ccb974e8c9c9390df54377053d1925007d6e214f8ac8b3a866414ae8"
 
 import numpy as np
 from numba import njit

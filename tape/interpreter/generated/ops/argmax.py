@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4b992a1c3fc6ac37b553f997413f55ab7adb5391e70dd9ab4c8a5b8e80c14e31"
+FINGERPRINT = "9d5345bb3120f9bf273fb1b25153d0672b63c2274ab68fbdc1d0ea7ef66dd1b9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "edd0b462b8a5eee537ba27bdf5803b6e600a67ae2150813700912a4c636875f2"
+FINGERPRINT = "2dcfb737dc24fe408d555641852876afbc3d88710f095a890533f6ed6110a15f"
 
 import numpy as np
 from numba import njit

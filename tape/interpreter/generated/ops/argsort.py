@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f48fefdce98dc43713b065ca91d8c83b46131ccc30241b4b79c870b05af75065"
+FINGERPRINT = "6eb91a4c0e8a356f9f2ea713cf13459610009f5a108a935ff733192da0cf3fdf"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0909ac9f5d34db43583b98987746fe2caa2d3fb8d87427a3feabfc0d187cd6d2"
+FINGERPRINT = "5d3016911ebd7c6ff113695bdeb2368aa7eacb40937a693443a2e4571718202b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bfb513918525f02cba46cc9f5fe79d496506fe89c292f1f0e17880eda1c543e2"
+FINGERPRINT = "b626a1ec83554ec45cb737d62b64013b9fb1ee336dbf5d890e638c6cffb9bbeb"
 
 import numpy as np
 from numba import njit

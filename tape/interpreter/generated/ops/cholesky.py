@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f8c0622931484395395a0a920947b75f82853e2571fe1fab53f27792a9335034"
+FINGERPRINT = "678c1a9d6112386cf6c266e1e6b2c5bafaa2f073e96518e639e4cb3630def907"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98a8b3d1526a5e24e9146909c8ece0715882229c8d930b1fd85039fbe48f363e"
+FINGERPRINT = "1aabb4e6652400af05629fdfbf52ba05d84e4128b65f83cd7ce2007b7c4d857c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "18c9eca50d6063da50ca9dfb0ea0c0c220b59449457ebf2ba430f1687e5a7807"
+FINGERPRINT = "ab40283452152608c925bb234a6cff17d2670faf98573f3eff8fd6e034b52251"
 
 import numpy as np
 from numba import njit

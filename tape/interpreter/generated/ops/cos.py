@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "25ffec531a9751aa8c369bc8bd5e1398e2d54eec0c8b51f5b118b4966027be06"
+FINGERPRINT = "7ffc38dff7ab5869b972c48d1364edeaff8d6f19ae326d1c1fdb24f951464a3b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b780d797e70ed6353c54041da1d1c194f9b06e1db05a060adeaea4cd750d891c"
+FINGERPRINT = "e0ba27be0056cfa0326dcd857595dbfb5bb3d15bfa3a756ce5d9fcd0631a8a6c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "242ff0b8e9b4ac3064d0ed08c167545d7ea02d8ac4f0c857430d7238898f7a6b"
+FINGERPRINT = "88be9ffb3bdcbabd0f049dd8a959e0e221344139198c1da223dd0c8ab94cc2af"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb09ad060c75a6bcf6440e2cc808905586eed70583aac140ab7d943f21d87d82"
+FINGERPRINT = "454922ecba41afd6d22a00af46b26e7fc32666d59c4ed95420b40b414c9f21d4"
 
 import numpy as np
 from numba import njit

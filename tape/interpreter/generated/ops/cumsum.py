@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f5592d9ac1809c61c975653808508d8112fc5c107d216c403299bc653ed7a73b"
+FINGERPRINT = "958cc15a6aa96604fcc7aa23956b6ab3b1052b099533955a3cdf5016aea6d086"
 
 import numpy as np
 from numba import njit

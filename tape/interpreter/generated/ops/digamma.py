@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a8690e5266fb35f50f960becd1d72d542cd5a4e0e7db5f7da2715b6c44a2b8b1"
+FINGERPRINT = "985dc96926912636cd1796ac91badfe2294204352e335b3f20d8dd96099e0dce"
 
 import numpy as np
 from numba import njit

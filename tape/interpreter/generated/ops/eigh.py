@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4318c1abfc7d7ec49f8c70f76f9be1bb50f89536cade9573b6d68ecb07bf4a61"
+FINGERPRINT = "3abc2379f548ce59e953a57d7caad935b8fdbb48dd620079b2c06b80b41cb5a8"
 
 import numpy as np
 from numba import njit

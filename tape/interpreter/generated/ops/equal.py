@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a8725016d324118f1e1c3f5893632aba3a66ff5f59ac8e9ab9ee3f135e5aaf82"
+FINGERPRINT = "2ad84635c80050ab1425aadf8ca20fee21bf59a35712061aa84c1985552f5107"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "420a1c152078a230330bdedd31cd31ab3ec4dbe6ce8bb99fc4b55f0aebfbaebd"
+FINGERPRINT = "07d8e5ea2846ef8f0a9f235b3c59a1d34f0fbac913ba0bdf54a2f99e3322a0b0"
 
 import numpy as np
 from numba import njit

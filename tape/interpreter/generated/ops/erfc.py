@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fd74ed6a3ad08b6a3f5eca6aa6c29d294aad179195c9e22f226505a740b303e1"
+FINGERPRINT = "95c2d539137a5844f9b76e01fff68477069b4d22f870766c381343621a5eae1e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf42b6f8a7da89d55b2aae9a673d8ee93454d8cb70f07848a445213b53d6e815"
+FINGERPRINT = "3e5ee4091551542b51976668dbb0ef919f8d68554c769661b097f8940e163a7b"
 
 import numpy as np
 from numba import njit

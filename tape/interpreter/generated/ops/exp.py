@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4873d1c226f8d25e368f8bbddfc1a0fa6a1a507932371003fa50bab52cb17179"
+FINGERPRINT = "3e18d2912a9957e2da6980150e668f46748b73b3d11775f760e979d1aed2a0a0"
 
 import numpy as np
 from numba import njit

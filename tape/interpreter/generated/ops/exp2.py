@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "11b1b47a474a30f217ede946c5e19e15100f00c65b25ece948511a5074681b0e"
+FINGERPRINT = "02e98f49f793a4df5122edac82573bdef8fc8994834de59a9387ab19724e8ee7"
 
 import numpy as np
 from numba import njit

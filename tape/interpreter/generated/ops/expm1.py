@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3c03e449b466855039ed37878836aa17c8393ee49e3e877c432c564bba2e6f14"
+FINGERPRINT = "131c398fe2f862d004050fb3635131ced23164f8d5fd5ceb71b22c53149cc4d2"
 
 import numpy as np
 from numba import njit

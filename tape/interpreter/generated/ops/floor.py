@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6dfc0dfb56bd361c3f3a6c459cb8ae88e8f82bbf76944f7e2542737959cc9ee8"
+FINGERPRINT = "74ab9313f0bd3286f0c1c2bd7958bfc70efbabacca427bcbf429aa32bf9b9ac0"
 
 import numpy as np
 from numba import njit

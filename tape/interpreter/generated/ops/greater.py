@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ffc43f6c31759515b70151de7b8830b1afcac97ca10690c4d0d5217af6d0e08d"
+FINGERPRINT = "bbe14ae43c83c0aa19bfe85e0af35f5e349c1677cd59731ea5fb5da078270728"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dbd11ad25614d13438f8eb651784371ec41a8d2dfb29b6d8749e79bf86ba5fb2"
+FINGERPRINT = "d075ce270c74384609b84c840ba28b194172a7eec2a020fe40b9302d17b1ba5c"
 
 import numpy as np
 from numba import njit

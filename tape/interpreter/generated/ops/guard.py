@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1bf2063d04f47a730eef3ae06f30c8bd5fdbb8694665f24af57e5acfa69ebdde"
+FINGERPRINT = "641f699bc8ff932661c50731217d30f098b83e93cfcdc33f79faae3eea0782d3"
 
 import numpy as np
 from numba import njit

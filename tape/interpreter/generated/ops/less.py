@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "116c16b76628fd3c99539c61b1fd1009f953995ab46aeb0178ee2f8b8bf7b5f6"
+FINGERPRINT = "8ddc8046d60175cea842c188e01311553df84cf1f772eeb911b890b50f394944"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b3bde53f5e77f4fd81b096f3dd310f9de51e33c36ea5d97ba37d987e3662294d"
+FINGERPRINT = "01f137ae07792c45f1cd593454bdb12899a134ee4c15812da0af7e35e94a7328"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "56cadf83df83af5baeff93c86043724965d05e3c7ac487fbc9eef604fc9dcff0"
+FINGERPRINT = "b293a3deeae6b2dbc71b84dcb7b858c4e5d6410ece8c6627fd7dea806049f18f"
 
 import numpy as np
 from numba import njit

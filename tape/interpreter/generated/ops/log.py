@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fea90516f13edc879917fbf1c2cb0b94c77f772ff68d1881eeb8f7832e2876a7"
+FINGERPRINT = "1a73f7fd5ac3acc1a7bfe01da27756a143680ef80384a71309d673fc01913f37"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "27bd0465eb415096ad6ea4324b7d5b7d91d49e3fb4a3eae773147df467c0af0b"
+FINGERPRINT = "f3749b13f79de48ac309421c5ce71b0325a37371e4782eb1cdf6dcc9631fdd7a"
 
 import numpy as np
 from numba import njit

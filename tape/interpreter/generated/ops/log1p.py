@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a9ec26380eb876cd5520168e778abee2a4e5b094f41edff108380580b45b3803"
+FINGERPRINT = "db46a086b314de46fedcc235868f78ecb77b9e60ffce93f894cce4b2e3b46c74"
 
 import numpy as np
 from numba import njit

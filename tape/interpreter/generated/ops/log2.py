@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aa72e766ee0577edc0281e36537522ebc4cbe0789dfb069b0b686ca91eb8d465"
+FINGERPRINT = "754d42421bc7a44155902e88811f91096fceaa6f5889ec08a194fb00ecf7bdde"
 
 import numpy as np
 from numba import njit

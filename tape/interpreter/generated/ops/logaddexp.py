@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4500cbd4bd5f4d43bb18ce02472fed3121009079fae76da3d69af008c32e07bd"
+FINGERPRINT = "16589634a11ec4f0a8f3fa20eeec762123e1e4c3c94a8d7ba329fdab8f7d2aac"
 
 import numpy as np
 from numba import njit
@@ -27,146 +27,150 @@ logaddexp_h1 = BY_NAME["logaddexp"].hess[1]
 logaddexp_h2 = BY_NAME["logaddexp"].hess[2]
 
 
-@njit(**UNCACHED_JIT)
-def _short_rows_rev_0(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
-    sk = s0 if first else s1
-    for q in range(o0.shape[0]):
-        b0 = o0[q] if nd > 1 else 0
-        b1 = o1[q] if nd > 1 else 0
-        bk = b0 if first else b1
-        e = q * m
-        if sk == 0:
-            acc = 0.0
-            for j in range(m):
-                g_ = gy[e + j]
-                acc += masked(logaddexp_rev0(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], g_), g_)
-            g[bk] += acc
-        else:
-            for j in range(m):
-                g_ = gy[e + j]
-                v = logaddexp_rev0(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], g_)
-                g[bk + j * sk] += masked(v, g_)
-
-
-@njit(**UNCACHED_JIT)
-def _short_rows_rev_1(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
-    sk = s0 if first else s1
-    for q in range(o0.shape[0]):
-        b0 = o0[q] if nd > 1 else 0
-        b1 = o1[q] if nd > 1 else 0
-        bk = b0 if first else b1
-        e = q * m
-        if sk == 0:
-            acc = 0.0
-            for j in range(m):
-                g_ = gy[e + j]
-                acc += masked(logaddexp_rev1(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], g_), g_)
-            g[bk] += acc
-        else:
-            for j in range(m):
-                g_ = gy[e + j]
-                v = logaddexp_rev1(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], g_)
-                g[bk + j * sk] += masked(v, g_)
-
-
 @njit(inline="always", **UNCACHED_JIT)
-def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
+def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(logaddexp_rev0(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
 @njit(**UNCACHED_JIT)
-def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
+def _bcast_rev_rows_0(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
     sk = s0 if first else s1
-    bk = b0 if first else b1
-    if s0 <= 1 and s1 <= 1 and (sk == 1):
-        gk = g[bk:bk + m]
-        if s0 == 1 and s1 == 1:
-            a0 = x0[b0:b0 + m]
-            a1 = x1[b1:b1 + m]
-            for j in range(m):
-                v = logaddexp_rev0(a0[j], a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-        elif s1 == 0:
-            a0 = x0[b0:b0 + m]
-            c1 = x1[b1]
-            for j in range(m):
-                v = logaddexp_rev0(a0[j], c1, yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
+    if m < SHORT_ROW:
+        for q in range(o0.shape[0]):
+            b0 = o0[q] if nd > 1 else 0
+            b1 = o1[q] if nd > 1 else 0
+            bk = b0 if first else b1
+            e = q * m
+            if sk == 0:
+                acc = 0.0
+                for j in range(m):
+                    gj = gy[e + j]
+                    acc += masked(logaddexp_rev0(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj), gj)
+                g[bk] += acc
+            else:
+                for j in range(m):
+                    gj = gy[e + j]
+                    v = logaddexp_rev0(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj)
+                    g[bk + j * sk] += masked(v, gj)
+        return
+    for q in range(o0.shape[0]):
+        b0 = o0[q] if nd > 1 else 0
+        b1 = o1[q] if nd > 1 else 0
+        bk = b0 if first else b1
+        yr = y[q * m:(q + 1) * m]
+        gyr = gy[q * m:(q + 1) * m]
+        if s0 <= 1 and s1 <= 1 and (sk == 1):
+            gk = g[bk:bk + m]
+            if s0 == 1 and s1 == 1:
+                a0 = x0[b0:b0 + m]
+                a1 = x1[b1:b1 + m]
+                for j in range(m):
+                    v = logaddexp_rev0(a0[j], a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            elif s1 == 0:
+                a0 = x0[b0:b0 + m]
+                c1 = x1[b1]
+                for j in range(m):
+                    v = logaddexp_rev0(a0[j], c1, yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            else:
+                c0 = x0[b0]
+                a1 = x1[b1:b1 + m]
+                for j in range(m):
+                    v = logaddexp_rev0(c0, a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+        elif sk == 0:
+            p0 = p1 = p2 = p3 = 0.0
+            j = 0
+            while j + 4 <= m:
+                p0 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                p1 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+                p2 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+                p3 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+                j += 4
+            acc = p0 + p1 + (p2 + p3)
+            for k in range(j, m):
+                acc += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, k)
+            g[bk] += acc
         else:
-            c0 = x0[b0]
-            a1 = x1[b1:b1 + m]
             for j in range(m):
-                v = logaddexp_rev0(c0, a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-    elif sk == 0:
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
-            p1 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
-            p2 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
-            p3 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
-            j += 4
-        acc = p0 + p1 + (p2 + p3)
-        for k in range(j, m):
-            acc += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, k)
-        g[bk] += acc
-    else:
-        for j in range(m):
-            g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                g[bk + j * sk] += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
 @njit(inline="always", **UNCACHED_JIT)
-def _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j):
+def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(logaddexp_rev1(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
 @njit(**UNCACHED_JIT)
-def _bcast_rev_row_4(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
+def _bcast_rev_rows_2(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
     sk = s0 if first else s1
-    bk = b0 if first else b1
-    if s0 <= 1 and s1 <= 1 and (sk == 1):
-        gk = g[bk:bk + m]
-        if s0 == 1 and s1 == 1:
-            a0 = x0[b0:b0 + m]
-            a1 = x1[b1:b1 + m]
-            for j in range(m):
-                v = logaddexp_rev1(a0[j], a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-        elif s1 == 0:
-            a0 = x0[b0:b0 + m]
-            c1 = x1[b1]
-            for j in range(m):
-                v = logaddexp_rev1(a0[j], c1, yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
+    if m < SHORT_ROW:
+        for q in range(o0.shape[0]):
+            b0 = o0[q] if nd > 1 else 0
+            b1 = o1[q] if nd > 1 else 0
+            bk = b0 if first else b1
+            e = q * m
+            if sk == 0:
+                acc = 0.0
+                for j in range(m):
+                    gj = gy[e + j]
+                    acc += masked(logaddexp_rev1(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj), gj)
+                g[bk] += acc
+            else:
+                for j in range(m):
+                    gj = gy[e + j]
+                    v = logaddexp_rev1(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj)
+                    g[bk + j * sk] += masked(v, gj)
+        return
+    for q in range(o0.shape[0]):
+        b0 = o0[q] if nd > 1 else 0
+        b1 = o1[q] if nd > 1 else 0
+        bk = b0 if first else b1
+        yr = y[q * m:(q + 1) * m]
+        gyr = gy[q * m:(q + 1) * m]
+        if s0 <= 1 and s1 <= 1 and (sk == 1):
+            gk = g[bk:bk + m]
+            if s0 == 1 and s1 == 1:
+                a0 = x0[b0:b0 + m]
+                a1 = x1[b1:b1 + m]
+                for j in range(m):
+                    v = logaddexp_rev1(a0[j], a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            elif s1 == 0:
+                a0 = x0[b0:b0 + m]
+                c1 = x1[b1]
+                for j in range(m):
+                    v = logaddexp_rev1(a0[j], c1, yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            else:
+                c0 = x0[b0]
+                a1 = x1[b1:b1 + m]
+                for j in range(m):
+                    v = logaddexp_rev1(c0, a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+        elif sk == 0:
+            p0 = p1 = p2 = p3 = 0.0
+            j = 0
+            while j + 4 <= m:
+                p0 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                p1 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+                p2 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+                p3 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+                j += 4
+            acc = p0 + p1 + (p2 + p3)
+            for k in range(j, m):
+                acc += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, k)
+            g[bk] += acc
         else:
-            c0 = x0[b0]
-            a1 = x1[b1:b1 + m]
             for j in range(m):
-                v = logaddexp_rev1(c0, a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-    elif sk == 0:
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j)
-            p1 += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
-            p2 += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
-            p3 += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
-            j += 4
-        acc = p0 + p1 + (p2 + p3)
-        for k in range(j, m):
-            acc += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, k)
-        g[bk] += acc
-    else:
-        for j in range(m):
-            g[bk + j * sk] += _bcast_rev_at_5(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
 @njit(**UNCACHED_JIT)
-def _binary_tan_partials_6(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
+def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
     p1 = np.zeros(n, T.dtype)
@@ -194,14 +198,14 @@ def _binary_tan_partials_6(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
 
 
 @njit(inline="always", **UNCACHED_JIT)
-def _tan2_7(u, w, y, t0, t1):
+def _tan2_5(u, w, y, t0, t1):
     acc = masked(logaddexp_rev0(u, w, y, t0), t0)
     acc += masked(logaddexp_rev1(u, w, y, t1), t1)
     return acc
 
 
 @njit(**UNCACHED_JIT)
-def _binary_hrev_partials_8(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1):
+def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
     p1 = np.zeros(n, T.dtype)
@@ -255,7 +259,7 @@ def _binary_hrev_partials_8(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
 
 
 @njit(inline="always", **UNCACHED_JIT)
-def _hrev_one_9(u, w, y, g, dg, ta, tb):
+def _hrev_one_7(u, w, y, g, dg, ta, tb):
     v = masked(logaddexp_rev0(u, w, y, dg), dg)
     if g != 0.0:
         s = 0.0
@@ -268,7 +272,7 @@ def _hrev_one_9(u, w, y, g, dg, ta, tb):
 
 
 @njit(inline="always", **UNCACHED_JIT)
-def _hrev_one_10(u, w, y, g, dg, ta, tb):
+def _hrev_one_8(u, w, y, g, dg, ta, tb):
     v = masked(logaddexp_rev1(u, w, y, dg), dg)
     if g != 0.0:
         s = 0.0
@@ -325,21 +329,10 @@ def _rev_logaddexp(i, entries, bufs, ipool, data, grad):
     g0 = view(bufs, grad, a)
     g1 = view(bufs, grad, b)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    if m < SHORT_ROW:
-        if act0:
-            _short_rows_rev_0(True, x0, x1, g0, y, gy, nd, m, s0, s1, o0, o1)
-        if act1:
-            _short_rows_rev_1(False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
-        return
-    for r in range(o0.shape[0]):
-        yr = y[r * m:(r + 1) * m]
-        gyr = gy[r * m:(r + 1) * m]
-        b0 = o0[r] if nd > 1 else 0
-        b1 = o1[r] if nd > 1 else 0
-        if act0:
-            _bcast_rev_row_2(True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
-        if act1:
-            _bcast_rev_row_4(False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
+    if act0:
+        _bcast_rev_rows_0(True, x0, x1, g0, y, gy, nd, m, s0, s1, o0, o1)
+    if act1:
+        _bcast_rev_rows_2(False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
 
 
 @njit(**SWEEP_JIT)
@@ -352,7 +345,7 @@ def _tan_logaddexp(i, entries, bufs, ipool, data, T):
     y = view(bufs, data, o)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
     if T.shape[0] > 1:
-        _binary_tan_partials_6(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1)
+        _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1)
         return
     t0 = view(bufs, T[0], a)
     t1 = view(bufs, T[0], b)
@@ -366,22 +359,22 @@ def _tan_logaddexp(i, entries, bufs, ipool, data, T):
             a0, a1 = (x0[b0:b0 + m], x1[b1:b1 + m])
             u0, u1 = (t0[b0:b0 + m], t1[b1:b1 + m])
             for j in range(m):
-                tyr[j] = _tan2_7(a0[j], a1[j], yr[j], u0[j], u1[j])
+                tyr[j] = _tan2_5(a0[j], a1[j], yr[j], u0[j], u1[j])
         elif s0 == 1 and s1 == 0:
             a0, u0 = (x0[b0:b0 + m], t0[b0:b0 + m])
             c1, w1 = (x1[b1], t1[b1])
             for j in range(m):
-                tyr[j] = _tan2_7(a0[j], c1, yr[j], u0[j], w1)
+                tyr[j] = _tan2_5(a0[j], c1, yr[j], u0[j], w1)
         elif s0 == 0 and s1 == 1:
             c0, w0 = (x0[b0], t0[b0])
             a1, u1 = (x1[b1:b1 + m], t1[b1:b1 + m])
             for j in range(m):
-                tyr[j] = _tan2_7(c0, a1[j], yr[j], w0, u1[j])
+                tyr[j] = _tan2_5(c0, a1[j], yr[j], w0, u1[j])
         else:
             for j in range(m):
                 k0 = b0 + j * s0
                 k1 = b1 + j * s1
-                tyr[j] = _tan2_7(x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
+                tyr[j] = _tan2_5(x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
 
 
 @njit(**SWEEP_JIT)
@@ -399,7 +392,7 @@ def _hrev_logaddexp(i, entries, bufs, ipool, data, grad, T, GT):
     gy = view(bufs, grad, o)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
     if T.shape[0] > 1:
-        _binary_hrev_partials_8(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1)
+        _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1)
         return
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
@@ -418,11 +411,11 @@ def _hrev_logaddexp(i, entries, bufs, ipool, data, grad, T, GT):
                 if act0:
                     q0 = g0[b0:b0 + m]
                     for j in range(m):
-                        q0[j] += _hrev_one_9(a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
+                        q0[j] += _hrev_one_7(a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
                 if act1:
                     q1 = g1[b1:b1 + m]
                     for j in range(m):
-                        q1[j] += _hrev_one_10(a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
+                        q1[j] += _hrev_one_8(a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
                 continue
             for j in range(m):
                 k0 = b0 + j * s0
@@ -430,9 +423,9 @@ def _hrev_logaddexp(i, entries, bufs, ipool, data, grad, T, GT):
                 jy = r * m + j
                 u, w, yv, g, dg = (x0[k0], x1[k1], y[jy], gy[jy], gty[jy])
                 if act0:
-                    g0[k0] += _hrev_one_9(u, w, yv, g, dg, t0[k0], t1[k1])
+                    g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
                 if act1:
-                    g1[k1] += _hrev_one_10(u, w, yv, g, dg, t0[k0], t1[k1])
+                    g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
 @njit(**SWEEP_JIT)
@@ -504,7 +497,7 @@ def _tan_logaddexp_c0(i, entries, bufs, ipool, data, T):
     for j in range(n):
         k0 = j
         k1 = j
-        ty[j] = _tan2_7(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
+        ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
 @njit(**SWEEP_JIT)
@@ -572,19 +565,19 @@ def _hrev_logaddexp_c0(i, entries, bufs, ipool, data, grad, T, GT):
     if a != b:
         if act0:
             for j in range(n):
-                g0[j] += _hrev_one_9(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
+                g0[j] += _hrev_one_7(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
         if act1:
             for j in range(n):
-                g1[j] += _hrev_one_10(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
+                g1[j] += _hrev_one_8(x0[j], x1[j], y[j], gy[j], gty[j], t0[j], t1[j])
         return
     for j in range(n):
         k0 = j
         k1 = j
         u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
         if act0:
-            g0[k0] += _hrev_one_9(u, w, yv, g, dg, t0[k0], t1[k1])
+            g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
         if act1:
-            g1[k1] += _hrev_one_10(u, w, yv, g, dg, t0[k0], t1[k1])
+            g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
 @njit(**SWEEP_JIT)
@@ -665,7 +658,7 @@ def _tan_logaddexp_c1(i, entries, bufs, ipool, data, T):
     for j in range(n):
         k0 = 0
         k1 = j
-        ty[j] = _tan2_7(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
+        ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
 @njit(**SWEEP_JIT)
@@ -736,9 +729,9 @@ def _hrev_logaddexp_c1(i, entries, bufs, ipool, data, grad, T, GT):
         k1 = j
         u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
         if act0:
-            g0[k0] += _hrev_one_9(u, w, yv, g, dg, t0[k0], t1[k1])
+            g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
         if act1:
-            g1[k1] += _hrev_one_10(u, w, yv, g, dg, t0[k0], t1[k1])
+            g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
 @njit(**SWEEP_JIT)
@@ -819,7 +812,7 @@ def _tan_logaddexp_c4(i, entries, bufs, ipool, data, T):
     for j in range(n):
         k0 = j
         k1 = 0
-        ty[j] = _tan2_7(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
+        ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
 @njit(**SWEEP_JIT)
@@ -890,6 +883,6 @@ def _hrev_logaddexp_c4(i, entries, bufs, ipool, data, grad, T, GT):
         k1 = 0
         u, w, yv, g, dg = (x0[k0], x1[k1], y[j], gy[j], gty[j])
         if act0:
-            g0[k0] += _hrev_one_9(u, w, yv, g, dg, t0[k0], t1[k1])
+            g0[k0] += _hrev_one_7(u, w, yv, g, dg, t0[k0], t1[k1])
         if act1:
-            g1[k1] += _hrev_one_10(u, w, yv, g, dg, t0[k0], t1[k1])
+            g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])

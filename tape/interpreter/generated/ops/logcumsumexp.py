@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "18e138a97688c6641f1eca870e905e6340f2ec685ac04ee7436b95c287160368"
+FINGERPRINT = "680e1b3752dd690c110a8333eabe52d1a9827f9cc9e8c95ce637c1c20dd33a79"
 
 import numpy as np
 from numba import njit

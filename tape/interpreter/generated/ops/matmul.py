@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b11afc899a53a835fc10e7d093dc2fc87d73d1e861ecaa81d8db7581a7b04251"
+FINGERPRINT = "60b14d584e58d567e1ea7f8fb133c9e2b9d8f94eb3532793efa673d8ca69e04f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dad7cfa7a670e10df6587179e213dec1cec68310f383c6f5483ea34fdc345f43"
+FINGERPRINT = "e2df5c1577e3aea7585ec40c5d78afdbadb0f242ab28abc5a138430a2473851a"
 
 import numpy as np
 from numba import njit

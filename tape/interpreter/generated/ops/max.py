@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7324f9ec787ac4957eeb235e3600804910be5f7b2ebdd997649e18cb96dd40cc"
+FINGERPRINT = "38f0a8e2a754bee9f58f16b3f6b98ecfad153d56cb039cc2fdef24955962f276"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ab5d15d0f787ee026d0201fe769763fc404f5f39f6172836e09d1829cec95477"
+FINGERPRINT = "8e7f2201ef3b19a7fff9952736312be305c327afcdbae8317bcfb5b8bf056201"
 
 import numpy as np
 from numba import njit

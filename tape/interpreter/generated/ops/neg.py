@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bcf426e2cea427a5d0435571ac9782e10af6e3f1daf4fc015fc362274060609c"
+FINGERPRINT = "dbf12e3000a348a7c7cfbbb5a79cced21bf5d7758c3570edfe88539d24397e69"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e42756332c9141dacb87ebf3903e113a41aab06a46c8ca7d12356297ea42f531"
+FINGERPRINT = "7fcc4abf283938f25d7a67195228644dd773eecce37c8427171aedb9ef1102ba"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "08db084a3a8da7bf29d77893ca9cefbbaaa559356632f3d4c50f6c1a99c27101"
+FINGERPRINT = "79b19fb5243ac17ea1f784535bbb05982f73addd8c762ce20a12870bb180831c"
 
 import numpy as np
 from numba import njit

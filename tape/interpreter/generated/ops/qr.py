@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c6cfef4756c8e92ddcea74c5e65a6911c96450ef32aad8bf8fc7bc7d9cb73390"
+FINGERPRINT = "1dda7cfec00e946c8e636e2af118a69d499cf0aa8f3f78c30279aa5cf604482d"
 
 import numpy as np
 from numba import njit

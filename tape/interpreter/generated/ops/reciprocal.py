@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "58c21b872f272c781777769e8fc8c5689d648c9c77e9601c7610a276ee2188fc"
+FINGERPRINT = "155d39ab4d1746d8c25e8c934d6d500fb2d801b08390a7b351d7c8dc8b740785"
 
 import numpy as np
 from numba import njit

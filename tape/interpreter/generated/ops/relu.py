@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2a8e85003642eebcb17c5f7499646f265f1f89bf9946676aa8e08faca1071a9b"
+FINGERPRINT = "bf6951a6e994e745e6538ea1038da69e601aeb8d1a4cd52cb592db0b545467d9"
 
 import numpy as np
 from numba import njit

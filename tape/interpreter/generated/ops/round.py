@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fedbae5f3d6209ec7caffb44f1df2e5ce4a6f468c6f601d87c5c55d07cb38ae4"
+FINGERPRINT = "8fa669c9aeb34d3db956f5832f4b603568b5b8096ea41e04827a09f04c5a1ae7"
 
 import numpy as np
 from numba import njit

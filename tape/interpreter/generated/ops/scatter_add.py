@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e278273bedcf4f02a78594918389c8a9baa9501aa071a1ecc61e67b67ec2a312"
+FINGERPRINT = "c6b2e8b0dbfb559eb90927e3605a737a8a2527a4cc52614a0904f722b7818772"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "030c56ee37b9e5522b5d11b6cc8fa8baa4132ddb59c8545a850bfb601e3b5bd2"
+FINGERPRINT = "568ad9de2c8f9071293d2ae88f2cabe31879cfb17730532dfeb4df109adb4576"
 
 import numpy as np
 from numba import njit

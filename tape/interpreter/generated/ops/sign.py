@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d27a8f5130a5f0c61e457f834cb4c577bb242aefc59544cc1679954d1d1350c8"
+FINGERPRINT = "1c2c5f1621800e74584392313bf0dd2739fd17dd92610a314fb8ce5a0d2469c8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a15d1bd84715eb64aec4a7f3f6c7e5dad869028d3b53ceebbbf3c6ef8c7f3020"
+FINGERPRINT = "db189cc01a4fc74c0517ede762ab188792d133d24b6cdaf1f6e287ab64134bfa"
 
 import numpy as np
 from numba import njit

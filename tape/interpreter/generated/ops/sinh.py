@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c90e92e21e22217ea3a778948926fd147894c1fee6981d5b04d3444aa12ffe36"
+FINGERPRINT = "39c194a27dac81076e15777eaf08c7684b1efc9f81ef3222201c27b1a6dfd434"
 
 import numpy as np
 from numba import njit

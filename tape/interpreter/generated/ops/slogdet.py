@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "99a04bbeb7b7735b9fb87db1c5e2abc408adf888351f84bcdc79a89f62200ad1"
+FINGERPRINT = "cef1558f923557d6e1e557b27329552a5bbd3b545e8a4fef9c0b5421c4a1323b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "747f99d8c4a31779fb5a95992e3daf24ee8aa31bfab22c90670aead2dbe6d7e4"
+FINGERPRINT = "f991ba1fe306b3b9c13cde8bdeb574e3c3dc98c2a6b3408d570aa09c092e13d4"
 
 import numpy as np
 from numba import njit

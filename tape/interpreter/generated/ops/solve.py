@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e50f3e3ff93d9096b209e530cc0702acd6cb5d43b456386205a99cb78248a2de"
+FINGERPRINT = "62dff8e538f50ca116674a79725624c85c0700e2be36badadd593f600d7925ab"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2d1c349dfc68de955e58fbbdf762216c67bdc668fdcd0293f508be4e34301383"
+FINGERPRINT = "3955529f57cb3bb7ba4654a9d51dd897b28d56da6ddbf80ab088428e148814ee"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "282a3d683fcf649018fed176262fcb901d8dfe6ef654b63badb2b4f19c0e4c9f"
+FINGERPRINT = "bdcd92c27b365e254debe16b562c35578959116d7aedd4184e7b33951d808dfa"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2f0b7a0c545394337558b005ef01788005ba1bfac11aae1e206359df8cd77e06"
+FINGERPRINT = "08275a4949101ff79b028744d2199d2c8940f9f75feee1c2d65e767f4387b5d6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2013af4026e0bcff4d2cc17f577ddcbf93486ba992482c64bf586a21f5fcb697"
+FINGERPRINT = "e3d3e13a2fbf09777d09d93fba2ea85d7435202513515adbc715df92f89980ac"
 
 import numpy as np
 from numba import njit

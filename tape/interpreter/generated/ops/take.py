@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1fdfefa0d1e62204f98db23bf0565f95219641f59482997c208494352d93e6f6"
+FINGERPRINT = "55c6e15978a5cff75dc07f6288cb71dab2f438281677006077681ee203bc3b12"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "17ec012388e10c045cfdd36358c95192a63bb3d4debf0033e5c831b8081b546b"
+FINGERPRINT = "f0064c91e0099aaf81c2a3310881347f31f0a4ddf47b289c502edf4f1b258c22"
 
 import numpy as np
 from numba import njit

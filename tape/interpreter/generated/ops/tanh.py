@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fed76ca13d656f9bcefcc91d7461a1a69ee654484d892338fdb70f7a8f7ae2cb"
+FINGERPRINT = "27bd59d763488edd6fc1601023c1199edd21b06359d2a511c2db381cd6eed9fc"
 
 import numpy as np
 from numba import njit

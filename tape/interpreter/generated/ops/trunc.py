@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "704e63508f664768c7dfdb65a2c2c7e6153accd2376d8325fad8d05a1925fc7b"
+FINGERPRINT = "bf9541065b84354309120a8aae1f6170e951932b57ae4a6b5a70fcfd8d90ff8f"
 
 import numpy as np
 from numba import njit

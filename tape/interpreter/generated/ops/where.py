@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3d2088446e768acd61935b83daddce57bef09c473222d77ab166172f346f0094"
+FINGERPRINT = "a3639bf6c53d4f9506192e8f82f519b4db01895657bb0ae071e7941081792488"
 
 import numpy as np
 from numba import njit
