@@ -215,21 +215,6 @@ slot = _reader(_symbol, (N_KINDS, MAX_OPS * NCLS), "sweeps")
 table of ``data``'s dtype (``key`` range-checked by the caller)."""
 
 
-@njit(cache=True, nogil=True)
-def all_prepared(kind, entries, bufs, rows, data):
-    """Whether the ``kind`` kernel of every entry in ``rows`` (an int array) sits in the table
-    of ``data``'s dtype and none of them is a callback: a compiled sweep then runs them all in
-    one call (eager ``backward``)."""
-    for j in range(rows.shape[0]):
-        i = rows[j]
-        op = entries[i, 0]
-        if op < 0 or op >= MAX_OPS:
-            return False
-        if slot(kind, op * NCLS + entry_class(entries, bufs, i), data) == NOT_PREPARED:
-            return False
-    return True
-
-
 def _fits(got, want):
     """An argument of type ``got`` passes where a compiled function takes ``want`` (an index
     of any integer type, a flag of any boolean type; arrays exactly)."""
