@@ -358,6 +358,28 @@ else:
         # the failure is not sticky
         np.testing.assert_allclose(ct.gradient(x, idx), t.gradient(x, idx), rtol=1e-12)
 
+    def test_cross_entropy_matches_cpu(rng):
+        # one thread per row; class axis 1 of (N, C) and (N, C, d), a weighted mean, and rows
+        # whose logits are large (shifted by their maximum)
+        x = rng.standard_normal((6, 4)) * 3
+        x[2] += 800.0
+        z = rng.standard_normal((3, 4, 2))
+        labels = np.array([0, 3, 1, 1, 2, 3])
+        labels3 = np.array([[0, 3], [2, 2], [1, 0]])
+        w = np.array([0.5, 2.0, 1.0, 1.5])
+        F = tp.nn.functional
+
+        def f(x, z):
+            return (
+                F.cross_entropy(x, labels)
+                + F.cross_entropy(z, labels3, reduction="sum") * 0.5
+                + F.cross_entropy(x, labels, weight=tp.tensor(w), ignore_index=1)
+            )
+
+        t = tp.record(f, x, z)
+        check(t, [x, z])
+        check(t, [x, z], cooperative=False, blocks=2)
+
     def test_matmul_matches_cpu(rng):
         a = rng.standard_normal((3, 4))
         b = rng.standard_normal((4, 2))
@@ -373,6 +395,8 @@ else:
                 + (a @ v).sum()  # 1-D operands
                 + (sq @ sq).sum()  # both inputs one buffer: two reverse phases
                 + tp.outer(v, v).sum()
+                + (tp.nn.functional.linear(c, a) ** 2).sum()  # matmul_nt: a held as n x k
+                + tp.nn.functional.linear(sq, sq).sum() * 0.5  # ... both inputs one buffer
             )
 
         t = tp.record(f, a, b, c, v, sq)

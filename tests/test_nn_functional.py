@@ -204,6 +204,28 @@ def test_recorded_cross_entropy_closing_over_target():
     np.testing.assert_allclose(t.gradient(x1), x.grad.numpy(), rtol=1e-12, atol=1e-14)
 
 
+def test_cross_entropy_with_data_targets_is_one_entry_and_follows_writes():
+    # class indices that are data: -log_softmax(x)[t] as one cross_entropy entry, then the
+    # mean (a sum and a division); a label tensor written in place between steps is read anew
+    x0 = _draw((normal(5, C),), 4)[0]
+    labels = tape.tensor(np.array([0, 3, 1, 1, 2]))
+    x = tape.tensor(x0, requires_grad=True)
+    loss = F.cross_entropy(x, labels)
+    ops = [tape.registry.OPS[c].name for c in loss._tape.entries[: loss._tape.n_entries, 0]]
+    assert ops == ["cross_entropy", "sum", "div"]
+    for new in (np.array([2, 2, 0, 3, 1]), np.array([1, 0, 3, 3, 0])):
+        with tape.no_grad():
+            labels.copy_(tape.tensor(new))
+        x.grad = None
+        F.cross_entropy(x, labels).backward()
+        want = F.cross_entropy(tape.tensor(x0, requires_grad=True), new)
+        np.testing.assert_array_equal(F.cross_entropy(x, labels).item(), want.item())
+        p = np.exp(x0 - x0.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        p[np.arange(5), new] -= 1.0
+        np.testing.assert_allclose(x.grad.numpy(), p / 5, rtol=1e-13, atol=1e-15)
+
+
 def test_recorded_target_out_of_range_raises_at_replay():
     x0 = np.zeros((3, C))
     t = tape.record(lambda x, y: F.cross_entropy(x, y), x0, np.array([0, 1, 2]))

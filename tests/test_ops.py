@@ -15,6 +15,8 @@ from tape.frontend.testing import sample_inputs as sample
 from tape.ops.elementwise import COMPARISONS
 from tape.ops.registry import OPS
 
+F = tp.nn.functional
+
 UNARY_SHAPES = [(), (5,), (3, 4), (2, 1, 3)]
 BINARY_SHAPES = [
     ((), ()),
@@ -251,6 +253,25 @@ KERNEL_CASES = {
         (lambda a, b: tp.einsum("ij,ij->ij", a, b), lambda a, b: np.einsum("ij,ij->ij", a, b), [_r(1, 3), _r(2, 3)]),
         (lambda a, b: tp.einsum("aab,bc->ac", a, b), lambda a, b: np.einsum("aab,bc->ac", a, b), [_r(2, 2, 3), _r(3, 4)]),
     ],
+    "matmul_nt": [
+        # x W^T (linear) with W read in place
+        (lambda x, w: F.linear(x, w), lambda x, w: x @ w.T, [_r(3, 4), _r(2, 4)]),
+        (lambda x, w: F.linear(x, w), lambda x, w: x @ w.T, [_r(4), _r(3, 4)]),
+        (lambda x, w: F.linear(x, w), lambda x, w: x @ w.T, [_r(2, 3, 4), _r(5, 4)]),
+        (lambda x, w, b: F.linear(x, w, b), lambda x, w, b: x @ w.T + b, [_r(3, 2), _r(4, 2), _r(4)]),
+        (lambda a: F.linear(a, a), lambda a: a @ a.T, [_r(3, 3)]),  # both inputs one buffer
+    ],
+    "cross_entropy": [
+        # -log_softmax(x)[t] per row, one entry; targets negative-free, ignored, weighted
+        (lambda x: F.cross_entropy(x, ce_t, reduction="none"), lambda x: _ce_ref(x, ce_t, 1), [_r(5, 4)]),
+        (lambda x: F.cross_entropy(x, ce_t), lambda x: _ce_ref(x, ce_t, 1).mean(), [_r(5, 4)]),
+        (lambda x: F.cross_entropy(x, np.int64(2), reduction="sum"), lambda x: _ce_ref(x, np.int64(2), 0), [_r(4)]),
+        (lambda x: F.cross_entropy(x, ce_t3, reduction="none"), lambda x: _ce_ref(x, ce_t3, 1), [_r(3, 4, 2)]),
+        (lambda x: F.cross_entropy(x, ce_t, ignore_index=1, reduction="sum"), lambda x: _ce_ref(x, ce_t, 1)[ce_t != 1].sum(), [_r(5, 4)]),
+        (lambda x: F.cross_entropy(x, ce_t, weight=ce_w), lambda x: (ce_w[ce_t] * _ce_ref(x, ce_t, 1)).sum() / ce_w[ce_t].sum(), [_r(5, 4)]),
+        # large logits: the row's maximum keeps exp in range
+        (lambda x: F.cross_entropy(x, ce_t, reduction="none"), lambda x: _ce_ref(x, ce_t, 1), [_r(5, 4, lo=700.0, hi=760.0)]),
+    ],
     "guard": [
         # a Python branch on a traced value records a guard; eager ignores it
         (lambda x: x * 2 if x.sum() > 0 else x * 3, lambda x: x * 2 if x.sum() > 0 else x * 3, [_r(3, 4, lo=0.5)]),
@@ -259,6 +280,19 @@ KERNEL_CASES = {
     ],
 }
 # fmt: on
+ce_t = np.array([0, 3, 1, 1, 2])
+ce_t3 = np.array([[0, 3], [2, 2], [1, 0]])
+ce_w = np.array([0.5, 2.0, 1.0, 1.5])
+
+
+def _ce_ref(x, t, axis):
+    """-log_softmax(x)[t] along ``axis`` (NumPy)."""
+    m = x.max(axis=axis, keepdims=True)
+    lse = np.log(np.exp(x - m).sum(axis=axis, keepdims=True)) + m
+    picked = np.take_along_axis(x, np.expand_dims(t, axis), axis)
+    return np.squeeze(lse - picked, axis)
+
+
 x_mask = np.array([[True, False, True], [False, True, True]])
 tal_idx = np.array([[0, 3, 3], [1, -1, 0], [2, 2, 1]])
 tal_idx3 = np.array([[[0, 3]], [[-2, 1]]])

@@ -477,13 +477,14 @@ def take_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
 
 
 # ---------------------------------------------------------------- matmul
-# attribute block: [batch, m, k, n, stride_a, stride_b] (tape.ops.blocks.matmul); one thread per output element, in the
+# attribute block: [batch, m, k, n, stride_a, stride_b] (tape.ops.blocks.matmul; matmul_nt holds
+# B[b] as n x k); one thread per output element, in the
 # reverse one per element of dA (phase 0) and of dB (phase 1): each has one writer, and the
 # phases are apart because A and B may be the same buffer (a @ a).
 
 
 @_dev
-def matmul_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+def _matmul_fwd(tb, ph, i, prog, A, base, step, t0, ts, solo, sh):
     a = boff(prog, ent(prog, i, E_IN0))
     b = boff(prog, ent(prog, i, E_IN1))
     y = boff(prog, ent(prog, i, E_OUT))
@@ -494,21 +495,24 @@ def matmul_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     n = ip(prog, p + mm.N)
     sa = ip(prog, p + mm.STRIDE_A)
     sb = ip(prog, p + mm.STRIDE_B)
+    # op(B)[q, c] at q * bq + c * bc of B[b]: B is k x n, or n x k held transposed
+    bq = 1 if tb else n
+    bc = kk if tb else 1
     for e in range(t0, nb * m * n, ts):
         bi = e // (m * n)
         rem = e - bi * m * n
         r = rem // n
         c = rem - r * n
         pa = a + bi * sa + r * kk
-        pb = b + bi * sb + c
+        pb = b + bi * sb + c * bc
         acc = 0.0
         for q in range(kk):
-            acc += A[ix(pa + q, step, base)] * A[ix(pb + q * n, step, base)]
+            acc += A[ix(pa + q, step, base)] * A[ix(pb + q * bq, step, base)]
         A[ix(y + e, step, base)] = acc
 
 
 @_dev
-def matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+def _matmul_rev(tb, ph, i, prog, A, base, step, t0, ts, solo, sh):
     ia = ent(prog, i, E_IN0)
     ib = ent(prog, i, E_IN1)
     a = boff(prog, ia)
@@ -521,11 +525,13 @@ def matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
     n = ip(prog, p + mm.N)
     sa = ip(prog, p + mm.STRIDE_A)
     sb = ip(prog, p + mm.STRIDE_B)
+    bq = 1 if tb else n  # op(B)[q, c] at q * bq + c * bc of B[b], as in the forward
+    bc = kk if tb else 1
     if ph == 0:
         if not active(prog, ia):
             return
         ga = goff(prog) + a
-        # dA[b, r, q] = sum_c dY[b, r, c] B[b, q, c], summed over the batch when A is shared
+        # dA[b, r, q] = sum_c dY[b, r, c] op(B)[b, q, c], summed over the batch when A is shared
         nba = nb if sa != 0 else 1
         for e in range(t0, nba * m * kk, ts):
             bi = e // (m * kk)
@@ -540,21 +546,26 @@ def matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
                 b_hi = nb
             for bb in range(b_lo, b_hi):
                 py = gyo + bb * m * n + r * n
-                pb = b + bb * sb + q * n
+                pb = b + bb * sb + q * bq
                 for c in range(n):
-                    acc += A[ix(py + c, step, base)] * A[ix(pb + c, step, base)]
+                    acc += A[ix(py + c, step, base)] * A[ix(pb + c * bc, step, base)]
             A[ix(ga + bi * sa + r * kk + q, step, base)] += acc
         return
     if not active(prog, ib):
         return
     gb = goff(prog) + b
-    # dB[b, q, c] = sum_r A[b, r, q] dY[b, r, c], summed over the batch when B is shared
+    # d op(B)[b, q, c] = sum_r A[b, r, q] dY[b, r, c], summed over the batch when B is shared;
+    # one thread per element of B as it is held
     nbb = nb if sb != 0 else 1
     for e in range(t0, nbb * kk * n, ts):
         bi = e // (kk * n)
         rem = e - bi * kk * n
-        q = rem // n
-        c = rem - q * n
+        if tb:
+            c = rem // kk
+            q = rem - c * kk
+        else:
+            q = rem // n
+            c = rem - q * n
         acc = 0.0
         b_lo = bi
         b_hi = bi + 1
@@ -566,7 +577,27 @@ def matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
             py = gyo + bb * m * n + c
             for r in range(m):
                 acc += A[ix(pa + r * kk, step, base)] * A[ix(py + r * n, step, base)]
-        A[ix(gb + bi * sb + q * n + c, step, base)] += acc
+        A[ix(gb + bi * sb + rem, step, base)] += acc
+
+
+@_dev
+def matmul_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    _matmul_fwd(False, ph, i, prog, A, base, step, t0, ts, solo, sh)
+
+
+@_dev
+def matmul_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    _matmul_rev(False, ph, i, prog, A, base, step, t0, ts, solo, sh)
+
+
+@_dev
+def matmul_nt_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    _matmul_fwd(True, ph, i, prog, A, base, step, t0, ts, solo, sh)
+
+
+@_dev
+def matmul_nt_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    _matmul_rev(True, ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 # ---------------------------------------------------------------- guard
@@ -605,6 +636,7 @@ GPU_KERNELS = {
     "copy": GpuKernel(copy_fwd, copy_rev, 1, 1),
     "take": GpuKernel(take_fwd, take_rev, 2, 1, checks=(0,)),
     "matmul": GpuKernel(matmul_fwd, matmul_rev, 1, 2, rev_inputs=(0, 1)),
+    "matmul_nt": GpuKernel(matmul_nt_fwd, matmul_nt_rev, 1, 2, rev_inputs=(0, 1)),
     "guard": GpuKernel(guard_fwd, None, 1, 0, checks=(0,)),
 }
 """The GPU path of every ``kernel`` op of the registry, by the key its record names

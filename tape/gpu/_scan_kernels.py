@@ -15,14 +15,16 @@ walked in the order of the CPU kernels, so the results are the same bits.
 
 from __future__ import annotations
 
+import math
+
 from numba import cuda, float64, int64
 
 import tape.ops  # noqa: F401  (fills the registry)
 from tape.gpu._config import DEVICE_JIT
 from tape.gpu._kernels import GpuKernel
-from tape.gpu._loops import active, boff, ent, goff, ip, ix, udiv
+from tape.gpu._loops import active, boff, bsize, ent, goff, ip, ix, reject, udiv
 from tape.gpu._rules import device_rule
-from tape.layout.columns import E_ATTR, E_IN0, E_OUT
+from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.ops.blocks import scan as sc
 from tape.ops.registry import OPS
 
@@ -160,11 +162,84 @@ def argmin_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
     _arg_extreme(False, i, prog, A, base, step, t0, ts)
 
 
+# ---------------------------------------------------------------- cross_entropy
+# tape.ops.nn: one thread per row (its logits strided by inner, its class index at the
+# row's position in input 1); phase 0 checks every index first, as the CPU kernel does.
+
+
+@_dev
+def _shift_sum(A, x, s, n, inner, step, base):
+    m = A[ix(x + s, step, base)]
+    for j in range(1, n):
+        v = A[ix(x + s + j * inner, step, base)]
+        if v > m or v != v:
+            m = v
+    if not abs(m) < math.inf:
+        m = 0.0
+    total = 0.0
+    for j in range(n):
+        total += math.exp(A[ix(x + s + j * inner, step, base)] - m)
+    return m, total
+
+
+@_dev
+def cross_entropy_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    x = boff(prog, ent(prog, i, E_IN0))
+    ib = ent(prog, i, E_IN1)
+    idx = boff(prog, ib)
+    y = boff(prog, ent(prog, i, E_OUT))
+    n = ip(prog, ent(prog, i, E_ATTR) + sc.N)
+    if ph == 0:
+        for r in range(t0, bsize(prog, ib), ts):
+            v = A[ix(idx + r, step, base)]
+            ok = v == v and v >= -n and v < n
+            if ok:
+                ok = int(v) == v
+            if not ok:
+                reject(i, prog, A, base, step, solo)
+        return
+    for r in range(t0, _n_rows(prog, i), ts):
+        n, inner, s = _start(prog, i, r)
+        m, total = _shift_sum(A, x, s, n, inner, step, base)
+        t = int(A[ix(idx + r, step, base)])
+        if t < 0:
+            t += n
+        A[ix(y + r, step, base)] = math.log(total) - (A[ix(x + s + t * inner, step, base)] - m)
+
+
+@_dev
+def cross_entropy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    a = ent(prog, i, E_IN0)
+    if not active(prog, a):
+        return
+    x = boff(prog, a)
+    idx = boff(prog, ent(prog, i, E_IN1))
+    gx = goff(prog) + x
+    gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
+    for r in range(t0, _n_rows(prog, i), ts):
+        g = A[ix(gy + r, step, base)]
+        if g == 0.0:
+            continue
+        n, inner, s = _start(prog, i, r)
+        m, total = _shift_sum(A, x, s, n, inner, step, base)
+        w = g / total
+        t = int(A[ix(idx + r, step, base)])
+        if t < 0:
+            t += n
+        for j in range(n):
+            e = s + j * inner
+            v = math.exp(A[ix(x + e, step, base)] - m) * w
+            if j == t:
+                v -= g
+            A[ix(gx + e, step, base)] += v
+
+
 KERNELS = {
     **{op.gpu: lanes_kernel(op) for op in OPS if op.lanes is not None},
     "argsort": GpuKernel(argsort_fwd, None, 1, 0),
     "argmax": GpuKernel(argmax_fwd, None, 1, 0),
     "argmin": GpuKernel(argmin_fwd, None, 1, 0),
+    "cross_entropy": GpuKernel(cross_entropy_fwd, cross_entropy_rev, 2, 1, checks=(0,)),
 }
 """The GPU paths of the scan and selection ops, merged into
 :data:`tape.gpu._kernels.GPU_KERNELS`."""

@@ -150,17 +150,13 @@ def entry_class(entries, bufs, i):
     )
 
 
+@njit(cache=True, nogil=True)
 def entry_classes(entries, bufs, rows):
-    """:func:`entry_class` of the entries ``rows`` (an int array), as an int64 array."""
-    e = entries[rows]
-    out = e[:, E_OUT]
-    n = np.where(out >= 0, bufs[np.maximum(out, 0), B_SIZE], 0)
-    cls = np.zeros(len(rows), np.int64)
-    for k, col in enumerate((E_IN0, E_IN1, E_IN2)):
-        b = e[:, col]
-        s = np.where(b >= 0, bufs[np.maximum(b, 0), B_SIZE], n)
-        c = np.where(s == n, SAME_SIZE, np.where(n == 1, WHOLE, np.where(s == 1, ONE, OTHER)))
-        cls += np.where(out >= 0, c, 0) << (2 * k)
+    """:func:`entry_class` of the entries ``rows`` (an int array), as an int64 array (compiled:
+    eager ``backward`` asks for every entry's class at each step)."""
+    cls = np.empty(rows.shape[0], np.int64)
+    for j in range(rows.shape[0]):
+        cls[j] = entry_class(entries, bufs, rows[j])
     return cls
 
 

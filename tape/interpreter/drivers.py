@@ -85,24 +85,35 @@ def add_seeds(bufs, grad, roots, seeds):
 
 
 @njit(**SWEEP_JIT)
-def prepare_reverse(entries, bufs, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
-    """Eager ``backward``'s compiled part before the entries run, in one call: :func:`reach`,
-    :func:`zero_adjoints` and :func:`add_seeds`. Returns ``(emask, order, need)``: the entry
-    mask, the entries to run (last first) and the buffer mask. Writes ``grad``."""
+def eager_reverse(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
+    """Eager ``backward``'s compiled part, in one call: :func:`reach`, :func:`zero_adjoints`,
+    :func:`add_seeds`, and the reverse sweep itself when every entry it would run has its
+    kernel in the table and none is a callback. Returns ``(emask, order, need, swept)``: the
+    entry mask, the entries to run (last first), the buffer mask, and whether the sweep ran
+    (if not, the caller runs ``order``, preparing the kernels it lacks). Writes ``grad``."""
     emask, need = reach(entries, bufs, n_entries, roots)
     zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
     add_seeds(bufs, grad, roots, seeds)
     k = 0
+    swept = True
     for i in range(n_entries):
         if emask[i]:
             k += 1
+            op = entries[i, 0]
+            if op < 0 or op >= dispatch.MAX_OPS:  # a callback (or a code _kernel refuses)
+                swept = False
+            elif swept:
+                key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, i)
+                swept = dispatch.slot(dispatch.REV, key, data) != dispatch.NOT_PREPARED
     order = np.empty(k, np.int64)
     j = 0
     for i in range(n_entries - 1, -1, -1):
         if emask[i]:
             order[j] = i
             j += 1
-    return emask, order, need
+    if swept:
+        reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
+    return emask, order, need, swept
 
 
 @njit(inline="always", **SWEEP_JIT)

@@ -1,5 +1,9 @@
 """Linear algebra: batched matrix product through BLAS.
 
+``matmul_nt`` (registered in :mod:`tape.ops.nn`) is the same product with ``B[b]`` held
+transposed, as ``n x k`` (``x W^T`` for a weight ``W`` of shape ``(out, in)``, without copying
+``W.T``): the kernels below take the flag ``tb`` and hand it to BLAS.
+
 ``matmul`` attribute block (:mod:`tape.ops.blocks.matmul`): ``[batch, m, k, n, stride_a,
 stride_b]``: output matrix ``b`` is ``A[b] @ B[b]`` with ``A[b]`` starting at ``b * stride_a``
 (``0``: one matrix shared by the whole batch, whose adjoint then sums over the batch). One- and two-dimensional operands are reshaped
@@ -20,7 +24,7 @@ _jit = njit(**UNCACHED_JIT)
 
 
 @_jit
-def matmul_fwd(i, entries, bufs, ipool, data):
+def _fwd(tb, i, entries, bufs, ipool, data):
     A = view(bufs, data, entries[i, E_IN0])
     B = view(bufs, data, entries[i, E_IN1])
     Y = view(bufs, data, entries[i, E_OUT])
@@ -34,13 +38,23 @@ def matmul_fwd(i, entries, bufs, ipool, data):
             y[:] = 0.0
             continue
         a = mat(A, b * sa, m, k)
-        bb = mat(B, b * sb, k, n)
-        gemm_acc(a, False, bb, False, y, 0.0)  # (np.dot costs the kernel a second of compile)
+        bb = mat(B, b * sb, n, k) if tb else mat(B, b * sb, k, n)
+        gemm_acc(a, False, bb, tb, y, 0.0)  # (np.dot costs the kernel a second of compile)
     return -1
 
 
 @_jit
-def matmul_rev(i, entries, bufs, ipool, data, grad):
+def matmul_fwd(i, entries, bufs, ipool, data):
+    return _fwd(False, i, entries, bufs, ipool, data)
+
+
+@_jit
+def matmul_nt_fwd(i, entries, bufs, ipool, data):
+    return _fwd(True, i, entries, bufs, ipool, data)
+
+
+@_jit
+def _rev(tb, i, entries, bufs, ipool, data, grad):
     ia = entries[i, E_IN0]
     ib = entries[i, E_IN1]
     act_a = active(bufs, ia)
@@ -57,19 +71,35 @@ def matmul_rev(i, entries, bufs, ipool, data, grad):
     for b in range(nb):
         gy = mat(gY, b * m * n, m, n)
         a = mat(A, b * sa, m, k)
-        bb = mat(B, b * sb, k, n)
         # added into the adjoints by BLAS itself (beta = 1): no temporary, no second pass
-        if act_a:
-            gemm_acc(gy, False, bb, True, mat(gA, b * sa, m, k))
-        if act_b:
-            gemm_acc(a, True, gy, False, mat(gB, b * sb, k, n))
+        if tb:  # B held as n x k: gA += gY B, gB += gY^T A
+            if act_a:
+                gemm_acc(gy, False, mat(B, b * sb, n, k), False, mat(gA, b * sa, m, k))
+            if act_b:
+                gemm_acc(gy, True, a, False, mat(gB, b * sb, n, k))
+        else:
+            if act_a:
+                gemm_acc(gy, False, mat(B, b * sb, k, n), True, mat(gA, b * sa, m, k))
+            if act_b:
+                gemm_acc(a, True, gy, False, mat(gB, b * sb, k, n))
 
 
 @_jit
-def matmul_jvp(i, entries, bufs, ipool, data, T):
-    # tY = tA @ B + A @ tB for every direction (row of T) at once: the directions' tA are
-    # stacked into one tall matrix and their tB side by side, so each term is one product
-    # (through gemm_acc: np.dot costs each kernel seconds of compile)
+def matmul_rev(i, entries, bufs, ipool, data, grad):
+    _rev(False, i, entries, bufs, ipool, data, grad)
+
+
+@_jit
+def matmul_nt_rev(i, entries, bufs, ipool, data, grad):
+    _rev(True, i, entries, bufs, ipool, data, grad)
+
+
+@_jit
+def _jvp(tb, i, entries, bufs, ipool, data, T):
+    # tY = tA @ op(B) + A @ op(tB) for every direction (row of T) at once (op(B): B, or B^T
+    # for matmul_nt): the directions' tA are stacked into one tall matrix and their op(tB)
+    # side by side, so each term is one product (through gemm_acc: np.dot costs each kernel
+    # seconds of compile)
     ia = entries[i, E_IN0]
     ib = entries[i, E_IN1]
     io = entries[i, E_OUT]
@@ -86,23 +116,23 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
         return
     for b in range(nb):
         a = mat(A, b * sa, m, k)
-        bb = mat(B, b * sb, k, n)
+        bb = mat(B, b * sb, n, k) if tb else mat(B, b * sb, k, n)
         if act_a:
             tA = np.empty((K * m, k), T.dtype)
             for d in range(K):
                 put2(tA[d * m : (d + 1) * m], mat(T[d], oa + b * sa, m, k))
             y1 = np.empty((K * m, n), T.dtype)
-            gemm_acc(tA, False, bb, False, y1, 0.0)
+            gemm_acc(tA, False, bb, tb, y1, 0.0)
             for d in range(K):
                 y = mat(T[d], oy + b * m * n, m, n)
                 add2(y, y1[d * m : (d + 1) * m])
         if act_b:
             tB = np.empty((k, K * n), T.dtype)
             for d in range(K):
-                put2(
-                    tB[:, d * n : (d + 1) * n],
-                    mat(T[d], ob + b * sb, k, n),
-                )
+                if tb:
+                    put2(tB[:, d * n : (d + 1) * n], mat(T[d], ob + b * sb, n, k).T)
+                else:
+                    put2(tB[:, d * n : (d + 1) * n], mat(T[d], ob + b * sb, k, n))
             y2 = np.empty((m, K * n), T.dtype)
             gemm_acc(a, False, tB, False, y2, 0.0)
             for d in range(K):
@@ -111,9 +141,20 @@ def matmul_jvp(i, entries, bufs, ipool, data, T):
 
 
 @_jit
-def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
-    # the tangent of gA += gY B^T and gB += A^T gY, for every direction (row of T / GT) at
-    # once: the directions' matrices are stacked so that each term is one product
+def matmul_jvp(i, entries, bufs, ipool, data, T):
+    _jvp(False, i, entries, bufs, ipool, data, T)
+
+
+@_jit
+def matmul_nt_jvp(i, entries, bufs, ipool, data, T):
+    _jvp(True, i, entries, bufs, ipool, data, T)
+
+
+@_jit
+def _hvp(tb, i, entries, bufs, ipool, data, grad, T, GT):
+    # the tangent of gA += gY op(B)^T and g op(B) += A^T gY (op(B) = B^T for matmul_nt, whose
+    # gB is then the transpose), for every direction (row of T / GT) at once: the directions'
+    # matrices are stacked so that each term is one product
     ia = entries[i, E_IN0]
     ib = entries[i, E_IN1]
     io = entries[i, E_OUT]
@@ -131,7 +172,7 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         pa, pb, py = oa + b * sa, ob + b * sb, oy + b * m * n
         gy = mat(gY, b * m * n, m, n)
         a = mat(A, b * sa, m, k)
-        bb = mat(B, b * sb, k, n)
+        bb = mat(B, b * sb, n, k) if tb else mat(B, b * sb, k, n)
         gty = np.empty((K * m, n), T.dtype)  # the directions' gt_Y, stacked
         gty_cols = np.empty((m, K * n), T.dtype)  # ... side by side
         for d in range(K):
@@ -140,21 +181,39 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
             put2(gty_cols[:, d * n : (d + 1) * n], g)
         if act_a:
             ga1 = np.empty((K * m, k), T.dtype)
-            gemm_acc(gty, False, bb, True, ga1, 0.0)
+            gemm_acc(gty, False, bb, not tb, ga1, 0.0)
             ga2 = np.empty(
                 (m, K * k), T.dtype
             )  # written and read only if the other input is active
             if act_b:
-                tbt = np.empty((n, K * k), T.dtype)
+                tbt = np.empty((n, K * k), T.dtype)  # op(tB)^T side by side
                 for d in range(K):
-                    put2(tbt[:, d * k : (d + 1) * k], mat(T[d], pb, k, n).T)
+                    if tb:
+                        put2(tbt[:, d * k : (d + 1) * k], mat(T[d], pb, n, k))
+                    else:
+                        put2(tbt[:, d * k : (d + 1) * k], mat(T[d], pb, k, n).T)
                 gemm_acc(gy, False, tbt, False, ga2, 0.0)
             for d in range(K):
                 ga = mat(GT[d], pa, m, k)
                 add2(ga, ga1[d * m : (d + 1) * m])
                 if act_b:
                     add2(ga, ga2[:, d * k : (d + 1) * k])
-        if act_b:
+        if act_b and tb:
+            # gB (n x k) gets gt_Y^T A + gY^T tA
+            gb1 = np.empty((K * n, k), T.dtype)
+            gemm_acc(gty_cols, True, a, False, gb1, 0.0)
+            gb2 = np.empty((n, K * k), T.dtype)
+            if act_a:
+                ta = np.empty((m, K * k), T.dtype)
+                for d in range(K):
+                    put2(ta[:, d * k : (d + 1) * k], mat(T[d], pa, m, k))
+                gemm_acc(gy, True, ta, False, gb2, 0.0)
+            for d in range(K):
+                gb = mat(GT[d], pb, n, k)
+                add2(gb, gb1[d * n : (d + 1) * n])
+                if act_a:
+                    add2(gb, gb2[:, d * k : (d + 1) * k])
+        elif act_b:
             gb1 = np.empty((k, K * n), T.dtype)
             gemm_acc(a, True, gty_cols, False, gb1, 0.0)
             gb2 = np.empty(
@@ -173,6 +232,16 @@ def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
 
 
 @_jit
+def matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    _hvp(False, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@_jit
+def matmul_nt_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    _hvp(True, i, entries, bufs, ipool, data, grad, T, GT)
+
+
+@_jit
 def _block(ipool, p):
     return (
         ipool[p + mm.BATCH], ipool[p + mm.M], ipool[p + mm.K], ipool[p + mm.N],
@@ -180,35 +249,46 @@ def _block(ipool, p):
     )  # fmt: skip
 
 
-def sparsity(t, i, data):
-    """Output ``(b, r, c)`` depends on row ``r`` of ``A[b]`` and column ``c`` of ``B[b]``,
-    given as two factors each (rows, then their broadcast): linear in the sizes, where the
-    element pairs would be ``m n k`` per matrix. ``A[b][r, j]`` and ``B[b][j, c]`` interact
-    (group ``(b, j)``)."""
-    nb, m, k, n, sa, sb = mm.decode(t.ipool, int(t.entries[i, E_ATTR]))
-    size_a = int(t.bufs[t.entries[i, E_IN0], B_SIZE])
-    size_b = int(t.bufs[t.entries[i, E_IN1], B_SIZE])
+def _sparsity(tb):
+    """The sparsity rule of ``matmul`` (``tb`` False) or ``matmul_nt`` (``B[b]`` held as
+    ``n x k``)."""
 
-    def ones(rows, cols, shape):  # a 0/1 factor, as tape.sparse takes it
-        return rows.ravel(), cols.ravel(), shape
+    def sparsity(t, i, data):
+        nb, m, k, n, sa, sb = mm.decode(t.ipool, int(t.entries[i, E_ATTR]))
+        size_a = int(t.bufs[t.entries[i, E_IN0], B_SIZE])
+        size_b = int(t.bufs[t.entries[i, E_IN1], B_SIZE])
 
-    b, r, j = np.meshgrid(np.arange(nb), np.arange(m), np.arange(k), indexing="ij")
-    rows_a = ones(b * m + r, b * sa + r * k + j, (nb * m, size_a))  # (b, r) <- A[b][r, :]
-    b2, j2, c2 = np.meshgrid(np.arange(nb), np.arange(k), np.arange(n), indexing="ij")
-    cols_b = ones(b2 * n + c2, b2 * sb + j2 * n + c2, (nb * n, size_b))  # (b, c) <- B[b][:, c]
-    bo, ro, co = np.meshgrid(np.arange(nb), np.arange(m), np.arange(n), indexing="ij")
-    out = (bo * m + ro) * n + co
-    spread_a = ones(out, bo * m + ro, (nb * m * n, nb * m))
-    spread_b = ones(out, bo * n + co, (nb * m * n, nb * n))
-    deps = [(0, (spread_a, rows_a)), (1, (spread_b, cols_b))]
-    ea, eb = (b * sa + r * k + j).ravel(), (b2 * sb + j2 * n + c2).ravel()
-    return deps, [(0, (b * k + j).ravel(), ea, 1, (b2 * k + j2).ravel(), eb)]
+        def ones(rows, cols, shape):  # a 0/1 factor, as tape.sparse takes it
+            return rows.ravel(), cols.ravel(), shape
+
+        b, r, j = np.meshgrid(np.arange(nb), np.arange(m), np.arange(k), indexing="ij")
+        rows_a = ones(b * m + r, b * sa + r * k + j, (nb * m, size_a))  # (b, r) <- A[b][r, :]
+        b2, j2, c2 = np.meshgrid(np.arange(nb), np.arange(k), np.arange(n), indexing="ij")
+        eb = b2 * sb + (c2 * k + j2 if tb else j2 * n + c2)  # where B[b][j, c] is held
+        cols_b = ones(b2 * n + c2, eb, (nb * n, size_b))  # (b, c) <- B[b][:, c]
+        bo, ro, co = np.meshgrid(np.arange(nb), np.arange(m), np.arange(n), indexing="ij")
+        out = (bo * m + ro) * n + co
+        spread_a = ones(out, bo * m + ro, (nb * m * n, nb * m))
+        spread_b = ones(out, bo * n + co, (nb * m * n, nb * n))
+        deps = [(0, (spread_a, rows_a)), (1, (spread_b, cols_b))]
+        ea = (b * sa + r * k + j).ravel()
+        return deps, [(0, (b * k + j).ravel(), ea, 1, (b2 * k + j2).ravel(), eb.ravel())]
+
+    sparsity.__doc__ = """Output ``(b, r, c)`` depends on row ``r`` of ``A[b]`` and column ``c`` of
+    ``op(B[b])``, given as two factors each (rows, then their broadcast): linear in the sizes,
+    where the element pairs would be ``m n k`` per matrix. ``A[b][r, j]`` and ``op(B[b])[j, c]``
+    interact (group ``(b, j)``)."""
+    return sparsity
+
+
+sparsity = _sparsity(False)
+sparsity_nt = _sparsity(True)
 
 
 def check(t, i, e):
-    """Validation of a ``matmul`` entry: the output is ``batch`` matrices of ``m x n``;
-    input 0 is read as ``batch`` matrices of ``m x k`` starting ``stride_a`` apart, input 1
-    as ``k x n`` matrices ``stride_b`` apart. (The CPU kernels skip empty products; the GPU's
+    """Validation of a ``matmul`` (or ``matmul_nt``) entry: the output is ``batch`` matrices
+    of ``m x n``; input 0 is read as ``batch`` matrices of ``m x k`` starting ``stride_a``
+    apart, input 1 as ``k x n`` (``matmul_nt``: ``n x k``) matrices ``stride_b`` apart. (The CPU kernels skip empty products; the GPU's
     reverse still visits every element of the input adjoints, so both extents are checked
     whenever they are nonempty.)"""
     a, b, y = e[E_IN0], e[E_IN1], e[E_OUT]

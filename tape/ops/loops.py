@@ -224,15 +224,12 @@ def binary_rev(r0, r1, d0, d1, i, entries, bufs, ipool, data, grad):
     g0 = view(bufs, grad, a)
     g1 = view(bufs, grad, b)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    for r in range(o0.shape[0]):
-        yr = y[r * m : (r + 1) * m]
-        gyr = gy[r * m : (r + 1) * m]
-        b0 = o0[r] if nd > 1 else 0
-        b1 = o1[r] if nd > 1 else 0
-        if act0:
-            _bcast_rev_row(r0, True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
-        if act1:
-            _bcast_rev_row(r1, False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
+    # each input's adjoint over every row in one call (a call per row, its array arguments
+    # counted in and out, cost more than the row's arithmetic for rows of a few elements)
+    if act0:
+        _bcast_rev_rows(r0, True, x0, x1, g0, y, gy, nd, m, s0, s1, o0, o1)
+    if act1:
+        _bcast_rev_rows(r1, False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
 
 
 @_jit
@@ -250,49 +247,79 @@ def _rows(ipool, p):
     return nd, m, s0, s1, o0, o1
 
 
+SHORT_ROW = 4
+"""Rows shorter than this take :func:`_bcast_rev_rows`' loop without views (below its four
+running sums, so with the same results)."""
+
+
 @_loop
-def _bcast_rev_row(r, first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
-    # One row of a GENERAL reverse for input 0 (first) or 1; `g` is that input's adjoint.
+def _bcast_rev_rows(r, first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
+    # The rows of a GENERAL reverse for input 0 (first) or 1; `g` is that input's adjoint.
     sk = s0 if first else s1
-    bk = b0 if first else b1
-    if s0 <= 1 and s1 <= 1 and sk == 1:
-        gk = g[bk : bk + m]
-        if s0 == 1 and s1 == 1:
-            a0 = x0[b0 : b0 + m]
-            a1 = x1[b1 : b1 + m]
-            for j in range(m):
-                v = r(a0[j], a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-        elif s1 == 0:
-            a0 = x0[b0 : b0 + m]
-            c1 = x1[b1]
-            for j in range(m):
-                v = r(a0[j], c1, yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
+    if m < SHORT_ROW:
+        # short rows (a bias of a few classes): no views, which cost more than such a row's
+        # arithmetic; a row reducing into one value sums in order, as the tail loop below
+        for q in range(o0.shape[0]):
+            b0 = o0[q] if nd > 1 else 0
+            b1 = o1[q] if nd > 1 else 0
+            bk = b0 if first else b1
+            e = q * m
+            if sk == 0:
+                acc = 0.0
+                for j in range(m):
+                    gj = gy[e + j]
+                    acc += masked(r(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj), gj)
+                g[bk] += acc
+            else:
+                for j in range(m):
+                    gj = gy[e + j]
+                    v = r(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj)
+                    g[bk + j * sk] += masked(v, gj)
+        return
+    for q in range(o0.shape[0]):
+        b0 = o0[q] if nd > 1 else 0
+        b1 = o1[q] if nd > 1 else 0
+        bk = b0 if first else b1
+        yr = y[q * m : (q + 1) * m]
+        gyr = gy[q * m : (q + 1) * m]
+        if s0 <= 1 and s1 <= 1 and sk == 1:
+            gk = g[bk : bk + m]
+            if s0 == 1 and s1 == 1:
+                a0 = x0[b0 : b0 + m]
+                a1 = x1[b1 : b1 + m]
+                for j in range(m):
+                    v = r(a0[j], a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            elif s1 == 0:
+                a0 = x0[b0 : b0 + m]
+                c1 = x1[b1]
+                for j in range(m):
+                    v = r(a0[j], c1, yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            else:
+                c0 = x0[b0]
+                a1 = x1[b1 : b1 + m]
+                for j in range(m):
+                    v = r(c0, a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+        elif sk == 0:
+            # the row's contributions to one value, in four running sums: one chain of adds
+            # waits for each add (benchmarks/MEASURED.md)
+            p0 = p1 = p2 = p3 = 0.0
+            j = 0
+            while j + 4 <= m:
+                p0 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                p1 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+                p2 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+                p3 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+                j += 4
+            acc = (p0 + p1) + (p2 + p3)
+            for k in range(j, m):
+                acc += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, k)
+            g[bk] += acc
         else:
-            c0 = x0[b0]
-            a1 = x1[b1 : b1 + m]
             for j in range(m):
-                v = r(c0, a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-    elif sk == 0:
-        # the row's contributions to one value, in four running sums: one chain of adds
-        # waits for each add (benchmarks/MEASURED.md)
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j)
-            p1 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
-            p2 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
-            p3 += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
-            j += 4
-        acc = (p0 + p1) + (p2 + p3)
-        for k in range(j, m):
-            acc += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, k)
-        g[bk] += acc
-    else:
-        for j in range(m):
-            g[bk + j * sk] += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                g[bk + j * sk] += _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
 @_loop

@@ -444,10 +444,13 @@ class Tape:
                 np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
             )  # fmt: skip
         entries, bufs, ipool, data, grad = self.entries, self.bufs, self.ipool, self.data, self.grad
-        emask, order, need = sweeps.prepare_reverse(
-            entries, bufs, grad, self.n_entries, self.n_bufs, np.asarray(roots, np.int64),
-            np.ascontiguousarray(seeds, self.dtype).ravel(), zero_leaves,
+        emask, order, need, swept = sweeps.eager_reverse(
+            entries, bufs, ipool, data, grad, self.n_entries, self.n_bufs,
+            np.asarray(roots, np.int64), np.ascontiguousarray(seeds, self.dtype).ravel(),
+            zero_leaves,
         )  # fmt: skip
+        if swept:  # every kernel in the table, no callback: the compiled sweep ran
+            return need
         rev = sweeps.REV
         done = set()  # autograd.Function calls already run
         classes = _dispatch.entry_classes(entries, bufs, order).tolist()

@@ -24,7 +24,10 @@ from tape.frontend import functional as _tf
 from tape.frontend.ops import linalg as _linalg
 from tape.frontend.ops import movement as _movement
 from tape.frontend.ops import reduce as _red
-from tape.frontend.tensor import Tensor, as_tensor, float64, reshape, unsqueeze
+from tape.frontend.tensor import Tensor, apply, as_tensor, float64, reshape, unsqueeze
+from tape.ops.blocks import matmul as mm_block
+from tape.ops.blocks import scan as scan_block
+from tape.ops.nn import CROSS_ENTROPY, MATMUL_NT
 
 # Elementwise ops come from tape.functional (generated from the op registry); reductions and
 # structural ops from their front ends, whose positional signatures
@@ -319,18 +322,28 @@ def linear(input, weight, bias=None):
             f"linear: mat1 and mat2 shapes cannot be multiplied ({rows}x{x.shape[-1]} and "
             f"{k}x{cols}): input of shape {tuple(x.shape)}, weight of shape {tuple(w.shape)}"
         )
-    wt = _movement.transpose(w) if w.ndim == 2 else w
-    if x.ndim <= 3:
-        out = _linalg.matmul(x, wt)
+    if w.ndim == 2:  # x W^T as one matmul_nt entry: W read in place, no copy of W.T
+        n = w.shape[0]
+        rows = math.prod(x.shape[:-1])
+        x2 = x if x.ndim == 2 else reshape(x, (rows, k))
+        out = apply(MATMUL_NT, [x2, w], (rows, n), mm_block.encode(1, rows, k, n, 0, 0))
+        if x.ndim != 2:
+            out = reshape(out, x.shape[:-1] + (n,))
+    elif x.ndim <= 3:
+        out = _linalg.matmul(x, w)
     else:
-        out = reshape(_linalg.matmul(reshape(x, (-1, k)), wt), x.shape[:-1] + wt.shape[1:])
+        out = reshape(_linalg.matmul(reshape(x, (-1, k)), w), x.shape[:-1])
     if bias is None:
         return out
     b = _float(bias)
-    try:
-        ok = np.broadcast_shapes(out.shape, b.shape) == out.shape
-    except ValueError:
-        ok = False
+    bs, os_ = b.shape, out.shape
+    if bs == os_[-1:] or bs == () or bs == os_:  # the common shapes, without NumPy's rules
+        ok = True
+    else:
+        try:
+            ok = np.broadcast_shapes(os_, bs) == os_
+        except ValueError:
+            ok = False
     if not ok:
         raise RuntimeError(
             f"linear: bias of shape {tuple(b.shape)} does not match the output's shape {tuple(out.shape)} "
@@ -571,6 +584,58 @@ def _nll_terms(name, logp, target, weight, ignore_index):
     return _tf.where(ignored, 0.0, per), w_t, ignored, w, cdim
 
 
+_TARGETS: dict = {}
+"""``id(target) -> (target, version, key, rows)``: :func:`_target_rows` of the class-index
+tensors ``cross_entropy`` saw last (a training loop passes the same labels every step)."""
+
+
+def _target_rows(name, target, x, ignore_index, cdim):
+    """For a class-index ``target`` that is data (not traced), checked against the logits
+    ``x``: ``(indices, keep, ignored, block)``, the indices the ``cross_entropy`` entry reads
+    (ignored ones as 0, negative ones from the end), 1.0 / 0.0 where counted / ignored, the
+    ignore mask and the entry's attribute block; None for a traced target. Kept per target
+    tensor until it is written in place."""
+    key = (x.shape, x.dtype, ignore_index)
+    cached = isinstance(target, Tensor) and target._ver is not None
+    if cached:
+        hit = _TARGETS.get(id(target))
+        if hit is not None and hit[0] is target and hit[1] == target._ver[0] and hit[2] == key:
+            return hit[3]
+    t = _class_target(name, target, x, ignore_index)
+    if t._tape is not None or x.shape[cdim] >= 1 << 24:
+        return None
+    c = x.shape[cdim]
+    tv = np.asarray(t._value, np.int64)
+    ign = tv == ignore_index
+    safe = np.where(ign, 0, np.where(tv < 0, tv + c, tv))
+    keep = as_tensor(np.where(ign, 0.0, 1.0).astype(x.dtype))
+    outer = x.shape[0] if cdim == 1 else 1
+    block = scan_block.encode(outer, c, math.prod(x.shape[2:]))
+    rows = (safe, keep, ign if ign.any() else None, block)
+    if cached:
+        if len(_TARGETS) > 64:
+            _TARGETS.clear()
+        _TARGETS[id(target)] = (target, target._ver[0], key, rows)
+    return rows
+
+
+def _fused_terms(name, x, rows, weight, cdim):
+    """:func:`_nll_terms` of ``log_softmax(x)`` for the target ``rows`` of
+    :func:`_target_rows`, with ``-log_softmax(x)[t]`` as one ``cross_entropy`` entry
+    (:mod:`tape.ops.nn`); ``(per-element loss, weights w[t])``."""
+    safe, keep, ign, block = rows
+    w = _class_weight(name, weight, x.shape[cdim], x)
+    per = apply(CROSS_ENTROPY, [x, safe], x.shape[:cdim] + x.shape[cdim + 1 :], block)
+    if w is None:
+        w_t = keep
+    else:
+        w_t = _movement.take(w, safe) * keep
+        per = w_t * per
+    if ign is not None:
+        per = _tf.where(ign, 0.0, per)
+    return per, w_t
+
+
 def _nll_reduce(loss, w_t, reduction):
     if reduction == "mean":
         if w_t._tape is None and not w_t.requires_grad:  # constant weights: their sum as a number
@@ -608,8 +673,13 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         raise ValueError(f"{name}: Expected 1 or more dimensions (got 0)")
     cdim = 0 if x.ndim == 1 else 1
     c = x.shape[cdim]
-    logp = _log_softmax(x, cdim)
     tshape = _shape(target)
+    if label_smoothing == 0 and tshape != x.shape:
+        rows = _target_rows(name, target, x, ignore_index, cdim)
+        if rows is not None:  # class indices that are data: one entry
+            loss, w_t = _fused_terms(name, x, rows, weight, cdim)
+            return _nll_reduce(loss, w_t, reduction)
+    logp = _log_softmax(x, cdim)
     if tshape == x.shape:  # class probabilities (PyTorch's rule: same shape as the input)
         tkind = target.dtype.kind if isinstance(target, Tensor) else np.asarray(target).dtype.kind
         if tkind != "f":

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "e5530c621eeb62122dc5ad28674f6d62170a8a2525631e8f72109413b5a5c363"
+FINGERPRINT = "6489d1c2c3eb6bca9080c47fe65303d02c8b94142b16d4d8a58ce1652187e582"
 
 from numba import cuda, float64
 
@@ -197,6 +197,10 @@ k_eigh_fwd = GPU_KERNELS["eigh"].fwd
 k_eigh_rev = GPU_KERNELS["eigh"].rev
 k_qr_fwd = GPU_KERNELS["qr"].fwd
 k_qr_rev = GPU_KERNELS["qr"].rev
+k_cross_entropy_fwd = GPU_KERNELS["cross_entropy"].fwd
+k_cross_entropy_rev = GPU_KERNELS["cross_entropy"].rev
+k_matmul_nt_fwd = GPU_KERNELS["matmul_nt"].fwd
+k_matmul_nt_rev = GPU_KERNELS["matmul_nt"].rev
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -366,6 +370,10 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_eigh_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 81:  # qr
         k_qr_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 82:  # cross_entropy
+        k_cross_entropy_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 83:  # matmul_nt
+        k_matmul_nt_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -513,6 +521,10 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_eigh_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 81:  # qr
         k_qr_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 82:  # cross_entropy
+        k_cross_entropy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 83:  # matmul_nt
+        k_matmul_nt_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)

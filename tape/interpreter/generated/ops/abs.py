@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a49facd2d07100075dbe73a4c672e815315a8da3a35f37258526aa937cb7c192"
+FINGERPRINT = "ecefee013ff81c795d0eda215089e4f1f70505bd5793fbf0b6b9ea755e438cf8"
 
 import numpy as np
 from numba import njit

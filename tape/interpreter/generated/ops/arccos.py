@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9fbe06af544883637d57f8f7878702257269f721a91cefae04d3ac311ddf2631"
+FINGERPRINT = "c12e3cb638b0e698e577324bb82149d95bd09b00705c8151853e47f13eec0434"
 
 import numpy as np
 from numba import njit

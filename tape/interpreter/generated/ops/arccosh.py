@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "891ae40491c6fb49dcee16517648cbe44cf2d09b05a56132f31682bdd7a9fc8a"
+FINGERPRINT = "8b2afcc57fed91bc69c345940552388974c460dc7a3cf2d845ece000379790c4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0008b6c057367562821f204e0dbbd882b77305d58cb94ab155049d18bf21e6e2"
+FINGERPRINT = "125abfacb1749ecfd0f392b6f3186c2a7cd297a18c3149c607037118e7ee1101"
 
 import numpy as np
 from numba import njit

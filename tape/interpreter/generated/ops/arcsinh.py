@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f6aa9ce6f06f92292e2ebc4c2dc6cbbc5873046002f33d55efdc30284d2bb4e8"
+FINGERPRINT = "e3ad34aca3815822240bbf1c0acc2e18c741a31943dcff61a8d4973cc57c3587"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d2d89683345ce3c33cf92c59e7191d777ea707f5fcf2d54313953e9061bd2cfc"
+FINGERPRINT = "dc7c44fe0f34f242a5a59ea432ab3e71ee591c8646d3f134accef84816655663"
 
 import numpy as np
 from numba import njit

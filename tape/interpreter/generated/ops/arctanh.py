@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ed4133660a5ad9d272c15a6acca3dd0b22441829841703ddf65b410b0132bb0d"
+FINGERPRINT = "fd272022ccb974e8c9c9390df54377053d1925007d6e214f8ac8b3a866414ae8"
 
 import numpy as np
 from numba import njit

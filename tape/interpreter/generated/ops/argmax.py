@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "229b3c656d6d324e909cf71995bf7c0f03403891a95bf4370d1ba571bcecee6c"
+FINGERPRINT = "9d5345bb3120f9bf273fb1b25153d0672b63c2274ab68fbdc1d0ea7ef66dd1b9"
 
 import numpy as np
 from numba import njit

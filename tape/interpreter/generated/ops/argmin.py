@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "02cea7af33e46f8bf65ee84539788aec6084fbe4eea7c634af045863ca78db14"
+FINGERPRINT = "2dcfb737dc24fe408d555641852876afbc3d88710f095a890533f6ed6110a15f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a8c5b09010bafcc1932fa89a55389cf019a93fec157e3f3f828d6fb408b3e7fb"
+FINGERPRINT = "6eb91a4c0e8a356f9f2ea713cf13459610009f5a108a935ff733192da0cf3fdf"
 
 import numpy as np
 from numba import njit

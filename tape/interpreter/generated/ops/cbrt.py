@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d4db4bde90815f47b022c191b481f09d7c303175641b85c5c295c982fd953e83"
+FINGERPRINT = "5d3016911ebd7c6ff113695bdeb2368aa7eacb40937a693443a2e4571718202b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e701a5ee32206f909d7c7b7034eba9caf859c91c313fb34a24d56c493bc4e3e3"
+FINGERPRINT = "b626a1ec83554ec45cb737d62b64013b9fb1ee336dbf5d890e638c6cffb9bbeb"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "026ae889819fc1d6300c15fcd53b399d321583c0675464b85f81ac178ab5f7ac"
+FINGERPRINT = "678c1a9d6112386cf6c266e1e6b2c5bafaa2f073e96518e639e4cb3630def907"
 
 import numpy as np
 from numba import njit

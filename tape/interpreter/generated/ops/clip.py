@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "04b2a9857af13b04fc6f80fe5a39067217fbb386551913c8d388f72d8c58f21e"
+FINGERPRINT = "1aabb4e6652400af05629fdfbf52ba05d84e4128b65f83cd7ce2007b7c4d857c"
 
 import numpy as np
 from numba import njit

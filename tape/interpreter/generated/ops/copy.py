@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "84465fe9b8ac7428868a389f72f1b84a677f23a3b324dcdc2dbf9a6a5821ee63"
+FINGERPRINT = "ab40283452152608c925bb234a6cff17d2670faf98573f3eff8fd6e034b52251"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38a6790d9d925443cef79535b50bb73a0f37d20000d89936de4cc533990d919d"
+FINGERPRINT = "7ffc38dff7ab5869b972c48d1364edeaff8d6f19ae326d1c1fdb24f951464a3b"
 
 import numpy as np
 from numba import njit

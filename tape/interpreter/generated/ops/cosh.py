@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e6694f0454f5630996384ea6fc08c2833f5dc8ef0625a2b859e4fdc3edc309a6"
+FINGERPRINT = "e0ba27be0056cfa0326dcd857595dbfb5bb3d15bfa3a756ce5d9fcd0631a8a6c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bc0c2140e113cf2b50b0f7537794f58494f8f097344c94de68c965f5cf7750da"
+FINGERPRINT = "454922ecba41afd6d22a00af46b26e7fc32666d59c4ed95420b40b414c9f21d4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c8ff6db1141b734d870117faf1d5896988881cc64c0e1d626cd2fe52d48dcfc"
+FINGERPRINT = "958cc15a6aa96604fcc7aa23956b6ab3b1052b099533955a3cdf5016aea6d086"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "71971cb265430a01b1b30f1fc9571153c284adde2b19e17824e1e16f20b488d6"
+FINGERPRINT = "985dc96926912636cd1796ac91badfe2294204352e335b3f20d8dd96099e0dce"
 
 import numpy as np
 from numba import njit

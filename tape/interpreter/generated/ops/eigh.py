@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "59aec23a4654d52b7c0c34e0486b1dc962b81d8a1c4ccd836fd9f32204994779"
+FINGERPRINT = "3abc2379f548ce59e953a57d7caad935b8fdbb48dd620079b2c06b80b41cb5a8"
 
 import numpy as np
 from numba import njit

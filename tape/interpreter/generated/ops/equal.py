@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "053fcccda9d074729a3155fbf929d05efb598e3ac4e80c4113599b0225dd83d6"
+FINGERPRINT = "2ad84635c80050ab1425aadf8ca20fee21bf59a35712061aa84c1985552f5107"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dff760b39b3795746baa754f25836e999aa0337802c762dd8d7c4075fd9b6dcf"
+FINGERPRINT = "07d8e5ea2846ef8f0a9f235b3c59a1d34f0fbac913ba0bdf54a2f99e3322a0b0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3bc2c8f59764a520ec0add89fdba9c49dc585e09ac9317680dada6f5b122017d"
+FINGERPRINT = "95c2d539137a5844f9b76e01fff68477069b4d22f870766c381343621a5eae1e"
 
 import numpy as np
 from numba import njit

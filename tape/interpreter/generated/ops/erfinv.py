@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b008c8667f4c0e24a76e94e07cef127046e90b18e4c78b27bb5073c8392d0ab2"
+FINGERPRINT = "3e5ee4091551542b51976668dbb0ef919f8d68554c769661b097f8940e163a7b"
 
 import numpy as np
 from numba import njit

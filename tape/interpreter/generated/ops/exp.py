@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e4b7d09b9930650a86fd5842d7b71863c5dd41db7f5eb140f50c92fc1cb52e8c"
+FINGERPRINT = "3e18d2912a9957e2da6980150e668f46748b73b3d11775f760e979d1aed2a0a0"
 
 import numpy as np
 from numba import njit

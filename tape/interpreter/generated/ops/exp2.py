@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b49e22b17bf8527789f8a76f2cccdbba021ee8bcf64460e00d161e0d68341bc9"
+FINGERPRINT = "02e98f49f793a4df5122edac82573bdef8fc8994834de59a9387ab19724e8ee7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "887d9080535962cc05990dd0f97ee5887f232fcbf163f8cb7f581939ec2cfef8"
+FINGERPRINT = "131c398fe2f862d004050fb3635131ced23164f8d5fd5ceb71b22c53149cc4d2"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fa9178770295905c06a30b0c04dfaa6511ef75c02c14687fe342645c6e863e01"
+FINGERPRINT = "74ab9313f0bd3286f0c1c2bd7958bfc70efbabacca427bcbf429aa32bf9b9ac0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bd8aaee065e03a2dc4a831cde8afa4531f8d013a39fee73f58710312ae8b93cc"
+FINGERPRINT = "bbe14ae43c83c0aa19bfe85e0af35f5e349c1677cd59731ea5fb5da078270728"
 
 import numpy as np
 from numba import njit

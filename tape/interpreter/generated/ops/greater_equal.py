@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "899931d1ad3a546cddc39263459f723105e0a5760a7d6fe13f62dc1ad4bbac58"
+FINGERPRINT = "d075ce270c74384609b84c840ba28b194172a7eec2a020fe40b9302d17b1ba5c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "82f71351b264e263df6a68ecb3d95013558d1b10d4b0bf82692ca1d0147c8c3d"
+FINGERPRINT = "641f699bc8ff932661c50731217d30f098b83e93cfcdc33f79faae3eea0782d3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9fc880053ccf1a4db67b3e0b5eb4f2753f85c5ea90c96c0d4989117dcff4fe01"
+FINGERPRINT = "8ddc8046d60175cea842c188e01311553df84cf1f772eeb911b890b50f394944"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "48a0acff380904f1fb6c00c59dc24011bf463778db4a6f65a954890f1330d61c"
+FINGERPRINT = "01f137ae07792c45f1cd593454bdb12899a134ee4c15812da0af7e35e94a7328"
 
 import numpy as np
 from numba import njit

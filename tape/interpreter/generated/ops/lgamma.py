@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6446d12b2b5bc9ae15f0f6e6dd95f11f974bb74b9f58fd5544dbfc1a62e5e3de"
+FINGERPRINT = "b293a3deeae6b2dbc71b84dcb7b858c4e5d6410ece8c6627fd7dea806049f18f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0b28173d966e9395231965f6a09ff6c69abc264617f194b10b6d710cb7f66dfc"
+FINGERPRINT = "1a73f7fd5ac3acc1a7bfe01da27756a143680ef80384a71309d673fc01913f37"
 
 import numpy as np
 from numba import njit

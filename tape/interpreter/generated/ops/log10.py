@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "46b86185ccd3e5b9f4e68fea7409b692edec385228eeadb97abdee6ec0295d34"
+FINGERPRINT = "f3749b13f79de48ac309421c5ce71b0325a37371e4782eb1cdf6dcc9631fdd7a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b87f1b7b9e5040a74b3f6452b9ae804527fdb5f35fbb4e6a057640d1559cb0bc"
+FINGERPRINT = "db46a086b314de46fedcc235868f78ecb77b9e60ffce93f894cce4b2e3b46c74"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "03d3d708d343df35ba2f38ef6193858b93303588a873d468a5355989124a3e70"
+FINGERPRINT = "754d42421bc7a44155902e88811f91096fceaa6f5889ec08a194fb00ecf7bdde"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a89747d73f0e8e23baf4b36ac1039a61ac06fd7558604c483d909b4d7ff82b41"
+FINGERPRINT = "680e1b3752dd690c110a8333eabe52d1a9827f9cc9e8c95ce637c1c20dd33a79"
 
 import numpy as np
 from numba import njit

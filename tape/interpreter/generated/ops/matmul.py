@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7db194ddb77fccde84b2ac31e618768dca32b119f7c4d40de04d354631073e74"
+FINGERPRINT = "60b14d584e58d567e1ea7f8fb133c9e2b9d8f94eb3532793efa673d8ca69e04f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7a9c2c75af77ef3339b14825866e4a6f90de4d00b4d8c0c03bb4c802c221694e"
+FINGERPRINT = "38f0a8e2a754bee9f58f16b3f6b98ecfad153d56cb039cc2fdef24955962f276"
 
 import numpy as np
 from numba import njit

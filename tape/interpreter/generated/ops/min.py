@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b5b9a677d1a06bc4694d0f2055051d25995221b42a5bfb3e97b5f7e12b93ed15"
+FINGERPRINT = "8e7f2201ef3b19a7fff9952736312be305c327afcdbae8317bcfb5b8bf056201"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c94bf7d24b5ae2ed89041f0d90e1743d15eafe1324a0e6363138ecda5c2f535"
+FINGERPRINT = "dbf12e3000a348a7c7cfbbb5a79cced21bf5d7758c3570edfe88539d24397e69"
 
 import numpy as np
 from numba import njit

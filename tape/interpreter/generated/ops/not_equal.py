@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "28ee41e5f2959f114d3bcbbca5b4a7d932f89fdc99d2f8a5eb65e262b99c45f5"
+FINGERPRINT = "7fcc4abf283938f25d7a67195228644dd773eecce37c8427171aedb9ef1102ba"
 
 import numpy as np
 from numba import njit

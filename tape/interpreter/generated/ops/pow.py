@@ -9,14 +9,14 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ad05149cb39961e007e818dc54fef2a1f66ce164513888bd1e780934e186ecb7"
+FINGERPRINT = "c6b0e713e1a5ff5cddddf88a09b12da9f19a5fe0ed245b8b9df885508e96c986"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
-from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, active, masked, view
+from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, view
 from tape.ops.registry import BY_NAME
 
 pow_fwd = BY_NAME["pow"].fwd
@@ -34,45 +34,68 @@ def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
 
 
 @njit(**UNCACHED_JIT)
-def _bcast_rev_row_0(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
+def _bcast_rev_rows_0(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
     sk = s0 if first else s1
-    bk = b0 if first else b1
-    if s0 <= 1 and s1 <= 1 and (sk == 1):
-        gk = g[bk:bk + m]
-        if s0 == 1 and s1 == 1:
-            a0 = x0[b0:b0 + m]
-            a1 = x1[b1:b1 + m]
-            for j in range(m):
-                v = pow_rev0(a0[j], a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-        elif s1 == 0:
-            a0 = x0[b0:b0 + m]
-            c1 = x1[b1]
-            for j in range(m):
-                v = pow_rev0(a0[j], c1, yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
+    if m < SHORT_ROW:
+        for q in range(o0.shape[0]):
+            b0 = o0[q] if nd > 1 else 0
+            b1 = o1[q] if nd > 1 else 0
+            bk = b0 if first else b1
+            e = q * m
+            if sk == 0:
+                acc = 0.0
+                for j in range(m):
+                    gj = gy[e + j]
+                    acc += masked(pow_rev0(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj), gj)
+                g[bk] += acc
+            else:
+                for j in range(m):
+                    gj = gy[e + j]
+                    v = pow_rev0(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj)
+                    g[bk + j * sk] += masked(v, gj)
+        return
+    for q in range(o0.shape[0]):
+        b0 = o0[q] if nd > 1 else 0
+        b1 = o1[q] if nd > 1 else 0
+        bk = b0 if first else b1
+        yr = y[q * m:(q + 1) * m]
+        gyr = gy[q * m:(q + 1) * m]
+        if s0 <= 1 and s1 <= 1 and (sk == 1):
+            gk = g[bk:bk + m]
+            if s0 == 1 and s1 == 1:
+                a0 = x0[b0:b0 + m]
+                a1 = x1[b1:b1 + m]
+                for j in range(m):
+                    v = pow_rev0(a0[j], a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            elif s1 == 0:
+                a0 = x0[b0:b0 + m]
+                c1 = x1[b1]
+                for j in range(m):
+                    v = pow_rev0(a0[j], c1, yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            else:
+                c0 = x0[b0]
+                a1 = x1[b1:b1 + m]
+                for j in range(m):
+                    v = pow_rev0(c0, a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+        elif sk == 0:
+            p0 = p1 = p2 = p3 = 0.0
+            j = 0
+            while j + 4 <= m:
+                p0 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                p1 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+                p2 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+                p3 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+                j += 4
+            acc = p0 + p1 + (p2 + p3)
+            for k in range(j, m):
+                acc += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, k)
+            g[bk] += acc
         else:
-            c0 = x0[b0]
-            a1 = x1[b1:b1 + m]
             for j in range(m):
-                v = pow_rev0(c0, a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-    elif sk == 0:
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
-            p1 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
-            p2 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
-            p3 += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
-            j += 4
-        acc = p0 + p1 + (p2 + p3)
-        for k in range(j, m):
-            acc += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, k)
-        g[bk] += acc
-    else:
-        for j in range(m):
-            g[bk + j * sk] += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                g[bk + j * sk] += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
 @njit(inline="always", **UNCACHED_JIT)
@@ -82,45 +105,68 @@ def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
 
 
 @njit(**UNCACHED_JIT)
-def _bcast_rev_row_2(first, x0, x1, g, b0, b1, s0, s1, yr, gyr, m):
+def _bcast_rev_rows_2(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
     sk = s0 if first else s1
-    bk = b0 if first else b1
-    if s0 <= 1 and s1 <= 1 and (sk == 1):
-        gk = g[bk:bk + m]
-        if s0 == 1 and s1 == 1:
-            a0 = x0[b0:b0 + m]
-            a1 = x1[b1:b1 + m]
-            for j in range(m):
-                v = pow_rev1(a0[j], a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-        elif s1 == 0:
-            a0 = x0[b0:b0 + m]
-            c1 = x1[b1]
-            for j in range(m):
-                v = pow_rev1(a0[j], c1, yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
+    if m < SHORT_ROW:
+        for q in range(o0.shape[0]):
+            b0 = o0[q] if nd > 1 else 0
+            b1 = o1[q] if nd > 1 else 0
+            bk = b0 if first else b1
+            e = q * m
+            if sk == 0:
+                acc = 0.0
+                for j in range(m):
+                    gj = gy[e + j]
+                    acc += masked(pow_rev1(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj), gj)
+                g[bk] += acc
+            else:
+                for j in range(m):
+                    gj = gy[e + j]
+                    v = pow_rev1(x0[b0 + j * s0], x1[b1 + j * s1], y[e + j], gj)
+                    g[bk + j * sk] += masked(v, gj)
+        return
+    for q in range(o0.shape[0]):
+        b0 = o0[q] if nd > 1 else 0
+        b1 = o1[q] if nd > 1 else 0
+        bk = b0 if first else b1
+        yr = y[q * m:(q + 1) * m]
+        gyr = gy[q * m:(q + 1) * m]
+        if s0 <= 1 and s1 <= 1 and (sk == 1):
+            gk = g[bk:bk + m]
+            if s0 == 1 and s1 == 1:
+                a0 = x0[b0:b0 + m]
+                a1 = x1[b1:b1 + m]
+                for j in range(m):
+                    v = pow_rev1(a0[j], a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            elif s1 == 0:
+                a0 = x0[b0:b0 + m]
+                c1 = x1[b1]
+                for j in range(m):
+                    v = pow_rev1(a0[j], c1, yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+            else:
+                c0 = x0[b0]
+                a1 = x1[b1:b1 + m]
+                for j in range(m):
+                    v = pow_rev1(c0, a1[j], yr[j], gyr[j])
+                    gk[j] += masked(v, gyr[j])
+        elif sk == 0:
+            p0 = p1 = p2 = p3 = 0.0
+            j = 0
+            while j + 4 <= m:
+                p0 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                p1 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
+                p2 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
+                p3 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
+                j += 4
+            acc = p0 + p1 + (p2 + p3)
+            for k in range(j, m):
+                acc += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, k)
+            g[bk] += acc
         else:
-            c0 = x0[b0]
-            a1 = x1[b1:b1 + m]
             for j in range(m):
-                v = pow_rev1(c0, a1[j], yr[j], gyr[j])
-                gk[j] += masked(v, gyr[j])
-    elif sk == 0:
-        p0 = p1 = p2 = p3 = 0.0
-        j = 0
-        while j + 4 <= m:
-            p0 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
-            p1 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 1)
-            p2 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 2)
-            p3 += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j + 3)
-            j += 4
-        acc = p0 + p1 + (p2 + p3)
-        for k in range(j, m):
-            acc += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, k)
-        g[bk] += acc
-    else:
-        for j in range(m):
-            g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
+                g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
 @njit(**UNCACHED_JIT)
@@ -283,15 +329,10 @@ def _rev_pow(i, entries, bufs, ipool, data, grad):
     g0 = view(bufs, grad, a)
     g1 = view(bufs, grad, b)
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
-    for r in range(o0.shape[0]):
-        yr = y[r * m:(r + 1) * m]
-        gyr = gy[r * m:(r + 1) * m]
-        b0 = o0[r] if nd > 1 else 0
-        b1 = o1[r] if nd > 1 else 0
-        if act0:
-            _bcast_rev_row_0(True, x0, x1, g0, b0, b1, s0, s1, yr, gyr, m)
-        if act1:
-            _bcast_rev_row_2(False, x0, x1, g1, b0, b1, s0, s1, yr, gyr, m)
+    if act0:
+        _bcast_rev_rows_0(True, x0, x1, g0, y, gy, nd, m, s0, s1, o0, o1)
+    if act1:
+        _bcast_rev_rows_2(False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
 
 
 @njit(**SWEEP_JIT)

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "58784add112a781b7487e284cf32b8a96be49b493fd0f9d60ed63879501a9b85"
+FINGERPRINT = "79b19fb5243ac17ea1f784535bbb05982f73addd8c762ce20a12870bb180831c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "acde18f51eb9168ee39d7cc38e1a1e7c1e2fe7bfd8a55a796f6e9ad83df4b294"
+FINGERPRINT = "1dda7cfec00e946c8e636e2af118a69d499cf0aa8f3f78c30279aa5cf604482d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1c7a8896b8b9e553ba78b5d0e28cd45cea023597c0d22209329459c6c2d41991"
+FINGERPRINT = "155d39ab4d1746d8c25e8c934d6d500fb2d801b08390a7b351d7c8dc8b740785"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0d57dfbd43b277862d19d8f7fab801a0361cb275cd06d1e6c32ce20b0a456c5"
+FINGERPRINT = "bf6951a6e994e745e6538ea1038da69e601aeb8d1a4cd52cb592db0b545467d9"
 
 import numpy as np
 from numba import njit

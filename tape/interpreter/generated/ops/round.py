@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eee89709040055fa0f6262fb3dbfd7527410b91d56840a726331a840df375ce7"
+FINGERPRINT = "8fa669c9aeb34d3db956f5832f4b603568b5b8096ea41e04827a09f04c5a1ae7"
 
 import numpy as np
 from numba import njit

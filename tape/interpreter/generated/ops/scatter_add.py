@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8aa95cfaab3dcb414d90b84c79510541d1beb414a659d17e6c52c261608c81a3"
+FINGERPRINT = "c6b2e8b0dbfb559eb90927e3605a737a8a2527a4cc52614a0904f722b7818772"
 
 import numpy as np
 from numba import njit

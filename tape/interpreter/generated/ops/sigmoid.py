@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f5384550deacad0e629ba1e37d75daea111c98fc533fee8bb5e01efb5dd6dcd6"
+FINGERPRINT = "568ad9de2c8f9071293d2ae88f2cabe31879cfb17730532dfeb4df109adb4576"
 
 import numpy as np
 from numba import njit

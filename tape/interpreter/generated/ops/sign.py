@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "06c925a27e0704a1e5ed71c52a5ce6856df78b9cdaf161fbbc331037e252bbd6"
+FINGERPRINT = "1c2c5f1621800e74584392313bf0dd2739fd17dd92610a314fb8ce5a0d2469c8"
 
 import numpy as np
 from numba import njit

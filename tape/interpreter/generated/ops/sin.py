@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "42bdf412e28963507f5da430c00362ff6338f84bb84051971e98da6b4ffdc212"
+FINGERPRINT = "db189cc01a4fc74c0517ede762ab188792d133d24b6cdaf1f6e287ab64134bfa"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "939ca7abf4a98b8ee58326ac2dd62ad95e18f5b695afc37b9a6f1c50983628a8"
+FINGERPRINT = "39c194a27dac81076e15777eaf08c7684b1efc9f81ef3222201c27b1a6dfd434"
 
 import numpy as np
 from numba import njit

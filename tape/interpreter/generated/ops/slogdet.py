@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "57777b0d9c392802903f2f91095b576428f7bfb290f22c8773bc85591f70e76f"
+FINGERPRINT = "cef1558f923557d6e1e557b27329552a5bbd3b545e8a4fef9c0b5421c4a1323b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6de8df51ddd1a251423de2e542e0038ac35a890b73073cd2409200449cfec0cb"
+FINGERPRINT = "f991ba1fe306b3b9c13cde8bdeb574e3c3dc98c2a6b3408d570aa09c092e13d4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d4c6d092a3adfc2e14a15d51a2c67d3e7fbf7042ca504062facb47852a66c333"
+FINGERPRINT = "62dff8e538f50ca116674a79725624c85c0700e2be36badadd593f600d7925ab"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "49219441beab96f050d881190a455dcc99248c27a9e02a4dd9f47e491e4283a3"
+FINGERPRINT = "3955529f57cb3bb7ba4654a9d51dd897b28d56da6ddbf80ab088428e148814ee"
 
 import numpy as np
 from numba import njit

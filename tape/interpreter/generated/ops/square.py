@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aeee42043027a59c7ce419a3298b6ac211d8e9e520eeb7fab413351b82aa966a"
+FINGERPRINT = "bdcd92c27b365e254debe16b562c35578959116d7aedd4184e7b33951d808dfa"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d4ce32ad9fa20265307e31c662d0f50d913c12cd65598f8520d5f3b87342de0d"
+FINGERPRINT = "08275a4949101ff79b028744d2199d2c8940f9f75feee1c2d65e767f4387b5d6"
 
 import numpy as np
 from numba import njit

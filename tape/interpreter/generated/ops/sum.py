@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "969b506a29e7900de1d8adac2a08d343015a9c1ae15cf8872cd5d474e5120976"
+FINGERPRINT = "e3d3e13a2fbf09777d09d93fba2ea85d7435202513515adbc715df92f89980ac"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "804120257481c784aa91bcc236ca5b0adc31cc305d7717503e0b7acf749c1581"
+FINGERPRINT = "55c6e15978a5cff75dc07f6288cb71dab2f438281677006077681ee203bc3b12"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe109c3d77f11a9c94e2797ebeb03d8b05c3f3a5581c421e941e7b7f01c92f66"
+FINGERPRINT = "f0064c91e0099aaf81c2a3310881347f31f0a4ddf47b289c502edf4f1b258c22"
 
 import numpy as np
 from numba import njit

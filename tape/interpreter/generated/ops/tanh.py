@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0946f490ebae9af858ffd4810ce4d3dd823f0c9e98a46c113e4a65a2f7681cab"
+FINGERPRINT = "27bd59d763488edd6fc1601023c1199edd21b06359d2a511c2db381cd6eed9fc"
 
 import numpy as np
 from numba import njit

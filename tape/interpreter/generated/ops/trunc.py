@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98868417fb2133560b5e0314b8c8a3565d8df6cdac5bc89dd2efeb9dd01ebcee"
+FINGERPRINT = "bf9541065b84354309120a8aae1f6170e951932b57ae4a6b5a70fcfd8d90ff8f"
 
 import numpy as np
 from numba import njit

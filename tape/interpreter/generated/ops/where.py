@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d30cf8542f99a4fac27853c43c31c90f718580510321c9e3d17a2602cffcebd4"
+FINGERPRINT = "a3639bf6c53d4f9506192e8f82f519b4db01895657bb0ae071e7941081792488"
 
 import numpy as np
 from numba import njit
