@@ -117,6 +117,14 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
     for b in range(nb):
         a = mat(A, b * sa, m, k)
         bb = mat(B, b * sb, n, k) if tb else mat(B, b * sb, k, n)
+        if K == 1:  # one direction: the products go into the tangent arena, no copies
+            y = mat(T[0], oy + b * m * n, m, n)
+            if act_a:
+                gemm_acc(mat(T[0], oa + b * sa, m, k), False, bb, tb, y)
+            if act_b:
+                tB = mat(T[0], ob + b * sb, n, k) if tb else mat(T[0], ob + b * sb, k, n)
+                gemm_acc(a, False, tB, tb, y)
+            continue
         if act_a:
             tA = np.empty((K * m, k), T.dtype)
             for d in range(K):
@@ -173,6 +181,9 @@ def _hvp(tb, i, entries, bufs, ipool, data, grad, T, GT):
         gy = mat(gY, b * m * n, m, n)
         a = mat(A, b * sa, m, k)
         bb = mat(B, b * sb, n, k) if tb else mat(B, b * sb, k, n)
+        if K == 1:  # one direction (a Hessian-vector product): products added in place
+            _hvp_one(tb, act_a, act_b, a, bb, gy, T[0], GT[0], pa, pb, py, m, k, n)
+            continue
         gty = np.empty((K * m, n), T.dtype)  # the directions' gt_Y, stacked
         gty_cols = np.empty((m, K * n), T.dtype)  # ... side by side
         for d in range(K):
@@ -229,6 +240,33 @@ def _hvp(tb, i, entries, bufs, ipool, data, grad, T, GT):
                 add2(gb, gb1[:, d * n : (d + 1) * n])
                 if act_a:
                     add2(gb, gb2[d * k : (d + 1) * k])
+
+
+@_jit
+def _hvp_one(tb, act_a, act_b, a, bb, gy, t, gt, pa, pb, py, m, k, n):
+    # one direction of _hvp, each term one product added into the tangent adjoints (BLAS,
+    # beta = 1): gt_A += gt_Y op(B)^T + gY op(tB)^T; gt_B += A^T gt_Y + tA^T gY (matmul_nt:
+    # gt_B += gt_Y^T A + gY^T tA)
+    gty = mat(gt, py, m, n)
+    if act_a:
+        ga = mat(gt, pa, m, k)
+        gemm_acc(gty, False, bb, not tb, ga)
+        if act_b:
+            if tb:
+                gemm_acc(gy, False, mat(t, pb, n, k), False, ga)
+            else:
+                gemm_acc(gy, False, mat(t, pb, k, n), True, ga)
+    if act_b:
+        if tb:
+            gb = mat(gt, pb, n, k)
+            gemm_acc(gty, True, a, False, gb)
+            if act_a:
+                gemm_acc(gy, True, mat(t, pa, m, k), False, gb)
+        else:
+            gb = mat(gt, pb, k, n)
+            gemm_acc(a, True, gty, False, gb)
+            if act_a:
+                gemm_acc(mat(t, pa, m, k), True, gy, False, gb)
 
 
 @_jit

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "6489d1c2c3eb6bca9080c47fe65303d02c8b94142b16d4d8a58ce1652187e582"
+FINGERPRINT = "d370f02562301981553f8e199381aeefb383543ee8f5d238354718ce5049ecb2"
 
 from numba import cuda, float64
 

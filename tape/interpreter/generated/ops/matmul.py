@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "60b14d584e58d567e1ea7f8fb133c9e2b9d8f94eb3532793efa673d8ca69e04f"
+FINGERPRINT = "fa7f152d98019473a54c5c71c0ab49f289eef2ec2ff40804c8a99fbdf461438e"
 
 import numpy as np
 from numba import njit

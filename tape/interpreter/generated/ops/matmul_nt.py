@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e2df5c1577e3aea7585ec40c5d78afdbadb0f242ab28abc5a138430a2473851a"
+FINGERPRINT = "d5f0c481453e39f34ba875b5a7617aa804103c93482f1af77c2eae911b22a747"
 
 import numpy as np
 from numba import njit
