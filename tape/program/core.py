@@ -939,6 +939,23 @@ class Tape:
         tp, ws = self.run_replay(args, True)
         return tp._grads_out(ws, out)
 
+    def forward_fast(self, a):
+        """This thread's workspace after the forward sweep at ``a``, the one argument of a
+        one-argument tape, an array of its recorded shape and dtype (the caller checks), or
+        ``None`` where the checked path must run instead (retraced variants, anomaly mode, a
+        sweep that stopped: a failed guard, a rejected index). The derivative drivers' short
+        paths call it; part of the replay interface."""
+        if self._variants or _anomaly.ON:
+            return None
+        sw, pool = self.run_with
+        ws = getattr(self._tls, "ws", None) or self.thread_workspace()
+        ws.ok = False
+        ws.in_views[0][...] = a
+        if sw.forward_sweep(self.entries, self.bufs, pool, ws.data, 0, self.n_entries) < 0:
+            ws.ok = True
+            return ws
+        return None
+
     def _run_direct(self, args):
         """A compiled tape's replay for :meth:`gradient` in one compiled call (load, zero,
         forward, backward; ``gradient_args`` of :mod:`tape.compiled`): ``(tape, workspace)``

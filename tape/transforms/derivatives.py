@@ -28,7 +28,6 @@ import numpy as np
 from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps
 from tape.layout.columns import B_OFF, B_SIZE
-from tape.program import anomaly as _anomaly
 from tape.program.callbacks import refuse
 
 CHUNK_BYTES = 64 << 20
@@ -459,11 +458,11 @@ def hvp(t, *args, v):
     the last three in one compiled call."""
     st = t.extension_state
     fast = st.get("hvp") if st is not None else None
-    if fast is not None and not t._variants and not _anomaly.ON and len(args) == 1:
+    if fast is not None and len(args) == 1:
         # a compiled tape's common call: one argument, differentiated, 1-d, and ``v`` arrays
         # of its recorded shape and dtype, which is the arena's (checked as the one-call
         # gradient checks its argument)
-        sw, pool, mod, plan, (shape, dt), off = fast
+        sw, mod, plan, (shape, dt), off = fast
         a = args[0]
         if type(v) is tuple and len(v) == 1:
             v = v[0]
@@ -476,11 +475,8 @@ def hvp(t, *args, v):
             and v.shape == shape
             and v.dtype is dt
         ):
-            ws = getattr(t._tls, "ws", None) or t.thread_workspace()
-            ws.ok = False
-            ws.in_views[0][...] = a
-            if sw.forward_sweep(t.entries, t.bufs, pool, ws.data, 0, t.n_entries) < 0:
-                ws.ok = True
+            ws = t.forward_fast(a)
+            if ws is not None:
                 try:
                     T, GT, grad = plan._tls.one
                 except AttributeError:
@@ -508,8 +504,7 @@ def hvp(t, *args, v):
         and list(t.wrt) == [0] and len(plan.in_shapes[0]) == 1
         and r["fast"][0][1] == t.dtype == plan.in_dtypes[0]
     ):  # fmt: skip
-        sw, pool = t.run_with
-        t.extensions()["hvp"] = (sw, pool, plan.compiled, plan, r["fast"][0], plan.in_off[0])
+        t.extensions()["hvp"] = (t.run_with[0], plan.compiled, plan, r["fast"][0], plan.in_off[0])
     return out[0] if len(out) == 1 else tuple(out)
 
 
