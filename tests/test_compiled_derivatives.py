@@ -113,7 +113,9 @@ def test_hvp_and_jvp_agree_with_the_interpreter(name):
         close(a, b)
 
 
-@pytest.mark.parametrize("name", ["flat elements", "row per row", "mixed"])
+@pytest.mark.parametrize(
+    "name", ["flat elements", "flat blocked", "row per row", "long tiles and blocks", "mixed"]
+)
 def test_hessian_and_forward_jacobian_agree_with_the_interpreter(name):
     ti, tc, args = tapes(name)
     Hc, Hi = tc.hessian(*args), ti.hessian(*args)

@@ -107,14 +107,32 @@ class Passes:
         or entry ``b`` of op ``a`` through the interpreter's table)."""
         self.TABLE_CALLS = g.calls
         self.source = g.source
+        self._many_units, self._tan_sig, self._many = g.many_units, tan_sig, None
+
+    def addresses(self, k):
+        """The address table for ``k`` directions: for more than one, the tangent loops'
+        vector-mode versions (compiled on first use: a Jacobian's or a Hessian's)."""
+        if k == 1:
+            return self.addr
+        if self._many is None:
+            with _LOCK:
+                if self._many is None:
+                    who = "the derivative passes' fused loops"
+                    many = [_dispatch._address(getattr(self.module, n), self._tan_sig, who)
+                            for n in self._many_units]  # fmt: skip
+                    a = self.addr.copy()
+                    a[: len(many)] = many
+                    self._many = a
+        return self._many
 
     def tangent(self, entries, bufs, ipool, data, T):
         """The tangent sweep (``tangent_sweep``'s contract over the whole tape)."""
-        tangent_pass(entries, bufs, ipool, data, T, self.prog, self.addr)
+        tangent_pass(entries, bufs, ipool, data, T, self.prog, self.addresses(T.shape[0]))
 
     def hvp(self, entries, bufs, ipool, data, grad, T, GT, seeds):
         """Forward-over-reverse (``hvp_pass``'s contract)."""
-        hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog, self.addr)
+        hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog,
+                 self.addresses(T.shape[0]))  # fmt: skip
 
     def hvp_one(self, entries, bufs, ipool, data, grad, T, GT, seeds, v, off, out):
         """:meth:`hvp` for one direction ``v`` (flat, of the arena's dtype) of the argument at
@@ -206,6 +224,7 @@ class Generated(NamedTuple):
 
     source: str  # the module of its fused loops
     tan_units: list  # the names of its tangent loops (tan_rows index them)
+    many_units: list  # ... and of their vector-mode versions, in the same order
     hrev_units: list  # ... and of its tangent-of-reverse loops (rev_rows index them)
     tan_rows: np.ndarray  # [what, a, b] rows: see tangent_pass
     rev_rows: np.ndarray  # ... see hvp_pass
@@ -348,6 +367,75 @@ class _Unit:
                 body.append(f"ft += t{src}")
                 post = [f"{at} = ft"]
         return self.function(name, "data, T", body, pre_d=pre, post_d=post)
+
+    def tangent_many(self, name):
+        """The tangent loop for several directions (vector mode): each block of elements
+        computes its values and its entries' partials once (``r_k(x, y, 1)``: the rules are
+        linear in their adjoint) into scratch arrays, then every direction's tangents are
+        products and sums of those, in a loop that vectorises."""
+        p, gen, g = self.p, self.gen, self.g
+        blk = min(BLOCK, self.M)
+        vals, parts, tans, scratch = [], [], [], []
+        for i in g.entries:
+            o = int(p.E[i, E_OUT])
+            ops = self.operands(i)
+            args = [v for v, _ in ops]
+            if gen.stored(self.u, i):
+                vals.append(f"v{o} = {self.at('data', o)}")
+            else:
+                vals.append(f"v{o} = {gen.value(i, args)}")
+            terms = []
+            for k, (_, t) in enumerate(ops):
+                if t is None or not p.ops[i].differentiable[k]:
+                    continue
+                q = f"q{o}_{k}"
+                scratch.append(q)
+                parts.append(f"{q}[jj] = {gen.rule(i, k, args, f'v{o}', '1.0')}")
+                terms.append(f"_masked({q}[jj] * {t}, {t})")
+            tans.append(f"t{o} = {' + '.join(terms) if terms else '0.0'}")
+        for i in g.entries:
+            o = int(p.E[i, E_OUT])
+            if p.external(o, self.u):
+                tans.append(f"{self.at('tr', o)} = t{o}")
+        pre, post = [], []
+        if g.fold >= 0:
+            src, so, at = self.fold_at("tr")
+            if g.fold_rows:
+                off, n = int(p.B[so, B_OFF]), int(p.B[so, B_SIZE])
+                pre = ["for d in range(K):", f"    for q in range({n}):",
+                       f"        T[d, {off} + q] = 0.0"]  # fmt: skip
+                tans.append(f"{at} += t{src}")
+            else:
+                pre = ["ft = np.zeros(K, T.dtype)"]
+                tans.append(f"ft[d] += t{src}")
+                post = ["for d in range(K):", f"    T[d, {int(p.B[so, B_OFF])}] = ft[d]"]
+        sub = lambda xs: [_AT_J.sub(r"\1_[jj]", x) for x in xs]  # noqa: E731
+        vals, parts, tans = sub(vals), sub(parts), sub(tans)
+        used = sorted(
+            {m for line in vals + parts + tans for m in re.findall(r"\b(\w+)_\[jj\]", line)}
+        )
+        top, _ = self.view_lines(("data",))
+        d_views, _ = self.view_lines(("tr",))
+        _, rows = self.view_lines(("data",))
+        _, tr_rows = self.view_lines(("tr",))
+        data_used = [v for v in used if v.startswith("d")]
+        tr_used = [v for v in used if v.startswith("t")]
+        out = ['@njit(fastmath={"reassoc"}, **UNIT_JIT)', f"def {name}(data, T):"]
+        out += ["    K = T.shape[0]"] + [f"    {x}" for x in top]
+        out += [f"    {q} = np.empty({blk}, data.dtype)" for q in scratch]
+        out += [f"    {x}" for x in pre]
+        inner = [f"for j0 in range(0, {self.M}, {blk}):", f"    m = min({blk}, {self.M} - j0)"]
+        inner += [f"    {v}_ = _span({v}, j0, m)" for v in data_used]
+        inner += ["    for jj in range(m):"] + [f"        {x}" for x in vals + parts]
+        inner += ["    for d in range(K):", "        tr = T[d]"]
+        inner += [f"        {x}" for x in d_views + (tr_rows if self.rows else [])]
+        inner += [f"        {v}_ = _span({v}, j0, m)" for v in tr_used]
+        inner += ["        for jj in range(m):"] + [f"            {x}" for x in tans]
+        if self.rows:
+            inner = [f"for r in range({g.rows}):"] + [f"    {x}" for x in (*rows, *inner)]
+        out += [f"    {x}" for x in inner]
+        out += [f"    {x}" for x in post]
+        return out + ["", ""]
 
     # -- tangent of the reverse -------------------------------------------------------
     def hrev(self, name):
@@ -494,6 +582,7 @@ def generate(t):
                 calls.add((_dispatch.TAN, p.ops[i].code))
             continue
         funcs += _Unit(gen, u, unit).tangent(f"_tan{u}")
+        funcs += _Unit(gen, u, unit).tangent_many(f"_tanv{u}")
         tan_rows.append((0, len(tan_units), 0))
         tan_units.append(f"_tan{u}")
     for u in range(len(p.units) - 1, -1, -1):
@@ -550,6 +639,7 @@ def generate(t):
     def table(rows, width):
         return np.array(rows, np.int64).reshape(-1, width)
 
-    return Generated("\n".join(src), tan_units, hrev_units, table(tan_rows, 3),
+    many_units = [f"_tanv{n[4:]}" for n in tan_units]
+    return Generated("\n".join(src), tan_units, many_units, hrev_units, table(tan_rows, 3),
                      table(rev_rows, 3), table(_ranges(B, zero), 2), table(roots, 2),
                      tuple(sorted(calls)))  # fmt: skip
