@@ -256,7 +256,7 @@ def generate(t, own=False):
     at, pos = {}, t.n_ipool
     for k, a in tables.items():
         # flat, read row by row: a reshape costs a call into Numba's C helpers per sweep
-        at[k] = (f"ipool[{pos} : {pos + a.size}]", a.shape[0], a.shape[1])
+        at[k] = (f"_span(ipool, {pos}, {a.size})", a.shape[0], a.shape[1])
         pos += a.size
     pool = np.concatenate([t.ipool[: t.n_ipool]] + [a.ravel() for a in tables.values()])
     # the pool cells that name a unit module's loop: (index, loop, reverse)
@@ -281,6 +281,7 @@ def generate(t, own=False):
         "from tape.interpreter.generated import sweeps as interp_sweeps",
         "from tape.ops.loops import masked as _masked",
         "from tape.compiler.emit import span as _span",
+        "from tape.compiler.emit import table as _table",
         "from tape.compiler.emit import outline_rule as _outline_rule",
         "from tape.compiler.emit import sum_reassoc as _sum_reassoc",
         "from tape.ops.registry import BY_NAME",

@@ -10,7 +10,6 @@ import re
 import numpy as np
 from numba import njit, types
 from numba.core import cgutils
-from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
 from tape.compiler.analyse import CALLBACK_OP, Call, Group, Plan
@@ -197,13 +196,30 @@ def outline_rule(rule):
     return d
 
 
+def _view(context, builder, aty, a, data, shape, strides, item):
+    """A view of array ``a`` (type ``aty``) at ``data`` that holds no reference: no atomic
+    reference count is taken or dropped when it is made and goes out of scope."""
+    out = context.make_array(aty)(context, builder)
+    context.populate_array(
+        out, data=data, shape=cgutils.pack_array(builder, shape),
+        strides=cgutils.pack_array(builder, strides), itemsize=item, meminfo=None,
+        parent=a.parent,
+    )  # fmt: skip
+    return out._getvalue()
+
+
 @intrinsic
 def span(typingctx, arr, start, n):
     """``arr[start : start + n]`` of a C-contiguous 1-D array, for ``0 <= start`` and
     ``start + n <= arr.shape[0]``, which the caller guarantees (nothing is checked or
     clamped). Numba lowers a slice through its general indexing code; this view costs a
     fraction of that compile time and runs as fast (the generated code makes one per buffer
-    it reads: 60 slices took 1.95 s to compile, 60 spans 1.0 s)."""
+    it reads: 60 slices took 1.95 s to compile, 60 spans 1.0 s).
+
+    The view holds no reference of its own (Numba's views take one, an atomic increment and
+    decrement per view and call: Rosenbrock n = 10's two fused loops spent most of their
+    time there): it is for use inside a call while ``arr``, an argument, is alive, never to
+    be returned or stored."""
     if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"):
         return None
     if not (isinstance(start, types.Integer) and isinstance(n, types.Integer)):
@@ -211,18 +227,33 @@ def span(typingctx, arr, start, n):
     sig = arr(arr, start, n)
 
     def codegen(context, builder, sig, args):
-        aty = sig.args[0]
-        a = context.make_array(aty)(context, builder, args[0])
-        out = context.make_array(aty)(context, builder)
+        a = context.make_array(sig.args[0])(context, builder, args[0])
         lo = context.cast(builder, args[1], sig.args[1], types.intp)
         size = context.cast(builder, args[2], sig.args[2], types.intp)
         item = context.get_constant(types.intp, context.get_abi_sizeof(a.data.type.pointee))
-        context.populate_array(
-            out, data=builder.gep(a.data, [lo], inbounds=True),
-            shape=cgutils.pack_array(builder, [size]), strides=cgutils.pack_array(builder, [item]),
-            itemsize=item, meminfo=a.meminfo, parent=a.parent,
-        )  # fmt: skip
-        return impl_ret_borrowed(context, builder, sig.return_type, out._getvalue())
+        data = builder.gep(a.data, [lo], inbounds=True)
+        return _view(context, builder, sig.args[0], a, data, [size], [item], item)
+
+    return sig, codegen
+
+
+@intrinsic
+def table(typingctx, arr, start, rows, cols):
+    """``arr[start : start + rows * cols].reshape(rows, cols)`` of a C-contiguous 1-D array
+    (the caller guarantees the range), a view holding no reference, as :func:`span`."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"):
+        return None
+    if not all(isinstance(v, types.Integer) for v in (start, rows, cols)):
+        return None
+    rty = arr.copy(ndim=2)
+    sig = rty(arr, start, rows, cols)
+
+    def codegen(context, builder, sig, args):
+        a = context.make_array(sig.args[0])(context, builder, args[0])
+        lo, r, c = (context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:]))
+        item = context.get_constant(types.intp, context.get_abi_sizeof(a.data.type.pointee))
+        data = builder.gep(a.data, [lo], inbounds=True)
+        return _view(context, builder, rty, a, data, [r, c], [builder.mul(c, item), item], item)
 
     return sig, codegen
 
@@ -543,11 +574,11 @@ class Gen:
         c(f"for j0 in range(0, {n}, {blk}):")
         c(f"m = min({blk}, {n} - j0)", 2)
         for name in used:
-            c(f"{name}_ = {name}[j0 : j0 + m]", 2)
+            c(f"{name}_ = _span({name}, j0, m)", 2)
         c("for jj in range(m):", 2)
         for line in lines:
             c(line, 3)
-        c(f"acc += _sum_reassoc({c.view('data', src) + '_' if stored else 'bs[:m]'})", 2)
+        c(f"acc += _sum_reassoc({c.view('data', src) + '_' if stored else '_span(bs, 0, m)'})", 2)
         c.once(f"{c.at('data', o)} = acc", after=True)
 
     # -- reverse ---------------------------------------------------------------------
@@ -863,7 +894,7 @@ def _block_loop(c, g, targets, pre, main, redo, out, scalar, fold=None, shift=No
     c(f"for j0 in range(0, {n}, {blk}):")
     c(f"m = min({blk}, {n} - j0)", 2)
     for name in used:
-        c(f"{name}_ = {name}[j0 : j0 + m]", 2)
+        c(f"{name}_ = _span({name}, j0, m)", 2)
     c("bad = False", 2)
     c("for jj in range(m):", 2)
     for line in main + keep:
@@ -889,12 +920,32 @@ def _block_loop(c, g, targets, pre, main, redo, out, scalar, fold=None, shift=No
         c(f"for i in range({d}):", 2)
         c(f"b{t}[i] = b{t}[m + i]", 3)
     for name in scalar:
-        c(f"s{name[1:]} += _sum_reassoc(b{name}[:m])", 2)
+        c(f"s{name[1:]} += _sum_reassoc(_span(b{name}, 0, m))", 2)
     if fold is not None:
-        c("acc += _sum_reassoc(bs[:m])", 2)
+        c("acc += _sum_reassoc(_span(bs, 0, m))", 2)
         c.once(f"{fold[1]} = acc", after=True)
     for line in tails:
         c(line)
+
+
+def _views_text(t, n_ints, tables_read):
+    """The lines that make the entry and buffer tables, the pool (parts of ``ints``) and the
+    value and adjoint arenas (parts of ``arena``) as views holding no reference (``_span``,
+    ``_table``: a Numba slice or reshape takes an atomic reference count, a large share of a
+    small tape's call). Without ``tables_read`` (the sweeps are inlined and no unit reads
+    the entry or buffer table) the two tables are not made."""
+    we, wb = t.entries.shape[1], t.bufs.shape[1]
+    ne, nb, nd = t.n_entries * we, t.n_bufs * wb, t.n_data
+    if not tables_read:
+        lines = ["    entries = bufs = ints  # unread: the inlined units take them, unused"]
+    else:
+        lines = [f"    entries = _table(ints, 0, {t.n_entries}, {we})",
+                 f"    bufs = _table(ints, {ne}, {t.n_bufs}, {wb})"]  # fmt: skip
+    return lines + [
+        f"    ipool = _span(ints, {ne + nb}, {n_ints - ne - nb})",
+        f"    data = _span(arena, 0, {nd})",
+        f"    grad = _span(arena, {nd}, {nd})",
+    ]
 
 
 def gradient_args_text(t, B, n_ints, tables_read, n_run):
@@ -903,19 +954,9 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
     Python pays one dispatch, with few array arguments (each adds to the call's cost): the
     tape's integer arrays as one (``ints``, made by :meth:`tape.Tape.compile`) and its value and adjoint
     arenas as one (``arena``: ``data`` then ``grad``). The arguments' shapes and dtypes are the
-    caller's to check. Without ``tables_read`` (the sweeps are inlined and no unit reads the
-    entry or buffer table) the two tables are not made: each ``reshape`` calls into Numba's C
-    helpers, a large share of a small tape's whole sweep (``benchmarks/MEASURED.md``)."""
+    caller's to check. The tables and arenas are views (:func:`_views_text`)."""
     xs = [f"x{k}" for k in range(len(t.inputs))]
-    we, wb = t.entries.shape[1], t.bufs.shape[1]
-    ne, nb, nd = t.n_entries * we, t.n_bufs * wb, t.n_data
-    if not tables_read:
-        tables = ["    entries = bufs = ints  # unread: the inlined units take them, unused"]
-    else:
-        tables = [
-            f"    entries = interp_sweeps.table2d(ints[0 : {ne}], {t.n_entries}, {we})",
-            f"    bufs = interp_sweeps.table2d(ints[{ne} : {ne + nb}], {t.n_bufs}, {wb})",
-        ]
+    nd = t.n_data
     out = [
         "@njit(**COMPILED_JIT)",
         f"def gradient_args(ints, arena, {', '.join(xs)}):",
@@ -924,10 +965,7 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
         '    otherwise the gradients are untouched)."""',
         f"    if ints.shape[0] != {n_ints} or arena.shape[0] != {2 * nd}:",
         f"        raise ValueError({STALE_POOL!r})",
-        *tables,
-        f"    ipool = ints[{ne + nb} :]",
-        f"    data = arena[0 : {nd}]",
-        f"    grad = arena[{nd} :]",
+        *_views_text(t, n_ints, tables_read),
     ]
     for x, b in zip(xs, t.inputs):
         off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
@@ -970,8 +1008,7 @@ def njit_gradient_text(t, B, n_ints, tables_read, n_run):
     stops (a guard, a gather out of bounds) raises: its gradients would be stale."""
     xs = [f"x{k}" for k in range(len(t.inputs))]
     gs = [f"g{k}" for k in range(len(t.wrt))]
-    we, wb = t.entries.shape[1], t.bufs.shape[1]
-    ne, nb, nd = t.n_entries * we, t.n_bufs * wb, t.n_data
+    nd = t.n_data
     out = [
         # inlined (Numba IR) into t.njit_gradient, where the tables are constants (for
         # tapes whose units are all inlined): LLVM folds the table reads away
@@ -987,18 +1024,7 @@ def njit_gradient_text(t, B, n_ints, tables_read, n_run):
             test = " or ".join(f"{v}.shape[{d}] != {s}" for d, s in enumerate(shape))
             out += [f"    if {test}:",
                     f"        raise ValueError('t.njit_gradient: {what} {k} must have shape {shape}')"]
-    if not tables_read:
-        out += ["    entries = bufs = ints  # unread: the inlined units take them, unused"]
-    else:
-        out += [
-            f"    entries = interp_sweeps.table2d(ints[0 : {ne}], {t.n_entries}, {we})",
-            f"    bufs = interp_sweeps.table2d(ints[{ne} : {ne + nb}], {t.n_bufs}, {wb})",
-        ]
-    out += [
-        f"    ipool = ints[{ne + nb} :]",
-        f"    data = arena[0 : {nd}]",
-        f"    grad = arena[{nd} :]",
-    ]
+    out += _views_text(t, n_ints, tables_read)
 
     def nest(v, b, store):  # a loop over every element of v (any layout), C order
         shape = tuple(t.shapes[b])
@@ -1081,7 +1107,7 @@ def dispatch_text(table, names, blocks, status, count=None, shared=()):
     tape's code does not compile them in."""
     flat, rows, w = table  # row u: the unit's kind, then its parameters
     lines = [f"    T = {flat}", f"    for u in range({count or rows}):", f"        k = T[u * {w}]",
-             f"        P = T[u * {w} + 1 : u * {w} + {w}]"]  # fmt: skip
+             f"        P = _span(T, u * {w} + 1, {w - 1})"]  # fmt: skip
     if status:
         lines.append("        st = -1")
     first = True

@@ -44,6 +44,8 @@ from numba import literal_unroll, njit, prange
 from numba.extending import overload
 
 from tape.layout.config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT
+from tape.compiler.emit import span as _span
+from tape.compiler.emit import table as _table
 from tape.interpreter.dispatch import call_unit_fwd as _call_unit_fwd
 from tape.interpreter.dispatch import call_unit_rev as _call_unit_rev
 from tape.interpreter.dispatch import unit_address as _unit_address
@@ -62,7 +64,7 @@ def _load_impl(data, o, x):
     if x.ndim == 1:  # indexed in place: no view to make, and it vectorises
 
         def one(data, o, x):
-            d = data[o : o + x.shape[0]]  # a view first: data[o + j] would not vectorise
+            d = _span(data, o, x.shape[0])  # a view first: data[o + j] would not vectorise
             for j in range(x.shape[0]):
                 d[j] = x[j]
 
@@ -70,7 +72,7 @@ def _load_impl(data, o, x):
 
     def flat(data, o, x):
         f = x.ravel()  # a view of a C-ordered array, else a copy
-        d = data[o : o + f.shape[0]]
+        d = _span(data, o, f.shape[0])
         for j in range(f.shape[0]):
             d[j] = f[j]
 
@@ -93,7 +95,7 @@ def _forward_units(entries, bufs, ipool, data, h, n_units):
     w = ipool[h + @H_FWD_W@]
     for u in range(n_units):
         k = ipool[off + u * w]
-        P = ipool[off + u * w + 1 : off + u * w + w]
+        P = _span(ipool, off + u * w + 1, w - 1)  # (views here hold no reference)
         if k < 0:  # a fused loop of a unit module, through the unit table
             _call_unit_fwd(_unit_address(-k, data), (data, P))
         else:  # entry P[0], by the interpreter's kernel for its op
@@ -111,7 +113,7 @@ def _reverse_units(entries, bufs, ipool, data, grad, h, zl):
     w = ipool[h + @H_REV_W@]
     for u in range(ipool[h + @H_REV_ROWS@]):
         k = ipool[off + u * w]
-        P = ipool[off + u * w + 1 : off + u * w + w]
+        P = _span(ipool, off + u * w + 1, w - 1)
         if k < 0:
             _call_unit_rev(_unit_address(-k, data), (data, grad, P, zl))
         else:
@@ -122,7 +124,8 @@ def _reverse_units(entries, bufs, ipool, data, grad, h, zl):
 def _zero(grad, ipool, z, rows):
     """Zero the ``rows`` ranges ``[start, stop)`` listed at ``ipool[z:]``."""
     for r in range(rows):
-        g = grad[ipool[z + 2 * r] : ipool[z + 2 * r + 1]]  # a view: grad[j] would not vectorise
+        a = ipool[z + 2 * r]
+        g = _span(grad, a, ipool[z + 2 * r + 1] - a)  # a view: grad[j] would not vectorise
         for j in range(g.shape[0]):
             g[j] = 0.0
 
@@ -187,17 +190,19 @@ def _gradient(ints, arena, xs):
     n = ints.shape[0]
     if n < 3 or ints[n - 1] != MAGIC or ints[n - 2] > n:
         raise ValueError(STALE_POOL)
-    ipool = ints[n - ints[n - 2] :]
+    ipool = _span(ints, n - ints[n - 2], ints[n - 2])  # (views here hold no reference)
     h = ipool[ipool.shape[0] - 3]
     nd = ipool[h + @H_N_DATA@]
     if arena.shape[0] != 2 * nd:
         raise ValueError(STALE_POOL)
     ne = ipool[h + @H_NE@] * ipool[h + @H_WE@]
     nb = ipool[h + @H_NB@] * ipool[h + @H_WB@]
-    entries = interp_sweeps.table2d(ints[0:ne], ipool[h + @H_NE@], ipool[h + @H_WE@])
-    bufs = interp_sweeps.table2d(ints[ne : ne + nb], ipool[h + @H_NB@], ipool[h + @H_WB@])
-    data = arena[0:nd]
-    grad = arena[nd:]
+    if ne + nb + ipool.shape[0] != n:
+        raise ValueError(STALE_POOL)
+    entries = _table(ints, 0, ipool[h + @H_NE@], ipool[h + @H_WE@])
+    bufs = _table(ints, ne, ipool[h + @H_NB@], ipool[h + @H_WB@])
+    data = _span(arena, 0, nd)
+    grad = _span(arena, nd, nd)
     at = ipool[h + @H_INS@]
     k = 0
     for x in literal_unroll(xs):
