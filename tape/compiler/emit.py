@@ -8,9 +8,7 @@ import importlib.util
 import re
 
 import numpy as np
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
 from tape.compiler.analyse import CALLBACK_OP, Call, Group, Plan
 from tape.compiler.params import BLOCK, BLOCK_MIN, FEW_RANGES, SHIFT_MAX, SHORT_SUM, tag
@@ -196,68 +194,6 @@ def outline_rule(rule):
     return d
 
 
-def _view(context, builder, aty, a, data, shape, strides, item):
-    """A view of array ``a`` (type ``aty``) at ``data`` that holds no reference: no atomic
-    reference count is taken or dropped when it is made and goes out of scope."""
-    out = context.make_array(aty)(context, builder)
-    context.populate_array(
-        out, data=data, shape=cgutils.pack_array(builder, shape),
-        strides=cgutils.pack_array(builder, strides), itemsize=item, meminfo=None,
-        parent=a.parent,
-    )  # fmt: skip
-    return out._getvalue()
-
-
-@intrinsic
-def span(typingctx, arr, start, n):
-    """``arr[start : start + n]`` of a C-contiguous 1-D array, for ``0 <= start`` and
-    ``start + n <= arr.shape[0]``, which the caller guarantees (nothing is checked or
-    clamped). Numba lowers a slice through its general indexing code; this view costs a
-    fraction of that compile time and runs as fast (the generated code makes one per buffer
-    it reads: 60 slices took 1.95 s to compile, 60 spans 1.0 s).
-
-    The view holds no reference of its own (Numba's views take one, an atomic increment and
-    decrement per view and call: Rosenbrock n = 10's two fused loops spent most of their
-    time there): it is for use inside a call while ``arr``, an argument, is alive, never to
-    be returned or stored."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"):
-        return None
-    if not (isinstance(start, types.Integer) and isinstance(n, types.Integer)):
-        return None
-    sig = arr(arr, start, n)
-
-    def codegen(context, builder, sig, args):
-        a = context.make_array(sig.args[0])(context, builder, args[0])
-        lo = context.cast(builder, args[1], sig.args[1], types.intp)
-        size = context.cast(builder, args[2], sig.args[2], types.intp)
-        item = context.get_constant(types.intp, context.get_abi_sizeof(a.data.type.pointee))
-        data = builder.gep(a.data, [lo], inbounds=True)
-        return _view(context, builder, sig.args[0], a, data, [size], [item], item)
-
-    return sig, codegen
-
-
-@intrinsic
-def table(typingctx, arr, start, rows, cols):
-    """``arr[start : start + rows * cols].reshape(rows, cols)`` of a C-contiguous 1-D array
-    (the caller guarantees the range), a view holding no reference, as :func:`span`."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"):
-        return None
-    if not all(isinstance(v, types.Integer) for v in (start, rows, cols)):
-        return None
-    rty = arr.copy(ndim=2)
-    sig = rty(arr, start, rows, cols)
-
-    def codegen(context, builder, sig, args):
-        a = context.make_array(sig.args[0])(context, builder, args[0])
-        lo, r, c = (context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:]))
-        item = context.get_constant(types.intp, context.get_abi_sizeof(a.data.type.pointee))
-        data = builder.gep(a.data, [lo], inbounds=True)
-        return _view(context, builder, rty, a, data, [r, c], [builder.mul(c, item), item], item)
-
-    return sig, codegen
-
-
 @njit(fastmath={"reassoc"}, **UNIT_JIT)
 def sum_reassoc(x):
     """A full sum of a 1-d array, vectorised (added in another order than one by one): the
@@ -360,7 +296,7 @@ class Gen:
                 "",
                 "from tape.layout.config import UNIT_JIT",
                 "from tape.ops.loops import masked as _masked",
-                "from tape.compiler.emit import span as _span",
+                "from tape.layout.views import span as _span",
                 "from tape.compiler.emit import outline_rule as _outline_rule",
                 "from tape.compiler.emit import sum_reassoc as _sum_reassoc",
                 "from tape.ops.registry import BY_NAME",

@@ -44,8 +44,8 @@ from numba import literal_unroll, njit, prange
 from numba.extending import overload
 
 from tape.layout.config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT
-from tape.compiler.emit import span as _span
-from tape.compiler.emit import table as _table
+from tape.layout.views import span as _span
+from tape.layout.views import table as _table
 from tape.interpreter.dispatch import call_unit_fwd as _call_unit_fwd
 from tape.interpreter.dispatch import call_unit_rev as _call_unit_rev
 from tape.interpreter.dispatch import unit_address as _unit_address

@@ -625,7 +625,7 @@ def generate(t):
         "",
         "from tape.layout.config import UNIT_JIT",
         "from tape.ops.loops import masked as _masked",
-        "from tape.compiler.emit import span as _span",
+        "from tape.layout.views import span as _span",
         "from tape.compiler.emit import outline_rule as _outline_rule",
         "from tape.ops.registry import BY_NAME",
         "",

@@ -29,6 +29,7 @@ from tape.layout.columns import (
     SAME,
 )
 from tape.layout.config import UNCACHED_JIT
+from tape.layout.views import span, table
 from tape.ops import masked as _masked
 from tape.ops.blocks import broadcast
 
@@ -94,8 +95,9 @@ def bcast_offsets(ipool, p, k):
 
 @_jit
 def view(bufs, data, b):
-    o = bufs[b, B_OFF]
-    return data[o : o + bufs[b, B_SIZE]]
+    """Buffer ``b`` of the arena ``data`` (a view holding no reference: see
+    :mod:`tape.layout.views`)."""
+    return span(data, bufs[b, B_OFF], bufs[b, B_SIZE])
 
 
 @_jit
@@ -106,8 +108,9 @@ def active(bufs, b):
 @_jit
 def mat(flat, off, r, c):
     """Elements ``off`` to ``off + r * c`` of the 1-d array ``flat`` as an ``r x c`` matrix (a
-    view): one compiled function for every kernel's reshapes, not a reshape's code at each."""
-    return flat[off : off + r * c].reshape((r, c))
+    view holding no reference): one compiled function for every kernel's reshapes, not a
+    reshape's code at each."""
+    return table(flat, off, r, c)
 
 
 # Copies and sums of matrices as loops, for the matrix kernels: Numba's array slice assignment

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ecefee013ff81c795d0eda215089e4f1f70505bd5793fbf0b6b9ea755e438cf8"
+FINGERPRINT = "4c73331ce23163c96b21f9c4c3e2c4da7716c84f688571c573f9f34e0e8b2735"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "39fc4daff170348689451b4341d4e8f6c857a708f2caf38d77a6fedfbd76b2f6"
+FINGERPRINT = "e20540e6c8ef0aec4daade1bfd38c14d739a81d79d8b12faa0f723e64b096b6a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c12e3cb638b0e698e577324bb82149d95bd09b00705c8151853e47f13eec0434"
+FINGERPRINT = "68ebb5157dfa8cafab38e21966c382e5de3ba2bb28d95f42a6f1b59b343c00d6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b2afcc57fed91bc69c345940552388974c460dc7a3cf2d845ece000379790c4"
+FINGERPRINT = "cffef68d9b7943e12ec8cffa2b178404b3b39e93875a6ea5b490be25da6c3433"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "125abfacb1749ecfd0f392b6f3186c2a7cd297a18c3149c607037118e7ee1101"
+FINGERPRINT = "9f5faa2d2c82c837589cc22f1e62e9327e8689695c3f9fba2f43292ec65a4963"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e3ad34aca3815822240bbf1c0acc2e18c741a31943dcff61a8d4973cc57c3587"
+FINGERPRINT = "3f2628c47b70b479700f6b82e85539fcd96f25b911dd57d9c49e2f5461774188"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc7c44fe0f34f242a5a59ea432ab3e71ee591c8646d3f134accef84816655663"
+FINGERPRINT = "384ddaf2ee21640e35e4d7966f049d2f3726ef38b070c40c05f94311d7e3476a"
 
 import numpy as np
 from numba import njit

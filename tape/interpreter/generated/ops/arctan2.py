@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a71be50a4029f215b82dca2ac441ecd92daf189ba84039e646405e6be7940115"
+FINGERPRINT = "303ca0029fc73fbd684ea0031882cfba31fbcdfe60eb217e155f608a086af688"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fd272022ccb974e8c9c9390df54377053d1925007d6e214f8ac8b3a866414ae8"
+FINGERPRINT = "4a065e839fdb949d27127ec2971d315417a7fd3d11771e218e8dbfbdc6208e84"
 
 import numpy as np
 from numba import njit

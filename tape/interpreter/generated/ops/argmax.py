@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9d5345bb3120f9bf273fb1b25153d0672b63c2274ab68fbdc1d0ea7ef66dd1b9"
+FINGERPRINT = "06d289cbdc635a4303c042f99b757469122fe1a73b8d83661bbe4de03ad27c7f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2dcfb737dc24fe408d555641852876afbc3d88710f095a890533f6ed6110a15f"
+FINGERPRINT = "38feff2b8e593838accc48290ba48a9f92c86006166b197558ffea14bfe85707"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6eb91a4c0e8a356f9f2ea713cf13459610009f5a108a935ff733192da0cf3fdf"
+FINGERPRINT = "e25ba563aea98ff9e2648bf6d99331c0c62ca3b8d350e08383819fdb08feee2d"
 
 import numpy as np
 from numba import njit

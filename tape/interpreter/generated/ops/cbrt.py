@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5d3016911ebd7c6ff113695bdeb2368aa7eacb40937a693443a2e4571718202b"
+FINGERPRINT = "b8298e5ce2e68d9855995150f4d4f2cb79e7e3898f348f4cdc324e25fcb093b1"
 
 import numpy as np
 from numba import njit

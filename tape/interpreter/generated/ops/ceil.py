@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b626a1ec83554ec45cb737d62b64013b9fb1ee336dbf5d890e638c6cffb9bbeb"
+FINGERPRINT = "cdc74ab0e6199e533b8315eef0ef6541853916adc42814cce1fb98bbc709733d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "678c1a9d6112386cf6c266e1e6b2c5bafaa2f073e96518e639e4cb3630def907"
+FINGERPRINT = "fbc009fe21b2bdd7d81ad2cad7700244565d741046b775e5404c768aad1368e8"
 
 import numpy as np
 from numba import njit

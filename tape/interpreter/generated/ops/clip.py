@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1aabb4e6652400af05629fdfbf52ba05d84e4128b65f83cd7ce2007b7c4d857c"
+FINGERPRINT = "49efcc59674f59811889e2350beabd00c5df0830456b01dfc62e39d9fd084b8b"
 
 import numpy as np
 from numba import njit

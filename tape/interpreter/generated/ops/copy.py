@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ab40283452152608c925bb234a6cff17d2670faf98573f3eff8fd6e034b52251"
+FINGERPRINT = "c7e8d6d00045ec4475f6276a7c285f234bee1eaf8364c453f4c99de6a4daa581"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7ffc38dff7ab5869b972c48d1364edeaff8d6f19ae326d1c1fdb24f951464a3b"
+FINGERPRINT = "c6dbe41b8a90e5c5e519fabab3a03ad3628af826819dbae3370d42837721cea1"
 
 import numpy as np
 from numba import njit

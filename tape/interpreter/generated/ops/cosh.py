@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0ba27be0056cfa0326dcd857595dbfb5bb3d15bfa3a756ce5d9fcd0631a8a6c"
+FINGERPRINT = "51bd5d99a90446eaaf0e846df13ba96a962e4899cca0f7d128e3bf00d59f52a9"
 
 import numpy as np
 from numba import njit

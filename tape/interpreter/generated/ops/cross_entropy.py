@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "88be9ffb3bdcbabd0f049dd8a959e0e221344139198c1da223dd0c8ab94cc2af"
+FINGERPRINT = "f1646271b2b0a76e76e3b1a86f7548eeaf43d00472a85c7b8ab81437f5b7e656"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "454922ecba41afd6d22a00af46b26e7fc32666d59c4ed95420b40b414c9f21d4"
+FINGERPRINT = "01ae5c6798bde29a9ba350068de031d123a5ca0c708e61d5550b66906a6464f4"
 
 import numpy as np
 from numba import njit

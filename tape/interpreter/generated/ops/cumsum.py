@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "958cc15a6aa96604fcc7aa23956b6ab3b1052b099533955a3cdf5016aea6d086"
+FINGERPRINT = "0f135c4dc9dffd2e15bde3719d4eed5e17956e79000811d639eb6e4bc59bddad"
 
 import numpy as np
 from numba import njit

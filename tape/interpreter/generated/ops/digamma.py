@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "985dc96926912636cd1796ac91badfe2294204352e335b3f20d8dd96099e0dce"
+FINGERPRINT = "8b79c2657b6170d0d62eac9788d9c1bafdb20e34dcae80f2c7644eccbf76e947"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fa65c09cf4b86144ea09f861c98826c7ef0c32aed108a3653525426cd4f21fa0"
+FINGERPRINT = "d0ad8dc05bf06c8cff751b7623d5849d41de9044db464d564d63e1f9cf0a82c9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3abc2379f548ce59e953a57d7caad935b8fdbb48dd620079b2c06b80b41cb5a8"
+FINGERPRINT = "fb288c7f8766181da29691faf56e6928d89709d2e6375b4bca4a95c40a3896aa"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2ad84635c80050ab1425aadf8ca20fee21bf59a35712061aa84c1985552f5107"
+FINGERPRINT = "a89b2572fa41f6bc122b960f919303fa3fa33377fa17f9fed6280594fd0c0111"
 
 import numpy as np
 from numba import njit

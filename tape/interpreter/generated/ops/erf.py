@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "07d8e5ea2846ef8f0a9f235b3c59a1d34f0fbac913ba0bdf54a2f99e3322a0b0"
+FINGERPRINT = "7e67f2f8199eafa269c665ebf2256b03dfbe8cdcddad029e15d0bac5b71ee939"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "95c2d539137a5844f9b76e01fff68477069b4d22f870766c381343621a5eae1e"
+FINGERPRINT = "e08d6f88f1d73f90a870c5bc07216a7c8ef686b99e3e608ab6ccd6824342bf34"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3e5ee4091551542b51976668dbb0ef919f8d68554c769661b097f8940e163a7b"
+FINGERPRINT = "8e39eec3b626a74e7fe4eddc5cc705bc3f1fb957981237f87b7af0f765fbec97"
 
 import numpy as np
 from numba import njit

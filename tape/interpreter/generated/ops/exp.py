@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3e18d2912a9957e2da6980150e668f46748b73b3d11775f760e979d1aed2a0a0"
+FINGERPRINT = "e16c06bb8e275879997dda18e4422b72969d2377c3dfd696a3132a05382c1301"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "02e98f49f793a4df5122edac82573bdef8fc8994834de59a9387ab19724e8ee7"
+FINGERPRINT = "5c685e9e8d92515caa60f5f7364e3d1436cdc423ddd70559946514c01ddc4968"
 
 import numpy as np
 from numba import njit

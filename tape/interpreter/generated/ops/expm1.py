@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "131c398fe2f862d004050fb3635131ced23164f8d5fd5ceb71b22c53149cc4d2"
+FINGERPRINT = "373b2f86c091d003f3a8b7851b3d09b05e4717453c9a21a98acc03cb55b1da15"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "74ab9313f0bd3286f0c1c2bd7958bfc70efbabacca427bcbf429aa32bf9b9ac0"
+FINGERPRINT = "032e914407747d707a25f003ff460a6a4e5b1f1046469e7084b7820839e428ee"
 
 import numpy as np
 from numba import njit

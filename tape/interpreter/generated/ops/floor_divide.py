@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a8966585e7b937111aac021733d0ade923f59fa467450b078db4a196132b58e6"
+FINGERPRINT = "60994d336bc64eedeadef6903f39d14dcda90f93f4a246019d2ef5b5192e4550"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0c6bbbc51b3ff34460ece36ab90a815a0cf16cb4ec5a9c5d4d329168a85c7a3"
+FINGERPRINT = "6466639ee10de496bf0f1b4b999b78aae9a33c255a2ee902442136e550d367c6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbe14ae43c83c0aa19bfe85e0af35f5e349c1677cd59731ea5fb5da078270728"
+FINGERPRINT = "48dfa46d7991470389c7c7510113ef299ff8c4a927078bf40234fe8180f41a8e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d075ce270c74384609b84c840ba28b194172a7eec2a020fe40b9302d17b1ba5c"
+FINGERPRINT = "ad8d0ba055571e6e41480f79827e2ee26fa7aace972500638b340266001aa4e0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "641f699bc8ff932661c50731217d30f098b83e93cfcdc33f79faae3eea0782d3"
+FINGERPRINT = "4a91f45a0fe28c937f2282964d7e7ac30cda143d74d7da59f3852a40f1368d1a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d9ab5cb3b2ed296c0e51f6108ec29ff16e95d91f0ab40298833a4bd2fb5bcd11"
+FINGERPRINT = "052e064d7860a7da055fd2d83374e0f1a13cdb27a817cd170c0362ff6812429e"
 
 import numpy as np
 from numba import njit

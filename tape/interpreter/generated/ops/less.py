@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8ddc8046d60175cea842c188e01311553df84cf1f772eeb911b890b50f394944"
+FINGERPRINT = "c00198ffd3bcc9003a58238ed8d3b54d392c8baa12f20fbd46a798fa3c9f5433"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "01f137ae07792c45f1cd593454bdb12899a134ee4c15812da0af7e35e94a7328"
+FINGERPRINT = "1d7af02e609be17f99a82ae7130d719cf201007a682eed9ae1908879afa2ac38"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b293a3deeae6b2dbc71b84dcb7b858c4e5d6410ece8c6627fd7dea806049f18f"
+FINGERPRINT = "3ecd75c387277bd940cce28fc4a014d5cd401f8caae4998f431fbfdbbfeae762"
 
 import numpy as np
 from numba import njit

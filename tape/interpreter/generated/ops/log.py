@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1a73f7fd5ac3acc1a7bfe01da27756a143680ef80384a71309d673fc01913f37"
+FINGERPRINT = "621357f680e32676fd78e5816985487141b36009c056c835481d1fbca493b4af"
 
 import numpy as np
 from numba import njit

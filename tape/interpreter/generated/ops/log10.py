@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f3749b13f79de48ac309421c5ce71b0325a37371e4782eb1cdf6dcc9631fdd7a"
+FINGERPRINT = "0904881835c23c63eb4495a4abe46bc148259dd1252adfe0246187ae0e805a76"
 
 import numpy as np
 from numba import njit

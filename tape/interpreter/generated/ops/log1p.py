@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "db46a086b314de46fedcc235868f78ecb77b9e60ffce93f894cce4b2e3b46c74"
+FINGERPRINT = "26e002e50e1304b7f8e423beb1f7ee7fb7b0b79fe04b3c7c21af17c92e0196a8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "754d42421bc7a44155902e88811f91096fceaa6f5889ec08a194fb00ecf7bdde"
+FINGERPRINT = "7570be47820e69cd9d1cbd632763ddb7ad38dae602086a179b8a72b10d82f574"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "16589634a11ec4f0a8f3fa20eeec762123e1e4c3c94a8d7ba329fdab8f7d2aac"
+FINGERPRINT = "64a14232d2e221044393914bddf0b0dda1cd0c5d4996c8ebe2a35130f533ba92"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "541bc85de7b776a1cf69ef25bddd8918ce4a8a309678a9cfdc10fc1d0f66c603"
+FINGERPRINT = "c75f8dfa40d124e8223f8cf64a4f525064f362d0db9b25f998684e558d0ab6a3"
 
 import numpy as np
 from numba import njit

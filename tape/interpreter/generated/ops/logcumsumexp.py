@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "680e1b3752dd690c110a8333eabe52d1a9827f9cc9e8c95ce637c1c20dd33a79"
+FINGERPRINT = "45ecb3fbd9de1ecd0019ffdd5bc6d91d46c8a2a05bf0037b0ccf20fe67f8f148"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fa7f152d98019473a54c5c71c0ab49f289eef2ec2ff40804c8a99fbdf461438e"
+FINGERPRINT = "9ee28af6f0aa01dad953f1e97b0dc07014ba178c4113430657934241e1ff0536"
 
 import numpy as np
 from numba import njit

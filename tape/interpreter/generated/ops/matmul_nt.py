@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d5f0c481453e39f34ba875b5a7617aa804103c93482f1af77c2eae911b22a747"
+FINGERPRINT = "35b7b2dd504e7bdae9ef5b10ea1c8c98a7a5e83be467c54c1ab9b3ced891b6f3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38f0a8e2a754bee9f58f16b3f6b98ecfad153d56cb039cc2fdef24955962f276"
+FINGERPRINT = "a077aee9b39642e090883f075f0f65aa24d92ca72757e88bda5b99bd26f58681"
 
 import numpy as np
 from numba import njit

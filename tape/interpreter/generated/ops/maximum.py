@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "92a20325d3ea1bd3b93a2bdf743a76c03996dbf27dfbc42b1d4bbfe978af1a00"
+FINGERPRINT = "186d69b1fef17b1cad95a8af46a11689ea16f21653cea5933155dc7da62ccc39"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8e7f2201ef3b19a7fff9952736312be305c327afcdbae8317bcfb5b8bf056201"
+FINGERPRINT = "d955ffd8847752654bb59a4ef4948ccc0296d423fcdcb9bd8aaab1b51d3b6c0f"
 
 import numpy as np
 from numba import njit

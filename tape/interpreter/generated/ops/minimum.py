@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ad26723583e8836b48297aa37342b989be769fa4a3fec85e09e2093d137573cf"
+FINGERPRINT = "cfe538825cf480c5e3f636d0f200f65b2a022a86ff1cc17e03aac559abcdb432"
 
 import numpy as np
 from numba import njit

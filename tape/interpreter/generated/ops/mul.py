@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1f38d8f685450a58b02fd79f0a5d8999de466aaf57c553363de2b60eb464a038"
+FINGERPRINT = "8a4e399a5c2c70c2b32c9a8bf1ee1e61a525c671632e63101a3e3a1b36d68aa0"
 
 import numpy as np
 from numba import njit

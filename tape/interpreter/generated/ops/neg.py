@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dbf12e3000a348a7c7cfbbb5a79cced21bf5d7758c3570edfe88539d24397e69"
+FINGERPRINT = "c96e3ecc4aeee96ead34de391a0add97a59c21fd14fce513a799c8ade212be72"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7fcc4abf283938f25d7a67195228644dd773eecce37c8427171aedb9ef1102ba"
+FINGERPRINT = "4cc128cfe451605a4bf245b7e2114ac0572842bc4a509b5729f1be2312fe23e0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c6b0e713e1a5ff5cddddf88a09b12da9f19a5fe0ed245b8b9df885508e96c986"
+FINGERPRINT = "1d3543dc20065324c7ba76dbad717e681254491e381be44862a5d4cb9b5551b8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "79b19fb5243ac17ea1f784535bbb05982f73addd8c762ce20a12870bb180831c"
+FINGERPRINT = "790d990be537a63cb4aaa7ca9d0dd0d30e2cbf4c9b93f027f66694b8f8aa02f8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1dda7cfec00e946c8e636e2af118a69d499cf0aa8f3f78c30279aa5cf604482d"
+FINGERPRINT = "ac935a8a3512446efc33a4d85185cf972a92bd3d398dbeb9db9c1efc1228d54b"
 
 import numpy as np
 from numba import njit

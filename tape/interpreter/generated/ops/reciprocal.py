@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "155d39ab4d1746d8c25e8c934d6d500fb2d801b08390a7b351d7c8dc8b740785"
+FINGERPRINT = "aa2bf40bb7ce5b31702fe1b078bd327f00e1006beebd41f0a51efe272ce9da93"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bf6951a6e994e745e6538ea1038da69e601aeb8d1a4cd52cb592db0b545467d9"
+FINGERPRINT = "5a1ad70b8008cfa487949c66fe5a67bc531ca1957c216e98d8fe4c3352c3d698"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e1b52303c07af18978095d366b865f802abded3e14a6e4575b263c294b349b52"
+FINGERPRINT = "bfd8921f07c8ba98318afd5438a272756cf6f81b460aa2a473ef71a84d157f9d"
 
 import numpy as np
 from numba import njit

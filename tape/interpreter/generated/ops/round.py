@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8fa669c9aeb34d3db956f5832f4b603568b5b8096ea41e04827a09f04c5a1ae7"
+FINGERPRINT = "eed6296be7e1096d6fbc0d35afcc8070ce7717d07a74e31d2cb3bb5a4a919dcc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c6b2e8b0dbfb559eb90927e3605a737a8a2527a4cc52614a0904f722b7818772"
+FINGERPRINT = "353f35de992d2e859367aeafc04f62488de202d3d326eea07f001cba68367a33"
 
 import numpy as np
 from numba import njit

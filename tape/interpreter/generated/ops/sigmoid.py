@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "568ad9de2c8f9071293d2ae88f2cabe31879cfb17730532dfeb4df109adb4576"
+FINGERPRINT = "50b1175917637301bb86ad7ff6559653fac3b82d23c4e79a0d55191950dc09ec"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1c2c5f1621800e74584392313bf0dd2739fd17dd92610a314fb8ce5a0d2469c8"
+FINGERPRINT = "12fcb7e7997003e9f352f1e485edf68ade3f6adce4846aeb291aa32003dabce8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "db189cc01a4fc74c0517ede762ab188792d133d24b6cdaf1f6e287ab64134bfa"
+FINGERPRINT = "5c0c99f79f51caa2c5f0d2b7a1b7f68e3787a0b056b84e3e048265b2cdd52d20"
 
 import numpy as np
 from numba import njit

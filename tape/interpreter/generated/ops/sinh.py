@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "39c194a27dac81076e15777eaf08c7684b1efc9f81ef3222201c27b1a6dfd434"
+FINGERPRINT = "a7839d83b88b706c91f93f64576751c8ee7b6a8934ff546062c341be5b2dc043"
 
 import numpy as np
 from numba import njit

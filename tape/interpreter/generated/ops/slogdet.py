@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cef1558f923557d6e1e557b27329552a5bbd3b545e8a4fef9c0b5421c4a1323b"
+FINGERPRINT = "c284969a8b1fc284546c01fa427a58c4218cb6e8c81cbf4f5b5062511c4f4a53"
 
 import numpy as np
 from numba import njit

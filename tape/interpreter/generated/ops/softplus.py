@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f991ba1fe306b3b9c13cde8bdeb574e3c3dc98c2a6b3408d570aa09c092e13d4"
+FINGERPRINT = "9a0c3d64afd68af029aab1ccf0b48d5c696b07f3347b44c32345a71dd0f90366"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "62dff8e538f50ca116674a79725624c85c0700e2be36badadd593f600d7925ab"
+FINGERPRINT = "35bd89b4bdb9c35044e08998dd6299a6dfde4371ce2631078330e2c58b1b1d3c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3955529f57cb3bb7ba4654a9d51dd897b28d56da6ddbf80ab088428e148814ee"
+FINGERPRINT = "acd1f019b9ef29f357447f174bcadce9618a7d2929bcffd6ffe6b25eef3b35df"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bdcd92c27b365e254debe16b562c35578959116d7aedd4184e7b33951d808dfa"
+FINGERPRINT = "a5d82aa479e9d90203848708510d1ea7d5a882ca91e72b89d296e2b456e4f179"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "08275a4949101ff79b028744d2199d2c8940f9f75feee1c2d65e767f4387b5d6"
+FINGERPRINT = "c6641f9bf1458287e7851e5dde13a8587c8cd7e76a4eb38a13de2e69c071375f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98345164973fc876fd4980e54e349a22dd79364c96425b1d92ca34b67f5129fd"
+FINGERPRINT = "cf212bee7eb3e96ceddafaec9e8a669afe28dbdc8d3d4178a98a96ab0aef3dcc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e3d3e13a2fbf09777d09d93fba2ea85d7435202513515adbc715df92f89980ac"
+FINGERPRINT = "7f07b5bf37ac0b1d893bb2d9f129092115158e2006a0987c8764c0ca8276e57e"
 
 import numpy as np
 from numba import njit

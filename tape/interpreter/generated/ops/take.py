@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "55c6e15978a5cff75dc07f6288cb71dab2f438281677006077681ee203bc3b12"
+FINGERPRINT = "9363e803176b8c671e17bc2fb0270ba1eec65937f6d11ab85b6360aad0a871c8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f0064c91e0099aaf81c2a3310881347f31f0a4ddf47b289c502edf4f1b258c22"
+FINGERPRINT = "22af730790fed8826d271fb8364a228bfa2267260b099ad1b772725799c29298"
 
 import numpy as np
 from numba import njit

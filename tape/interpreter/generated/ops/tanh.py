@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "27bd59d763488edd6fc1601023c1199edd21b06359d2a511c2db381cd6eed9fc"
+FINGERPRINT = "dc2242b1d4751c39bb33bee5d143a8fc1419d4b28d041b753911ebd099b7888d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bf9541065b84354309120a8aae1f6170e951932b57ae4a6b5a70fcfd8d90ff8f"
+FINGERPRINT = "6ab3c0f000c9a8c38d2265e9a8fa1ab57d2bd79bb1ced43f18e41d5f48ef8363"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a3639bf6c53d4f9506192e8f82f519b4db01895657bb0ae071e7941081792488"
+FINGERPRINT = "277d8d04f40e37c6ee69f98ef0d9a02ba66044f767f73a0bc01c98030332e093"
 
 import numpy as np
 from numba import njit

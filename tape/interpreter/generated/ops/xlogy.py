@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5532a78518f1801bfd736a85471d14d8b764720fa7fb2c9a6f476412fe5e1d47"
+FINGERPRINT = "0640ee6bba78ce7e7e89104cd9d53264ef99f566601080368ee7c6bbeb2294fd"
 
 import numpy as np
 from numba import njit
