@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "d370f02562301981553f8e199381aeefb383543ee8f5d238354718ce5049ecb2"
+FINGERPRINT = "b1c9830e7d3699fa9c23491a486e5523d5957b5e550e818d5f91ebe7f69e5b33"
 
 from numba import cuda, float64
 
