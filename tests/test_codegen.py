@@ -424,11 +424,11 @@ def f(x, w):
 x, w = np.linspace(0.1, 0.9, 6), np.linspace(1.0, 2.0, 6).reshape(2, 3)
 t = tp.record(lambda x, w: f(x, w.reshape(6)), x, w, compile=False)
 job = C.runtime_job(t)
-assert job == "runtime float64 float64:1,float64:2 into", job
+assert job == "runtime float64 float64:1,float64:2", job
 assert W.submit([job])  # a helper compiles the runtime's gradient for (1-d, 2-d) arguments
 W.drain()
 t.compile()
-g = C.runtime().gradient_into_2  # the one call gradient() makes (gradients into arrays)
+g = C.runtime().gradient_args_2
 print(sum(g.stats.cache_hits.values()), sum(g.stats.cache_misses.values()))
 """
 

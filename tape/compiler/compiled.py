@@ -73,13 +73,7 @@ What the generated code does differently from the interpreter:
   arguments are arrays of the recorded shapes and dtypes. It takes two arrays and the
   arguments: Numba's dispatch costs more with every array, so the tape's integer arrays are
   views of one (``entries``, ``bufs`` and the pool, made so by :meth:`tape.Tape.compile`) and
-  a workspace's value and adjoint arenas are the two halves of one. On the shared runtime,
-  ``gradient_into_<n>`` (a tape differentiated with respect to all its arguments,
-  :func:`writes_into`) also writes the gradients into arrays it is given, fresh ones or
-  ``gradient(out=)``'s, once the sweep ran through: no copy of the workspace's views after the
-  call (``out=`` 1,339 -> 1,078 ns for Rosenbrock n = 10 from Python, best of 25 rounds). The
-  views the runtime and the fused loops make of the arenas and the tables hold no reference
-  (:mod:`tape.layout.views`). A final sum that nothing
+  a workspace's value and adjoint arenas are the two halves of one. A final sum that nothing
   else reads (a loss), taken in blocks with nothing stored, is summed again by its reverse
   loop, which recomputes the values anyway, so ``gradient_args`` skips that forward loop; an
   element loop's redo after a NaN is a function of its own (``_redo``), which keeps the short
@@ -182,7 +176,6 @@ from tape.compiler.runtime import (
     H_ZERO,
     H_ZERO_ROWS,
     MAGIC,
-    SIZED_ARGS,
     STALE_POOL,
     runtime_source,
 )
@@ -524,7 +517,7 @@ class CompiledSweeps:
         "gradient_batch_kernel", "gradient_args", "ka_forward", "ka_backward", "ka_gradient",
     )  # fmt: skip
 
-    def __init__(self, module, table_calls, source, n_args=0, into=False):
+    def __init__(self, module, table_calls, source, n_args=0):
         self.module = module
         self.__name__ = module.__name__
         for name in self.ENTRY_POINTS:
@@ -532,9 +525,6 @@ class CompiledSweeps:
                 setattr(self, name, getattr(module, name))
         if hasattr(module, f"gradient_args_{n_args}"):  # the runtime's, for n arguments
             self.gradient_args = getattr(module, f"gradient_args_{n_args}")
-        # the runtime's one call that also writes the gradients into given arrays (see
-        # writes_into); None: Tape.gradient copies them from the workspace
-        self.gradient_into = getattr(module, f"gradient_into_{n_args}", None) if into else None
         self.TABLE_CALLS = tuple(table_calls)
         self.SOURCE = source
 
@@ -605,7 +595,7 @@ def compile_tape(t, own=False):
         [g.source] + [f"# ---- {n} = {module_name(x, 'tape_unit')}.unit\n\n{x}"
                       for n, x in g.units.items()])  # fmt: skip
     if rt is not None:
-        return CompiledSweeps(rt, g.table_calls, listing, len(t.inputs), writes_into(t)), pool
+        return CompiledSweeps(rt, g.table_calls, listing, len(t.inputs)), pool
     mod = load_module(g.source, "tape_compiled", g.extra)
     return CompiledSweeps(mod, mod.TABLE_CALLS, listing), pool
 
@@ -615,23 +605,13 @@ def runtime() -> types.ModuleType:
     return load_module(runtime_source(), "tape_runtime")
 
 
-def writes_into(t) -> bool:
-    """Whether :meth:`Tape.gradient` of tape ``t`` on the shared runtime calls
-    ``gradient_into_<n>`` (the gradients written into their arrays by the compiled call)
-    rather than ``gradient_args_<n>``: a tape of 1 to ``SIZED_ARGS`` arguments, differentiated
-    with respect to all of them."""
-    n = len(t.inputs)
-    return 1 <= n <= SIZED_ARGS and list(t.wrt) == list(range(n))
-
-
 def runtime_job(t) -> str:
     """The :mod:`tape.interpreter.warm` job that compiles the runtime's one-call gradient for the
-    arguments of tape ``t`` (their dtypes and dimensions; C-ordered arrays): ``gradient_into``
-    where the tape calls it (:func:`writes_into`), else ``gradient_args``."""
+    arguments of tape ``t`` (their dtypes and dimensions; C-ordered arrays)."""
     args = ",".join(
         f"{np.dtype(d).name}:{len(t.shapes[b])}" for b, d in zip(t.inputs, t.input_dtypes)
     )
-    return f"runtime {np.dtype(t.dtype).name} {args or '-'}{' into' if writes_into(t) else ''}"
+    return f"runtime {np.dtype(t.dtype).name} {args or '-'}"
 
 
 def start_runtime_compile(t):
@@ -641,8 +621,7 @@ def start_runtime_compile(t):
     this process compiles the ops and the fused loops)."""
     if _warm.compile_helpers() == 0:
         return
-    kind = "into" if writes_into(t) else "args"
-    fn = getattr(runtime(), f"gradient_{kind}_{len(t.inputs)}", None)
+    fn = getattr(runtime(), f"gradient_args_{len(t.inputs)}", None)
     if fn is None:  # many arguments: the generic one compiles at its first call
         return
     try:
@@ -655,15 +634,11 @@ def start_runtime_compile(t):
 
 def _build_runtime(dtype, args):
     """Compile (or load) the runtime's ``gradient_args_<n>`` for arguments ``args``
-    (``dtype:ndim`` comma-separated, ``-`` for none) and arenas of ``dtype``; its
-    ``gradient_into_<n>`` (with gradients of ``dtype``) where ``args`` ends in `` into``."""
+    (``dtype:ndim`` comma-separated, ``-`` for none) and arenas of ``dtype``."""
     rt = runtime()
-    args, _, into = args.partition(" ")
     specs = [a.split(":") for a in args.split(",")] if args != "-" else []
     xs = [np.empty((1,) * int(nd), np.dtype(d)) for d, nd in specs]
-    fn = getattr(rt, f"gradient_{'into' if into else 'args'}_{len(xs)}", None)
-    if into:
-        xs += [np.empty(x.shape, np.dtype(dtype)) for x in xs]
+    fn = getattr(rt, f"gradient_args_{len(xs)}", None)
     if fn is not None:  # (the generic one, with *xs, compiles at its first call)
         precompile(fn, [np.empty(0, np.int64), np.empty(0, np.dtype(dtype)), *xs])
 

@@ -79,39 +79,6 @@ def _load_impl(data, o, x):
     return flat
 
 
-def _store(g, grad, o):
-    """Copy ``grad[o : o + g.size]`` into ``g`` (any shape and layout), C order."""
-
-
-@overload(_store)
-def _store_impl(g, grad, o):
-    if g.ndim == 1:
-
-        def one(g, grad, o):
-            d = _span(grad, o, g.shape[0])
-            for j in range(g.shape[0]):
-                g[j] = d[j]
-
-        return one
-    if g.layout == "C":
-
-        def flat(g, grad, o):
-            f = g.reshape(g.size)
-            d = _span(grad, o, f.shape[0])
-            for j in range(f.shape[0]):
-                f[j] = d[j]
-
-        return flat
-
-    def nd(g, grad, o):
-        k = o
-        for i in np.ndindex(g.shape):
-            g[i] = grad[k]
-            k += 1
-
-    return nd
-
-
 @njit(**UNIT_JIT)
 def _header(ipool):
     """Where the tables' header starts; refuses a pool without them."""
@@ -249,34 +216,11 @@ def _gradient(ints, arena, xs):
     _reverse_units(entries, bufs, ipool, data, grad, h, True)
     return -1
 
-
-@njit(**UNIT_JIT)
-def _gradient_into(ints, arena, xs, gs):
-    """``_gradient``, then the gradient of each argument into the arrays ``gs`` (of the
-    arguments' shapes, any layout; for a tape differentiated with respect to all its
-    arguments, in their order) only where the sweep ran to the end (``gradient_into_<n>``,
-    ``Tape.gradient``'s one call: no copy of the adjoint arena's views afterwards)."""
-    st = _gradient(ints, arena, xs)
-    if st >= 0:
-        return st
-    n = ints.shape[0]  # (checked by _gradient)
-    ipool = _span(ints, n - ints[n - 2], ints[n - 2])
-    h = ipool[ipool.shape[0] - 3]
-    nd = ipool[h + @H_N_DATA@]
-    grad = _span(arena, nd, nd)
-    at = ipool[h + @H_INS@]
-    k = 0
-    for g in literal_unroll(gs):
-        _store(g, grad, ipool[at + k])
-        k += 1
-    return -1
-
 '''
 
 
 SIZED_ARGS = 6
-"""The runtime has ``gradient_args_1`` .. ``gradient_args_6`` (and ``gradient_into_1`` ..
-``gradient_into_6``): a call with ``*xs`` costs more
+"""The runtime has ``gradient_args_1`` .. ``gradient_args_6``: a call with ``*xs`` costs more
 (``benchmarks/MEASURED.md``)."""
 
 
@@ -290,11 +234,8 @@ def runtime_source() -> str:
     sized = []
     for n in range(1, SIZED_ARGS + 1):
         xs = ", ".join(f"x{k}" for k in range(n))
-        gs = ", ".join(f"g{k}" for k in range(n))
         sized += ["@njit(**COMPILED_JIT)", f"def gradient_args_{n}(ints, arena, {xs}):",
-                  f"    return _gradient(ints, arena, ({xs},))", "", "",
-                  "@njit(**COMPILED_JIT)", f"def gradient_into_{n}(ints, arena, {xs}, {gs}):",
-                  f"    return _gradient_into(ints, arena, ({xs},), ({gs},))", "", ""]  # fmt: skip
+                  f"    return _gradient(ints, arena, ({xs},))", "", ""]  # fmt: skip
     fields["SIZED"] = "\n".join(sized).strip()
     text = _RUNTIME
     for k, v in fields.items():

@@ -114,8 +114,7 @@ class _Workspace:
         self.grad_views = [t.view(self.grad, t.inputs[k]) for k in t.wrt]
 
 
-_ndarray = np.ndarray  # globals, not attribute lookups, on the hot path
-_empty = np.empty
+_ndarray = np.ndarray  # a global, not an attribute lookup, on the hot path
 
 
 def _direct_ok(args, fast):
@@ -186,12 +185,8 @@ class Tape:
     replay, so a replay never pairs one tier's code with the other's pool."""
 
     _direct = None
-    """``(gradient_args, ints, fast, one, into)`` when :meth:`gradient` can replay in one
-    compiled call (a compiled tape with a scalar output and gradients in the arena dtype),
-    else ``None``: ``fast``, the arguments' ``(shape, dtype)``; ``one``, that of the only
-    argument (or ``None``); ``into``, the call that also writes the gradients into given
-    arrays (``gradient_into_<n>`` of the shared runtime, for a tape differentiated with respect
-    to all its arguments; else ``None``, and the gradients are copied from the workspace)."""
+    """``(gradient_args, pool, fast)`` when :meth:`gradient` can replay in one compiled call
+    (a compiled tape with a scalar output and gradients in the arena dtype), else ``None``."""
 
     # Immutable defaults live on the class (an instance assignment replaces them): eager mode
     # makes a tape per training step, and each attribute set here costs it time.
@@ -877,7 +872,7 @@ class Tape:
         d = self._direct
         if d is not None and not self._variants and not _anomaly.ON:
             # a compiled tape's common call, inlined: one compiled call (see _run_direct)
-            fn, ints, fast, one, into = d
+            fn, ints, fast, one = d
             if len(args) == 1 and one is not None:  # the arguments' checks cost as much as
                 a = args[0]  # the sweeps of a small tape: one array's are written out
                 ok = type(a) is _ndarray and a.shape == one[0] and a.dtype is one[1]
@@ -888,29 +883,6 @@ class Tape:
                     ws = self._tls.ws
                 except AttributeError:
                     ws = self.thread_workspace()
-                if into is not None:  # the gradients written into their arrays by the call
-                    if one is not None:  # (one argument: written out, as its checks above)
-                        if out is None:
-                            o = _empty(one[0], one[1])
-                        elif type(out) is _ndarray and out.shape == one[0] and out.dtype is one[1]:
-                            o = out
-                        else:
-                            o = None
-                        # raises only before it writes; writes o only where it ran through
-                        status = -2 if o is None else into(ints, ws.arena, a, o)
-                        if status == -1:
-                            ws.ok = True
-                            return o
-                    else:
-                        outs = self._outs(out, fast)
-                        status = -2 if outs is None else into(ints, ws.arena, *args, *outs)
-                        if status == -1:
-                            ws.ok = True
-                            return outs if out is None else out
-                    if status >= 0:
-                        ws.ok = False
-                        tp, ws = self._recover(status, ws, args, True)
-                        return tp._grads_out(ws, out)
                 v = ws.grad_views
                 if out is None:
                     outs = None
@@ -967,21 +939,6 @@ class Tape:
         tp, ws = self.run_replay(args, True)
         return tp._grads_out(ws, out)
 
-    @staticmethod
-    def _outs(out, fast):
-        """The arrays the one compiled call of a tape of several arguments writes their
-        gradients into (see :attr:`_direct`): fresh ones where ``out`` is ``None``, ``out``'s
-        arrays where they are arrays of the arguments' shapes and of the tape's dtype, else
-        ``None`` (the checked copy from the workspace then runs, with its errors)."""
-        if out is None:
-            return tuple([_empty(s, d) for s, d in fast])
-        if type(out) not in (tuple, list) or len(out) != len(fast):
-            return None
-        for o, (s, d) in zip(out, fast):
-            if type(o) is not _ndarray or o.shape != s or o.dtype != d:
-                return None
-        return tuple(out)
-
     def forward_fast(self, a):
         """This thread's workspace after the forward sweep at ``a``, the one argument of a
         one-argument tape, an array of its recorded shape and dtype (the caller checks), or
@@ -1008,14 +965,11 @@ class Tape:
         d = self._direct
         if d is None or self._variants or _anomaly.ON:
             return None
-        fn, ints, fast, _, into = d
+        fn, ints, fast, _ = d
         if not _direct_ok(args, fast):
             return None
         ws = getattr(self._tls, "ws", None) or self.thread_workspace()
-        if into is not None:  # the call gradient() compiled (the gradients also in the arena)
-            status = into(ints, ws.arena, *args, *[_empty(s, dt) for s, dt in fast])
-        else:
-            status = fn(ints, ws.arena, *args)  # raises only before it writes
+        status = fn(ints, ws.arena, *args)  # raises only before it writes
         if status < 0:
             ws.ok = True
             return self, ws
@@ -1142,16 +1096,9 @@ class Tape:
             self.bufs = ints[ne * we : ne * we + nb * wb].reshape(nb, wb)
             pool = ints[ne * we + nb * wb :]
             args = [np.asarray(v, d).reshape(s) for v, (s, d) in zip(ws.in_views, r["fast"])]
+            mod.gradient_args(ints, ws.arena, *args)
             fast = tuple(r["fast"])
-            into = getattr(mod, "gradient_into", None)
-            if self.wrt != list(range(len(self.inputs))):
-                into = None
-            if into is not None:  # (gradient_args then compiles when first called, if ever)
-                into(ints, ws.arena, *args, *[np.empty(s, self.dtype) for s, _ in fast])
-            else:
-                mod.gradient_args(ints, ws.arena, *args)
-            one = fast[0] if len(fast) == 1 else None
-            self._direct = (mod.gradient_args, ints, fast, one, into)
+            self._direct = (mod.gradient_args, ints, fast, fast[0] if len(fast) == 1 else None)
         else:
             mod.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
