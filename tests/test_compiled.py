@@ -495,6 +495,31 @@ def test_gradient_from_python_is_one_compiled_call_for_any_layout():
         t.gradient(x[:10])  # a wrong shape takes the checked path and its error
 
 
+def test_gradient_into_out_of_any_layout_and_the_refused_ones():
+    """``gradient(out=)`` on a compiled tape's one-call path: ``out`` filled and returned (a
+    strided one: nothing written between its elements), another dtype filled by a cast, a
+    wrong shape refused; fresh results are each call's own, not views of the workspace."""
+    x = np.random.default_rng(5).uniform(-1, 2, 12)
+    t = tp.record(rosenbrock, x, compile=True)
+    assert t._direct is not None
+    g1, g2 = t.gradient(x), t.gradient(x + 0.5)
+    assert not np.shares_memory(g1, g2) and not np.shares_memory(g1, t.grads[0])
+    close(g1, rosenbrock_grad(x))
+    close(g2, rosenbrock_grad(x + 0.5))
+    out = np.full(12, np.nan)
+    assert t.gradient(x, out=out) is out
+    close(out, rosenbrock_grad(x))
+    strided = np.full(24, np.nan)
+    t.gradient(x, out=strided[::2])
+    close(strided[::2], rosenbrock_grad(x))
+    assert np.isnan(strided[1::2]).all()
+    o32 = np.zeros(12, np.float32)
+    t.gradient(x, out=o32)
+    close(o32, rosenbrock_grad(x), rtol=1e-6)
+    with pytest.raises(ValueError, match="shape"):
+        t.gradient(x, out=np.empty(13))
+
+
 def test_dead_and_constant_entries_are_not_replayed():
     c = np.arange(4.0)
 

@@ -73,7 +73,9 @@ What the generated code does differently from the interpreter:
   arguments are arrays of the recorded shapes and dtypes. It takes two arrays and the
   arguments: Numba's dispatch costs more with every array, so the tape's integer arrays are
   views of one (``entries``, ``bufs`` and the pool, made so by :meth:`tape.Tape.compile`) and
-  a workspace's value and adjoint arenas are the two halves of one. A final sum that nothing
+  a workspace's value and adjoint arenas are the two halves of one. The views the runtime
+  and the fused loops make of the arenas and the tables hold no reference
+  (:mod:`tape.layout.views`). A final sum that nothing
   else reads (a loss), taken in blocks with nothing stored, is summed again by its reverse
   loop, which recomputes the values anyway, so ``gradient_args`` skips that forward loop; an
   element loop's redo after a NaN is a function of its own (``_redo``), which keeps the short
