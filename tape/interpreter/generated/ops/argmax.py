@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "06d289cbdc635a4303c042f99b757469122fe1a73b8d83661bbe4de03ad27c7f"
+FINGERPRINT = "235721fdd15e99e3c79aa5498e09b6dc43f7c610fa05bfbe6e00d68867167e17"
 
 import numpy as np
 from numba import njit

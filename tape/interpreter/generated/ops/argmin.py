@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38feff2b8e593838accc48290ba48a9f92c86006166b197558ffea14bfe85707"
+FINGERPRINT = "bf435ae4f1f132e9521143d378100a6039b95d04c3c635b51b50ae9209b09533"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e25ba563aea98ff9e2648bf6d99331c0c62ca3b8d350e08383819fdb08feee2d"
+FINGERPRINT = "41266a59f52893eaeb0da01fa083f85b8a382b96fd0bdfdf3af00005b23dacd8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fbc009fe21b2bdd7d81ad2cad7700244565d741046b775e5404c768aad1368e8"
+FINGERPRINT = "24b4025dcd8f86d87a03d660347267579fa9047400ec0eb18f66f29986526511"
 
 import numpy as np
 from numba import njit

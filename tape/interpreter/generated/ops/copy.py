@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c7e8d6d00045ec4475f6276a7c285f234bee1eaf8364c453f4c99de6a4daa581"
+FINGERPRINT = "e94e5fe8ec6be061051c28df2ef9b287499fdd95d5e7a5a6356ded23ef3be44b"
 
 import numpy as np
 from numba import njit

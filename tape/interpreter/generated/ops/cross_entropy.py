@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f1646271b2b0a76e76e3b1a86f7548eeaf43d00472a85c7b8ab81437f5b7e656"
+FINGERPRINT = "5cbc8196bc908dd335ff13075dcbde00484b224ee2cbc2757e3915dc4b9f6f8a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "01ae5c6798bde29a9ba350068de031d123a5ca0c708e61d5550b66906a6464f4"
+FINGERPRINT = "1f43ee80ade320b841ad54aff666564800436f161b5ce673ee81da7ad9b97522"
 
 import numpy as np
 from numba import njit

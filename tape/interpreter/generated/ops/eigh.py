@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb288c7f8766181da29691faf56e6928d89709d2e6375b4bca4a95c40a3896aa"
+FINGERPRINT = "92bd800897cfb787b7b07025f3b6392893a8a64bcb53447b3b0791c1ad32501b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4a91f45a0fe28c937f2282964d7e7ac30cda143d74d7da59f3852a40f1368d1a"
+FINGERPRINT = "19a99a36c91b5053355545c1b7cd1af9ffa8dd36ceee6348c646d02f27b0ac2b"
 
 import numpy as np
 from numba import njit

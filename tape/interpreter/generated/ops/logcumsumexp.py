@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "45ecb3fbd9de1ecd0019ffdd5bc6d91d46c8a2a05bf0037b0ccf20fe67f8f148"
+FINGERPRINT = "84d3603c76339fdc3bdc06a5d59c8f4a39f6baba873fa0cd68253f8fc66a1de3"
 
 import numpy as np
 from numba import njit

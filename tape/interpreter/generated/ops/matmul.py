@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9ee28af6f0aa01dad953f1e97b0dc07014ba178c4113430657934241e1ff0536"
+FINGERPRINT = "ea133b6bd880aa5b6f8b4f95103503f595a1d7fc1dc848d72dfeeeb7749c62ae"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "35b7b2dd504e7bdae9ef5b10ea1c8c98a7a5e83be467c54c1ab9b3ced891b6f3"
+FINGERPRINT = "6445dce6d9c9648f98256b3b76ef48cff9c4faa62e13faeb5558c7617c3d249e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a077aee9b39642e090883f075f0f65aa24d92ca72757e88bda5b99bd26f58681"
+FINGERPRINT = "6dc43d228b9f58f00da786bf55febcad9d3b459e21dcfee2a7412f7cf63ebec5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d955ffd8847752654bb59a4ef4948ccc0296d423fcdcb9bd8aaab1b51d3b6c0f"
+FINGERPRINT = "76ef50d23bb77598b34ac539b58a4b7eb4fd86b58ca4d2ec61900adfc7a40976"
 
 import numpy as np
 from numba import njit

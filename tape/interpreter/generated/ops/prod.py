@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "790d990be537a63cb4aaa7ca9d0dd0d30e2cbf4c9b93f027f66694b8f8aa02f8"
+FINGERPRINT = "b254240614cec1f20f5e7313ea5ee9aa462f854523c179ae18021d5ec654896d"
 
 import numpy as np
 from numba import njit

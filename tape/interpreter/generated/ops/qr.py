@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ac935a8a3512446efc33a4d85185cf972a92bd3d398dbeb9db9c1efc1228d54b"
+FINGERPRINT = "eeb2ae68021cad05f9dea49ca3a8e39174fd3e4318224bc4b90311c1d8a9b717"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "353f35de992d2e859367aeafc04f62488de202d3d326eea07f001cba68367a33"
+FINGERPRINT = "146c1d1bd49fc9aa88f4dde89836e5cbb2bfc120c1efa6985d8c49b7105f63ae"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c284969a8b1fc284546c01fa427a58c4218cb6e8c81cbf4f5b5062511c4f4a53"
+FINGERPRINT = "5948a3eeca9667d8f6f2d8553810b86bd80234ddb6fd88e72e6a259aa1674d28"
 
 import numpy as np
 from numba import njit

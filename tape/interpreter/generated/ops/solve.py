@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "35bd89b4bdb9c35044e08998dd6299a6dfde4371ce2631078330e2c58b1b1d3c"
+FINGERPRINT = "3547c6acee517d775809ec730cc11a1361f78579941dd8c09e5bc904643efd70"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7f07b5bf37ac0b1d893bb2d9f129092115158e2006a0987c8764c0ca8276e57e"
+FINGERPRINT = "eb72b39440805360b09d25d4b4f7a233e7e90b427836140f33ecdc0c9582ddcb"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9363e803176b8c671e17bc2fb0270ba1eec65937f6d11ab85b6360aad0a871c8"
+FINGERPRINT = "b5321735af3cc729538c34dcf1c2b15c4f7216c3c2a69f0f0b2d53807f5ec535"
 
 import numpy as np
 from numba import njit
