@@ -495,7 +495,7 @@ def test_gradient_from_python_is_one_compiled_call_for_any_layout():
         t.gradient(x[:10])  # a wrong shape takes the checked path and its error
 
 
-def test_gradient_into_out_of_any_layout_and_the_refused_ones():
+def test_gradient_out_of_any_layout_and_the_refused_ones():
     """``gradient(out=)`` on a compiled tape's one-call path: ``out`` filled and returned (a
     strided one: nothing written between its elements), another dtype filled by a cast, a
     wrong shape refused; fresh results are each call's own, not views of the workspace."""

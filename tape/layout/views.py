@@ -17,14 +17,20 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 
-def _view(context, builder, aty, a, data, shape, strides, item):
-    """A view of array ``a`` (type ``aty``) at ``data`` that holds no reference: no atomic
-    reference count is taken or dropped when it is made and goes out of scope."""
-    out = context.make_array(aty)(context, builder)
+def _view(context, builder, sig, args, shape, strides):
+    """The view of ``args[0]`` (of type ``sig.args[0]``) from element ``args[1]`` on, of
+    type ``sig.return_type``: ``shape`` and ``strides`` are functions of the element size
+    that give them. It holds no reference: no atomic reference count is taken or dropped
+    when it is made and goes out of scope."""
+    a = context.make_array(sig.args[0])(context, builder, args[0])
+    dims = [context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:])]
+    item = context.get_constant(types.intp, context.get_abi_sizeof(a.data.type.pointee))
+    out = context.make_array(sig.return_type)(context, builder)
     context.populate_array(
-        out, data=data, shape=cgutils.pack_array(builder, shape),
-        strides=cgutils.pack_array(builder, strides), itemsize=item, meminfo=None,
-        parent=a.parent,
+        out, data=builder.gep(a.data, [dims[0]], inbounds=True),
+        shape=cgutils.pack_array(builder, shape(dims)),
+        strides=cgutils.pack_array(builder, strides(builder, dims, item)), itemsize=item,
+        meminfo=None, parent=a.parent,
     )  # fmt: skip
     return out._getvalue()
 
@@ -46,13 +52,8 @@ def span(typingctx, arr, start, n):
         return None
     sig = arr(arr, start, n)
 
-    def codegen(context, builder, sig, args):
-        a = context.make_array(sig.args[0])(context, builder, args[0])
-        lo = context.cast(builder, args[1], sig.args[1], types.intp)
-        size = context.cast(builder, args[2], sig.args[2], types.intp)
-        item = context.get_constant(types.intp, context.get_abi_sizeof(a.data.type.pointee))
-        data = builder.gep(a.data, [lo], inbounds=True)
-        return _view(context, builder, sig.args[0], a, data, [size], [item], item)
+    def codegen(context, builder, sig, args):  # shape (n,), stride one element
+        return _view(context, builder, sig, args, lambda d: [d[1]], lambda b, d, item: [item])
 
     return sig, codegen
 
@@ -68,11 +69,8 @@ def table(typingctx, arr, start, rows, cols):
     rty = arr.copy(ndim=2)
     sig = rty(arr, start, rows, cols)
 
-    def codegen(context, builder, sig, args):
-        a = context.make_array(sig.args[0])(context, builder, args[0])
-        lo, r, c = (context.cast(builder, v, t, types.intp) for v, t in zip(args[1:], sig.args[1:]))
-        item = context.get_constant(types.intp, context.get_abi_sizeof(a.data.type.pointee))
-        data = builder.gep(a.data, [lo], inbounds=True)
-        return _view(context, builder, rty, a, data, [r, c], [builder.mul(c, item), item], item)
+    def codegen(context, builder, sig, args):  # shape (rows, cols), C order
+        return _view(context, builder, sig, args, lambda d: [d[1], d[2]],
+                     lambda b, d, item: [b.mul(d[2], item), item])  # fmt: skip
 
     return sig, codegen

@@ -51,14 +51,6 @@ def _kernel(kind, op, i, entries, bufs, data):
     return a
 
 
-@njit(**SWEEP_JIT)
-def table2d(flat, rows, cols):
-    """``flat`` as a ``(rows, cols)`` table. Compiled (and cached) once here: a compiled tape's
-    code calls it rather than compile Numba's ``reshape``, whose error message formatting
-    alone takes about 2 s to compile in each new process."""
-    return flat.reshape((rows, cols))
-
-
 @njit(inline="always", **SWEEP_JIT)
 def run_fwd(op, i, entries, bufs, ipool, data):
     """Entry ``i`` (op ``op``) through the table: the compiled tier's call of an entry it

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "235721fdd15e99e3c79aa5498e09b6dc43f7c610fa05bfbe6e00d68867167e17"
+FINGERPRINT = "f821a7b3a36315caed270b1d5cfe4c93947ba059abe99645f3054e53b596732d"
 
 import numpy as np
 from numba import njit

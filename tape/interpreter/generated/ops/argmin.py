@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bf435ae4f1f132e9521143d378100a6039b95d04c3c635b51b50ae9209b09533"
+FINGERPRINT = "5f0b5715927010aad614787e31edbd1089f1795058467986d33892d6f55cc6c0"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "41266a59f52893eaeb0da01fa083f85b8a382b96fd0bdfdf3af00005b23dacd8"
+FINGERPRINT = "4c76178a76fb1de1a3081e59ab20f76b4704e6479067c60520e3ac83edd2b646"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "24b4025dcd8f86d87a03d660347267579fa9047400ec0eb18f66f29986526511"
+FINGERPRINT = "7eeeea4156b3bf5a8c0bc79a96613534f09f7ff92e0e331b6d69c25e374422a0"
 
 import numpy as np
 from numba import njit

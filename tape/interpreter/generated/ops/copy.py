@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e94e5fe8ec6be061051c28df2ef9b287499fdd95d5e7a5a6356ded23ef3be44b"
+FINGERPRINT = "be14a092aa0be872ca07dc6d292735cf85c7bf619964dd4c15b68549f9f8f261"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5cbc8196bc908dd335ff13075dcbde00484b224ee2cbc2757e3915dc4b9f6f8a"
+FINGERPRINT = "5291a2acb686d14a22930b9197d4741563a472e47c29a295e875c874f06e4db7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1f43ee80ade320b841ad54aff666564800436f161b5ce673ee81da7ad9b97522"
+FINGERPRINT = "18f52e8a3d25b6dc62e3621d9b1e0767a424788a0504e7c6aea1738a86231d31"
 
 import numpy as np
 from numba import njit

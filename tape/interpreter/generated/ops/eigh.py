@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "92bd800897cfb787b7b07025f3b6392893a8a64bcb53447b3b0791c1ad32501b"
+FINGERPRINT = "c0946b5cd75c9ebfc54b75a6408cc6bcbc6b9b2c8b5aefd3b7e2c0dec7585bb8"
 
 import numpy as np
 from numba import njit

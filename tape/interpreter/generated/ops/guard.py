@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "19a99a36c91b5053355545c1b7cd1af9ffa8dd36ceee6348c646d02f27b0ac2b"
+FINGERPRINT = "07b410b3a3acf858ef9413807c1d196b51dc700daa807984397695d4ed243246"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "84d3603c76339fdc3bdc06a5d59c8f4a39f6baba873fa0cd68253f8fc66a1de3"
+FINGERPRINT = "9c6a65aed2267a3fe1ffdceff57919dd27de980037f9a87c5d1bb3f3553361e4"
 
 import numpy as np
 from numba import njit

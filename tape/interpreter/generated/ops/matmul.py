@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ea133b6bd880aa5b6f8b4f95103503f595a1d7fc1dc848d72dfeeeb7749c62ae"
+FINGERPRINT = "c366a8263ae3adc89b570e68fe92bff4a133dc64953f492de6186a1fda7271ab"
 
 import numpy as np
 from numba import njit

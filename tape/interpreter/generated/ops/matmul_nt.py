@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6445dce6d9c9648f98256b3b76ef48cff9c4faa62e13faeb5558c7617c3d249e"
+FINGERPRINT = "5381fffa554cacadf74077273f7b99300000a8c1c1421af03bd92d33e70d26aa"
 
 import numpy as np
 from numba import njit

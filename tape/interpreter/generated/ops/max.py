@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6dc43d228b9f58f00da786bf55febcad9d3b459e21dcfee2a7412f7cf63ebec5"
+FINGERPRINT = "c1a01c8296f5a1d7d6728903f5e34b0166556f870ad0fa6e66b07a53d871a782"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "76ef50d23bb77598b34ac539b58a4b7eb4fd86b58ca4d2ec61900adfc7a40976"
+FINGERPRINT = "578c97ab5913d0bbe10d4574a5c8d4592ef8f28ea70fc909740e9e9a9db8b58f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b254240614cec1f20f5e7313ea5ee9aa462f854523c179ae18021d5ec654896d"
+FINGERPRINT = "1c84da644a0105ed631c493224cff75b745f1e2a388cdb013d29921ab749516d"
 
 import numpy as np
 from numba import njit

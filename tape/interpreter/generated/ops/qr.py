@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eeb2ae68021cad05f9dea49ca3a8e39174fd3e4318224bc4b90311c1d8a9b717"
+FINGERPRINT = "7eaa4dae6d2038f891db10ee331f5c94deaecb3bc1258ee6eb24c3b43e7c66c1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "146c1d1bd49fc9aa88f4dde89836e5cbb2bfc120c1efa6985d8c49b7105f63ae"
+FINGERPRINT = "59e7546f525c95803a5e014d553a07e490d06d27e753ee5769b03b1bf9e4d3ff"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5948a3eeca9667d8f6f2d8553810b86bd80234ddb6fd88e72e6a259aa1674d28"
+FINGERPRINT = "e1052050991cf55daf579dead9c55ff5c04defa0631832a5fb7a16b78d264794"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3547c6acee517d775809ec730cc11a1361f78579941dd8c09e5bc904643efd70"
+FINGERPRINT = "7c9bd06092b9d16c71eedc459e963906f0ea8ead8c465efcb75c85519b7d1903"
 
 import numpy as np
 from numba import njit

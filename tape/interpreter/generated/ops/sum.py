@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eb72b39440805360b09d25d4b4f7a233e7e90b427836140f33ecdc0c9582ddcb"
+FINGERPRINT = "b240dc2b45fa591c1a2908257016e69554f73014769a1e1eeca239b66827ee48"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b5321735af3cc729538c34dcf1c2b15c4f7216c3c2a69f0f0b2d53807f5ec535"
+FINGERPRINT = "0068bc192e5821faa44a7f932dc276a8139c45a65586254b317129186ac626d0"
 
 import numpy as np
 from numba import njit
