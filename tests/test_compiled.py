@@ -243,15 +243,21 @@ def test_shifted_views_of_one_buffer_add_their_adjoints_in_one_pass():
     close(tc.grads[0], 2.0 * grad(x))
 
 
-def test_final_sum_is_taken_in_the_reverse_loop_and_its_forward_skipped():
-    """A long fused loop summed into the output, with no value stored: the one-call gradient
-    skips its forward loop and the reverse loop sums the values, in the forward's blocks, so
-    value_and_grad's value is the forward's to the bit."""
-    x = np.random.default_rng(5).uniform(-1.0, 2.0, 3000)
+@pytest.mark.parametrize("n", [3000, 10])
+def test_final_sum_is_taken_in_the_reverse_loop_and_its_forward_skipped(n):
+    """A fused loop summed into the output, with no value stored: the one-call gradient skips
+    its forward loop and the reverse loop sums the values, in the forward's order (a long
+    loop's blocks; a short loop's elements one after the other), so value_and_grad's value is
+    the forward's to the bit."""
+    x = np.random.default_rng(5).uniform(-1.0, 2.0, n)
     t = tp.record(rosenbrock, x, compile=True)
     src = t.compiled_source
     assert "the one-call gradient runs the first 0 of the 1 forward units" in src
-    assert "acc += _sum_reassoc(_span(bs, 0, m))" in unit_text(src, "_rev0")
+    if n > params.SHORT_SUM:
+        assert "acc += _sum_reassoc(_span(bs, 0, m))" in unit_text(src, "_rev0")
+    else:  # summed in both loops, element by element, and no value stored
+        assert "acc += v" in unit_text(src, "_fwd0") and "acc += v" in unit_text(src, "_rev0")
+        assert not re.search(r"\w+\[j\] = v\d+", unit_text(src, "_fwd0"))
     ti = tp.record(rosenbrock, x, compile=False)
     for x2 in (x, np.sin(x), -x):
         v, g = t.value_and_grad(x2)

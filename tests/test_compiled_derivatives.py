@@ -173,3 +173,27 @@ def test_tapes_the_generator_leaves_use_the_interpreter(monkeypatch):
     ti = tp.record(rosenbrock, x * 1.5, compile=False)
     close(tc.hvp(x, v=x), ti.hvp(x, v=x))
     assert second.derivative_module(tc) is None
+
+
+@pytest.mark.parametrize("n", [9, 300])
+def test_hvp_leaves_out_the_final_sums_forward_and_tangent(n):
+    """A final sum that the reverse loop takes (the one-call gradient skips its forward) is
+    skipped by the HVP too: no forward loop, no tangent loop; its tangent-of-reverse loop
+    computes what it needs. The result is Rosenbrock's Hessian times v, and the half-run
+    forward is not one ``backward()`` may go back through."""
+    ti, tc, args = tapes("flat elements" if n == 9 else "flat blocked")
+    x = args[0]
+    v = np.random.default_rng(n).normal(size=n)
+    tc.hvp(x, v=v)
+    mod = second.derivative_module(tc)
+    assert mod.prog[4] == mod.prog[2] - 1  # the sum's tangent row is not run
+    hv = np.zeros(n)
+    hv[:-1] += (1200.0 * x[:-1] ** 2 - 400.0 * x[1:] + 2.0) * v[:-1] - 400.0 * x[:-1] * v[1:]
+    hv[1:] += 200.0 * v[1:] - 400.0 * x[:-1] * v[:-1]
+    close(tc.hvp(x, v=v), hv, rtol=1e-10)
+    with pytest.raises(RuntimeError, match="no complete forward"):
+        tc.backward()
+    close(tc.forward(x), ti.forward(x))
+    tc.zero_grad()
+    tc.backward()
+    close(tc.grads[0], ti.gradient(x))

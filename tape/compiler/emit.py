@@ -335,7 +335,10 @@ class Gen:
         o = int(p.E[i, E_OUT])
         if p.external(o, u):
             return True
-        if g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]]) and not self.sums_by_blocks(g):
+        if (
+            g.fold >= 0 and o == int(p.owner[p.ins[g.fold][0]]) and not self.sums_by_blocks(g)
+            and not self.sums_in_loop(g)
+        ):  # fmt: skip
             return True  # summed by a second pass over the arena (long loops sum by blocks)
         cheap = p.ops[i].cheap or self.int_power(i) is not None
         return not cheap and bool(p.emask[i])
@@ -345,6 +348,16 @@ class Gen:
         """Group ``g``'s folded sum is taken block by block with its loop (a long loop, or
         one over rows), not by a second pass over the stored values."""
         return g.n >= BLOCK_MIN or g.rows > 1
+
+    def sums_in_loop(self, g):
+        """Group ``g``'s folded sum is over at most ``SHORT_SUM`` elements of a flat loop and
+        of a value the loop makes: it is added up in the loop itself, element after element
+        (the order a second pass would take, with no store), so a reverse loop that recomputes
+        the values can take the same sum to the same bits (:meth:`sum_in_reverse`)."""
+        if g.fold < 0 or g.rows > 1 or g.n > SHORT_SUM:
+            return False
+        src = int(self.p.owner[self.p.ins[g.fold][0]])
+        return any(int(self.p.E[i, E_OUT]) == src for i in g.entries)
 
     def int_power(self, i):
         """``k`` when entry ``i`` is ``x ** k`` with ``k`` a recorded constant 2, 3 or 4 (the
@@ -413,21 +426,22 @@ class Gen:
         return rows, tail
 
     def sum_in_reverse(self, u):
-        """Unit ``u`` is a long fused loop summed into the output, which nothing else reads,
-        and stores no value: its reverse loop, which recomputes every value anyway, also
-        sums them (in the same blocks and order as the forward loop, so to the same bits),
-        and the one-call gradient skips its forward loop."""
+        """Unit ``u`` is a fused loop summed into the output, which nothing else reads, and
+        stores no value: its reverse loop, which recomputes every value anyway, also sums them
+        (in the same blocks and order as the forward loop, so to the same bits), and the
+        one-call gradient skips its forward loop. A long loop (blocks, vectorised) or a short
+        one whose sum is taken element by element (:meth:`sums_in_loop`)."""
         p = self.p
         g = p.units[u]
-        if (
-            not isinstance(g, Group) or g.fold < 0 or g.fold_rows or g.m < BLOCK_MIN
-            or not p.emask[g.fold]
-        ):  # fmt: skip
+        if not isinstance(g, Group) or g.fold < 0 or g.fold_rows or not p.emask[g.fold]:
+            return False
+        short = self.sums_in_loop(g)
+        if g.m < BLOCK_MIN and not short:
             return False
         o = int(p.E[g.fold, E_OUT])
         if o not in p.root_owners or o in p.pinned or p.uses.get(o):
             return False
-        return all(self.vectorises(i) and not self.stored(u, i) for i in g.entries)
+        return all((short or self.vectorises(i)) and not self.stored(u, i) for i in g.entries)
 
     def forward_call(self, i):
         op = self.p.ops[i]
@@ -472,16 +486,22 @@ class Gen:
         lines = [f"{n} = {e}" for n, e in loads.items()] + body
         if g.fold >= 0 and self.sums_by_blocks(g) and not g.fold_rows:
             self.folded_in_blocks(u, g, c, lines)
+        elif self.sums_in_loop(g):
+            c("acc = 0.0")
+            c(f"for j in range({c.size(g.m)}):")
+            for line in lines + [f"acc += v{c.n(int(p.owner[p.ins[g.fold][0]]))}"]:
+                c(line, 2)
+            c(f"{c.at('data', int(p.E[g.fold, E_OUT]))} = acc")
         else:
             c(f"for j in range({c.size(g.m)}):")
             for line in lines:
                 c(line, 2)
-        if g.fold >= 0 and not self.sums_by_blocks(g):
+        if g.fold >= 0 and not self.sums_by_blocks(g) and not self.sums_in_loop(g):
             # a second, vectorised pass over the stored values: twice as fast as adding them up
             # in the loop, where every add waits for the one before
             o = int(p.E[g.fold, E_OUT])
             src = int(p.owner[p.ins[g.fold][0]])
-            if g.n <= SHORT_SUM:
+            if g.n <= SHORT_SUM:  # a value the loop does not make (summed as it is loaded)
                 c("acc = 0.0")
                 c(f"for j in range({c.size(g.n)}):")
                 c(f"acc += {c.view('data', src)}[j]", 2)
@@ -749,14 +769,14 @@ class Gen:
         # there (where(x > 0, sqrt(x), 0) at 0) would be a NaN. Without the selects the loop
         # is faster and gives the same numbers unless such a NaN appeared, and any such NaN
         # reaches an input's adjoint: then the element is redone with them.
+        fold = None
+        if self.sum_in_reverse(u):  # (value summed, where the sum goes)
+            fold = (f"v{c.n(int(p.owner[p.ins[g.fold][0]]))}",
+                    c.at("data", int(p.E[g.fold, E_OUT])))  # fmt: skip
         if not blocks:
             call = self.outline_redo(loads, consts, vals, adj, targets, slow)
-            _element_loop(c, c.size(g.m), targets, main, [call], out, scalar)
+            _element_loop(c, c.size(g.m), targets, main, [call], out, scalar, fold)
         else:
-            fold = None
-            if self.sum_in_reverse(u):
-                fold = (f"v{c.n(int(p.owner[p.ins[g.fold][0]]))}",
-                        c.at("data", int(p.E[g.fold, E_OUT])))  # fmt: skip
             _block_loop(c, g, targets, pre, main, redo, out, scalar, fold, shift, tails)
         for name, (b, per_row) in scalar.items():
             c(f"{c.at('grad', b, per_row)} += s{name[1:]}")
@@ -785,12 +805,18 @@ def _outlined(loads, consts, vals, adj, targets, slow):
     return names, args, body + [f"return {', '.join(targets)}"]
 
 
-def _element_loop(c, n, targets, main, redo, out, scalar):
+def _element_loop(c, n, targets, main, redo, out, scalar, fold=None):
     """A short fused reverse loop, element by element, adding to the adjoint arenas as it goes
-    (no scratch to allocate). ``redo``: the lines that redo an element with NaN."""
+    (no scratch to allocate). ``redo``: the lines that redo an element with NaN. ``fold``:
+    ``(value, where its sum goes)``, summed element by element as the forward loop sums it
+    (:meth:`Gen.sum_in_reverse`)."""
+    if fold is not None:
+        c("acc = 0.0")
     c(f"for j in range({n}):")
     for line in main:
         c(line, 2)
+    if fold is not None:
+        c(f"acc += {fold[0]}", 2)
     c(f"if {' or '.join(f'{t} != {t}' for t in targets)}:", 2)
     for line in redo:
         c(line, 3)
@@ -798,6 +824,8 @@ def _element_loop(c, n, targets, main, redo, out, scalar):
         c(f"{view}[j] {op} {name}", 2)
     for name in scalar:
         c(f"s{name[1:]} += {name}", 2)
+    if fold is not None:
+        c(f"{fold[1]} = acc")
 
 
 def _block_loop(c, g, targets, pre, main, redo, out, scalar, fold=None, shift=None, tails=()):

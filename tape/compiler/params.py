@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-GENERATOR_VERSION = 11
+GENERATOR_VERSION = 12
 
 MAX_UNIT_KINDS = 400
 """Tapes that need more distinct kinds of unit than this are not compiled

@@ -141,10 +141,12 @@ def _zero_adjoints(ipool, grad, h, zero_leaves):
 @njit(**COMPILED_JIT)
 def forward_sweep(entries, bufs, ipool, data, start, stop):
     """The whole tape (a part of it, as when resuming after a guard, runs on the
-    interpreter). Writes ``data``; returns the status (``-1``, or the entry that stopped
-    the sweep)."""
+    interpreter); with ``stop`` negative, the units the one-call gradient runs (the final
+    sums that its reverse loops take are left out, and their values unwritten). Writes
+    ``data``; returns the status (``-1``, or the entry that stopped the sweep)."""
     h = _header(ipool)
-    return _forward_units(entries, bufs, ipool, data, h, ipool[h + @H_FWD_ROWS@])
+    n = ipool[h + @H_FWD_ROWS@] if stop >= 0 else ipool[h + @H_RUN@]
+    return _forward_units(entries, bufs, ipool, data, h, n)
 
 
 @njit(**COMPILED_JIT)

@@ -99,12 +99,16 @@ class Passes:
         rev[rev[:, 0] == 0, 1] += len(g.tan_units)  # one address table for both kinds
         parts = (g.zero, g.roots, g.tan_rows, rev)
         self.prog = np.concatenate(
-            [np.array([len(x) for x in parts], np.int64)] + [x.ravel() for x in parts]
+            [np.array([len(x) for x in parts] + [len(g.tan_rows) - g.sums], np.int64)]
+            + [x.ravel() for x in parts]
         )
-        """The program: ``[n_zero, n_roots, n_tan, n_rev]``, then the zero ranges
+        """The program: ``[n_zero, n_roots, n_tan, n_rev, n_tan_hvp]``, then the zero ranges
         (``[offset, size]``), the roots (``[offset, size]``, seeded in this order), the tangent
         rows and the reverse rows (``[what, a, b]``: a fused loop at ``addr[a]`` (``what`` 0),
-        or entry ``b`` of op ``a`` through the interpreter's table)."""
+        or entry ``b`` of op ``a`` through the interpreter's table). Forward-over-reverse
+        runs the first ``n_tan_hvp`` tangent rows: not those of the final sums that its
+        reverse loops take (:meth:`tape.compiler.emit.Gen.sum_in_reverse`), whose tangents
+        nothing reads."""
         self.TABLE_CALLS = g.calls
         self.source = g.source
         self._many_units, self._tan_sig, self._many = g.many_units, tan_sig, None
@@ -153,13 +157,23 @@ _call_hrev = _dispatch._caller(
 """``_call_hrev(addr, (data, grad, T, GT))``: a tangent-of-reverse loop of a tape's module."""
 
 
+_HEAD = 5
+"""The length of :attr:`Passes.prog`'s header."""
+
+
 @njit(**SWEEP_JIT)
 def tangent_pass(entries, bufs, ipool, data, T, prog, addr):
     """Run the tangent rows of ``prog`` (see :attr:`Passes.prog`) in order: fused loops
     through their addresses, other entries through the interpreter's tangent kernels.
     Writes ``T``."""
-    at = 4 + 2 * prog[0] + 2 * prog[1]
-    for k in range(prog[2]):
+    _tangent_rows(entries, bufs, ipool, data, T, prog, addr, prog[2])
+
+
+@njit(**SWEEP_JIT)
+def _tangent_rows(entries, bufs, ipool, data, T, prog, addr, n):
+    """The first ``n`` tangent rows of ``prog``."""
+    at = _HEAD + 2 * prog[0] + 2 * prog[1]
+    for k in range(n):
         r = at + 3 * k
         if prog[r] == 0:
             _call_tan(addr[prog[r + 1]], (data, T))
@@ -175,8 +189,9 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr):
     """Forward-over-reverse by ``prog`` (see :attr:`Passes.prog`): zero its adjoint memory
     in ``grad`` and every row of ``GT``, add ``seeds`` at its roots, run its tangent rows,
     then its reverse rows: fused loops, and entries through the interpreter's reverse and
-    tangent-of-reverse kernels. Writes ``grad``, ``T`` and ``GT``."""
-    z = 4
+    tangent-of-reverse kernels. Writes ``grad``, ``T`` (not the tangents of the final sums
+    that the reverse loops take: see :attr:`Passes.prog`) and ``GT``."""
+    z = _HEAD
     for k in range(prog[0]):
         g = grad[prog[z + 2 * k] : prog[z + 2 * k] + prog[z + 2 * k + 1]]
         for q in range(g.shape[0]):
@@ -190,7 +205,7 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr):
         for q in range(prog[at + 2 * k + 1]):
             grad[prog[at + 2 * k] + q] += seeds[s + q]
         s += prog[at + 2 * k + 1]
-    tangent_pass(entries, bufs, ipool, data, T, prog, addr)
+    _tangent_rows(entries, bufs, ipool, data, T, prog, addr, prog[4])
     at += 2 * prog[1] + 3 * prog[2]
     for k in range(prog[3]):
         r = at + 3 * k
@@ -231,6 +246,7 @@ class Generated(NamedTuple):
     zero: np.ndarray  # [offset, size] rows of adjoint memory to zero
     roots: np.ndarray  # [offset, size] rows of the outputs (seeded in this order)
     calls: tuple  # (sweep kind, op code) of the interpreter kernels the tables name
+    sums: int  # the last tangent rows: final sums whose reverse loops take them again
 
 
 class _Unit:
@@ -640,6 +656,9 @@ def generate(t):
         return np.array(rows, np.int64).reshape(-1, width)
 
     many_units = [f"_tanv{n[4:]}" for n in tan_units]
+    sums = 0  # the final sums' units, each a fused group with one tangent row
+    while sums < len(p.units) and gen.sum_in_reverse(len(p.units) - 1 - sums):
+        sums += 1
     return Generated("\n".join(src), tan_units, many_units, hrev_units, table(tan_rows, 3),
                      table(rev_rows, 3), table(_ranges(B, zero), 2), table(roots, 2),
-                     tuple(sorted(calls)))  # fmt: skip
+                     tuple(sorted(calls)), sums)  # fmt: skip
