@@ -45,7 +45,8 @@ What the generated code does differently from the interpreter:
   (never past an entry that can stop the sweep, as a guard). Values that never leave the
   loop stay in registers: the forward loop stores only what later entries, the outputs or
   the reverse loop read, and the reverse loop recomputes the cheap ones. A full ``sum`` of a
-  value of the loop is taken with it: right after it, vectorised, or, in a loop of
+  value of the loop is taken with it: in the loop over at most ``SHORT_SUM`` elements (no
+  value stored), right after it, vectorised, or, in a loop of
   ``BLOCK_MIN`` elements or more (or over rows), block by block while the block is in the
   L1 cache (then the summed values are not stored unless read elsewhere). A sum over the
   middle axis of ``(A, D, m)`` (GMM's ``sum(Qxc ** 2, axis=1)``) is taken in a loop over its
@@ -76,8 +77,10 @@ What the generated code does differently from the interpreter:
   a workspace's value and adjoint arenas are the two halves of one. The views the runtime
   and the fused loops make of the arenas and the tables hold no reference
   (:mod:`tape.layout.views`). A final sum that nothing
-  else reads (a loss), taken in blocks with nothing stored, is summed again by its reverse
-  loop, which recomputes the values anyway, so ``gradient_args`` skips that forward loop; an
+  else reads (a loss), taken in blocks with nothing stored (or, over at most ``SHORT_SUM``
+  elements, element by element in its loop), is summed again by its reverse loop, in the
+  same order, which recomputes the values anyway, so ``gradient_args``, ``t.njit_gradient``
+  and the HVP (its forward and tangent loops) skip that forward loop; an
   element loop's redo after a NaN is a function of its own (``_redo``), which keeps the short
   loop small.
 - **Dead and constant entries removed.** Entries that no output or guard depends on, and
