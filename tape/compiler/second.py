@@ -51,6 +51,8 @@ from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps as interp_sweeps
 from tape.layout.columns import B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT
 from tape.layout.config import SWEEP_JIT
+from tape.layout.views import span as _span
+from tape.layout.views import table as _table
 
 MAX_GROUPS = 256
 """Fused groups beyond which a tape's derivative drivers stay on the interpreter: the module
@@ -138,11 +140,11 @@ class Passes:
         hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog,
                  self.addresses(T.shape[0]))  # fmt: skip
 
-    def hvp_one(self, entries, bufs, ipool, data, grad, T, GT, seeds, v, off, out):
-        """:meth:`hvp` for one direction ``v`` (flat, of the arena's dtype) of the argument at
-        arena offset ``off``, in one call: ``v`` into ``T``'s first row, the pass, and the
-        argument's tangent adjoints into ``out`` (flat, as long as ``v``)."""
-        hvp_one(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog, self.addr, v, off, out)
+    def one_call(self, t, off, seeds):
+        """The HVP of compiled tape ``t`` (whose derivative passes these are) in one compiled
+        call (:class:`OneCall`), for its one argument, at arena offset ``off``; ``seeds``:
+        the output's adjoint."""
+        return OneCall(t, self, off, seeds)
 
 
 _call_tan = _dispatch._caller(
@@ -232,6 +234,91 @@ def hvp_one(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr, v, off, 
     g0 = GT[0, off : off + out.shape[0]]
     for q in range(out.shape[0]):
         out[q] = g0[q]
+
+
+_call_fwd = _dispatch._caller(
+    "compiled forward sweep", types.int64,
+    lambda dt: (_dispatch._I2, _dispatch._I2, _dispatch._I1, _dispatch._arena(dt, 1),
+                types.int64, types.int64), 3,
+)  # fmt: skip
+"""``_call_fwd(addr, (entries, bufs, ipool, data, start, stop))``: a compiled tape's
+``forward_sweep``."""
+
+HV_NE, HV_WE, HV_NB, HV_WB, HV_NPOOL, HV_NPROG, HV_NADDR, HV_FWD, HV_OFF, HV_ND, HV_NS = range(11)
+HV_LEN = 11
+"""The header of :func:`hvp_args`'s ``ints``: the tables' sizes, the forward's address, the
+argument's offset in the arena, the arena's length and the number of seeds."""
+
+
+@njit(**SWEEP_JIT)
+def hvp_args(ints, data, scratch, x, v, out):
+    """A compiled tape's HVP for its one argument ``x`` and direction ``v`` (flat, of the
+    arena's dtype), in one call: ``x`` into ``data``, the compiled forward (the part the
+    one-call gradient runs: ``stop`` -1), then :func:`hvp_one`. ``ints``: the header
+    (``HV_*``), then the entry and buffer tables, the compiled pool, the program and the
+    loops' addresses (:class:`OneCall`); ``scratch``: ``grad``, ``T``, ``GT`` (one row each)
+    and the seeds. Returns the forward's status (``-1``: ``out`` holds the product;
+    otherwise nothing after the forward ran)."""
+    nd = ints[HV_ND]
+    at = HV_LEN
+    entries = _table(ints, at, ints[HV_NE], ints[HV_WE])
+    at += ints[HV_NE] * ints[HV_WE]
+    bufs = _table(ints, at, ints[HV_NB], ints[HV_WB])
+    at += ints[HV_NB] * ints[HV_WB]
+    pool = _span(ints, at, ints[HV_NPOOL])
+    prog = _span(ints, at + ints[HV_NPOOL], ints[HV_NPROG])
+    addr = _span(ints, at + ints[HV_NPOOL] + ints[HV_NPROG], ints[HV_NADDR])
+    off = ints[HV_OFF]
+    d = _span(data, off, x.shape[0])
+    for q in range(x.shape[0]):
+        d[q] = x[q]
+    st = _call_fwd(ints[HV_FWD], (entries, bufs, pool, data, np.int64(0), np.int64(-1)))
+    if st >= 0:
+        return st
+    grad = _span(scratch, 0, nd)
+    T = _table(scratch, nd, 1, nd)
+    GT = _table(scratch, 2 * nd, 1, nd)
+    seeds = _span(scratch, 3 * nd, ints[HV_NS])
+    hvp_one(entries, bufs, pool, data, grad, T, GT, seeds, prog, addr, v, off, out)
+    return -1
+
+
+class OneCall:
+    """A compiled tape's HVP from Python in one compiled call (:func:`hvp_args`): a few
+    arrays to dispatch instead of the forward's and the passes' thirteen (at Rosenbrock
+    n = 10, two calls and their arguments cost three times the gradient). Its integer
+    array is made once, from the tape's tables and compiled pool as they are after the
+    compile (they do not change afterwards); each thread has its scratch arena. Call it
+    with this thread's workspace's value arena (``t.fast_workspace().data``)."""
+
+    def __init__(self, t, passes, off, seeds):
+        sw, pool = t.run_with
+        dt = np.dtype(t.dtype)
+        d1 = _dispatch._arena(dt, 1)
+        sig = types.int64(_dispatch._I2, _dispatch._I2, _dispatch._I1, d1, types.int64,
+                          types.int64)  # fmt: skip
+        fwd = _dispatch._address(sw.forward_sweep, sig, "the HVP's one call")
+        ne, nb = t.n_entries, t.n_bufs
+        E, B = t.entries[:ne], t.bufs[:nb]
+        head = np.zeros(HV_LEN, np.int64)
+        head[[HV_NE, HV_WE, HV_NB, HV_WB]] = ne, E.shape[1], nb, B.shape[1]
+        head[[HV_NPOOL, HV_NPROG, HV_NADDR]] = len(pool), len(passes.prog), len(passes.addr)
+        head[[HV_FWD, HV_OFF, HV_ND, HV_NS]] = fwd, off, t.n_data, len(seeds)
+        self.ints = np.concatenate(
+            [head, E.ravel(), B.ravel(), pool, passes.prog, passes.addr]
+        ).astype(np.int64)
+        self.seeds = np.asarray(seeds, dt)
+        self.n_data, self.dtype = t.n_data, dt
+        self._tls = threading.local()
+
+    def __call__(self, data, x, v, out):
+        """The HVP at ``x`` in direction ``v`` into ``out`` (flat arrays of the argument's
+        length); returns the forward's status (``-1``: done)."""
+        s = getattr(self._tls, "scratch", None)
+        if s is None:  # T stays zero outside the argument (see Plan.arenas)
+            s = self._tls.scratch = np.zeros(3 * self.n_data + len(self.seeds), self.dtype)
+            s[3 * self.n_data :] = self.seeds
+        return hvp_args(self.ints, data, s, x, v, out)
 
 
 class Generated(NamedTuple):

@@ -939,26 +939,17 @@ class Tape:
         tp, ws = self.run_replay(args, True)
         return tp._grads_out(ws, out)
 
-    def forward_fast(self, a, sums=True):
-        """This thread's workspace after the forward sweep at ``a``, the one argument of a
-        one-argument tape, an array of its recorded shape and dtype (the caller checks), or
-        ``None`` where the checked path must run instead (retraced variants, anomaly mode, a
-        sweep that stopped: a failed guard, a rejected index). The derivative drivers' short
-        paths call it; part of the replay interface. ``sums=False`` (a compiled tape): the
-        final sums whose reverse loops take them again are left out (the one-call
-        gradient's forward), so the outputs' values are not written, and ``backward()`` will
-        not run over it."""
+    def fast_workspace(self):
+        """This thread's workspace for a short path that loads the arguments and runs the
+        sweeps itself in compiled code (the HVP's one call), or ``None`` where the checked
+        path must run instead (retraced variants, anomaly mode). It is marked as holding no
+        complete forward, so ``backward()`` does not go back through what the short path
+        leaves. Part of the replay interface."""
         if self._variants or _anomaly.ON:
             return None
-        sw, pool = self.run_with
         ws = getattr(self._tls, "ws", None) or self.thread_workspace()
         ws.ok = False
-        ws.in_views[0][...] = a
-        stop = self.n_entries if sums else -1
-        if sw.forward_sweep(self.entries, self.bufs, pool, ws.data, 0, stop) < 0:
-            ws.ok = sums  # a part of the forward: no backward() over it
-            return ws
-        return None
+        return ws
 
     def _run_direct(self, args):
         """A compiled tape's replay for :meth:`gradient` in one compiled call (load, zero,

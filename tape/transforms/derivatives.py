@@ -454,15 +454,16 @@ def hessian(t, *args, sparse=False):
 def hvp(t, *args, v):
     """The Hessian of the scalar output times ``v`` (structured like the gradient: one array
     per differentiated argument, or a single array), structured like :meth:`Tape.gradient`'s
-    result. Costs one forward, one reverse, one tangent and one forward-over-reverse sweep,
-    the last three in one compiled call."""
+    result. Costs one forward, one reverse, one tangent and one forward-over-reverse sweep
+    (on a compiled tape, less the forward and tangent loops of a final sum that the reverse
+    loop takes), all four in one compiled call for a compiled tape's common case."""
     st = t.extension_state
     fast = st.get("hvp") if st is not None else None
     if fast is not None and len(args) == 1:
         # a compiled tape's common call: one argument, differentiated, 1-d, and ``v`` arrays
         # of its recorded shape and dtype, which is the arena's (checked as the one-call
-        # gradient checks its argument)
-        sw, mod, plan, (shape, dt), off = fast
+        # gradient checks its argument): one compiled call (tape.compiler.second.OneCall)
+        sw, call, (shape, dt) = fast
         a = args[0]
         if type(v) is tuple and len(v) == 1:
             v = v[0]
@@ -475,17 +476,12 @@ def hvp(t, *args, v):
             and v.shape == shape
             and v.dtype is dt
         ):
-            ws = t.forward_fast(a, sums=False)  # the HVP reads no output's value
+            ws = t.fast_workspace()
             if ws is not None:
-                try:
-                    T, GT, grad = plan._tls.one
-                except AttributeError:
-                    T, GT, grad = plan._tls.one = plan.arenas(1)
                 out = np.empty(shape, dt)
-                mod.hvp_one(
-                    t.entries, t.bufs, t.ipool, ws.data, grad, T, GT, plan.seed, v, off, out
-                )
-                return out
+                if call(ws.data, a, v, out) < 0:
+                    return out
+                # the sweep stopped (a failed guard, a rejected index): the checked path
     plan, data = _forward(t, args, compiled=True)
     _second(plan, "hvp()")
     vals = plan.in_values(v, "hvp: v")
@@ -504,7 +500,8 @@ def hvp(t, *args, v):
         and list(t.wrt) == [0] and len(plan.in_shapes[0]) == 1
         and r["fast"][0][1] == t.dtype == plan.in_dtypes[0]
     ):  # fmt: skip
-        t.extensions()["hvp"] = (t.run_with[0], plan.compiled, plan, r["fast"][0], plan.in_off[0])
+        call = plan.compiled.one_call(t, plan.in_off[0], plan.seed)
+        t.extensions()["hvp"] = (t.run_with[0], call, r["fast"][0])
     return out[0] if len(out) == 1 else tuple(out)
 
 
