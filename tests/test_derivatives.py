@@ -483,11 +483,27 @@ def test_dense_by_colouring_equals_one_direction_per_element(monkeypatch, rng):
     tc = tp.record(lambda x: tp.exp(x[:30]).sum() ** 2 + (x * x).sum(), x)
     assert tj.sparsity().n_jacobian_colors <= 3 and th.sparsity().n_hessian_colors <= 3
     assert 2 * tc.sparsity().n_hessian_colors > 40  # coupled: one direction per element
-    got = [tj.jacobian(x, mode="fwd"), tj.jacobian(x), th.hessian(x), tc.hessian(x)]
+    # a pattern that depends on a gather's indices (an argument): each permutation its own
+    tg = tp.record(lambda x, p: (tp.sin(x[p]) * x).sum(), x, np.arange(40), wrt=[0])
+    x2, perms = rng.standard_normal(40), [rng.permutation(40), rng.permutation(40)]
+
+    def all_of():  # twice at other arguments: the compressions made once are reused
+        return [tj.jacobian(x, mode="fwd"), tj.jacobian(x), th.hessian(x), tc.hessian(x),
+                tj.jacobian(x2), th.hessian(x2)] + [tg.hessian(x2, p) for p in perms * 2]  # fmt: skip
+
+    got = all_of()
+    assert 2 * tg.sparsity(x2, perms[0]).n_hessian_colors <= 40  # compressed
     monkeypatch.setattr(derivatives, "COMPRESS_MIN", 10**9)
-    want = [tj.jacobian(x, mode="fwd"), tj.jacobian(x, mode="rev"), th.hessian(x), tc.hessian(x)]
+    want = all_of()
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-15, atol=0)
+    # and against the formula: sin(x[p]) x has d2/dx_j dx_i = cos(x_j) where p_i = j, ...
+    p = perms[0]
+    H = np.zeros((40, 40))
+    H[p, np.arange(40)] += np.cos(x2[p])
+    H[np.arange(40), p] += np.cos(x2[p])
+    H[p, p] -= np.sin(x2[p]) * x2
+    np.testing.assert_allclose(got[6], H, rtol=1e-14, atol=1e-14)
 
 
 def test_docs_example_runs():

@@ -66,6 +66,7 @@ class _Plan:
         self.in_sizes = np.asarray(self.in_size, np.int64)
         self.in_dtypes = [np.dtype(tp.input_dtypes[k]) for k in tp.wrt]
         self.compiled = None  # the generated derivative passes, once made (see _compiled)
+        self.compressed = {}  # "jacobian"/"hessian" -> (pattern, seeds, positions): sparse.py
 
     def need(self, *kinds):
         """Prepare the op kernels of the sweep ``kinds`` that a transform runs, the first time
@@ -385,8 +386,7 @@ def jacobian(t, *args, mode="auto", sparse=False):
     if pat is not None:
         from tape.transforms import sparse as SP
 
-        J = np.zeros((plan.n_out, plan.n_in), plan.tp.dtype)
-        J[pat.jacobian_nz] = SP.jacobian_entries(plan, data, pat)
+        J = SP.dense(plan, data, pat, "jacobian")
     elif mode == "fwd":
         J = _jac_fwd_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype)).T
     else:
@@ -402,6 +402,9 @@ def _compressible(plan, data, which):
     from tape.transforms import sparse as SP
 
     pat = SP.patterns(plan, data)
+    hit = plan.compressed.get(which)
+    if hit is not None and hit[0] is pat:  # the pattern of the last call: compressed then
+        return pat
     n = pat.n_jacobian_colors if which == "jacobian" else pat.n_hessian_colors
     return pat if 2 * n <= plan.n_in else None
 
@@ -437,10 +440,12 @@ def hessian(t, *args, sparse=False):
     if pat is not None:
         from tape.transforms import sparse as SP
 
-        H = np.zeros((plan.n_in, plan.n_in), plan.tp.dtype)
-        H[pat.hessian_nz] = SP.hessian_entries(plan, data, pat)
+        H = SP.dense(plan, data, pat, "hessian")
     else:
         H = _hvp_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype))
+    if len(plan.in_shapes) == 1:
+        s = plan.in_shapes[0]
+        return H.reshape(s + s)
     blocks = [
         tuple(
             H[ci : ci + ni, cj : cj + nj].reshape(si + sj)

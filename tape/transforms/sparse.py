@@ -258,26 +258,59 @@ def _seeds(colours, n_colours, n, dtype):
     return V
 
 
+def _compression(plan, pat, which):
+    """``(V, take, put)`` of the compressed ``which`` (``"jacobian"`` or ``"hessian"``): the
+    seed directions, one per colour, the flat positions of the pattern's entries in the
+    product rows (row ``colour of column c``, element ``r`` for entry ``(r, c)``) and in the
+    dense matrix. Made once per pattern and kept on the plan (a Hessian or Jacobian called
+    again at other arguments reuses them)."""
+    hit = plan.compressed.get(which)
+    if hit is not None and hit[0] is pat:
+        return hit[1:]
+    if which == "hessian":
+        colours, n_colours, (rows, cols), width = (pat.hessian_colors, pat.n_hessian_colors,
+                                                   pat.hessian_nz, plan.n_in)  # fmt: skip
+    else:
+        colours, n_colours, (rows, cols), width = (pat.jacobian_colors, pat.n_jacobian_colors,
+                                                   pat.jacobian_nz, plan.n_out)  # fmt: skip
+    V = _seeds(colours, n_colours, plan.n_in, plan.tp.dtype)
+    take = colours[cols].astype(np.int64) * width + rows
+    put = rows.astype(np.int64) * plan.n_in + cols
+    plan.compressed[which] = (pat, V, take, put)
+    return V, take, put
+
+
+def _entries(plan, data, pat, which):
+    """The values of ``which``'s pattern entries, and their flat positions in the dense
+    matrix."""
+    from tape.transforms.derivatives import _hvp_rows, _jac_fwd_rows
+
+    V, take, put = _compression(plan, pat, which)
+    rows = _hvp_rows if which == "hessian" else _jac_fwd_rows
+    B = np.ascontiguousarray(rows(plan, data, V))  # row c: the product with seed c
+    return B.ravel()[take], put
+
+
 def jacobian_entries(plan, data, pat):
     """The Jacobian's values on ``pat.jacobian_nz``, by forward mode, one direction per
     column colour."""
-    from tape.transforms.derivatives import _jac_fwd_rows
-
-    V = _seeds(pat.jacobian_colors, pat.n_jacobian_colors, plan.n_in, plan.tp.dtype)
-    B = _jac_fwd_rows(plan, data, V)  # (colours, n_out): row c is J @ s_c
-    rows, cols = pat.jacobian_nz
-    return B[pat.jacobian_colors[cols], rows]
+    return _entries(plan, data, pat, "jacobian")[0]
 
 
 def hessian_entries(plan, data, pat):
     """The Hessian's values on ``pat.hessian_nz``, one Hessian-vector product direction per
     colour."""
-    from tape.transforms.derivatives import _hvp_rows
+    return _entries(plan, data, pat, "hessian")[0]
 
-    V = _seeds(pat.hessian_colors, pat.n_hessian_colors, plan.n_in, plan.tp.dtype)
-    B = _hvp_rows(plan, data, V)  # row c: (H s_c)^T
-    rows, cols = pat.hessian_nz
-    return B[pat.hessian_colors[cols], rows]
+
+def dense(plan, data, pat, which):
+    """The dense Jacobian ``(n_out, n_in)`` or Hessian ``(n_in, n_in)`` from its compressed
+    products: zero off the pattern."""
+    vals, put = _entries(plan, data, pat, which)
+    n_rows = plan.n_in if which == "hessian" else plan.n_out
+    M = np.zeros(n_rows * plan.n_in, plan.tp.dtype)
+    M[put] = vals
+    return M.reshape(n_rows, plan.n_in)
 
 
 def sparse_jacobian(plan, data):
