@@ -576,3 +576,42 @@ def test_dense_hessian_of_a_small_mlp_against_finite_differences(rng):
     hv = t.hvp(*ps, v=tuple(v))
     np.testing.assert_allclose(np.concatenate([a.ravel() for a in hv]),
                                flat @ np.concatenate([a.ravel() for a in v]), rtol=1e-12, atol=1e-12)  # fmt: skip
+
+
+def test_products_skip_directions_with_zero_tangents(rng):
+    """The matrix products' multi-direction tangent and forward-over-reverse kernels leave
+    out the directions whose tangent of an operand is all zero (a seed that misses it): the
+    dense Hessian (identity seeds, most of which miss each operand) and the forward Jacobian
+    match one direction at a time (the one-direction kernels) and finite differences, with
+    both operands differentiated, ``matmul`` and ``matmul_nt`` (``linear``), and a parameter
+    that reaches no product (every product's tangent is zero in its directions)."""
+    import tape.nn.functional as F
+
+    X = rng.standard_normal((5, 3))
+
+    def f(A, W, c):
+        h = tp.tanh(X @ A)  # A: (3, 4)
+        z = F.linear(h, W)  # W: (2, 4): h W^T
+        return (z * z).sum() + (h @ (W.T * c[0])).sum() + (c**3).sum()
+
+    ps = [rng.standard_normal((3, 4)), rng.standard_normal((2, 4)), rng.standard_normal(2)]
+    n = sum(p.size for p in ps)
+    t = tp.record(f, *ps)
+    H = t.hessian(*ps)
+    flat = np.block([[H[i][j].reshape(ps[i].size, ps[j].size) for j in range(3)] for i in range(3)])
+    for j in range(n):
+        e = np.zeros(n)
+        e[j] = 1.0
+        vs, c = [], 0
+        for p in ps:
+            vs.append(e[c : c + p.size].reshape(p.shape))
+            c += p.size
+        col = np.concatenate([a.ravel() for a in t.hvp(*ps, v=tuple(vs))])  # one direction
+        np.testing.assert_allclose(flat[:, j], col, rtol=1e-12, atol=1e-12)
+        fd = np.concatenate([a.ravel() for a in fd_hvp(t, ps, vs)])
+        np.testing.assert_allclose(flat[:, j], fd, rtol=1e-6, atol=1e-6)
+    tj = tp.record(lambda A, W, c: tp.tanh(X @ A) @ (W.T * c[1]), *ps)
+    J = tj.jacobian(*ps, mode="fwd")
+    Jr = tj.jacobian(*ps, mode="rev")
+    for a, b in zip(J, Jr):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

@@ -125,27 +125,49 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
                 tB = mat(T[0], ob + b * sb, n, k) if tb else mat(T[0], ob + b * sb, k, n)
                 gemm_acc(a, False, tB, tb, y)
             continue
+        # only the directions whose tangent of the operand is not all zero (a Hessian's or a
+        # Jacobian's seeds are columns of the identity: most of them miss most operands)
         if act_a:
-            tA = np.empty((K * m, k), T.dtype)
-            for d in range(K):
-                put2(tA[d * m : (d + 1) * m], mat(T[d], oa + b * sa, m, k))
-            y1 = np.empty((K * m, n), T.dtype)
-            gemm_acc(tA, False, bb, tb, y1, 0.0)
-            for d in range(K):
-                y = mat(T[d], oy + b * m * n, m, n)
-                add2(y, y1[d * m : (d + 1) * m])
+            ds = _nonzero_rows(T, oa + b * sa, m * k)
+            J = ds.shape[0]
+            tA = np.empty((J * m, k), T.dtype)
+            for j in range(J):
+                put2(tA[j * m : (j + 1) * m], mat(T[ds[j]], oa + b * sa, m, k))
+            y1 = np.empty((J * m, n), T.dtype)
+            if J:  # (BLAS refuses empty matrices)
+                gemm_acc(tA, False, bb, tb, y1, 0.0)
+            for j in range(J):
+                y = mat(T[ds[j]], oy + b * m * n, m, n)
+                add2(y, y1[j * m : (j + 1) * m])
         if act_b:
-            tB = np.empty((k, K * n), T.dtype)
-            for d in range(K):
+            ds = _nonzero_rows(T, ob + b * sb, k * n)
+            J = ds.shape[0]
+            tB = np.empty((k, J * n), T.dtype)
+            for j in range(J):
                 if tb:
-                    put2(tB[:, d * n : (d + 1) * n], mat(T[d], ob + b * sb, n, k).T)
+                    put2(tB[:, j * n : (j + 1) * n], mat(T[ds[j]], ob + b * sb, n, k).T)
                 else:
-                    put2(tB[:, d * n : (d + 1) * n], mat(T[d], ob + b * sb, k, n))
-            y2 = np.empty((m, K * n), T.dtype)
-            gemm_acc(a, False, tB, False, y2, 0.0)
-            for d in range(K):
-                y = mat(T[d], oy + b * m * n, m, n)
-                add2(y, y2[:, d * n : (d + 1) * n])
+                    put2(tB[:, j * n : (j + 1) * n], mat(T[ds[j]], ob + b * sb, k, n))
+            y2 = np.empty((m, J * n), T.dtype)
+            if J:
+                gemm_acc(a, False, tB, False, y2, 0.0)
+            for j in range(J):
+                y = mat(T[ds[j]], oy + b * m * n, m, n)
+                add2(y, y2[:, j * n : (j + 1) * n])
+
+
+@_jit
+def _nonzero_rows(T, off, size):
+    """The rows ``d`` of ``T`` (directions) with a nonzero element in ``T[d, off : off + size]``."""
+    out = np.empty(T.shape[0], np.int64)
+    J = 0
+    for d in range(T.shape[0]):
+        for q in range(off, off + size):
+            if T[d, q] != 0.0:
+                out[J] = d
+                J += 1
+                break
+    return out[:J]
 
 
 @_jit
@@ -184,62 +206,69 @@ def _hvp(tb, i, entries, bufs, ipool, data, grad, T, GT):
         if K == 1:  # one direction (a Hessian-vector product): products added in place
             _hvp_one(tb, act_a, act_b, a, bb, gy, T[0], GT[0], pa, pb, py, m, k, n)
             continue
-        gty = np.empty((K * m, n), T.dtype)  # the directions' gt_Y, stacked
-        gty_cols = np.empty((m, K * n), T.dtype)  # ... side by side
-        for d in range(K):
-            g = mat(GT[d], py, m, n)
-            put2(gty[d * m : (d + 1) * m], g)
-            put2(gty_cols[:, d * n : (d + 1) * n], g)
+        # each term over the directions whose tangent factor is not all zero (see _jvp):
+        # those with a nonzero gt_Y for the terms in gt_Y, a nonzero tangent of the other
+        # operand for the others
+        dy = _nonzero_rows(GT, py, m * n)
+        Jy = dy.shape[0]
+        gty = np.empty((Jy * m, n), T.dtype)  # the directions' gt_Y, stacked
+        gty_cols = np.empty((m, Jy * n), T.dtype)  # ... side by side
+        for j in range(Jy):
+            g = mat(GT[dy[j]], py, m, n)
+            put2(gty[j * m : (j + 1) * m], g)
+            put2(gty_cols[:, j * n : (j + 1) * n], g)
         if act_a:
-            ga1 = np.empty((K * m, k), T.dtype)
-            gemm_acc(gty, False, bb, not tb, ga1, 0.0)
-            ga2 = np.empty(
-                (m, K * k), T.dtype
-            )  # written and read only if the other input is active
+            ga1 = np.empty((Jy * m, k), T.dtype)
+            if Jy:  # (BLAS refuses empty matrices)
+                gemm_acc(gty, False, bb, not tb, ga1, 0.0)
+            for j in range(Jy):
+                add2(mat(GT[dy[j]], pa, m, k), ga1[j * m : (j + 1) * m])
             if act_b:
-                tbt = np.empty((n, K * k), T.dtype)  # op(tB)^T side by side
-                for d in range(K):
+                db = _nonzero_rows(T, pb, k * n)
+                Jb = db.shape[0]
+                tbt = np.empty((n, Jb * k), T.dtype)  # op(tB)^T side by side
+                for j in range(Jb):
                     if tb:
-                        put2(tbt[:, d * k : (d + 1) * k], mat(T[d], pb, n, k))
+                        put2(tbt[:, j * k : (j + 1) * k], mat(T[db[j]], pb, n, k))
                     else:
-                        put2(tbt[:, d * k : (d + 1) * k], mat(T[d], pb, k, n).T)
-                gemm_acc(gy, False, tbt, False, ga2, 0.0)
-            for d in range(K):
-                ga = mat(GT[d], pa, m, k)
-                add2(ga, ga1[d * m : (d + 1) * m])
-                if act_b:
-                    add2(ga, ga2[:, d * k : (d + 1) * k])
-        if act_b and tb:
-            # gB (n x k) gets gt_Y^T A + gY^T tA
-            gb1 = np.empty((K * n, k), T.dtype)
-            gemm_acc(gty_cols, True, a, False, gb1, 0.0)
-            gb2 = np.empty((n, K * k), T.dtype)
-            if act_a:
-                ta = np.empty((m, K * k), T.dtype)
-                for d in range(K):
-                    put2(ta[:, d * k : (d + 1) * k], mat(T[d], pa, m, k))
-                gemm_acc(gy, True, ta, False, gb2, 0.0)
-            for d in range(K):
-                gb = mat(GT[d], pb, n, k)
-                add2(gb, gb1[d * n : (d + 1) * n])
-                if act_a:
-                    add2(gb, gb2[:, d * k : (d + 1) * k])
-        elif act_b:
-            gb1 = np.empty((k, K * n), T.dtype)
-            gemm_acc(a, True, gty_cols, False, gb1, 0.0)
-            gb2 = np.empty(
-                (K * k, n), T.dtype
-            )  # written and read only if the other input is active
-            if act_a:
-                tat = np.empty((K * k, m), T.dtype)
-                for d in range(K):
-                    put2(tat[d * k : (d + 1) * k], mat(T[d], pa, m, k).T)
-                gemm_acc(tat, False, gy, False, gb2, 0.0)
-            for d in range(K):
-                gb = mat(GT[d], pb, k, n)
-                add2(gb, gb1[:, d * n : (d + 1) * n])
-                if act_a:
-                    add2(gb, gb2[d * k : (d + 1) * k])
+                        put2(tbt[:, j * k : (j + 1) * k], mat(T[db[j]], pb, k, n).T)
+                ga2 = np.empty((m, Jb * k), T.dtype)
+                if Jb:
+                    gemm_acc(gy, False, tbt, False, ga2, 0.0)
+                for j in range(Jb):
+                    add2(mat(GT[db[j]], pa, m, k), ga2[:, j * k : (j + 1) * k])
+        if act_b:
+            da = _nonzero_rows(T, pa, m * k) if act_a else dy[:0]
+            Ja = da.shape[0]
+            if tb:
+                # gB (n x k) gets gt_Y^T A + gY^T tA
+                gb1 = np.empty((Jy * n, k), T.dtype)
+                if Jy:
+                    gemm_acc(gty_cols, True, a, False, gb1, 0.0)
+                for j in range(Jy):
+                    add2(mat(GT[dy[j]], pb, n, k), gb1[j * n : (j + 1) * n])
+                if Ja:
+                    ta = np.empty((m, Ja * k), T.dtype)
+                    for j in range(Ja):
+                        put2(ta[:, j * k : (j + 1) * k], mat(T[da[j]], pa, m, k))
+                    gb2 = np.empty((n, Ja * k), T.dtype)
+                    gemm_acc(gy, True, ta, False, gb2, 0.0)
+                    for j in range(Ja):
+                        add2(mat(GT[da[j]], pb, n, k), gb2[:, j * k : (j + 1) * k])
+            else:
+                gb1 = np.empty((k, Jy * n), T.dtype)
+                if Jy:
+                    gemm_acc(a, True, gty_cols, False, gb1, 0.0)
+                for j in range(Jy):
+                    add2(mat(GT[dy[j]], pb, k, n), gb1[:, j * n : (j + 1) * n])
+                if Ja:
+                    tat = np.empty((Ja * k, m), T.dtype)
+                    for j in range(Ja):
+                        put2(tat[j * k : (j + 1) * k], mat(T[da[j]], pa, m, k).T)
+                    gb2 = np.empty((Ja * k, n), T.dtype)
+                    gemm_acc(tat, False, gy, False, gb2, 0.0)
+                    for j in range(Ja):
+                        add2(mat(GT[da[j]], pb, k, n), gb2[j * k : (j + 1) * k])
 
 
 @_jit

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "b1c9830e7d3699fa9c23491a486e5523d5957b5e550e818d5f91ebe7f69e5b33"
+FINGERPRINT = "1702056673d42a68be65fd43fdfc0dde92ccccb24476460d1428c6e3b9c8e70a"
 
 from numba import cuda, float64
 

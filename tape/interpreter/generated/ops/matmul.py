@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c366a8263ae3adc89b570e68fe92bff4a133dc64953f492de6186a1fda7271ab"
+FINGERPRINT = "30a1174e96f321dcd773723e12c9d81ed6eb21d96cb0ee1647f236fd9cd3a59a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5381fffa554cacadf74077273f7b99300000a8c1c1421af03bd92d33e70d26aa"
+FINGERPRINT = "959a77bf592fdf370271f66b445b40257c109088676f641ba965f6e9cc62b52e"
 
 import numpy as np
 from numba import njit
