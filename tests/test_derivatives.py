@@ -504,6 +504,13 @@ def test_dense_by_colouring_equals_one_direction_per_element(monkeypatch, rng):
     H[np.arange(40), p] += np.cos(x2[p])
     H[p, p] -= np.sin(x2[p]) * x2
     np.testing.assert_allclose(got[6], H, rtol=1e-14, atol=1e-14)
+    # the CSR results, laid out from the structure kept per pattern, at each permutation
+    for k, p in enumerate(perms * 2):
+        Hs = tg.hessian(x2, p, sparse=True)
+        assert Hs.has_sorted_indices and Hs.nnz == np.count_nonzero(tg.sparsity(x2, p).hessian.toarray())
+        np.testing.assert_array_equal(Hs.toarray(), got[6 + k])
+    for xx in (x, x2):
+        np.testing.assert_array_equal(tj.jacobian(xx, sparse=True).toarray(), tj.jacobian(xx, mode="fwd"))
 
 
 def test_docs_example_runs():

@@ -66,7 +66,7 @@ class _Plan:
         self.in_sizes = np.asarray(self.in_size, np.int64)
         self.in_dtypes = [np.dtype(tp.input_dtypes[k]) for k in tp.wrt]
         self.compiled = None  # the generated derivative passes, once made (see _compiled)
-        self.compressed = {}  # "jacobian"/"hessian" -> (pattern, seeds, positions): sparse.py
+        self.compressed = {}  # "jacobian"/"hessian" -> sparse._Compressed, the last pattern's
 
     def need(self, *kinds):
         """Prepare the op kernels of the sweep ``kinds`` that a transform runs, the first time
@@ -402,9 +402,6 @@ def _compressible(plan, data, which):
     from tape.transforms import sparse as SP
 
     pat = SP.patterns(plan, data)
-    hit = plan.compressed.get(which)
-    if hit is not None and hit[0] is pat:  # the pattern of the last call: compressed then
-        return pat
     n = pat.n_jacobian_colors if which == "jacobian" else pat.n_hessian_colors
     return pat if 2 * n <= plan.n_in else None
 

@@ -258,37 +258,56 @@ def _seeds(colours, n_colours, n, dtype):
     return V
 
 
+class _Compressed(NamedTuple):
+    """How the compressed ``which`` of one pattern is made and laid out (see
+    :func:`_compression`)."""
+
+    pattern: Sparsity
+    seeds: np.ndarray  # one direction per colour
+    take: np.ndarray  # flat positions of the entries in the product rows
+    put: np.ndarray  # ... in the dense matrix, row by row
+    order: np.ndarray  # the entries in CSR order (rows, then columns)
+    indices: np.ndarray  # the CSR column indices and row pointers
+    indptr: np.ndarray
+
+
 def _compression(plan, pat, which):
-    """``(V, take, put)`` of the compressed ``which`` (``"jacobian"`` or ``"hessian"``): the
-    seed directions, one per colour, the flat positions of the pattern's entries in the
-    product rows (row ``colour of column c``, element ``r`` for entry ``(r, c)``) and in the
-    dense matrix. Made once per pattern and kept on the plan (a Hessian or Jacobian called
-    again at other arguments reuses them)."""
+    """The :class:`_Compressed` ``which`` (``"jacobian"`` or ``"hessian"``) of pattern
+    ``pat``: the seed directions, one per colour, the flat positions of the pattern's entries
+    in the product rows (row ``colour of column c``, element ``r`` for entry ``(r, c)``) and in
+    the dense matrix, and the CSR layout. Made once per pattern and kept on the plan (a
+    Hessian or Jacobian called again at other arguments reuses them)."""
     hit = plan.compressed.get(which)
-    if hit is not None and hit[0] is pat:
-        return hit[1:]
+    if hit is not None and hit.pattern is pat:
+        return hit
     if which == "hessian":
         colours, n_colours, (rows, cols), width = (pat.hessian_colors, pat.n_hessian_colors,
                                                    pat.hessian_nz, plan.n_in)  # fmt: skip
     else:
         colours, n_colours, (rows, cols), width = (pat.jacobian_colors, pat.n_jacobian_colors,
                                                    pat.jacobian_nz, plan.n_out)  # fmt: skip
-    V = _seeds(colours, n_colours, plan.n_in, plan.tp.dtype)
-    take = colours[cols].astype(np.int64) * width + rows
-    put = rows.astype(np.int64) * plan.n_in + cols
-    plan.compressed[which] = (pat, V, take, put)
-    return V, take, put
+    rows, cols = np.asarray(rows, np.int64), np.asarray(cols, np.int64)
+    put = rows * plan.n_in + cols
+    order = np.argsort(put, kind="stable")
+    n_rows = plan.n_in if which == "hessian" else plan.n_out
+    hit = _Compressed(
+        pat, _seeds(colours, n_colours, plan.n_in, plan.tp.dtype),
+        colours[cols].astype(np.int64) * width + rows, put, order, cols[order],
+        np.searchsorted(rows[order], np.arange(n_rows + 1)),
+    )  # fmt: skip
+    plan.compressed[which] = hit
+    return hit
 
 
 def _entries(plan, data, pat, which):
-    """The values of ``which``'s pattern entries, and their flat positions in the dense
-    matrix."""
+    """The values of ``which``'s pattern entries (in the pattern's order), and how the
+    compression lays them out (:class:`_Compressed`)."""
     from tape.transforms.derivatives import _hvp_rows, _jac_fwd_rows
 
-    V, take, put = _compression(plan, pat, which)
+    c = _compression(plan, pat, which)
     rows = _hvp_rows if which == "hessian" else _jac_fwd_rows
-    B = np.ascontiguousarray(rows(plan, data, V))  # row c: the product with seed c
-    return B.ravel()[take], put
+    B = np.ascontiguousarray(rows(plan, data, c.seeds))  # row k: the product with seed k
+    return B.ravel()[c.take], c
 
 
 def jacobian_entries(plan, data, pat):
@@ -306,23 +325,28 @@ def hessian_entries(plan, data, pat):
 def dense(plan, data, pat, which):
     """The dense Jacobian ``(n_out, n_in)`` or Hessian ``(n_in, n_in)`` from its compressed
     products: zero off the pattern."""
-    vals, put = _entries(plan, data, pat, which)
+    vals, c = _entries(plan, data, pat, which)
     n_rows = plan.n_in if which == "hessian" else plan.n_out
     M = np.zeros(n_rows * plan.n_in, plan.tp.dtype)
-    M[put] = vals
+    M[c.put] = vals
     return M.reshape(n_rows, plan.n_in)
+
+
+def _csr(plan, data, pat, which, shape):
+    """The compressed ``which`` as a ``csr_matrix`` of ``shape``, laid out from the pattern's
+    CSR structure (kept per pattern; the matrix gets copies of it)."""
+    vals, c = _entries(plan, data, pat, which)
+    return sp.csr_matrix((vals[c.order], c.indices.copy(), c.indptr.copy()), shape=shape)
 
 
 def sparse_jacobian(plan, data):
     """The Jacobian as ``csr_matrix`` by colouring."""
     pat = patterns(plan, data)
-    vals = jacobian_entries(plan, data, pat)
-    return sp.csr_matrix((vals, pat.jacobian_nz), shape=pat.jacobian.shape)
+    return _csr(plan, data, pat, "jacobian", pat.jacobian.shape)
 
 
 def sparse_hessian(plan, data):
     """The Hessian as ``csr_matrix`` by colouring."""
     plan.require_scalar()
     pat = patterns(plan, data)
-    vals = hessian_entries(plan, data, pat)
-    return sp.csr_matrix((vals, pat.hessian_nz), shape=pat.hessian.shape)
+    return _csr(plan, data, pat, "hessian", pat.hessian.shape)
