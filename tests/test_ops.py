@@ -446,6 +446,77 @@ def test_trsm_and_potrf_against_scipy_and_numpy(dtype):
         assert not fn((-s).astype(dtype))[1]  # not positive definite
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gemm_and_right_trsm_on_blocks_of_larger_arrays(dtype):
+    # the Cholesky adjoint's BLAS calls work on blocks sliced from its matrices (the row stride
+    # as the leading dimension) and write them in place: every element outside the block stays
+    import scipy.linalg
+    from numba import njit
+
+    from tape.ops.blas import gemm_acc, trsm_lower_right
+
+    rng = np.random.default_rng(4)
+    tol = 1e-12 if dtype == np.float64 else 1e-4
+    big = rng.normal(size=(9, 11)).astype(dtype)
+    a, b = rng.normal(size=(6, 5)).astype(dtype), rng.normal(size=(7, 8)).astype(dtype)
+    f64 = lambda x: x.astype(np.float64)  # noqa: E731
+
+    @njit
+    def blocks(a, b, c, d, x):
+        gemm_acc(a[1:5, 2:5], True, b[2:6, 1:4], False, c[2:5, 3:6], 0.5, -2.0)
+        trsm_lower_right(d[1:4, 2:5], x[3:8, 4:7])
+
+    for jit in (True, False):
+        c, x = big.copy(), big.copy()
+        d = big.copy()
+        d[1:4, 2:5] += 4 * np.eye(3, dtype=dtype)
+        if jit:
+            blocks(a, b, c, d, x)
+        else:  # the Python versions
+            gemm_acc(a[1:5, 2:5], True, b[2:6, 1:4], False, c[2:5, 3:6], 0.5, -2.0)
+            trsm_lower_right(d[1:4, 2:5], x[3:8, 4:7])
+        want_c, want_x = f64(big), f64(big)
+        want_c[2:5, 3:6] = 0.5 * want_c[2:5, 3:6] - 2.0 * f64(a[1:5, 2:5]).T @ f64(b[2:6, 1:4])
+        low = np.tril(f64(d[1:4, 2:5]))
+        want_x[3:8, 4:7] = scipy.linalg.solve_triangular(low, f64(big[3:8, 4:7]).T, trans=1,
+                                                         lower=True).T  # fmt: skip
+        np.testing.assert_allclose(c, want_c, rtol=tol, atol=tol)
+        np.testing.assert_allclose(x, want_x, rtol=tol, atol=tol)
+        np.testing.assert_allclose(f64(x[3:8, 4:7]) @ low, f64(big[3:8, 4:7]), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cholesky_gradient_over_several_blocks(dtype):
+    # n = 150 is three blocks of the blocked adjoint (64, 64 and a last one of 22): against the
+    # whole-matrix formula in NumPy and a central difference along a random symmetric direction
+    from tape.ops.factor import CHOLESKY_BLOCK
+
+    n = 150
+    assert n > 2 * CHOLESKY_BLOCK
+    rng = np.random.default_rng(8)
+    m = rng.normal(size=(n, n))
+    a = m @ m.T / n + np.eye(n)
+    w = rng.normal(size=(n, n))
+    f = lambda x: tp.sum(tp.linalg.cholesky(x) * w.astype(dtype))  # noqa: E731
+    t = tp.record(f, a.astype(dtype), compile=False)
+    g = t.gradient(a.astype(dtype))  # one argument: its gradient alone
+    low = np.linalg.cholesky(a)
+    gl = np.tril(w)
+    phi = lambda x: np.tril(x) - 0.5 * np.diag(np.diag(x))  # noqa: E731
+    li = np.linalg.inv(low)
+    s = li.T @ phi(low.T @ gl) @ li
+    want = phi(s + s.T)
+    tol = 1e-10 if dtype == np.float64 else 2e-3
+    np.testing.assert_allclose(g, want, rtol=tol, atol=tol * np.abs(want).max())
+    if dtype == np.float64:
+        e = rng.normal(size=(n, n))
+        e = e + e.T
+        h = 1e-6
+        fd = ((np.linalg.cholesky(a + h * e) - np.linalg.cholesky(a - h * e)) * w).sum() / (2 * h)
+        # the gradient is of the lower triangle the factorisation reads
+        assert np.isclose((g * np.tril(e)).sum(), fd, rtol=1e-6)
+
+
 def test_float32_matmul_gradient():
     rng = np.random.default_rng(3)
     a = rng.normal(size=(2, 3, 4)).astype(np.float32)

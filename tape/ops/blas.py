@@ -41,28 +41,48 @@ _GEMM = {
 _N, _T = ord("n"), ord("t")
 
 
-def gemm_acc(a, ta, b, tb, c, beta=1.0):
+def gemm_acc(a, ta, b, tb, c, beta=1.0, alpha=1.0):
     """``c += op(a) @ op(b)``, ``op(x)`` being ``x.T`` where its flag (``ta``, ``tb``) is set;
-    with ``beta`` given, ``c = beta * c + op(a) @ op(b)`` (``beta = 0``: ``c``'s old values,
-    NaN or not, are not read).
+    with ``beta`` and ``alpha`` given, ``c = beta * c + alpha * op(a) @ op(b)`` (``beta = 0``:
+    ``c``'s old values, NaN or not, are not read).
 
-    All three are C-contiguous 2-d arrays of one dtype (float32 or float64), ``c`` of shape
-    ``(m, n)``, ``op(a)`` ``(m, k)``, ``op(b)`` ``(k, n)``, none of the three sizes zero (BLAS
-    refuses a leading dimension of 0); the caller checks. (Python version, for
-    ``NUMBA_DISABLE_JIT``; compiled code calls BLAS.)"""
+    All three are 2-d arrays of one dtype (float32 or float64) whose rows are contiguous:
+    C-contiguous arrays, or blocks sliced from them (``x[r0:r1, c0:c1]``, the row stride as
+    BLAS's leading dimension). ``c`` is ``(m, n)``, ``op(a)`` ``(m, k)``, ``op(b)`` ``(k, n)``,
+    none of the three sizes zero (BLAS refuses a leading dimension of 0); the caller checks.
+    (Python version, for ``NUMBA_DISABLE_JIT``; compiled code calls BLAS.)"""
     p = (a.T if ta else a) @ (b.T if tb else b)
     if beta == 0.0:
-        c[...] = p
+        c[...] = alpha * p
     else:
         c *= beta
-        c += p
+        c += alpha * p
+
+
+def _row_stride(x):
+    """The leading dimension BLAS reads a row-major 2-d array with (its row stride in
+    elements); ``-1`` where its rows are not contiguous."""
+
+
+@overload(_row_stride)
+def _row_stride_impl(x):
+    if x.layout == "C":
+        return lambda x: x.shape[1]
+    size = x.dtype.bitwidth // 8
+
+    def impl(x):
+        if x.strides[1] != size or x.strides[0] % size != 0 or x.strides[0] < x.shape[1] * size:
+            return -1
+        return x.strides[0] // size
+
+    return impl
 
 
 @overload(gemm_acc, jit_options={"nogil": True})
-def _gemm_acc(a, ta, b, tb, c, beta=1.0):
+def _gemm_acc(a, ta, b, tb, c, beta=1.0, alpha=1.0):
     arrays = (a, b, c)
-    if not all(isinstance(x, types.Array) and x.ndim == 2 and x.layout == "C" for x in arrays):
-        raise TypingError("gemm_acc: a, b and c must be C-contiguous 2-d arrays")
+    if not all(isinstance(x, types.Array) and x.ndim == 2 and x.layout in "CA" for x in arrays):
+        raise TypingError("gemm_acc: a, b and c must be 2-d arrays with contiguous rows")
     if not (a.dtype == b.dtype == c.dtype and a.dtype in _GEMM):
         raise TypingError(
             f"gemm_acc: one float dtype for all three (got {a.dtype}, {b.dtype}, {c.dtype})"
@@ -70,15 +90,19 @@ def _gemm_acc(a, ta, b, tb, c, beta=1.0):
     fn, kind = _GEMM[a.dtype]
     dt = np.float32 if a.dtype == types.float32 else np.float64
 
-    def impl(a, ta, b, tb, c, beta=1.0):
+    def impl(a, ta, b, tb, c, beta=1.0, alpha=1.0):
         m, n = c.shape
         k = a.shape[0] if ta else a.shape[1]
-        one = np.ones(1, dt)  # alpha
+        lda, ldb, ldc = _row_stride(a), _row_stride(b), _row_stride(c)
+        if min(lda, ldb, ldc) < 1:
+            raise ValueError("gemm_acc: an operand's rows are not contiguous")
+        alp = np.empty(1, dt)
+        alp[0] = alpha
         bet = np.empty(1, dt)
         bet[0] = beta
-        st = fn(kind, _T if tb else _N, _T if ta else _N, n, m, k, one.ctypes, b.ctypes,
-                b.shape[1], a.ctypes, a.shape[1], bet.ctypes, c.ctypes, n)  # fmt: skip
-        if st != 0 or one.shape[0] + bet.shape[0] != 2:  # (read after: alive through the call)
+        st = fn(kind, _T if tb else _N, _T if ta else _N, n, m, k, alp.ctypes, b.ctypes,
+                ldb, a.ctypes, lda, bet.ctypes, c.ctypes, ldc)  # fmt: skip
+        if st != 0 or alp.shape[0] + bet.shape[0] != 2:  # (read after: alive through the call)
             raise RuntimeError("gemm_acc: the BLAS call failed (is SciPy installed?)")
 
     return impl
@@ -274,5 +298,50 @@ def _trsm(a, b, lower, trans):
         if side[0] + uplo[0] + ta[0] + diag[0] + m_[0] + n_[0] + one.shape[0] + ac.shape[0] < 0:
             raise RuntimeError("trsm")
         return x
+
+    return impl
+
+
+def trsm_lower_right(d, x):
+    """``x <- x @ d^-1`` in place, for a lower triangular ``d`` (BLAS ``trsm``, reading only
+    ``d``'s lower triangle). ``d`` is ``(k, k)``, ``x`` ``(m, k)``, 2-d arrays of one float
+    dtype whose rows are contiguous (C-contiguous, or blocks sliced from such arrays, as
+    :func:`gemm_acc` takes them), neither size zero. No test for a zero pivot (the caller's).
+    (Python version, for ``NUMBA_DISABLE_JIT``.)"""
+    import scipy.linalg
+
+    x[...] = scipy.linalg.solve_triangular(np.tril(d), x.T, lower=True, trans=1).T
+
+
+@overload(trsm_lower_right, jit_options={"nogil": True})
+def _trsm_lower_right(d, x):
+    if not all(isinstance(v, types.Array) and v.ndim == 2 and v.layout in "CA" for v in (d, x)):
+        raise TypingError("trsm_lower_right: d and x must be 2-d arrays with contiguous rows")
+    if not (d.dtype == x.dtype and d.dtype in _TRSM):
+        raise TypingError(f"trsm_lower_right: one float dtype for both (got {d.dtype}, {x.dtype})")
+    fn = _TRSM[d.dtype]
+    dt = np.float32 if d.dtype == types.float32 else np.float64
+
+    def impl(d, x):
+        m, k = x.shape
+        ldd, ldx = _row_stride(d), _row_stride(x)
+        if min(ldd, ldx) < 1:
+            raise ValueError("trsm_lower_right: an operand's rows are not contiguous")
+        # column-major: x^T (k x m, leading dimension ldx) and d^T (upper triangular); y d = x
+        # is d^T y^T = x^T, a solve from the left with d^T as it lies in memory
+        side = np.full(1, ord("L"), np.int8)
+        uplo = np.full(1, ord("U"), np.int8)
+        ta = np.full(1, ord("N"), np.int8)
+        diag = np.full(1, ord("N"), np.int8)
+        m_ = np.full(1, k, np.intc)
+        n_ = np.full(1, m, np.intc)
+        lda = np.full(1, ldd, np.intc)
+        ldb = np.full(1, ldx, np.intc)
+        one = np.ones(1, dt)
+        fn(side.ctypes, uplo.ctypes, ta.ctypes, diag.ctypes, m_.ctypes, n_.ctypes, one.ctypes,
+           d.ctypes, lda.ctypes, x.ctypes, ldb.ctypes)  # fmt: skip
+        # the arguments are read after the call, so they live through it
+        if side[0] + uplo[0] + ta[0] + diag[0] + m_[0] + n_[0] + lda[0] + ldb[0] + one[0] < 0:
+            raise RuntimeError("trsm_lower_right")
 
     return impl

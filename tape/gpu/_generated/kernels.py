@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "1702056673d42a68be65fd43fdfc0dde92ccccb24476460d1428c6e3b9c8e70a"
+FINGERPRINT = "7d98aa27495c73cf105474b8a4fbef31b604d5d50c84d2c805cb13f0c3dc5689"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4c73331ce23163c96b21f9c4c3e2c4da7716c84f688571c573f9f34e0e8b2735"
+FINGERPRINT = "59bcd9cade98aaa4a5636701adb7ab7b8854ee323629ce3b62e39a742cf9dcec"
 
 import numpy as np
 from numba import njit

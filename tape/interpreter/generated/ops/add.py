@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e20540e6c8ef0aec4daade1bfd38c14d739a81d79d8b12faa0f723e64b096b6a"
+FINGERPRINT = "c213f3dd43bbe8b0e603d6305af7cc6d01ce4f9636903c65bf0516a36793b361"
 
 import numpy as np
 from numba import njit

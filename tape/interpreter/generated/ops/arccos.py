@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "68ebb5157dfa8cafab38e21966c382e5de3ba2bb28d95f42a6f1b59b343c00d6"
+FINGERPRINT = "7bc8a9000b7d1899c43e38c3904a73d956225132754c0b33b2c740b828d84639"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cffef68d9b7943e12ec8cffa2b178404b3b39e93875a6ea5b490be25da6c3433"
+FINGERPRINT = "65f96df2748f21e7787cc7e46f696b4369b1be24693121cecfa56cedd289f6bd"
 
 import numpy as np
 from numba import njit

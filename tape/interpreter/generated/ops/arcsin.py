@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9f5faa2d2c82c837589cc22f1e62e9327e8689695c3f9fba2f43292ec65a4963"
+FINGERPRINT = "b7c319550d9c36449f1ab81f45305c4015132c9990a22cfd6992bb7b3840a970"
 
 import numpy as np
 from numba import njit

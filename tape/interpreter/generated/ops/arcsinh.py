@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3f2628c47b70b479700f6b82e85539fcd96f25b911dd57d9c49e2f5461774188"
+FINGERPRINT = "0c31ee1aed512ca8c558aa51a1bf9c022fe160d08872c4eff393670190ce336e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "384ddaf2ee21640e35e4d7966f049d2f3726ef38b070c40c05f94311d7e3476a"
+FINGERPRINT = "5bbc67eca3193040f2238b8f23c20e623f63f6ea38bd3b468f0d257974333e9e"
 
 import numpy as np
 from numba import njit

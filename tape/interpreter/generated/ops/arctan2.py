@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "303ca0029fc73fbd684ea0031882cfba31fbcdfe60eb217e155f608a086af688"
+FINGERPRINT = "514c6d77b5960d70fa0ebac069536644a5eb57a696a56f67a01a0c0977654025"
 
 import numpy as np
 from numba import njit

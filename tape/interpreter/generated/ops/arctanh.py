@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4a065e839fdb949d27127ec2971d315417a7fd3d11771e218e8dbfbdc6208e84"
+FINGERPRINT = "ab10cb28bba724e999e9d2e3db1bcd79cbbb4cffa1c697aa94c873033141589a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f821a7b3a36315caed270b1d5cfe4c93947ba059abe99645f3054e53b596732d"
+FINGERPRINT = "a69d2587c21cf3c80ef3509bcdc1bab918d77d08d9283da00d37c5c38b63ad8a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5f0b5715927010aad614787e31edbd1089f1795058467986d33892d6f55cc6c0"
+FINGERPRINT = "7f9bc7ee35ff16ae9d6d48a9f68597508ec21dc62cc4c2df9bb4c54d194352d1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4c76178a76fb1de1a3081e59ab20f76b4704e6479067c60520e3ac83edd2b646"
+FINGERPRINT = "42c48d49e9303f842c34aeb1dd2336cf39ecf6a881ce8225caef74a94027ae50"
 
 import numpy as np
 from numba import njit

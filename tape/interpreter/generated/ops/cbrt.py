@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b8298e5ce2e68d9855995150f4d4f2cb79e7e3898f348f4cdc324e25fcb093b1"
+FINGERPRINT = "3598ac42b897cd8330669bb633ee19aa5b78e4a6be042e6411239f314a698a9f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cdc74ab0e6199e533b8315eef0ef6541853916adc42814cce1fb98bbc709733d"
+FINGERPRINT = "b2c324e1fe510dfcf8e084ccec1193eb4703ad8ffb7b2a89fac62a776c47dc97"
 
 import numpy as np
 from numba import njit

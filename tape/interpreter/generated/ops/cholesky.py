@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7eeeea4156b3bf5a8c0bc79a96613534f09f7ff92e0e331b6d69c25e374422a0"
+FINGERPRINT = "ad23f052089e93527d7f11c6fd8476388b47b3c99c0331bf62dfa626a5e9b47a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "49efcc59674f59811889e2350beabd00c5df0830456b01dfc62e39d9fd084b8b"
+FINGERPRINT = "90365f6e20080f803658e3fb4f4ce5bacdbe3aeb67cbd5d7164e39095ff6791c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "be14a092aa0be872ca07dc6d292735cf85c7bf619964dd4c15b68549f9f8f261"
+FINGERPRINT = "b1f2922bab4223b7ffa2ee4e4eb837142445cea2f54d21816d76ee7f0e6ebb05"
 
 import numpy as np
 from numba import njit

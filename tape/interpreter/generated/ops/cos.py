@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c6dbe41b8a90e5c5e519fabab3a03ad3628af826819dbae3370d42837721cea1"
+FINGERPRINT = "5b11c04921ada75acb08844405590fb6e15d32d339681778c4390215cbe2c8fe"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "51bd5d99a90446eaaf0e846df13ba96a962e4899cca0f7d128e3bf00d59f52a9"
+FINGERPRINT = "8e1d18cd8cd7e415b7135519e51cc22a2d37060a00a32c7e9c5c889b250af477"
 
 import numpy as np
 from numba import njit

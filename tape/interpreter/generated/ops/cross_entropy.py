@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5291a2acb686d14a22930b9197d4741563a472e47c29a295e875c874f06e4db7"
+FINGERPRINT = "2aa540f7b4d1ac1092a78efa15be9504fdf1c4cd67cbd79e8954e73211830632"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "18f52e8a3d25b6dc62e3621d9b1e0767a424788a0504e7c6aea1738a86231d31"
+FINGERPRINT = "9a76218bb66fa5ddc2c5f3d5850570dd2d5da725bb9b1dd93ed205cb3575d3fd"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0f135c4dc9dffd2e15bde3719d4eed5e17956e79000811d639eb6e4bc59bddad"
+FINGERPRINT = "44261998ffd67fdd70e5f7d581288afa1a09e950db002bc59b4c149be001cfaa"
 
 import numpy as np
 from numba import njit

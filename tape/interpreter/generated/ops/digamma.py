@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b79c2657b6170d0d62eac9788d9c1bafdb20e34dcae80f2c7644eccbf76e947"
+FINGERPRINT = "c9ab1749c9bc79defc82e70685243a34f3c6fafe04599435273057827cedc655"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d0ad8dc05bf06c8cff751b7623d5849d41de9044db464d564d63e1f9cf0a82c9"
+FINGERPRINT = "ff79c84f1361be0eda680344f4cd1d136f250504dc0aabb41d07a6d8719903e5"
 
 import numpy as np
 from numba import njit

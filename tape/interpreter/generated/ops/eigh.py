@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c0946b5cd75c9ebfc54b75a6408cc6bcbc6b9b2c8b5aefd3b7e2c0dec7585bb8"
+FINGERPRINT = "a47f4ae4303c2bb08c741f6ea21f443396a4bd1e72b1710ce140d1de68b9673d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a89b2572fa41f6bc122b960f919303fa3fa33377fa17f9fed6280594fd0c0111"
+FINGERPRINT = "13cb6217a784445b0a05cbe15728e3523ef4e752f56dee0531ef7e6be73270b3"
 
 import numpy as np
 from numba import njit

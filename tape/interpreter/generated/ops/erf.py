@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7e67f2f8199eafa269c665ebf2256b03dfbe8cdcddad029e15d0bac5b71ee939"
+FINGERPRINT = "10641430b5bb155eeac646eb4eece30e19e635ffbaca3cea9c69e7212b161b22"
 
 import numpy as np
 from numba import njit

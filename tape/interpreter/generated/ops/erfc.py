@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e08d6f88f1d73f90a870c5bc07216a7c8ef686b99e3e608ab6ccd6824342bf34"
+FINGERPRINT = "62e77fb58117db0b5a1e1f516eef621a4475d9007770ee211c00cd9761b389fd"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8e39eec3b626a74e7fe4eddc5cc705bc3f1fb957981237f87b7af0f765fbec97"
+FINGERPRINT = "328fd8c768530d3e51dbd9fec214ac291e2eb0805e86372b408e60aa4939007e"
 
 import numpy as np
 from numba import njit

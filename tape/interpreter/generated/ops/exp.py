@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e16c06bb8e275879997dda18e4422b72969d2377c3dfd696a3132a05382c1301"
+FINGERPRINT = "997156c28608deb0fe7612770d77c0f54a59c5b1a28817573f0846f57d3da883"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5c685e9e8d92515caa60f5f7364e3d1436cdc423ddd70559946514c01ddc4968"
+FINGERPRINT = "922a49ed178080c28e2c31e28adc574a2c682556edfe89fa5b2912ca6314404d"
 
 import numpy as np
 from numba import njit

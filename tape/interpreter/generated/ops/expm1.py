@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "373b2f86c091d003f3a8b7851b3d09b05e4717453c9a21a98acc03cb55b1da15"
+FINGERPRINT = "bb1b9ca77d2e144663a47c4d3bb07722c0f530fe809f55d1823948325ed6c18e"
 
 import numpy as np
 from numba import njit

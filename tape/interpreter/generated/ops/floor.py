@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "032e914407747d707a25f003ff460a6a4e5b1f1046469e7084b7820839e428ee"
+FINGERPRINT = "2c8ef7a2e4b2e698200df43a6b9738f14ed328bd6b5a66b45648a17fbed207d8"
 
 import numpy as np
 from numba import njit

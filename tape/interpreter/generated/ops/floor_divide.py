@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "60994d336bc64eedeadef6903f39d14dcda90f93f4a246019d2ef5b5192e4550"
+FINGERPRINT = "783f307b6509f96c647b7d633ed924d100e5e152e7530c24fdad47c9ad8c6eff"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6466639ee10de496bf0f1b4b999b78aae9a33c255a2ee902442136e550d367c6"
+FINGERPRINT = "fd22023319531da14cbab7b5c877e38eccb88858edd86713b103fa627bddce32"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "48dfa46d7991470389c7c7510113ef299ff8c4a927078bf40234fe8180f41a8e"
+FINGERPRINT = "12917fe68e7581017651a63fcec3754b2118e35693940d5c33c6bd8f130fb46e"
 
 import numpy as np
 from numba import njit

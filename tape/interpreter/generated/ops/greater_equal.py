@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ad8d0ba055571e6e41480f79827e2ee26fa7aace972500638b340266001aa4e0"
+FINGERPRINT = "d00ad12e77af8be25127d8993ce50e5baef98f65a8b08a4bd7d84f7c80d3e04f"
 
 import numpy as np
 from numba import njit

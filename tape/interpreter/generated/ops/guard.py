@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "07b410b3a3acf858ef9413807c1d196b51dc700daa807984397695d4ed243246"
+FINGERPRINT = "4dac67a8682c1463a9e3512959f1b7cde39bfb1dc4ec1bc2e2f12f37d5a16a03"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "052e064d7860a7da055fd2d83374e0f1a13cdb27a817cd170c0362ff6812429e"
+FINGERPRINT = "706fa4b952c3eb7bdba76b7f6e6a093185e52e7774a5a35c948d90b806beae2f"
 
 import numpy as np
 from numba import njit

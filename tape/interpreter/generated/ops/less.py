@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c00198ffd3bcc9003a58238ed8d3b54d392c8baa12f20fbd46a798fa3c9f5433"
+FINGERPRINT = "453f7c9aa4bc6bc75ecc9a175caeac267da80e6e1e13a98e8b899034f76c1f88"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1d7af02e609be17f99a82ae7130d719cf201007a682eed9ae1908879afa2ac38"
+FINGERPRINT = "f63c7ea21e325b556010f8dd4de767405520d90ee6ae7a9d48f3a90415f88cb8"
 
 import numpy as np
 from numba import njit

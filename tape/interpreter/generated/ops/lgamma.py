@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3ecd75c387277bd940cce28fc4a014d5cd401f8caae4998f431fbfdbbfeae762"
+FINGERPRINT = "6498e672a867b3a86dd4f33c4d23ad09e241d1c4e8bf12999bd70204b6bc8d64"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "621357f680e32676fd78e5816985487141b36009c056c835481d1fbca493b4af"
+FINGERPRINT = "410752d60e97a3312f7f1cd0a5e210de6a8b1d8af1547e0c21ff050d289e36ab"
 
 import numpy as np
 from numba import njit

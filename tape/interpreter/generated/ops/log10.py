@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0904881835c23c63eb4495a4abe46bc148259dd1252adfe0246187ae0e805a76"
+FINGERPRINT = "0278eed57c7b9c1c81f39356087f2bff66187766ffef337babd5f01003e4df80"
 
 import numpy as np
 from numba import njit

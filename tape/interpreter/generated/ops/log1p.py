@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "26e002e50e1304b7f8e423beb1f7ee7fb7b0b79fe04b3c7c21af17c92e0196a8"
+FINGERPRINT = "9da0be508c2942084c8d1154fc55f3463f7834ab25f1e3bb5e0589eac26ae36e"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7570be47820e69cd9d1cbd632763ddb7ad38dae602086a179b8a72b10d82f574"
+FINGERPRINT = "d1116b29e8c72e785a4d34644c397ee391cf0b4d73cbe93602c1f97ad5459170"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "64a14232d2e221044393914bddf0b0dda1cd0c5d4996c8ebe2a35130f533ba92"
+FINGERPRINT = "b786765e6baca610cb0fd5d391ab803e0c895c42d15e39c2975904dd1375e8d2"
 
 import numpy as np
 from numba import njit

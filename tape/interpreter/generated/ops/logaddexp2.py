@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c75f8dfa40d124e8223f8cf64a4f525064f362d0db9b25f998684e558d0ab6a3"
+FINGERPRINT = "cbb51c96687c59a4af932a6abbd3a44155e1189ce06a9693b57fb1572147dfde"
 
 import numpy as np
 from numba import njit

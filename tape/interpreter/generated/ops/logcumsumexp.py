@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9c6a65aed2267a3fe1ffdceff57919dd27de980037f9a87c5d1bb3f3553361e4"
+FINGERPRINT = "960ba7bfa8cb7b62391970e4b33fa67ebbd5f7b5eb8e60ce024048481de94262"
 
 import numpy as np
 from numba import njit

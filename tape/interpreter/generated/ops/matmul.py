@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "30a1174e96f321dcd773723e12c9d81ed6eb21d96cb0ee1647f236fd9cd3a59a"
+FINGERPRINT = "b861940c29eb6643c90273fb5d5ee31f7d83377b66a87a6dcb70629cdfa9687a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "959a77bf592fdf370271f66b445b40257c109088676f641ba965f6e9cc62b52e"
+FINGERPRINT = "5164d4f3987be6d581d09218bff1ac5945bfda15046548f1ae7776f8f1206e09"
 
 import numpy as np
 from numba import njit

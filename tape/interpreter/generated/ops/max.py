@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c1a01c8296f5a1d7d6728903f5e34b0166556f870ad0fa6e66b07a53d871a782"
+FINGERPRINT = "7bec5c0b93f795184207123285c1517365f68ba5368e8044d030749c76e06458"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "186d69b1fef17b1cad95a8af46a11689ea16f21653cea5933155dc7da62ccc39"
+FINGERPRINT = "25295e019b9cf8e224a343a999c0108139b4555c26b4ac98fefbddcc3f00dfcf"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "578c97ab5913d0bbe10d4574a5c8d4592ef8f28ea70fc909740e9e9a9db8b58f"
+FINGERPRINT = "6671ef8f58a16157baf425bbc6405ac082574b4c7fcb345a435bf5e6d6a61628"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cfe538825cf480c5e3f636d0f200f65b2a022a86ff1cc17e03aac559abcdb432"
+FINGERPRINT = "7ca45d7c613dc8188901343c41c39398f1cd292039f4b111ff3d1b20df9fb379"
 
 import numpy as np
 from numba import njit

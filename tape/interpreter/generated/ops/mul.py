@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8a4e399a5c2c70c2b32c9a8bf1ee1e61a525c671632e63101a3e3a1b36d68aa0"
+FINGERPRINT = "a941d10037b0effac7e9d5213502c15898676a991798bac7c6e1865e3903b37a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c96e3ecc4aeee96ead34de391a0add97a59c21fd14fce513a799c8ade212be72"
+FINGERPRINT = "e909280da7c5117381c75d4aaf94a063b1af27cdd7bbe6c82380c72283a42e4e"
 
 import numpy as np
 from numba import njit

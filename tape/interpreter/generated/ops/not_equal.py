@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4cc128cfe451605a4bf245b7e2114ac0572842bc4a509b5729f1be2312fe23e0"
+FINGERPRINT = "0a55e1ee4a92497858009380495aaffd86282c195d4d21c6c0d15871411fceff"
 
 import numpy as np
 from numba import njit

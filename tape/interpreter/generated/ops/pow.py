@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1d3543dc20065324c7ba76dbad717e681254491e381be44862a5d4cb9b5551b8"
+FINGERPRINT = "351559afa390d151daf3f64b34716bad07410e6f5a9e66d335da28a741af2287"
 
 import numpy as np
 from numba import njit

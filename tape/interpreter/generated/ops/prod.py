@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1c84da644a0105ed631c493224cff75b745f1e2a388cdb013d29921ab749516d"
+FINGERPRINT = "41d34b8f5cb12f88870dfea2c926b341f4cd838eb428f4fe5b8b944fbea3cf52"
 
 import numpy as np
 from numba import njit

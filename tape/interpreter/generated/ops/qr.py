@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7eaa4dae6d2038f891db10ee331f5c94deaecb3bc1258ee6eb24c3b43e7c66c1"
+FINGERPRINT = "57d1b7363416fa1013d3d2e9f7602b171a5dbb2cfb28c8207d525b1dcbf469aa"
 
 import numpy as np
 from numba import njit

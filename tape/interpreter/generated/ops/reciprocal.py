@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aa2bf40bb7ce5b31702fe1b078bd327f00e1006beebd41f0a51efe272ce9da93"
+FINGERPRINT = "0ec69d492b2f3a35f395d7754e5a351fb17553ea50ba8a2f65d9fe806aa50d8b"
 
 import numpy as np
 from numba import njit

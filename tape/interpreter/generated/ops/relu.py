@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5a1ad70b8008cfa487949c66fe5a67bc531ca1957c216e98d8fe4c3352c3d698"
+FINGERPRINT = "65f158bba3e0f8489aaec37806887d0ac0113deec1b9438000300597b96039e2"
 
 import numpy as np
 from numba import njit

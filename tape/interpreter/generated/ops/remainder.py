@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bfd8921f07c8ba98318afd5438a272756cf6f81b460aa2a473ef71a84d157f9d"
+FINGERPRINT = "3210803cd0d850772898310a885451c2cc955454193c6bde0470922b3a056c99"
 
 import numpy as np
 from numba import njit

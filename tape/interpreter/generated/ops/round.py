@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eed6296be7e1096d6fbc0d35afcc8070ce7717d07a74e31d2cb3bb5a4a919dcc"
+FINGERPRINT = "c9cf50474d89fbe5a4d5d3a165594b4dfab57b2bddee023ee33168d10fab9541"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "59e7546f525c95803a5e014d553a07e490d06d27e753ee5769b03b1bf9e4d3ff"
+FINGERPRINT = "379c957de61406cdc340a7d94bbe2ba00842607f4d924221b70f19308e77b034"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "50b1175917637301bb86ad7ff6559653fac3b82d23c4e79a0d55191950dc09ec"
+FINGERPRINT = "b9c59461cf48669d8d2a5baed2ec6be3e56538fbfaa274b61d466c9fd3580c92"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "12fcb7e7997003e9f352f1e485edf68ade3f6adce4846aeb291aa32003dabce8"
+FINGERPRINT = "7c95c661efae4207df847a9272d90619cf95f1dd0f252fba3555442429f9a82f"
 
 import numpy as np
 from numba import njit

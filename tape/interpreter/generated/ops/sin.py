@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5c0c99f79f51caa2c5f0d2b7a1b7f68e3787a0b056b84e3e048265b2cdd52d20"
+FINGERPRINT = "6566e422460cea7c152372db273f30c4dadc726efffcfba6217a15c13b3da49f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a7839d83b88b706c91f93f64576751c8ee7b6a8934ff546062c341be5b2dc043"
+FINGERPRINT = "b5aefd9f025321e020084dc54f5f66fd2d73af081eed5b050b044b799ef7fe14"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e1052050991cf55daf579dead9c55ff5c04defa0631832a5fb7a16b78d264794"
+FINGERPRINT = "5b19f29157117075d07e7fda5a409c75a8e50dd93aec5fa35aa0aa0c4a901f72"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9a0c3d64afd68af029aab1ccf0b48d5c696b07f3347b44c32345a71dd0f90366"
+FINGERPRINT = "6171f9327f289b881bba02cdb02112934e161f54f333883f50debac4324344d8"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7c9bd06092b9d16c71eedc459e963906f0ea8ead8c465efcb75c85519b7d1903"
+FINGERPRINT = "3ec7d0a8834e63b06e3dc7ac0933a150b89a323f0c9d6d3c37e949ab5ed99489"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "acd1f019b9ef29f357447f174bcadce9618a7d2929bcffd6ffe6b25eef3b35df"
+FINGERPRINT = "b9c35fab9b04160c9d1d99493e6a15f2ee82194a8fd7c4aae6c686bb2f1cb296"
 
 import numpy as np
 from numba import njit

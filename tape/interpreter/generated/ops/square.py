@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a5d82aa479e9d90203848708510d1ea7d5a882ca91e72b89d296e2b456e4f179"
+FINGERPRINT = "46004f44926c62a6eb6a9f71cb57904ad03490929a2e9d3971bd200ef07188a7"
 
 import numpy as np
 from numba import njit

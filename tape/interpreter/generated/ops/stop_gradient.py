@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c6641f9bf1458287e7851e5dde13a8587c8cd7e76a4eb38a13de2e69c071375f"
+FINGERPRINT = "f1b8571029c933a92845dacd6032c7cc8980bed923cba05ab4631da7899d41c3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf212bee7eb3e96ceddafaec9e8a669afe28dbdc8d3d4178a98a96ab0aef3dcc"
+FINGERPRINT = "5fca82c0f2054c0d274d4e985b951b24a8c789b5a6d1291fe512e1622ef86b72"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b240dc2b45fa591c1a2908257016e69554f73014769a1e1eeca239b66827ee48"
+FINGERPRINT = "25a99c5a5d289b8894ea90e4217238e8ebbd855c543f6c77fa99d350d2a88a8e"
 
 import numpy as np
 from numba import njit

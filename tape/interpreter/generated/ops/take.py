@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0068bc192e5821faa44a7f932dc276a8139c45a65586254b317129186ac626d0"
+FINGERPRINT = "88c5d5b3b2c43e94fb7a8017ca489094de2e075aaecee5b420c1be6267c9ea4f"
 
 import numpy as np
 from numba import njit

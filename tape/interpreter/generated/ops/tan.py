@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "22af730790fed8826d271fb8364a228bfa2267260b099ad1b772725799c29298"
+FINGERPRINT = "d543b6a406dfd22fdc11644cadb13395922aa9f2611ebbf3e4797c95b582c681"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc2242b1d4751c39bb33bee5d143a8fc1419d4b28d041b753911ebd099b7888d"
+FINGERPRINT = "d901928fcd389d76dfba3250e28b43c6af0adc4876ad1c38f8053c2f0293e04b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6ab3c0f000c9a8c38d2265e9a8fa1ab57d2bd79bb1ced43f18e41d5f48ef8363"
+FINGERPRINT = "6ae7384fe085edd1df57a8c23f46219792b69b6724a627e054d408394c91e7dd"
 
 import numpy as np
 from numba import njit

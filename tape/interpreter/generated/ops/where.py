@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "277d8d04f40e37c6ee69f98ef0d9a02ba66044f767f73a0bc01c98030332e093"
+FINGERPRINT = "26bbc88872060d2d54374e4e1c2fe2de266a56d417abc6de168295b4cb3cbf66"
 
 import numpy as np
 from numba import njit

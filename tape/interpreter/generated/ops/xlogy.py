@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0640ee6bba78ce7e7e89104cd9d53264ef99f566601080368ee7c6bbeb2294fd"
+FINGERPRINT = "00127a38c854968f22e03ac66af48803943dd8b89b2c73973fd0634852388993"
 
 import numpy as np
 from numba import njit
