@@ -15,8 +15,10 @@ then that triangle too. Reverse: ``G = A^-T gX``, ``gB += G``, ``gA += mask(-G X
 ``cholesky`` attribute block: ``[batch, n]``. As ``numpy.linalg.cholesky``, only the lower
 triangle of ``A`` is read (the matrix factorised is ``tril(A) + tril(A, -1)^T``), so the
 adjoint is lower triangular: ``gA = Phi(S + S^T)`` with ``S = L^-T Phi(L^T gL) L^-1`` and
-``Phi`` the lower triangle with its diagonal halved. A matrix that is not positive definite
-stops the sweep.
+``Phi`` the lower triangle with its diagonal halved. The reverse computes it block by block
+(:func:`_cholesky_adjoint`: ``trsm`` and ``gemm`` on blocks of ``L``, the formula on each
+diagonal block alone), at about twice the factorisation's flops. A matrix that is not positive
+definite stops the sweep.
 
 ``slogdet`` attribute block: ``[batch, n]``; the output is ``batch x 2``: the sign (no
 gradient) and ``log|det A|``, whose adjoint is ``g A^-T``. A singular matrix stops the sweep:

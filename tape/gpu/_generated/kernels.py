@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "7d98aa27495c73cf105474b8a4fbef31b604d5d50c84d2c805cb13f0c3dc5689"
+FINGERPRINT = "81c4c327cdca766dc12dbc5cc04059d2d1e7a03089574c400ac32efaee487ff1"
 
 from numba import cuda, float64
 
