@@ -335,17 +335,9 @@ def _cholesky_adjoint(low, gl):
             for r in range(nb):
                 for c in range(r + 1):
                     ab[j + r, j + c] -= ct[r, c]
-        dl = np.empty((nb, nb), low.dtype)
-        gd = np.empty((nb, nb), low.dtype)
-        for r in range(nb):
-            for c in range(nb):
-                dl[r, c] = d[r, c]
-                gd[r, c] = ab[j + r, j + c]
-        s, _ = _cholesky_s(dl, gd)
+        s, _ = _cholesky_s(np.ascontiguousarray(d), np.ascontiguousarray(ab[j:k, j:k]))
         gd = _phi(s + s.T)
-        for r in range(nb):
-            for c in range(nb):
-                ab[j + r, j + c] = gd[r, c]
+        put2(ab[j:k, j:k], gd)
         if j > 0:
             gemm_acc(gd + gd.T, False, low[j:k, :j], False, ab[j:k, :j], 1.0, -1.0)  # R's
         k = j

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "81c4c327cdca766dc12dbc5cc04059d2d1e7a03089574c400ac32efaee487ff1"
+FINGERPRINT = "d428dac293418997650c18ebb43a11b36bd4612f6540c675ee12f6284aba36de"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ad23f052089e93527d7f11c6fd8476388b47b3c99c0331bf62dfa626a5e9b47a"
+FINGERPRINT = "e91c4f6936083b2e50cede274d6400970172be6fd23250cbbd07fa9941af7dfd"
 
 import numpy as np
 from numba import njit
