@@ -585,6 +585,34 @@ def test_dense_hessian_of_a_small_mlp_against_finite_differences(rng):
                                flat @ np.concatenate([a.ravel() for a in v]), rtol=1e-12, atol=1e-12)  # fmt: skip
 
 
+def test_directions_in_several_passes_match_one_pass(monkeypatch, rng):
+    """More directions than one pass's arenas hold (``CHUNK_BYTES``) run in passes of equal
+    size, and the dense Hessian and forward Jacobian do not depend on the split."""
+    from tape.transforms import derivatives as D
+
+    X = rng.standard_normal((6, 4))
+    ps = [rng.standard_normal((4, 5)), rng.standard_normal(5)]  # 25 directions
+    t = tp.record(lambda W, b: (tp.tanh(X @ W + b) ** 2).sum(), *ps)
+    tj = tp.record(lambda W, b: tp.tanh(X @ W + b), *ps)
+    monkeypatch.setattr(D, "COMPRESS_MIN", 10**9)  # one direction per element
+    H1, J1 = t.hessian(*ps), tj.jacobian(*ps, mode="fwd")
+    passes = []
+    for name, arg in (("_hvp_pass", 3), ("_tangents", 2)):  # the position of T / of V
+
+        def spy(*a, real=getattr(D, name), name=name, arg=arg):
+            passes.append((name, a[arg].shape[0]))
+            return real(*a)
+
+        monkeypatch.setattr(D, name, spy)
+    monkeypatch.setattr(D, "CHUNK_BYTES", 7 * 2 * t.n_data * 8)  # at most 7 per pass
+    H, J = t.hessian(*ps), tj.jacobian(*ps, mode="fwd")
+    assert passes == [("_hvp_pass", 7)] * 3 + [("_hvp_pass", 4)] + [("_tangents", 7)] * 3 + [
+        ("_tangents", 4)
+    ]
+    for a, b in [(H[i][j], H1[i][j]) for i in range(2) for j in range(2)] + list(zip(J, J1)):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
 def test_products_skip_directions_with_zero_tangents(rng):
     """The matrix products' multi-direction tangent and forward-over-reverse kernels leave
     out the directions whose tangent of an operand is all zero (a seed that misses it): the
