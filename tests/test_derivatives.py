@@ -587,7 +587,8 @@ def test_dense_hessian_of_a_small_mlp_against_finite_differences(rng):
 
 def test_directions_in_several_passes_match_one_pass(monkeypatch, rng):
     """More directions than one pass's arenas hold (``CHUNK_BYTES``) run in passes of equal
-    size, and the dense Hessian and forward Jacobian do not depend on the split."""
+    size, and the dense Hessian and forward Jacobian do not depend on the split; a pass holds
+    at least ``CHUNK_MIN`` directions where ``CHUNK_MAX_BYTES`` allows."""
     from tape.transforms import derivatives as D
 
     X = rng.standard_normal((6, 4))
@@ -604,13 +605,20 @@ def test_directions_in_several_passes_match_one_pass(monkeypatch, rng):
             return real(*a)
 
         monkeypatch.setattr(D, name, spy)
-    monkeypatch.setattr(D, "CHUNK_BYTES", 7 * 2 * t.n_data * 8)  # at most 7 per pass
+    monkeypatch.setattr(D, "CHUNK_BYTES", 7 * 2 * t.n_data * 8)  # at most 7 per pass ...
+    monkeypatch.setattr(D, "CHUNK_MIN", 4)  # ... as 7 is above the least a pass may hold
     H, J = t.hessian(*ps), tj.jacobian(*ps, mode="fwd")
     assert passes == [("_hvp_pass", 7)] * 3 + [("_hvp_pass", 4)] + [("_tangents", 7)] * 3 + [
         ("_tangents", 4)
     ]
     for a, b in [(H[i][j], H1[i][j]) for i in range(2) for j in range(2)] + list(zip(J, J1)):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+    passes.clear()
+    monkeypatch.setattr(D, "CHUNK_MIN", 13)  # 13 per pass: two passes, of 13 and 12
+    t.hessian(*ps)
+    monkeypatch.setattr(D, "CHUNK_MAX_BYTES", 5 * 2 * t.n_data * 8)  # ... unless over the cap
+    t.hessian(*ps)
+    assert passes == [("_hvp_pass", 13), ("_hvp_pass", 12)] + [("_hvp_pass", 5)] * 5
 
 
 def test_products_skip_directions_with_zero_tangents(rng):

@@ -12,8 +12,8 @@ registry (:mod:`tape.interpreter.codegen`):
 
 Shapes and tuples follow JAX. The differentiated arguments are the tape's ``wrt`` arguments
 (``tape.record(..., wrt=...)``); "arguments" below means those. Directions are processed in
-chunks so the tangent arenas stay under :data:`CHUNK_BYTES`. Results are in the tape's arena
-dtype (float32 tapes give float32 derivatives).
+passes of equal size whose tangent arenas stay in the caches (:data:`CHUNK_BYTES`). Results
+are in the tape's arena dtype (float32 tapes give float32 derivatives).
 
 These are the implementations of :meth:`Tape.jvp`, :meth:`Tape.vjp`, :meth:`Tape.jacobian`,
 :meth:`Tape.hessian`, :meth:`Tape.hvp` and :meth:`Tape.sparsity`.
@@ -31,11 +31,21 @@ from tape.layout.columns import B_OFF, B_SIZE
 from tape.program.callbacks import refuse
 
 CHUNK_BYTES = 2 << 20
-"""Upper bound on the tangent arenas of one pass (``T`` and ``GT``: ``k`` directions times the
-arena, twice). Small enough that a pass's arenas, and the temporaries its matrix kernels stack
-the directions in, stay in the caches and under the allocator's threshold for fresh pages: the
-small MLP's dense Hessian (161 directions over a 2,116-element arena, ``python -m tape.bench
-hessian``) took 1.27 ms in one pass of 5.4 MB and 0.95 ms in three passes of 1.8 MB."""
+"""The tangent arenas of one pass (``T`` and ``GT``: ``k`` directions times the arena, twice)
+are kept under this size where that leaves at least :data:`CHUNK_MIN` directions per pass.
+Small enough that a pass's arenas, and the temporaries its matrix kernels stack the directions
+in, stay in the caches and under the allocator's threshold for fresh pages: the small MLP's
+dense Hessian (161 directions over a 2,116-element arena, ``python -m tape.bench hessian``)
+took 1.1-1.6 ms in one pass of 5.4 MB and 1.0 ms in three passes of 1.8 MB."""
+
+CHUNK_MIN = 16
+"""Directions per pass below which :data:`CHUNK_BYTES` does not split a pass (the vector-mode
+loops compute the values and partials once per pass for all its directions): up to
+:data:`CHUNK_MAX_BYTES`. A sparse Jacobian of 14 colours over a 43,340-element arena took
+1.25 ms in passes of 3 directions and 1.1 ms in one pass."""
+
+CHUNK_MAX_BYTES = 64 << 20
+"""Upper bound on the tangent arenas of one pass (at least one direction)."""
 
 MODES = ("auto", "fwd", "rev")
 
@@ -103,10 +113,12 @@ class _Plan:
             )
 
     def chunk(self, k):
-        """Directions per pass for ``k`` directions: as few passes as :data:`CHUNK_BYTES`
-        allows, of equal sizes (at least one direction each)."""
+        """Directions per pass for ``k`` directions: as few passes as :data:`CHUNK_BYTES`,
+        :data:`CHUNK_MIN` and :data:`CHUNK_MAX_BYTES` allow, of equal sizes (at least one
+        direction each)."""
         per = max(1, self.n_data) * self.tp.dtype.itemsize * 2
-        most = max(1, min(k, CHUNK_BYTES // per))
+        cap = CHUNK_MAX_BYTES // per
+        most = max(1, min(k, cap, max(CHUNK_BYTES // per, CHUNK_MIN)))
         passes = -(-k // most)
         return max(1, -(-k // passes))
 
