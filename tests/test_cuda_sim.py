@@ -380,6 +380,23 @@ else:
         check(t, [x, z])
         check(t, [x, z], cooperative=False, blocks=2)
 
+    def test_logsumexp_matches_cpu(rng):
+        # one thread per row: the last axis, a middle axis (strided rows) and all axes, with
+        # a row of large values (shifted by its maximum)
+        x = rng.standard_normal((5, 4))
+        x[1] += 800.0
+        z = rng.standard_normal((2, 3, 2))
+
+        def f(x, z):
+            return (
+                tp.logsumexp(x, axis=1).sum()
+                + (tp.logsumexp(z, axis=1) * tp.tensor([[1.0, 2.0], [3.0, 4.0]])).sum()
+                + tp.logsumexp(z)
+            )
+
+        t = tp.record(f, x, z)
+        check(t, [x, z])
+
     def test_matmul_matches_cpu(rng):
         a = rng.standard_normal((3, 4))
         b = rng.standard_normal((4, 2))

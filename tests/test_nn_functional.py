@@ -226,6 +226,23 @@ def test_cross_entropy_with_data_targets_is_one_entry_and_follows_writes():
         np.testing.assert_allclose(x.grad.numpy(), p / 5, rtol=1e-13, atol=1e-15)
 
 
+def test_cross_entropy_of_masked_logits():
+    # -inf logits (masked classes), the first of a row among them: the loss and its gradient
+    # are those of the remaining classes (a row starting with -inf once summed to NaN)
+    x = np.array([[-np.inf, 1.0, 2.0], [0.5, -np.inf, -1.0]])
+    t = np.array([2, 0])
+    xt = tape.tensor(x, requires_grad=True)
+    loss = F.cross_entropy(xt, tape.tensor(t), reduction="sum")
+    finite = [x[0, 1:], x[1, [0, 2]]]
+    want = sum(np.log(np.exp(r).sum()) - r[k] for r, k in zip(finite, [1, 0]))
+    np.testing.assert_allclose(loss.item(), want, rtol=1e-14)
+    loss.backward()
+    p0 = np.exp(finite[0]) / np.exp(finite[0]).sum()
+    p1 = np.exp(finite[1]) / np.exp(finite[1]).sum()
+    want_g = [[0.0, p0[0], p0[1] - 1.0], [p1[0] - 1.0, 0.0, p1[1]]]
+    np.testing.assert_allclose(xt.grad.numpy(), want_g, rtol=1e-14, atol=1e-15)
+
+
 def test_recorded_target_out_of_range_raises_at_replay():
     x0 = np.zeros((3, C))
     t = tape.record(lambda x, y: F.cross_entropy(x, y), x0, np.array([0, 1, 2]))

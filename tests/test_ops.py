@@ -9,6 +9,7 @@ import cases_scatter
 import cases_spectral
 import numpy as np
 import pytest
+from scipy.special import logsumexp as sp_logsumexp
 
 import tape as tp
 from tape.frontend.testing import sample_inputs as sample
@@ -271,6 +272,17 @@ KERNEL_CASES = {
         (lambda x: F.cross_entropy(x, ce_t, weight=ce_w), lambda x: (ce_w[ce_t] * _ce_ref(x, ce_t, 1)).sum() / ce_w[ce_t].sum(), [_r(5, 4)]),
         # large logits: the row's maximum keeps exp in range
         (lambda x: F.cross_entropy(x, ce_t, reduction="none"), lambda x: _ce_ref(x, ce_t, 1), [_r(5, 4, lo=700.0, hi=760.0)]),
+    ],
+    "logsumexp": [
+        # one entry over adjacent axes: one, all, keepdims, a middle block, a 0-d tensor
+        (lambda x: tp.logsumexp(x, axis=1), lambda x: sp_logsumexp(x, axis=1), [_r(3, 4)]),
+        (lambda x: tp.logsumexp(x), lambda x: sp_logsumexp(x), [_r(3, 4)]),
+        (lambda x: tp.logsumexp(x, axis=0, keepdims=True), lambda x: sp_logsumexp(x, axis=0, keepdims=True), [_r(3, 4)]),
+        (lambda x: tp.logsumexp(x, axis=(1, 2)), lambda x: sp_logsumexp(x, axis=(1, 2)), [_r(2, 3, 2, 2)]),
+        (lambda x: tp.logsumexp(x, dim=-1, keepdim=True), lambda x: sp_logsumexp(x, axis=-1, keepdims=True), [_r(2, 3, 4)]),
+        (lambda x: tp.logsumexp(x), lambda x: sp_logsumexp(x), [np.array(0.7)]),
+        # large values: the row's maximum keeps exp in range
+        (lambda x: tp.logsumexp(x, axis=1), lambda x: sp_logsumexp(x, axis=1), [_r(3, 4, lo=700.0, hi=760.0)]),
     ],
     "guard": [
         # a Python branch on a traced value records a guard; eager ignores it

@@ -32,7 +32,9 @@ from tape.frontend.tensor import (
     unsqueeze,
 )
 from tape.ops import registry
+from tape.ops.blocks import scan as scan_block
 from tape.ops.elementwise import CLIP, POW, SQUARE
+from tape.ops.nn import LOGSUMEXP as _LOGSUMEXP
 
 __all__ = []  # filled below
 
@@ -383,10 +385,23 @@ def norm(x, ord=None, axis=None, keepdims=False, *, dim=None):
 
 @_export
 def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
-    """``log(sum(exp(x)))`` over ``axis``, computed without overflow."""
+    """``log(sum(exp(x)))`` over ``axis``, computed without overflow (shifted by the maximum).
+
+    Over adjacent axes (one axis, or all of them: the common calls) of a float tensor this is
+    one ``logsumexp`` entry (:mod:`tape.ops.nn`), whose reverse rule is the softmax; other
+    axes record the shift, ``exp``, ``sum`` and ``log`` as separate entries.
+    """
     x = as_tensor(x)
     keepdims = _keep(keepdims, keepdim)
     axes = reduce.normalize_axes("logsumexp", _axis(axis, dim), x.ndim)
+    if x.dtype.kind == "f" and (not axes or axes[-1] - axes[0] == len(axes) - 1):
+        shape = x.shape
+        lo, hi = (axes[0], axes[-1] + 1) if axes else (x.ndim, x.ndim)
+        block = scan_block.encode(
+            math.prod(shape[:lo]), math.prod(shape[lo:hi]), math.prod(shape[hi:])
+        )  # fmt: skip
+        return _tensor_mod.apply(_LOGSUMEXP, [x], reduce.reduced_shape(shape, axes, keepdims),
+                                 block)  # fmt: skip
     m = _finite_or_zero(reduce.max(x, axes, keepdims=True).detach())
     out = log(reduce.sum(exp(x - m), axes, keepdims=True)) + m
     return out if keepdims else squeeze(out, axes) if axes else out
@@ -400,12 +415,9 @@ def _finite_or_zero(m):
 
 @_export
 def softmax(x, axis=None, *, dim=None):
-    """``exp(x) / sum(exp(x))`` along ``axis`` (default: the last)."""
-    x = as_tensor(x)
-    axis = _axis(axis, dim)
-    axis = -1 if axis is None else axis
-    e = exp(x - _finite_or_zero(reduce.max(x, axis, keepdims=True).detach()))
-    return e / reduce.sum(e, axis, keepdims=True)
+    """``exp(x) / sum(exp(x))`` along ``axis`` (default: the last), as ``exp(x -
+    logsumexp(x))``."""
+    return exp(log_softmax(x, axis, dim=dim))
 
 
 @_export

@@ -234,12 +234,50 @@ def cross_entropy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
             A[ix(gx + e, step, base)] += v
 
 
+# ---------------------------------------------------------------- logsumexp
+# tape.ops.nn: one thread per row, as cross_entropy (the same shift and sum).
+
+
+@_dev
+def logsumexp_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    x = boff(prog, ent(prog, i, E_IN0))
+    y = boff(prog, ent(prog, i, E_OUT))
+    for r in range(t0, _n_rows(prog, i), ts):
+        n, inner, s = _start(prog, i, r)
+        if n == 0:
+            A[ix(y + r, step, base)] = -math.inf
+            continue
+        m, total = _shift_sum(A, x, s, n, inner, step, base)
+        A[ix(y + r, step, base)] = math.log(total) + m
+
+
+@_dev
+def logsumexp_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
+    a = ent(prog, i, E_IN0)
+    if not active(prog, a):
+        return
+    x = boff(prog, a)
+    gx = goff(prog) + x
+    gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
+    for r in range(t0, _n_rows(prog, i), ts):
+        g = A[ix(gy + r, step, base)]
+        n, inner, s = _start(prog, i, r)
+        if g == 0.0 or n == 0:
+            continue
+        m, total = _shift_sum(A, x, s, n, inner, step, base)
+        w = g / total
+        for j in range(n):
+            e = s + j * inner
+            A[ix(gx + e, step, base)] += math.exp(A[ix(x + e, step, base)] - m) * w
+
+
 KERNELS = {
     **{op.gpu: lanes_kernel(op) for op in OPS if op.lanes is not None},
     "argsort": GpuKernel(argsort_fwd, None, 1, 0),
     "argmax": GpuKernel(argmax_fwd, None, 1, 0),
     "argmin": GpuKernel(argmin_fwd, None, 1, 0),
     "cross_entropy": GpuKernel(cross_entropy_fwd, cross_entropy_rev, 2, 1, checks=(0,)),
+    "logsumexp": GpuKernel(logsumexp_fwd, logsumexp_rev, 1, 1),
 }
 """The GPU paths of the scan and selection ops, merged into
 :data:`tape.gpu._kernels.GPU_KERNELS`."""

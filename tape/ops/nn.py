@@ -1,6 +1,6 @@
 """The ops of the neural-network front end (:mod:`tape.frontend.nn.functional`):
-``cross_entropy`` and ``matmul_nt``. They are registered after every other family, so that
-adding them left the other op codes as they were.
+``cross_entropy``, ``matmul_nt`` and ``logsumexp``. They are registered after every other
+family, so that adding them left the other op codes as they were.
 
 ``cross_entropy`` is the negative log-softmax of logits picked at a target class, one value
 per row, as one entry (where ``log_softmax`` followed by a gather records a chain of ten).
@@ -17,6 +17,13 @@ with ``m`` the row's maximum (``0`` where it is not finite), the same shift and 
 operations as ``-log_softmax(x)[t]``. With ``p_j = exp(x_j - m) / sum_k exp(x_k - m)`` the
 softmax, the reverse rule is ``dL/dx_j = gy (p_j - [j = t])``; the tangent is
 ``sum_j p_j tx_j - tx_t``.
+
+``logsumexp`` is ``log(sum_j exp(x_j))`` over the rows of the same ``(outer, n, inner)`` view,
+one value per row, as one entry (where ``max``, the shift's guard, ``exp``, ``sum``, ``log``
+and ``add`` recorded a chain of nine): ``y = log(sum_j exp(x_j - m)) + m`` with the shift
+``m`` of ``cross_entropy``. An empty row gives ``-inf``. The reverse rule is ``dL/dx_j = gy
+p_j``, the tangent ``sum_j p_j tx_j`` and the tangent of the reverse ``tgy p_j + gy p_j (tx_j
+- sum_k p_k tx_k)``, with ``p`` the row's softmax.
 
 ``matmul_nt`` is ``matmul`` with its second operand held transposed (``A[b] @ B[b]^T``, the
 same attribute block, ``B[b]`` of ``n x k``): ``linear``'s ``x W^T`` without a copy of
@@ -54,7 +61,7 @@ def _shift_sum(x, s, n, inner):
             m = v
     if not abs(m) < math.inf:
         m = 0.0
-    total = 0.0 * x[s]
+    total = 0.0 * m  # m is finite here (0 * x[s] is NaN for an infinite x[s])
     for j in range(n):
         total += math.exp(x[s + j * inner] - m)
     return m, total
@@ -70,7 +77,7 @@ def _exps(x, s, n, inner, ex):
             m = v
     if not abs(m) < math.inf:
         m = 0.0
-    total = 0.0 * x[s]
+    total = 0.0 * m  # m is finite here (0 * x[s] is NaN for an infinite x[s])
     for j in range(n):
         ex[j] = math.exp(x[s + j * inner] - m)
         total += ex[j]
@@ -134,7 +141,7 @@ def cross_entropy_rev(i, entries, bufs, ipool, data, grad):
 @_jit
 def _tangent(x, tx, s, n, inner, m, total, t):
     """``sum_j p_j tx_j - tx_t`` for the row at ``s`` (zero tangents contribute nothing)."""
-    acc = 0.0 * total
+    acc = 0.0 * m
     for j in range(n):
         u = tx[s + j * inner]
         if u != 0.0:
@@ -184,18 +191,138 @@ def cross_entropy_hvp(i, entries, bufs, ipool, data, grad, T, GT):
                 m, total = _shift_sum(x, s, n, inner)
                 g = gy[r]
                 dg = tgy[r]
-                mean = 0.0 * total
+                mean = 0.0 * m
                 if g != 0.0:
                     mean = _tangent(x, tx, s, n, inner, m, total, t) + tx[s + t * inner]
                 for j in range(n):
                     e = s + j * inner
                     p = math.exp(x[e] - m) / total
-                    v = 0.0 * total
+                    v = 0.0 * m
                     if dg != 0.0:
                         v += dg * (p - 1.0) if j == t else dg * p
                     if g != 0.0:
                         v += g * p * (tx[e] - mean)
                     tgx[e] += v
+
+
+# ---------------------------------------------------------------- logsumexp
+
+
+@_jit
+def logsumexp_fwd(i, entries, bufs, ipool, data):
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    for o in range(outer):
+        for q in range(inner):
+            r = o * inner + q
+            if n == 0:
+                y[r] = -math.inf
+                continue
+            m, total = _shift_sum(x, o * n * inner + q, n, inner)
+            y[r] = math.log(total) + m
+    return -1
+
+
+@_jit
+def logsumexp_rev(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    x = view(bufs, data, a)
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    ex = np.empty(n, np.float64)
+    for o in range(outer):
+        for q in range(inner):
+            g = gy[o * inner + q]
+            if g == 0.0 or n == 0:  # a zero adjoint contributes exactly zero (no 0 * inf)
+                continue
+            s = o * n * inner + q
+            w = g / _exps(x, s, n, inner, ex)
+            for j in range(n):
+                gx[s + j * inner] += ex[j] * w
+
+
+@_jit
+def _mean(x, tx, s, n, inner, m, total):
+    """``sum_j p_j tx_j`` for the row at ``s`` (zero tangents contribute nothing)."""
+    acc = 0.0 * m
+    for j in range(n):
+        u = tx[s + j * inner]
+        if u != 0.0:
+            acc += math.exp(x[s + j * inner] - m) / total * u
+    return acc
+
+
+@_jit
+def logsumexp_jvp(i, entries, bufs, ipool, data, T):
+    x = view(bufs, data, entries[i, E_IN0])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], entries[i, E_IN0])
+        ty = view(bufs, T[d], entries[i, E_OUT])
+        for o in range(outer):
+            for q in range(inner):
+                r = o * inner + q
+                if n == 0:
+                    ty[r] = 0.0
+                    continue
+                s = o * n * inner + q
+                m, total = _shift_sum(x, s, n, inner)
+                ty[r] = _mean(x, tx, s, n, inner, m, total)
+
+
+@_jit
+def logsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT):
+    # the tangent of gx_j += gy p_j: tgy p_j + gy p_j (tx_j - sum_k p_k tx_k)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    io = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    gy = view(bufs, grad, io)
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    for d in range(T.shape[0]):
+        tx = view(bufs, T[d], a)
+        tgx = view(bufs, GT[d], a)
+        tgy = view(bufs, GT[d], io)
+        for o in range(outer):
+            for q in range(inner):
+                r = o * inner + q
+                g = gy[r]
+                dg = tgy[r]
+                if g == 0.0 and dg == 0.0:
+                    continue
+                s = o * n * inner + q
+                m, total = _shift_sum(x, s, n, inner)
+                mean = 0.0 * m
+                if g != 0.0:
+                    mean = _mean(x, tx, s, n, inner, m, total)
+                for j in range(n):
+                    e = s + j * inner
+                    p = math.exp(x[e] - m) / total
+                    v = 0.0 * m
+                    if dg != 0.0:
+                        v += dg * p
+                    if g != 0.0:
+                        v += g * p * (tx[e] - mean)
+                    tgx[e] += v
+
+
+def check_logsumexp(t, i, e):
+    """Validation of a ``logsumexp`` entry: the input is read as ``(outer, n, inner)``, the
+    output holds one value per row."""
+    x, y = e[E_IN0], e[E_OUT]
+    outer, n, inner = validate.block(t, i, 0, sc.SIZE, "outer, n and inner")
+    validate.dims(t, i, [outer, n, inner], "the (outer, n, inner) view")
+    validate.equal_sizes(
+        t, i, "input 0", x, outer * n * inner, f"it is read as {outer} x {n} x {inner}"
+    )  # fmt: skip
+    validate.equal_sizes(t, i, "the output", y, outer * inner, "one value per row")
 
 
 def _rows(t, i):
@@ -261,4 +388,9 @@ MATMUL_NT = registry.structural(
     "matmul_nt", linalg.matmul_nt_fwd, linalg.matmul_nt_rev, module=linalg.__name__, n_inputs=2,
     differentiable=(True, True), check=linalg.check, gpu="matmul_nt", jvp=linalg.matmul_nt_jvp,
     hvp=linalg.matmul_nt_hvp, sparsity=linalg.sparsity_nt, may_stop=False,
+)  # fmt: skip
+LOGSUMEXP = registry.structural(
+    "logsumexp", logsumexp_fwd, logsumexp_rev, module=__name__, n_inputs=1,
+    differentiable=(True,), check=check_logsumexp, gpu="logsumexp", dtype=("like", (0,)),
+    jvp=logsumexp_jvp, hvp=logsumexp_hvp, sparsity=sparsity, may_stop=False,
 )  # fmt: skip

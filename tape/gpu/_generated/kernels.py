@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "d428dac293418997650c18ebb43a11b36bd4612f6540c675ee12f6284aba36de"
+FINGERPRINT = "68e6eb05938560c773c62458e6984e1ef53715e42fe906e837dee8420a681530"
 
 from numba import cuda, float64
 
@@ -201,6 +201,8 @@ k_cross_entropy_fwd = GPU_KERNELS["cross_entropy"].fwd
 k_cross_entropy_rev = GPU_KERNELS["cross_entropy"].rev
 k_matmul_nt_fwd = GPU_KERNELS["matmul_nt"].fwd
 k_matmul_nt_rev = GPU_KERNELS["matmul_nt"].rev
+k_logsumexp_fwd = GPU_KERNELS["logsumexp"].fwd
+k_logsumexp_rev = GPU_KERNELS["logsumexp"].rev
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -374,6 +376,8 @@ def forward_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_cross_entropy_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 83:  # matmul_nt
         k_matmul_nt_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 84:  # logsumexp
+        k_logsumexp_fwd(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)
@@ -525,6 +529,8 @@ def reverse_phase(op, ph, i, prog, A, base, step, t0, ts, solo, sh):
         k_cross_entropy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
     elif op == 83:  # matmul_nt
         k_matmul_nt_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
+    elif op == 84:  # logsumexp
+        k_logsumexp_rev(ph, i, prog, A, base, step, t0, ts, solo, sh)
 
 
 @cuda.jit(**DEVICE_JIT)

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2aa540f7b4d1ac1092a78efa15be9504fdf1c4cd67cbd79e8954e73211830632"
+FINGERPRINT = "a20035f6eaada9b79563cc6009320dceacb629d8d2e95369dc7788391929fb27"
 
 import numpy as np
 from numba import njit
