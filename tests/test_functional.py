@@ -94,6 +94,11 @@ def test_logsumexp_is_one_entry_over_adjacent_axes_and_handles_infinities():
     w = tp.tensor(x[2:], requires_grad=True)
     tp.logsumexp(w, axis=1).sum().backward()
     np.testing.assert_array_equal(w.grad.numpy(), [[0.0, 1.0]])
+    # rows across the inner axis (walked in vector order) give the bits of contiguous rows
+    u = np.random.default_rng(4).normal(size=(6, 5)) * 30
+    u[2, 1] = -inf
+    np.testing.assert_array_equal(tp.logsumexp(tp.tensor(u), axis=0).numpy(),
+                                  tp.logsumexp(tp.tensor(u.T.copy()), axis=1).numpy())  # fmt: skip
     # float32 in, float32 out; integers take the composed path (a float result)
     x32 = z.astype(np.float32)
     y32 = tp.logsumexp(tp.tensor(x32), axis=-1)

@@ -23,7 +23,7 @@ one value per row, as one entry (where ``max``, the shift's guard, ``exp``, ``su
 and ``add`` recorded a chain of nine): ``y = log(sum_j exp(x_j - m)) + m`` with the shift
 ``m`` of ``cross_entropy``. An empty row gives ``-inf``. The reverse rule is ``dL/dx_j = gy
 p_j``, the tangent ``sum_j p_j tx_j`` and the tangent of the reverse ``tgy p_j + gy p_j (tx_j
-- sum_k p_k tx_k)``, with ``p`` the row's softmax.
+- sum_k p_k tx_k)``, with ``p_j = exp(x_j - y)`` the row's softmax.
 
 ``matmul_nt`` is ``matmul`` with its second operand held transposed (``A[b] @ B[b]^T``, the
 same attribute block, ``B[b]`` of ``n x k``): ``linear``'s ``x W^T`` without a copy of
@@ -39,8 +39,9 @@ from numba import njit
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import linalg, registry, validate
+from tape.ops import vmath as vm
 from tape.ops.blocks import scan as sc
-from tape.ops.loops import active, view
+from tape.ops.loops import active, span, view
 
 _jit = njit(**UNCACHED_JIT)
 
@@ -206,6 +207,56 @@ def cross_entropy_hvp(i, entries, bufs, ipool, data, grad, T, GT):
 
 
 # ---------------------------------------------------------------- logsumexp
+# In float64, with the vectorisable exp and log of tape.ops.vmath (the elementwise ops'). A
+# row along the last axis (inner = 1) is walked element by element; otherwise the loops run
+# over the inner axis innermost (contiguous, so they vectorise), with each row's shift and
+# sum in scratch arrays: the same operations in the same order per row, so the same bits
+# either way. The derivatives read the softmax as p_j = exp(x_j - y).
+
+
+@_jit
+def _lse_rows(x, y, outer, n, inner):
+    """``y[o * inner + q]``: the logsumexp of row ``(o, q)`` of ``x`` viewed as
+    ``(outer, n, inner)`` (``n >= 1``)."""
+    if inner == 1:
+        ex = np.empty(n)
+        for o in range(outer):
+            xo = span(x, o * n, n)
+            m = float(xo[0])
+            for j in range(1, n):
+                v = float(xo[j])
+                m = v if (v > m or v != v) else m
+            m = m if abs(m) < math.inf else 0.0
+            for j in range(n):
+                ex[j] = vm.exp(xo[j] - m)
+            total = 0.0
+            for j in range(n):
+                total += ex[j]
+            y[o] = vm.log(total) + m
+        return
+    m = np.empty(inner)
+    tot = np.empty(inner)
+    for o in range(outer):
+        xs = span(x, o * n * inner, inner)
+        for q in range(inner):
+            m[q] = xs[q]
+        for j in range(1, n):
+            xs = span(x, (o * n + j) * inner, inner)
+            for q in range(inner):
+                v = float(xs[q])
+                c = m[q]
+                m[q] = v if (v > c or v != v) else c
+        for q in range(inner):
+            c = m[q]
+            m[q] = c if abs(c) < math.inf else 0.0
+            tot[q] = 0.0
+        for j in range(n):
+            xs = span(x, (o * n + j) * inner, inner)
+            for q in range(inner):
+                tot[q] += vm.exp(xs[q] - m[q])
+        yo = span(y, o * inner, inner)
+        for q in range(inner):
+            yo[q] = vm.log(tot[q]) + m[q]
 
 
 @_jit
@@ -213,14 +264,11 @@ def logsumexp_fwd(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    for o in range(outer):
-        for q in range(inner):
-            r = o * inner + q
-            if n == 0:
-                y[r] = -math.inf
-                continue
-            m, total = _shift_sum(x, o * n * inner + q, n, inner)
-            y[r] = math.log(total) + m
+    if n == 0:
+        for r in range(y.shape[0]):
+            y[r] = -math.inf
+    else:
+        _lse_rows(x, y, outer, n, inner)
     return -1
 
 
@@ -229,49 +277,63 @@ def logsumexp_rev(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
+    o_ = entries[i, E_OUT]
     x = view(bufs, data, a)
+    y = view(bufs, data, o_)
     gx = view(bufs, grad, a)
-    gy = view(bufs, grad, entries[i, E_OUT])
+    gy = view(bufs, grad, o_)
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    ex = np.empty(n, np.float64)
     for o in range(outer):
-        for q in range(inner):
-            g = gy[o * inner + q]
-            if g == 0.0 or n == 0:  # a zero adjoint contributes exactly zero (no 0 * inf)
+        if inner == 1:
+            g = float(gy[o])
+            if g == 0.0:  # a zero adjoint contributes exactly zero (no 0 * inf)
                 continue
-            s = o * n * inner + q
-            w = g / _exps(x, s, n, inner, ex)
+            yo = float(y[o])
+            xo = span(x, o * n, n)
+            go = span(gx, o * n, n)
             for j in range(n):
-                gx[s + j * inner] += ex[j] * w
+                go[j] += vm.exp(xo[j] - yo) * g
+            continue
+        yo = span(y, o * inner, inner)
+        gyo = span(gy, o * inner, inner)
+        for j in range(n):
+            xs = span(x, (o * n + j) * inner, inner)
+            gs = span(gx, (o * n + j) * inner, inner)
+            for q in range(inner):
+                g = float(gyo[q])
+                v = vm.exp(xs[q] - yo[q]) * g
+                gs[q] += v if g != 0.0 else 0.0
 
 
 @_jit
-def _mean(x, tx, s, n, inner, m, total):
-    """``sum_j p_j tx_j`` for the row at ``s`` (zero tangents contribute nothing)."""
-    acc = 0.0 * m
-    for j in range(n):
-        u = tx[s + j * inner]
-        if u != 0.0:
-            acc += math.exp(x[s + j * inner] - m) / total * u
-    return acc
+def _lse_means(x, y, tx, outer, n, inner, mean):
+    """``mean[r] = sum_j p_j tx_j`` for each row ``r`` (zero tangents contribute nothing)."""
+    for r in range(outer * inner):
+        mean[r] = 0.0
+    for o in range(outer):
+        yo = span(y, o * inner, inner)
+        mo = span(mean, o * inner, inner)
+        for j in range(n):
+            xs = span(x, (o * n + j) * inner, inner)
+            ts = span(tx, (o * n + j) * inner, inner)
+            for q in range(inner):
+                u = float(ts[q])
+                v = vm.exp(xs[q] - yo[q]) * u
+                mo[q] += v if u != 0.0 else 0.0
 
 
 @_jit
 def logsumexp_jvp(i, entries, bufs, ipool, data, T):
     x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    mean = np.empty(outer * inner)
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], entries[i, E_IN0])
         ty = view(bufs, T[d], entries[i, E_OUT])
-        for o in range(outer):
-            for q in range(inner):
-                r = o * inner + q
-                if n == 0:
-                    ty[r] = 0.0
-                    continue
-                s = o * n * inner + q
-                m, total = _shift_sum(x, s, n, inner)
-                ty[r] = _mean(x, tx, s, n, inner, m, total)
+        _lse_means(x, y, tx, outer, n, inner, mean)
+        for r in range(outer * inner):
+            ty[r] = mean[r]
 
 
 @_jit
@@ -282,35 +344,31 @@ def logsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     io = entries[i, E_OUT]
     x = view(bufs, data, a)
+    y = view(bufs, data, io)
     gy = view(bufs, grad, io)
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    if n == 0:
-        return
+    mean = np.empty(outer * inner)
     for d in range(T.shape[0]):
         tx = view(bufs, T[d], a)
         tgx = view(bufs, GT[d], a)
         tgy = view(bufs, GT[d], io)
+        _lse_means(x, y, tx, outer, n, inner, mean)
         for o in range(outer):
-            for q in range(inner):
-                r = o * inner + q
-                g = gy[r]
-                dg = tgy[r]
-                if g == 0.0 and dg == 0.0:
-                    continue
-                s = o * n * inner + q
-                m, total = _shift_sum(x, s, n, inner)
-                mean = 0.0 * m
-                if g != 0.0:
-                    mean = _mean(x, tx, s, n, inner, m, total)
-                for j in range(n):
-                    e = s + j * inner
-                    p = math.exp(x[e] - m) / total
-                    v = 0.0 * m
-                    if dg != 0.0:
-                        v += dg * p
-                    if g != 0.0:
-                        v += g * p * (tx[e] - mean)
-                    tgx[e] += v
+            yo = span(y, o * inner, inner)
+            go = span(gy, o * inner, inner)
+            dgo = span(tgy, o * inner, inner)
+            mo = span(mean, o * inner, inner)
+            for j in range(n):
+                xs = span(x, (o * n + j) * inner, inner)
+                ts = span(tx, (o * n + j) * inner, inner)
+                hs = span(tgx, (o * n + j) * inner, inner)
+                for q in range(inner):
+                    g = float(go[q])
+                    dg = float(dgo[q])
+                    p = vm.exp(xs[q] - yo[q])
+                    v = dg * p if dg != 0.0 else 0.0
+                    w = g * p * (ts[q] - mo[q])
+                    hs[q] += v + (w if g != 0.0 else 0.0)
 
 
 def check_logsumexp(t, i, e):

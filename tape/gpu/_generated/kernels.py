@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "68e6eb05938560c773c62458e6984e1ef53715e42fe906e837dee8420a681530"
+FINGERPRINT = "d365b4ebe4621218b349849923fc44fdb4e510b504025254f76aa442a236af51"
 
 from numba import cuda, float64
 

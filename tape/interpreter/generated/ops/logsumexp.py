@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a0e5bf46089d3c2f8f6b8bde6b0524b098e2912815879b27b9113e18771a4c9e"
+FINGERPRINT = "b25b53b05780cd3c7a4b47a59b099a8b0b42df9917488ff40cc751b77c4cefe8"
 
 import numpy as np
 from numba import njit
