@@ -415,17 +415,25 @@ def _finite_or_zero(m):
 
 @_export
 def softmax(x, axis=None, *, dim=None):
-    """``exp(x) / sum(exp(x))`` along ``axis`` (default: the last), as ``exp(x -
-    logsumexp(x))``."""
-    return exp(log_softmax(x, axis, dim=dim))
+    """``exp(x) / sum(exp(x))`` along ``axis`` (default: the last), shifted by the maximum
+    (``exp(x - logsumexp(x))`` would lose accuracy where the logits are large and close)."""
+    x = as_tensor(x)
+    axis = _axis(axis, dim)
+    axis = -1 if axis is None else axis
+    e = exp(x - _finite_or_zero(reduce.max(x, axis, keepdims=True).detach()))
+    return e / reduce.sum(e, axis, keepdims=True)
 
 
 @_export
 def log_softmax(x, axis=None, *, dim=None):
-    """``x - logsumexp(x)`` along ``axis`` (default: the last)."""
+    """``x - logsumexp(x)`` along ``axis`` (default: the last), as ``s - log(sum(exp(s)))``
+    with ``s`` shifted by the maximum: subtracting a large ``logsumexp`` would lose the
+    accuracy of the small differences."""
     x = as_tensor(x)
     axis = _axis(axis, dim)
-    return x - logsumexp(x, -1 if axis is None else axis, keepdims=True)
+    axis = -1 if axis is None else axis
+    s = x - _finite_or_zero(reduce.max(x, axis, keepdims=True).detach())
+    return s - log(reduce.sum(exp(s), axis, keepdims=True))
 
 
 for _fn in (
