@@ -99,6 +99,18 @@ def test_logsumexp_is_one_entry_over_adjacent_axes_and_handles_infinities():
     u[2, 1] = -inf
     np.testing.assert_array_equal(tp.logsumexp(tp.tensor(u), axis=0).numpy(),
                                   tp.logsumexp(tp.tensor(u.T.copy()), axis=1).numpy())  # fmt: skip
+    # short rows, more than one block of them side by side (tape.ops.nn.ROW_BLOCK): the
+    # values and the softmax gradient, and the same bits as the rows laid across
+    v = np.random.default_rng(5).normal(size=(300, 5)) * 10
+    v[7, 0], v[290, 3] = -inf, inf
+    w = tp.tensor(v, requires_grad=True)
+    y = tp.logsumexp(w, axis=1)
+    np.testing.assert_array_equal(y.numpy(), tp.logsumexp(tp.tensor(v.T.copy()), axis=0).numpy())
+    np.testing.assert_allclose(y.numpy(), sp_logsumexp(v, axis=1), rtol=1e-14)
+    y[:289].sum().backward()  # the rows without +inf
+    p = np.exp(v[:289] - sp_logsumexp(v[:289], axis=1, keepdims=True))
+    np.testing.assert_allclose(w.grad.numpy()[:289], p, rtol=1e-13, atol=1e-300)
+    assert (w.grad.numpy()[289:] == 0.0).all()
     # float32 in, float32 out; integers take the composed path (a float result)
     x32 = z.astype(np.float32)
     y32 = tp.logsumexp(tp.tensor(x32), axis=-1)
@@ -121,6 +133,12 @@ def test_softmax_keeps_the_accuracy_of_large_close_logits():
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-6)
     for got in (tp.log_softmax(tp.tensor(x), axis=1), F.log_softmax(tp.tensor(x), dim=1)):
         np.testing.assert_allclose(got.numpy(), want_log, rtol=0, atol=1e-6)
+    # logsumexp's gradient (the softmax) too: it is computed from the shift and the sum, not
+    # from the float32 logsumexp, and across rows as along them
+    for axis, v in ((1, x), (0, x.T.copy())):
+        w = tp.tensor(v, requires_grad=True)
+        tp.logsumexp(w, axis=axis).sum().backward()
+        np.testing.assert_allclose(w.grad.numpy(), want if axis == 1 else want.T, rtol=1e-6)
 
 
 def test_constructors():

@@ -235,8 +235,7 @@ def cross_entropy_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
 
 
 # ---------------------------------------------------------------- logsumexp
-# tape.ops.nn: one thread per row, as cross_entropy (the same shift and sum); the reverse
-# reads the softmax as exp(x_j - y).
+# tape.ops.nn: one thread per row, as cross_entropy (the same shift and sum).
 
 
 @_dev
@@ -258,18 +257,18 @@ def logsumexp_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
     if not active(prog, a):
         return
     x = boff(prog, a)
-    y = boff(prog, ent(prog, i, E_OUT))
     gx = goff(prog) + x
-    gy = goff(prog) + y
+    gy = goff(prog) + boff(prog, ent(prog, i, E_OUT))
     for r in range(t0, _n_rows(prog, i), ts):
         g = A[ix(gy + r, step, base)]
-        if g == 0.0:
-            continue
         n, inner, s = _start(prog, i, r)
-        lse = A[ix(y + r, step, base)]
-        for j in range(n):  # p_j = exp(x_j - y), as the CPU kernel
+        if g == 0.0 or n == 0:
+            continue
+        m, total = _shift_sum(A, x, s, n, inner, step, base)
+        w = g / total
+        for j in range(n):  # p_j = exp(x_j - m) / total, as the CPU kernel
             e = s + j * inner
-            A[ix(gx + e, step, base)] += math.exp(A[ix(x + e, step, base)] - lse) * g
+            A[ix(gx + e, step, base)] += math.exp(A[ix(x + e, step, base)] - m) * w
 
 
 KERNELS = {

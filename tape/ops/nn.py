@@ -23,7 +23,7 @@ one value per row, as one entry (where ``max``, the shift's guard, ``exp``, ``su
 and ``add`` recorded a chain of nine): ``y = log(sum_j exp(x_j - m)) + m`` with the shift
 ``m`` of ``cross_entropy``. An empty row gives ``-inf``. The reverse rule is ``dL/dx_j = gy
 p_j``, the tangent ``sum_j p_j tx_j`` and the tangent of the reverse ``tgy p_j + gy p_j (tx_j
-- sum_k p_k tx_k)``, with ``p_j = exp(x_j - y)`` the row's softmax.
+- sum_k p_k tx_k)``, with ``p`` the row's softmax (computed again from the shift and the sum).
 
 ``matmul_nt`` is ``matmul`` with its second operand held transposed (``A[b] @ B[b]^T``, the
 same attribute block, ``B[b]`` of ``n x k``): ``linear``'s ``x W^T`` without a copy of
@@ -209,54 +209,67 @@ def cross_entropy_hvp(i, entries, bufs, ipool, data, grad, T, GT):
 # ---------------------------------------------------------------- logsumexp
 # In float64, with the vectorisable exp and log of tape.ops.vmath (the elementwise ops'). A
 # row along the last axis (inner = 1) is walked element by element; otherwise the loops run
-# over the inner axis innermost (contiguous, so they vectorise), with each row's shift and
-# sum in scratch arrays: the same operations in the same order per row, so the same bits
-# either way. The derivatives read the softmax as p_j = exp(x_j - y).
+# over the inner axis innermost (contiguous, so they vectorise), each row's shift and sum in
+# scratch arrays: the same operations in the same order per row, so the same bits either
+# way. The derivatives compute the softmax again as p_j = exp(x_j - m) / S from the shift m
+# and the sum S, not as exp(x_j - y): y is rounded at its own magnitude, which would cost
+# the gradient of float32 logits near 300 two decimal digits.
+
+
+SHORT_ROWS = 64
+"""Rows along the last axis shorter than this are taken :data:`ROW_BLOCK` at a time, copied
+side by side (transposed), so that the loops run across rows and vectorise."""
+ROW_BLOCK = 256
 
 
 @_jit
-def _lse_rows(x, y, outer, n, inner):
-    """``y[o * inner + q]``: the logsumexp of row ``(o, q)`` of ``x`` viewed as
-    ``(outer, n, inner)`` (``n >= 1``)."""
-    if inner == 1:
-        ex = np.empty(n)
-        for o in range(outer):
-            xo = span(x, o * n, n)
-            m = float(xo[0])
-            for j in range(1, n):
-                v = float(xo[j])
-                m = v if (v > m or v != v) else m
-            m = m if abs(m) < math.inf else 0.0
-            for j in range(n):
-                ex[j] = vm.exp(xo[j] - m)
-            total = 0.0
-            for j in range(n):
-                total += ex[j]
-            y[o] = vm.log(total) + m
-        return
-    m = np.empty(inner)
-    tot = np.empty(inner)
-    for o in range(outer):
-        xs = span(x, o * n * inner, inner)
-        for q in range(inner):
-            m[q] = xs[q]
-        for j in range(1, n):
-            xs = span(x, (o * n + j) * inner, inner)
-            for q in range(inner):
-                v = float(xs[q])
-                c = m[q]
-                m[q] = v if (v > c or v != v) else c
-        for q in range(inner):
-            c = m[q]
-            m[q] = c if abs(c) < math.inf else 0.0
-            tot[q] = 0.0
+def _transposed(x, o0, n, outer, rows):
+    """Rows ``o0 ..`` (at most :data:`ROW_BLOCK`) of ``x`` viewed as ``(outer, n)``, copied
+    into ``rows`` as ``(n, k)``; returns ``k``."""
+    k = min(ROW_BLOCK, outer - o0)
+    for r in range(k):
+        xr = span(x, (o0 + r) * n, n)
         for j in range(n):
-            xs = span(x, (o * n + j) * inner, inner)
-            for q in range(inner):
-                tot[q] += vm.exp(xs[q] - m[q])
-        yo = span(y, o * inner, inner)
+            rows[j * k + r] = xr[j]
+    return k
+
+
+@_jit
+def _shift_sums(x, o, n, inner, m, tot, ex):
+    """The shift ``m[q]`` and the sum ``tot[q] = sum_j exp(x_j - m[q])`` of rows ``(o, q)``
+    of ``x`` viewed as ``(outer, n, inner)``, ``n >= 1`` (``ex``: scratch of ``n``)."""
+    if inner == 1:
+        xo = span(x, o * n, n)
+        mm = float(xo[0])
+        for j in range(1, n):
+            v = float(xo[j])
+            mm = v if (v > mm or v != v) else mm
+        mm = mm if abs(mm) < math.inf else 0.0
+        for j in range(n):
+            ex[j] = vm.exp(xo[j] - mm)
+        total = 0.0
+        for j in range(n):
+            total += ex[j]
+        m[0] = mm
+        tot[0] = total
+        return
+    xs = span(x, o * n * inner, inner)
+    for q in range(inner):
+        m[q] = xs[q]
+    for j in range(1, n):
+        xs = span(x, (o * n + j) * inner, inner)
         for q in range(inner):
-            yo[q] = vm.log(tot[q]) + m[q]
+            v = float(xs[q])
+            c = m[q]
+            m[q] = v if (v > c or v != v) else c
+    for q in range(inner):
+        c = m[q]
+        m[q] = c if abs(c) < math.inf else 0.0
+        tot[q] = 0.0
+    for j in range(n):
+        xs = span(x, (o * n + j) * inner, inner)
+        for q in range(inner):
+            tot[q] += vm.exp(xs[q] - m[q])
 
 
 @_jit
@@ -267,8 +280,22 @@ def logsumexp_fwd(i, entries, bufs, ipool, data):
     if n == 0:
         for r in range(y.shape[0]):
             y[r] = -math.inf
-    else:
-        _lse_rows(x, y, outer, n, inner)
+        return -1
+    if inner == 1 and n < SHORT_ROWS and outer > 1:  # rows side by side, as inner ones
+        m, tot, ex = np.empty(ROW_BLOCK), np.empty(ROW_BLOCK), np.empty(n)
+        rows = np.empty(n * ROW_BLOCK)
+        for o0 in range(0, outer, ROW_BLOCK):
+            k = _transposed(x, o0, n, outer, rows)
+            _shift_sums(rows, 0, n, k, m, tot, ex)
+            for r in range(k):
+                y[o0 + r] = vm.log(tot[r]) + m[r]
+        return -1
+    m, tot, ex = np.empty(inner), np.empty(inner), np.empty(n)
+    for o in range(outer):
+        _shift_sums(x, o, n, inner, m, tot, ex)
+        yo = span(y, o * inner, inner)
+        for q in range(inner):
+            yo[q] = vm.log(tot[q]) + m[q]
     return -1
 
 
@@ -277,63 +304,83 @@ def logsumexp_rev(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
         return
-    o_ = entries[i, E_OUT]
     x = view(bufs, data, a)
-    y = view(bufs, data, o_)
     gx = view(bufs, grad, a)
-    gy = view(bufs, grad, o_)
+    gy = view(bufs, grad, entries[i, E_OUT])
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    if inner == 1 and n < SHORT_ROWS and outer > 1:  # rows side by side, as inner ones
+        m, tot, ex = np.empty(ROW_BLOCK), np.empty(ROW_BLOCK), np.empty(n)
+        rows = np.empty(n * ROW_BLOCK)
+        for o0 in range(0, outer, ROW_BLOCK):
+            k = _transposed(x, o0, n, outer, rows)
+            _shift_sums(rows, 0, n, k, m, tot, ex)
+            g = span(gy, o0, k)
+            for r in range(k):
+                tot[r] = g[r] / tot[r]
+            for j in range(n):
+                pj = span(rows, j * k, k)
+                for r in range(k):
+                    pj[r] = vm.exp(pj[r] - m[r]) * tot[r]
+            for r in range(k):
+                if g[r] != 0.0:  # a zero adjoint contributes exactly zero (no 0 * inf)
+                    gr = span(gx, (o0 + r) * n, n)
+                    for j in range(n):
+                        gr[j] += rows[j * k + r]
+        return
+    m, tot, ex = np.empty(inner), np.empty(inner), np.empty(n)
+    w = np.empty(inner)
     for o in range(outer):
-        if inner == 1:
-            g = float(gy[o])
-            if g == 0.0:  # a zero adjoint contributes exactly zero (no 0 * inf)
-                continue
-            yo = float(y[o])
-            xo = span(x, o * n, n)
+        gyo = span(gy, o * inner, inner)
+        if inner == 1 and gyo[0] == 0.0:
+            continue  # a zero adjoint contributes exactly zero (no 0 * inf)
+        _shift_sums(x, o, n, inner, m, tot, ex)
+        if inner == 1:  # the row's exps are in ex
+            g = gyo[0] / tot[0]
             go = span(gx, o * n, n)
             for j in range(n):
-                go[j] += vm.exp(xo[j] - yo) * g
+                go[j] += ex[j] * g
             continue
-        yo = span(y, o * inner, inner)
-        gyo = span(gy, o * inner, inner)
+        for q in range(inner):
+            w[q] = gyo[q] / tot[q]
         for j in range(n):
             xs = span(x, (o * n + j) * inner, inner)
             gs = span(gx, (o * n + j) * inner, inner)
             for q in range(inner):
-                g = float(gyo[q])
-                v = vm.exp(xs[q] - yo[q]) * g
-                gs[q] += v if g != 0.0 else 0.0
+                v = vm.exp(xs[q] - m[q]) * w[q]
+                gs[q] += v if gyo[q] != 0.0 else 0.0
 
 
 @_jit
-def _lse_means(x, y, tx, outer, n, inner, mean):
-    """``mean[r] = sum_j p_j tx_j`` for each row ``r`` (zero tangents contribute nothing)."""
-    for r in range(outer * inner):
-        mean[r] = 0.0
-    for o in range(outer):
-        yo = span(y, o * inner, inner)
-        mo = span(mean, o * inner, inner)
-        for j in range(n):
-            xs = span(x, (o * n + j) * inner, inner)
-            ts = span(tx, (o * n + j) * inner, inner)
-            for q in range(inner):
-                u = float(ts[q])
-                v = vm.exp(xs[q] - yo[q]) * u
-                mo[q] += v if u != 0.0 else 0.0
+def _lse_means(x, tx, o, n, inner, m, tot, mean):
+    """``mean[q] = sum_j p_j tx_j`` for the rows ``(o, q)`` (zero tangents contribute
+    nothing), from their shifts and sums."""
+    for q in range(inner):
+        mean[q] = 0.0
+    for j in range(n):
+        xs = span(x, (o * n + j) * inner, inner)
+        ts = span(tx, (o * n + j) * inner, inner)
+        for q in range(inner):
+            u = float(ts[q])
+            v = vm.exp(xs[q] - m[q]) / tot[q] * u
+            mean[q] += v if u != 0.0 else 0.0
 
 
 @_jit
 def logsumexp_jvp(i, entries, bufs, ipool, data, T):
     x = view(bufs, data, entries[i, E_IN0])
-    y = view(bufs, data, entries[i, E_OUT])
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    mean = np.empty(outer * inner)
-    for d in range(T.shape[0]):
-        tx = view(bufs, T[d], entries[i, E_IN0])
-        ty = view(bufs, T[d], entries[i, E_OUT])
-        _lse_means(x, y, tx, outer, n, inner, mean)
-        for r in range(outer * inner):
-            ty[r] = mean[r]
+    m, tot, ex, mean = np.empty(inner), np.empty(inner), np.empty(n), np.empty(inner)
+    for o in range(outer):
+        if n > 0:
+            _shift_sums(x, o, n, inner, m, tot, ex)
+        for d in range(T.shape[0]):
+            tx = view(bufs, T[d], entries[i, E_IN0])
+            ty = span(view(bufs, T[d], entries[i, E_OUT]), o * inner, inner)
+            _lse_means(x, tx, o, n, inner, m, tot, mean)
+            for q in range(inner):
+                ty[q] = mean[q]
 
 
 @_jit
@@ -344,31 +391,28 @@ def logsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     io = entries[i, E_OUT]
     x = view(bufs, data, a)
-    y = view(bufs, data, io)
-    gy = view(bufs, grad, io)
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
-    mean = np.empty(outer * inner)
-    for d in range(T.shape[0]):
-        tx = view(bufs, T[d], a)
-        tgx = view(bufs, GT[d], a)
-        tgy = view(bufs, GT[d], io)
-        _lse_means(x, y, tx, outer, n, inner, mean)
-        for o in range(outer):
-            yo = span(y, o * inner, inner)
-            go = span(gy, o * inner, inner)
-            dgo = span(tgy, o * inner, inner)
-            mo = span(mean, o * inner, inner)
+    if n == 0:
+        return
+    go = span(view(bufs, grad, io), 0, outer * inner)
+    m, tot, ex, mean = np.empty(inner), np.empty(inner), np.empty(n), np.empty(inner)
+    for o in range(outer):
+        _shift_sums(x, o, n, inner, m, tot, ex)
+        g = span(go, o * inner, inner)
+        for d in range(T.shape[0]):
+            tx = view(bufs, T[d], a)
+            tgx = view(bufs, GT[d], a)
+            dg = span(view(bufs, GT[d], io), o * inner, inner)
+            _lse_means(x, tx, o, n, inner, m, tot, mean)
             for j in range(n):
                 xs = span(x, (o * n + j) * inner, inner)
                 ts = span(tx, (o * n + j) * inner, inner)
                 hs = span(tgx, (o * n + j) * inner, inner)
                 for q in range(inner):
-                    g = float(go[q])
-                    dg = float(dgo[q])
-                    p = vm.exp(xs[q] - yo[q])
-                    v = dg * p if dg != 0.0 else 0.0
-                    w = g * p * (ts[q] - mo[q])
-                    hs[q] += v + (w if g != 0.0 else 0.0)
+                    p = vm.exp(xs[q] - m[q]) / tot[q]
+                    v = dg[q] * p if dg[q] != 0.0 else 0.0
+                    w = g[q] * p * (ts[q] - mean[q])
+                    hs[q] += v + (w if g[q] != 0.0 else 0.0)
 
 
 def check_logsumexp(t, i, e):

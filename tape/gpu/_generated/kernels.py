@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "d365b4ebe4621218b349849923fc44fdb4e510b504025254f76aa442a236af51"
+FINGERPRINT = "54b499a15504c1cfd81f02613e0dc05efb81fc889620357de94ec2c54003e72b"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b25b53b05780cd3c7a4b47a59b099a8b0b42df9917488ff40cc751b77c4cefe8"
+FINGERPRINT = "bd5a0e6c49540590a76ca7c3ccb134fc77b4d06efac31fd373dfe27b6ced7ad8"
 
 import numpy as np
 from numba import njit
