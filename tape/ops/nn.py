@@ -207,13 +207,14 @@ def cross_entropy_hvp(i, entries, bufs, ipool, data, grad, T, GT):
 
 
 # ---------------------------------------------------------------- logsumexp
-# In float64, with the vectorisable exp and log of tape.ops.vmath (the elementwise ops'). A
-# row along the last axis (inner = 1) is walked element by element; otherwise the loops run
-# over the inner axis innermost (contiguous, so they vectorise), each row's shift and sum in
-# scratch arrays: the same operations in the same order per row, so the same bits either
-# way. The derivatives compute the softmax again as p_j = exp(x_j - m) / S from the shift m
-# and the sum S, not as exp(x_j - y): y is rounded at its own magnitude, which would cost
-# the gradient of float32 logits near 300 two decimal digits.
+# In float64, with the vectorisable exp and log of tape.ops.vmath (the elementwise ops'). The
+# loops run across rows, innermost (contiguous, so they vectorise), each row's shift and sum
+# in scratch arrays: rows over an inner axis in place, short rows along the last axis copied
+# side by side (_row_block); a long row along the last axis is walked element by element.
+# The same operations in the same order per row, so the same bits in every layout. The
+# derivatives compute the softmax again as p_j = exp(x_j - m) / S from the shift m and the
+# sum S, not as exp(x_j - y): y is rounded at its own magnitude, which would cost the
+# gradient of float32 logits near 300 two decimal digits.
 
 
 SHORT_ROWS = 64
@@ -223,14 +224,16 @@ ROW_BLOCK = 256
 
 
 @_jit
-def _transposed(x, o0, n, outer, rows):
+def _row_block(x, o0, n, outer, rows, m, tot, ex):
     """Rows ``o0 ..`` (at most :data:`ROW_BLOCK`) of ``x`` viewed as ``(outer, n)``, copied
-    into ``rows`` as ``(n, k)``; returns ``k``."""
+    into ``rows`` as ``(n, k)``, and their shifts and sums (:func:`_shift_sums`, across the
+    rows); returns ``k``."""
     k = min(ROW_BLOCK, outer - o0)
     for r in range(k):
         xr = span(x, (o0 + r) * n, n)
         for j in range(n):
             rows[j * k + r] = xr[j]
+    _shift_sums(rows, 0, n, k, m, tot, ex)
     return k
 
 
@@ -285,8 +288,7 @@ def logsumexp_fwd(i, entries, bufs, ipool, data):
         m, tot, ex = np.empty(ROW_BLOCK), np.empty(ROW_BLOCK), np.empty(n)
         rows = np.empty(n * ROW_BLOCK)
         for o0 in range(0, outer, ROW_BLOCK):
-            k = _transposed(x, o0, n, outer, rows)
-            _shift_sums(rows, 0, n, k, m, tot, ex)
+            k = _row_block(x, o0, n, outer, rows, m, tot, ex)
             for r in range(k):
                 y[o0 + r] = vm.log(tot[r]) + m[r]
         return -1
@@ -314,8 +316,7 @@ def logsumexp_rev(i, entries, bufs, ipool, data, grad):
         m, tot, ex = np.empty(ROW_BLOCK), np.empty(ROW_BLOCK), np.empty(n)
         rows = np.empty(n * ROW_BLOCK)
         for o0 in range(0, outer, ROW_BLOCK):
-            k = _transposed(x, o0, n, outer, rows)
-            _shift_sums(rows, 0, n, k, m, tot, ex)
+            k = _row_block(x, o0, n, outer, rows, m, tot, ex)
             g = span(gy, o0, k)
             for r in range(k):
                 tot[r] = g[r] / tot[r]
@@ -418,13 +419,8 @@ def logsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT):
 def check_logsumexp(t, i, e):
     """Validation of a ``logsumexp`` entry: the input is read as ``(outer, n, inner)``, the
     output holds one value per row."""
-    x, y = e[E_IN0], e[E_OUT]
-    outer, n, inner = validate.block(t, i, 0, sc.SIZE, "outer, n and inner")
-    validate.dims(t, i, [outer, n, inner], "the (outer, n, inner) view")
-    validate.equal_sizes(
-        t, i, "input 0", x, outer * n * inner, f"it is read as {outer} x {n} x {inner}"
-    )  # fmt: skip
-    validate.equal_sizes(t, i, "the output", y, outer * inner, "one value per row")
+    outer, n, inner = _check_view(t, i, e)
+    validate.equal_sizes(t, i, "the output", e[E_OUT], outer * inner, "one value per row")
 
 
 def _rows(t, i):
@@ -440,17 +436,24 @@ def sparsity(t, i, data):
     return [(0, row, e)], [(0, row, e, 0, row, e)]
 
 
+def _check_view(t, i, e):
+    """The ``(outer, n, inner)`` view of input 0 of entry ``i`` (its attribute block, the
+    view's extents, input 0's size), validated: ``cross_entropy``'s and ``logsumexp``'s."""
+    outer, n, inner = validate.block(t, i, 0, sc.SIZE, "outer, n and inner")
+    validate.dims(t, i, [outer, n, inner], "the (outer, n, inner) view")
+    validate.equal_sizes(
+        t, i, "input 0", e[E_IN0], outer * n * inner, f"it is read as {outer} x {n} x {inner}"
+    )  # fmt: skip
+    return outer, n, inner
+
+
 def check(t, i, e):
     """Validation of a ``cross_entropy`` entry: the logits are read as ``(outer, n, inner)``,
     the indices and the output hold one value per row. The forward kernel checks the indices;
     the reverse kernel reads them again unchecked, so no later entry may write them and the
     saved values must be in range."""
-    x, idx, y = e[E_IN0], e[E_IN1], e[E_OUT]
-    outer, n, inner = validate.block(t, i, 0, sc.SIZE, "outer, n and inner")
-    validate.dims(t, i, [outer, n, inner], "the (outer, n, inner) view")
-    validate.equal_sizes(
-        t, i, "input 0", x, outer * n * inner, f"it is read as {outer} x {n} x {inner}"
-    )  # fmt: skip
+    idx, y = e[E_IN1], e[E_OUT]
+    outer, n, inner = _check_view(t, i, e)
     validate.equal_sizes(t, i, "input 1", idx, outer * inner, "one class index per row")
     validate.equal_sizes(t, i, "the output", y, outer * inner, "one value per row")
     j = validate.later_writer(t, i, idx)

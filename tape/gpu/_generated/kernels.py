@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "54b499a15504c1cfd81f02613e0dc05efb81fc889620357de94ec2c54003e72b"
+FINGERPRINT = "6bb5f3ecb1f2b53eda357fbfb46611fc993e35178100fc37218466d562af2051"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bd5a0e6c49540590a76ca7c3ccb134fc77b4d06efac31fd373dfe27b6ced7ad8"
+FINGERPRINT = "2f8e23c874f4ac08d758e9b7e49ee5c84c366febe83d267a69ec876c8206c13c"
 
 import numpy as np
 from numba import njit
