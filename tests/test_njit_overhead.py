@@ -13,6 +13,7 @@ import pytest
 from numba import njit
 
 import tape as tp
+from tape.layout.views import borrow
 
 N, M = 10, 3
 
@@ -322,3 +323,21 @@ def test_a_caching_caller_is_cached_and_a_stale_one_refused(tmp_path):
     assert run("2").splitlines() == ["inlined False ok 0", "tables True ok 0"]  # compiled
     assert run("2").splitlines() == ["inlined False ok 1", "tables True ok 1"]  # from the cache
     assert run("3").splitlines() == ["inlined False stale 1", "tables True stale 1"]  # refused
+
+
+@njit
+def _through_borrowed(a, k):
+    b = borrow(a)
+    b[...] = b * 2.0 + 1.0  # writes reach a's memory
+    return b.sum(), borrow(k)
+
+
+def test_borrow_is_the_array_itself_in_any_layout():
+    """``tape.layout.views.borrow`` (the reference-free view the drivers and
+    ``t.njit_gradient`` pass on) sees and writes the array's own memory in every layout and
+    dimension, and hands back a value that is not an array as it is."""
+    base = np.arange(24.0).reshape(2, 3, 4)
+    for a in (base.copy(), np.asfortranarray(base), base.copy()[:, ::2, 1:], np.arange(5.0)):
+        want = a * 2.0 + 1.0
+        s, k = _through_borrowed(a, (3, 4.5))
+        assert np.array_equal(a, want) and s == want.sum() and k == (3, 4.5)

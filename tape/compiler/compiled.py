@@ -198,6 +198,7 @@ from tape.layout.columns import (
     LEAF,
 )
 from tape.layout.config import UNCACHED_JIT
+from tape.layout.views import borrow
 from tape.program.core import register_extension
 from tape.program.replay import CompileError
 
@@ -285,6 +286,7 @@ def generate(t, own=False):
         "from tape.layout.config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT",
         "from tape.interpreter.generated import sweeps as interp_sweeps",
         "from tape.ops.loops import masked as _masked",
+        "from tape.layout.views import borrow as _borrow",
         "from tape.layout.views import span as _span",
         "from tape.layout.views import table as _table",
         "from tape.compiler.emit import outline_rule as _outline_rule",
@@ -804,7 +806,7 @@ touch the caller's file) after changing the tape.
 
 NJIT_WRAPPER = """
 def njit_gradient({args}, work):
-    w = _work_ok(work, _LIKE)
+{borrows}    w = _work_ok(_borrow(work), _LIKE)
     if w.shape[0] != {size} or w[{size} - 2] != {tag0!r} or w[{size} - 1] != {tag1!r}:
         raise ValueError(_WRONG_WORK)
 {token}    _impl({ints}, _part(w, 0, {arena}, _LIKE), {args})
@@ -896,10 +898,12 @@ def njit_gradient(t):
     scope = dict(_impl=sw.module.njit_gradient_impl, _INTS=ints if frozen else None, _part=_part,
                  _work_ok=_work_ok, _LIKE=np.empty(0, dt), _LIKE_I=np.empty(0, np.int64),
                  _WRONG_WORK=WRONG_WORK, _OTHER_PROCESS=OTHER_PROCESS,
-                 _process_token=_process_token)  # fmt: skip
+                 _process_token=_process_token, _borrow=borrow)  # fmt: skip
     token = "" if frozen else NJIT_TOKEN.format(at=2 * n + ints.shape[0] * per)
+    # each array argument rebound to a view holding no reference (tape.layout.views.borrow)
+    borrows = "".join(f"    {v} = _borrow({v})\n" for v in args.split(", "))
     exec(NJIT_WRAPPER.format(args=args, size=size, tag0=tag[0], tag1=tag[1], ints=ints_at,
-                             arena=2 * n, token=token), scope)  # fmt: skip
+                             arena=2 * n, token=token, borrows=borrows), scope)  # fmt: skip
     fn = njit(inline="always", **UNCACHED_JIT)(scope["njit_gradient"])
     fn.__doc__ = NJIT_DOC
     return fn, work

@@ -44,6 +44,7 @@ from numba import literal_unroll, njit, prange
 from numba.extending import overload
 
 from tape.layout.config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT
+from tape.layout.views import borrow as _borrow
 from tape.layout.views import span as _span
 from tape.layout.views import table as _table
 from tape.interpreter.dispatch import call_unit_fwd as _call_unit_fwd

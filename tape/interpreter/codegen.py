@@ -47,6 +47,7 @@ from numba import njit, prange
 
 from tape.interpreter import dispatch
 from tape.layout.config import SWEEP_JIT
+from tape.layout.views import borrow as _borrow
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,

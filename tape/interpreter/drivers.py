@@ -28,6 +28,7 @@ from tape.interpreter.generated.sweeps import (
 )
 from tape.layout.columns import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, E_IN0, E_OUT, LEAF
 from tape.layout.config import SWEEP_JIT
+from tape.layout.views import borrow as _borrow
 
 
 # ---- interpreter drivers: copied into tape/interpreter/generated/sweeps.py ----
@@ -305,6 +306,10 @@ def _gather(arena, offs, sizes, out):
 
 
 # ---------------------------------------------------------------- one-value drivers
+# Each array of ``ka`` is passed on as a view holding no reference (``_borrow``): a field read
+# takes a reference, and where the callee can raise Numba keeps its atomic increment and
+# decrement per call (7 arrays: 771 against 301 ns per compiled Rosenbrock n = 10 gradient in a
+# user's @njit loop on a Xeon, 2,821 against 1,151 ns on the interpreter).
 
 
 @njit(**SWEEP_JIT)
@@ -314,15 +319,17 @@ def ka_forward(ka):
     (a failed guard when ``t.is_guard(status)``, else a gather index out of bounds)."""
     # np.int64(0), np.bool_(...): the types Python callers pass. A literal would make Numba
     # compile a second specialisation of the sweeps.
-    return forward_sweep(ka.entries, ka.bufs, ka.ipool, ka.data, np.int64(0), ka.n_entries)
+    return forward_sweep(_borrow(ka.entries), _borrow(ka.bufs), _borrow(ka.ipool),
+                         _borrow(ka.data), np.int64(0), ka.n_entries)  # fmt: skip
 
 
 @njit(**SWEEP_JIT)
 def ka_backward(ka):
     """Reverse sweep over the last forward on ``ka``, seeded with ``ka.seeds``: intermediate
     adjoints are zeroed first, leaf gradients in ``ka.grad`` accumulate."""
-    backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries, ka.n_bufs, ka.roots,
-             ka.seeds, np.bool_(False))  # fmt: skip
+    backward(_borrow(ka.entries), _borrow(ka.bufs), _borrow(ka.ipool), _borrow(ka.data),
+             _borrow(ka.grad), ka.n_entries, ka.n_bufs, _borrow(ka.roots), _borrow(ka.seeds),
+             np.bool_(False))  # fmt: skip
 
 
 @njit(**SWEEP_JIT)
@@ -330,5 +337,6 @@ def ka_gradient(ka):
     """Zero the leaf gradients, replay forward and backward on ``ka``: the gradients of the
     scalar output are in ``ka.grad`` (``t.input_slice(k)`` says where). Returns the forward
     status as :func:`ka_forward` (``-1``: done; otherwise the gradients are untouched)."""
-    return forward_backward(ka.entries, ka.bufs, ka.ipool, ka.data, ka.grad, ka.n_entries,
-                            ka.n_bufs, ka.roots, ka.seeds, np.bool_(True))  # fmt: skip
+    return forward_backward(_borrow(ka.entries), _borrow(ka.bufs), _borrow(ka.ipool),
+                            _borrow(ka.data), _borrow(ka.grad), ka.n_entries, ka.n_bufs,
+                            _borrow(ka.roots), _borrow(ka.seeds), np.bool_(True))  # fmt: skip

@@ -74,3 +74,26 @@ def table(typingctx, arr, start, rows, cols):
                      lambda b, d, item: [b.mul(d[2], item), item])  # fmt: skip
 
     return sig, codegen
+
+
+@intrinsic
+def borrow(typingctx, arr):
+    """``arr`` itself, holding no reference if it is an array (any layout and dimension);
+    any other value is returned as it is. An ``inline='always'`` function called in a
+    user's loop takes copies of its array arguments, each with an atomic increment on entry
+    and a decrement where it is last used; Numba's pruning of those pairs gives up where a
+    path can raise between them, so a function that checks its arguments and raises paid
+    two atomic operations per array per call (``t.njit_gradient``, Rosenbrock n = 10 on a
+    Xeon: 89 against 33 ns for the hand-written gradient). Rebinding each argument to its
+    borrowed view first ends the copy's life at once, before any check."""
+
+    def codegen(context, builder, sig, args):
+        ty = sig.args[0]
+        if not isinstance(ty, types.Array):
+            context.nrt.incref(builder, ty, args[0])  # a new reference, as calls return
+            return args[0]
+        a = context.make_array(ty)(context, builder, args[0])
+        a.meminfo = cgutils.get_null_value(a.meminfo.type)
+        return a._getvalue()
+
+    return arr(arr), codegen

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a69d2587c21cf3c80ef3509bcdc1bab918d77d08d9283da00d37c5c38b63ad8a"
+FINGERPRINT = "6092d66013fec49a26298f4439232aa55609fea400dbdeff9f87268d9b5a9dd4"
 
 import numpy as np
 from numba import njit

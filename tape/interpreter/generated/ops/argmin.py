@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7f9bc7ee35ff16ae9d6d48a9f68597508ec21dc62cc4c2df9bb4c54d194352d1"
+FINGERPRINT = "d97b865714f62cefa5ea0c3002cd0862003fb783ad5ace195827244fecc76ce1"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "42c48d49e9303f842c34aeb1dd2336cf39ecf6a881ce8225caef74a94027ae50"
+FINGERPRINT = "05762ca73942917094ecbb5838b3234d0cf7015d0cacf0b8a866439fe1f738d3"
 
 import numpy as np
 from numba import njit

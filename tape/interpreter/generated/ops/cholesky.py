@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e91c4f6936083b2e50cede274d6400970172be6fd23250cbbd07fa9941af7dfd"
+FINGERPRINT = "5fb17769b67736c48ddb2696b12724cb88c6c69645544966f1505ddc38dbed27"
 
 import numpy as np
 from numba import njit

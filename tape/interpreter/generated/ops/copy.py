@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b1f2922bab4223b7ffa2ee4e4eb837142445cea2f54d21816d76ee7f0e6ebb05"
+FINGERPRINT = "f821b9bf7c1ec26a1dc5a46336e8b97d5b1c3a5da46176b23feb16633fbf29cf"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a20035f6eaada9b79563cc6009320dceacb629d8d2e95369dc7788391929fb27"
+FINGERPRINT = "fd5abd2fcf9572be5ce80ec93d70410502a14101b8c42c937c25b2324c0e2f78"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9a76218bb66fa5ddc2c5f3d5850570dd2d5da725bb9b1dd93ed205cb3575d3fd"
+FINGERPRINT = "edf9a30acd8b520f7f1c370ccf39a0dd007d68a0c91da84da0077ef376c35ccd"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a47f4ae4303c2bb08c741f6ea21f443396a4bd1e72b1710ce140d1de68b9673d"
+FINGERPRINT = "2e7b957d3c024e4aa1efb07143c2aae25af352f10114c041139aeb51e14fa1ae"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4dac67a8682c1463a9e3512959f1b7cde39bfb1dc4ec1bc2e2f12f37d5a16a03"
+FINGERPRINT = "2de489eef15407954a7042378b3c7588417ef56fa0d660c171faad6ec3cd6b33"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "960ba7bfa8cb7b62391970e4b33fa67ebbd5f7b5eb8e60ce024048481de94262"
+FINGERPRINT = "3287bafe32d01b4bc6fb5d0a8013af9391d03da1f1327006442a2de000c01601"
 
 import numpy as np
 from numba import njit

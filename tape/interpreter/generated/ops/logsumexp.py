@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2f8e23c874f4ac08d758e9b7e49ee5c84c366febe83d267a69ec876c8206c13c"
+FINGERPRINT = "6205f143e51906f74023dc9b4232a3226560215ea5c9b5a0c8b5babd6604216f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b861940c29eb6643c90273fb5d5ee31f7d83377b66a87a6dcb70629cdfa9687a"
+FINGERPRINT = "8838c25e406f65b15768cbf17778ccb35b27a83d8ad1df3d9c65eb3a030332cc"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5164d4f3987be6d581d09218bff1ac5945bfda15046548f1ae7776f8f1206e09"
+FINGERPRINT = "0cd6466d44fdbcfb800d0a351dc99208dfdce54e08c9e6bba05a7883c00cad56"
 
 import numpy as np
 from numba import njit

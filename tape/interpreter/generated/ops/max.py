@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7bec5c0b93f795184207123285c1517365f68ba5368e8044d030749c76e06458"
+FINGERPRINT = "194ddd3d34e467b0f5b2d19a27d8760f901ee06b47dd089a0887ed04746099b5"
 
 import numpy as np
 from numba import njit

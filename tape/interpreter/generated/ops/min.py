@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6671ef8f58a16157baf425bbc6405ac082574b4c7fcb345a435bf5e6d6a61628"
+FINGERPRINT = "338843729f9525729e30ea65662e41e3e8ebe312d61fec47a82e7dbb263ff1c7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "41d34b8f5cb12f88870dfea2c926b341f4cd838eb428f4fe5b8b944fbea3cf52"
+FINGERPRINT = "119783c4d350a3726e73cb003355574493c3a9e3235bfdeb1b345784dab13b7c"
 
 import numpy as np
 from numba import njit

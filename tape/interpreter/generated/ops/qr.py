@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "57d1b7363416fa1013d3d2e9f7602b171a5dbb2cfb28c8207d525b1dcbf469aa"
+FINGERPRINT = "9658cb514032197ebfcb7bce48d696ee5dba5c12aa7cf0401685af1b32cc9cf4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "379c957de61406cdc340a7d94bbe2ba00842607f4d924221b70f19308e77b034"
+FINGERPRINT = "d1c98375dcc11a953d4cdb3ca7a71ea077d64f39ed12f4b8d0c150868a399aba"
 
 import numpy as np
 from numba import njit

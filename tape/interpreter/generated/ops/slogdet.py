@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5b19f29157117075d07e7fda5a409c75a8e50dd93aec5fa35aa0aa0c4a901f72"
+FINGERPRINT = "3e334acfe1202be27c410efadaaf3a61307a281289cfb7455e875abc8eda0f48"
 
 import numpy as np
 from numba import njit

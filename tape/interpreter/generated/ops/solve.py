@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3ec7d0a8834e63b06e3dc7ac0933a150b89a323f0c9d6d3c37e949ab5ed99489"
+FINGERPRINT = "1b543527fea686d9475aebc36b4bacafb92d96ea21f60416822f9cbce3bacf7c"
 
 import numpy as np
 from numba import njit

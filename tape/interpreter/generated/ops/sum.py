@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "25a99c5a5d289b8894ea90e4217238e8ebbd855c543f6c77fa99d350d2a88a8e"
+FINGERPRINT = "1b5b0099cc0dc0b79e1511374a299309d6791621e54d893832276731351a65cd"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "88c5d5b3b2c43e94fb7a8017ca489094de2e075aaecee5b420c1be6267c9ea4f"
+FINGERPRINT = "9798e3c8c8b16be7f4ba97890595a2f73caddc8f471d08c2e97c94418ee2a551"
 
 import numpy as np
 from numba import njit
