@@ -92,6 +92,7 @@ def _header(ipool):
 @njit(**UNIT_JIT)
 def _forward_units(entries, bufs, ipool, data, h, n_units):
     """The first ``n_units`` forward units, in order. Returns the status."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     off = ipool[h + @H_FWD@]
     w = ipool[h + @H_FWD_W@]
     for u in range(n_units):
@@ -110,6 +111,8 @@ def _forward_units(entries, bufs, ipool, data, h, n_units):
 def _reverse_units(entries, bufs, ipool, data, grad, h, zl):
     """The reverse units, last first (adjoints zeroed and seeded; the leaves' too if ``zl``:
     the units assign the leaves' adjoints they write first)."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    grad = _borrow(grad)
     off = ipool[h + @H_REV@]
     w = ipool[h + @H_REV_W@]
     for u in range(ipool[h + @H_REV_ROWS@]):

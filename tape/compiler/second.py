@@ -51,6 +51,7 @@ from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps as interp_sweeps
 from tape.layout.columns import B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT
 from tape.layout.config import SWEEP_JIT
+from tape.layout.views import borrow as _borrow
 from tape.layout.views import span as _span
 from tape.layout.views import table as _table
 
@@ -174,6 +175,8 @@ def tangent_pass(entries, bufs, ipool, data, T, prog, addr):
 @njit(**SWEEP_JIT)
 def _tangent_rows(entries, bufs, ipool, data, T, prog, addr, n):
     """The first ``n`` tangent rows of ``prog``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    T = _borrow(T)
     at = _HEAD + 2 * prog[0] + 2 * prog[1]
     for k in range(n):
         r = at + 3 * k
@@ -193,6 +196,8 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr):
     then its reverse rows: fused loops, and entries through the interpreter's reverse and
     tangent-of-reverse kernels. Writes ``grad``, ``T`` (not the tangents of the final sums
     that the reverse loops take: see :attr:`Passes.prog`) and ``GT``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    grad, T, GT = _borrow(grad), _borrow(T), _borrow(GT)
     z = _HEAD
     for k in range(prog[0]):
         g = grad[prog[z + 2 * k] : prog[z + 2 * k] + prog[z + 2 * k + 1]]

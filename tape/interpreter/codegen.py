@@ -86,6 +86,7 @@ def _kernel(kind, op, i, entries, bufs, data):
 def run_fwd(op, i, entries, bufs, ipool, data):
     """Entry ``i`` (op ``op``) through the table: the compiled tier's call of an entry it
     does not fuse, without the op's kernel compiled into its own code. Returns the status."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     return dispatch.call_fwd(
         _kernel(dispatch.FWD, op, i, entries, bufs, data), (i, entries, bufs, ipool, data)
     )
@@ -94,6 +95,8 @@ def run_fwd(op, i, entries, bufs, ipool, data):
 @njit(inline="always", **SWEEP_JIT)
 def run_rev(op, i, entries, bufs, ipool, data, grad):
     """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    grad = _borrow(grad)
     a = _kernel(dispatch.REV, op, i, entries, bufs, data)
     if a != dispatch.NOTHING:
         dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
@@ -109,6 +112,7 @@ REV = dispatch.PerOp("rev")
 def forward_sweep(entries, bufs, ipool, data, start, stop):
     """Run entries ``start .. stop-1``. Writes ``data``. Returns ``-1``, or the index of the
     first entry that rejected its data (an out-of-range gather index, a failed guard)."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     for i in range(start, stop):
         a = _kernel(dispatch.FWD, entries[i, 0], i, entries, bufs, data)
         if a == dispatch.NOTHING:
@@ -123,6 +127,8 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
 def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
     """Accumulate adjoints from entry ``stop-1`` down to ``start``, skipping entries whose
     ``emask`` is False. Writes ``grad`` (adds to it: zero what must start at zero first)."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    grad = _borrow(grad)
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
@@ -137,6 +143,8 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
     arena (the value arena's layout) holding the arguments' tangents of direction ``d``; the
     sweep writes the tangents of entries ``start .. stop-1`` into it (vector mode: every
     direction per entry). ``T`` must start at zero outside the arguments. Writes ``T``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    T = _borrow(T)
     for i in range(start, stop):
         if bufs[entries[i, E_OUT], B_KIND] == CONST:
             continue
@@ -152,6 +160,8 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
     :func:`tangent_sweep`; adds into ``GT`` (one tangent-adjoint arena per row of ``T``) the
     tangents of the adjoints, from entry ``stop-1`` down to ``start`` (entries in ``emask``).
     Seed ``GT`` at the roots (zero for a constant seed). Writes ``GT``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    grad, T, GT = _borrow(grad), _borrow(T), _borrow(GT)
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue

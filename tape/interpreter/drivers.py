@@ -149,6 +149,7 @@ def emit(
     ``-1``, ``n_entries`` when it rejected its data, or ``dispatch.UNPREPARED`` (and nothing
     run) when this process has not prepared the op's kernel for the entry's class and
     ``data``'s dtype: prepare it and call again."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
               attr)  # fmt: skip
     if 0 <= op < dispatch.MAX_OPS:  # (else _kernel raises)
