@@ -8,6 +8,13 @@ are made without them (``benchmarks/RESULTS.md``, ninth session: the interpreter
 gradient 1.07 -> 0.95 us, the compiled tier's n = 1,000 1.5 -> 1.45 us). They are for use
 inside a call while the array they view, an argument of the call, is alive: never returned
 to Python or stored.
+
+:func:`borrow` is the same for a whole argument. Functions that call kernels through the
+address tables (the sweeps, the compiled runtime's unit loops, eager mode's step) and the
+drivers that user ``@njit`` code calls (``tape.kernels``, ``t.njit_gradient``) rebind their
+arrays with it first: an argument tuple, an inlined function's copy of its arguments or a
+field read from ``ka`` takes a reference, and where a path can raise before it is dropped,
+Numba's pruning keeps the atomic pair (``benchmarks/RESULTS.md``, fourteenth session).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6092d66013fec49a26298f4439232aa55609fea400dbdeff9f87268d9b5a9dd4"
+FINGERPRINT = "ac87e2060938e5a1ef2041db702ea861b82d59bd1da322956f1a5acceee9a6ef"
 
 import numpy as np
 from numba import njit

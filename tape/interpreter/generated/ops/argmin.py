@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d97b865714f62cefa5ea0c3002cd0862003fb783ad5ace195827244fecc76ce1"
+FINGERPRINT = "31163c857b48727f0350ffd65454c60fb350222e176147dd0ac33832ce40d5fa"
 
 import numpy as np
 from numba import njit

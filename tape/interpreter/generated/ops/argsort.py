@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "05762ca73942917094ecbb5838b3234d0cf7015d0cacf0b8a866439fe1f738d3"
+FINGERPRINT = "0b7fa063a85d9fdb2596d6772379b9513338275012649772ea4404db7dc96416"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5fb17769b67736c48ddb2696b12724cb88c6c69645544966f1505ddc38dbed27"
+FINGERPRINT = "89e9e20242c20433ecbe7fff308336253159ad030173055479f685318ba176a9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f821b9bf7c1ec26a1dc5a46336e8b97d5b1c3a5da46176b23feb16633fbf29cf"
+FINGERPRINT = "f607a1d1ae0078d69cca0c3dc631ee47b7d5a4d9e41f778ae5939911c36c11c2"
 
 import numpy as np
 from numba import njit

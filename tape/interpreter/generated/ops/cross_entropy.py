@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fd5abd2fcf9572be5ce80ec93d70410502a14101b8c42c937c25b2324c0e2f78"
+FINGERPRINT = "35a435f630a179fdd42343932eef153f67cd7359d319b8d6a8d9fccafa917114"
 
 import numpy as np
 from numba import njit

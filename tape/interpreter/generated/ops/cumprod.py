@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "edf9a30acd8b520f7f1c370ccf39a0dd007d68a0c91da84da0077ef376c35ccd"
+FINGERPRINT = "a9c9be85683ed77ee060852a8e3d906b45bdc8aa9531c15938d4bc42db7e8842"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2e7b957d3c024e4aa1efb07143c2aae25af352f10114c041139aeb51e14fa1ae"
+FINGERPRINT = "c3da3a00bca671aca02e8b1809a1a6258bc3243a5fcf40592f3c2951b86497c4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2de489eef15407954a7042378b3c7588417ef56fa0d660c171faad6ec3cd6b33"
+FINGERPRINT = "77146aaffe743b31c0858157fd31fbe54e98b480ebbb1afcfe6f04e10a036f2a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3287bafe32d01b4bc6fb5d0a8013af9391d03da1f1327006442a2de000c01601"
+FINGERPRINT = "c327deb0d0e9095ae87bb3f27f8c1fef8882a834233d9398275de834232b1097"
 
 import numpy as np
 from numba import njit

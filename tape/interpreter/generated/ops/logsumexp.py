@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6205f143e51906f74023dc9b4232a3226560215ea5c9b5a0c8b5babd6604216f"
+FINGERPRINT = "a2bd9f87b3d96395f4752ffb0f28d98e3d072fd193cb09a4de2e17f25f234a91"
 
 import numpy as np
 from numba import njit

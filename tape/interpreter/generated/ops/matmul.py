@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8838c25e406f65b15768cbf17778ccb35b27a83d8ad1df3d9c65eb3a030332cc"
+FINGERPRINT = "72b4a8f5e50ca7ff9e9000ee319a92071b2800ade56ee6917a65157a36137e9c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0cd6466d44fdbcfb800d0a351dc99208dfdce54e08c9e6bba05a7883c00cad56"
+FINGERPRINT = "93c4e72d37b1c9ac9f227db882bf9803b62078d9debe66e67387376d67fd09b9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "194ddd3d34e467b0f5b2d19a27d8760f901ee06b47dd089a0887ed04746099b5"
+FINGERPRINT = "bf4f7b0d922e5159bee26fa12571a496b58ce274411c1738eae0fa8e09f8fa5d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "338843729f9525729e30ea65662e41e3e8ebe312d61fec47a82e7dbb263ff1c7"
+FINGERPRINT = "b8c2655220916662bfabec6577925f809c93da3fad54c9a5215c47d3792f0193"
 
 import numpy as np
 from numba import njit

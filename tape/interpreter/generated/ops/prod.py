@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "119783c4d350a3726e73cb003355574493c3a9e3235bfdeb1b345784dab13b7c"
+FINGERPRINT = "99a26e4e7613b9d5f66e6781aa7e3c47610194d77154661f626d41fa44224b8b"
 
 import numpy as np
 from numba import njit

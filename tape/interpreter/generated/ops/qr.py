@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9658cb514032197ebfcb7bce48d696ee5dba5c12aa7cf0401685af1b32cc9cf4"
+FINGERPRINT = "25dc9a2fafc4232e2acf6c22a4a992fa21f6b92a174a078647f4956d118ffac4"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d1c98375dcc11a953d4cdb3ca7a71ea077d64f39ed12f4b8d0c150868a399aba"
+FINGERPRINT = "b20c777bb21b4d0298513dc6381ca57c206070be806cc7315460ee36471bb3a5"
 
 import numpy as np
 from numba import njit

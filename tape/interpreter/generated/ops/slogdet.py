@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3e334acfe1202be27c410efadaaf3a61307a281289cfb7455e875abc8eda0f48"
+FINGERPRINT = "6bf140a89e5e8e492951f8f5bbadf2225c84b1b630bf193c38e67323c6065ca9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1b543527fea686d9475aebc36b4bacafb92d96ea21f60416822f9cbce3bacf7c"
+FINGERPRINT = "c87c1f2710fc69ade91fc48d45f92180fd088b407b21de9f67bad6ab2c8aa75b"
 
 import numpy as np
 from numba import njit

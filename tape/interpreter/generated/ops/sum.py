@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1b5b0099cc0dc0b79e1511374a299309d6791621e54d893832276731351a65cd"
+FINGERPRINT = "5aeaf62b4e2e1a688668882d401be054b47280f20e43dcbd1e0f21b567f3776e"
 
 import numpy as np
 from numba import njit

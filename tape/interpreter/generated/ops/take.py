@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9798e3c8c8b16be7f4ba97890595a2f73caddc8f471d08c2e97c94418ee2a551"
+FINGERPRINT = "a68678e9d190b0ee2367dbc0b285b26b757552a19c74b7cf627ccd547d7c5fcb"
 
 import numpy as np
 from numba import njit
