@@ -402,14 +402,20 @@ def logsumexp(x, axis=None, keepdims=False, *, dim=None, keepdim=False):
         )  # fmt: skip
         return _tensor_mod.apply(_LOGSUMEXP, [x], reduce.reduced_shape(shape, axes, keepdims),
                                  block)  # fmt: skip
-    m = _finite_or_zero(reduce.max(x, axes, keepdims=True).detach())
+    m = _max_shift(x, axes)
     out = log(reduce.sum(exp(x - m), axes, keepdims=True)) + m
     return out if keepdims else squeeze(out, axes) if axes else out
 
 
-def _finite_or_zero(m):
-    # The shift that keeps exp() in range. It is taped (not a frozen value), so replays on
-    # new data shift by their own maximum; an infinite maximum shifts by 0.
+def _max_shift(x, axis):
+    """The maximum of ``x`` over ``axis`` (kept), without gradient: the shift that keeps
+    ``exp`` in range, 0 where it is infinite. Taped (not a frozen value), so replays on new
+    data shift by their own maximum; in eager mode a constant computed in NumPy (the same
+    values, no entries)."""
+    m = reduce.max(x, axis, keepdims=True).detach()
+    if m._tape is None:
+        v = m.numpy()
+        return as_tensor(np.where(np.abs(v) < np.inf, v, 0.0))  # dtype as where() gives
     return where(abs(m) < np.inf, m, 0.0)
 
 
@@ -420,7 +426,7 @@ def softmax(x, axis=None, *, dim=None):
     x = as_tensor(x)
     axis = _axis(axis, dim)
     axis = -1 if axis is None else axis
-    e = exp(x - _finite_or_zero(reduce.max(x, axis, keepdims=True).detach()))
+    e = exp(x - _max_shift(x, axis))
     return e / reduce.sum(e, axis, keepdims=True)
 
 
@@ -432,7 +438,7 @@ def log_softmax(x, axis=None, *, dim=None):
     x = as_tensor(x)
     axis = _axis(axis, dim)
     axis = -1 if axis is None else axis
-    s = x - _finite_or_zero(reduce.max(x, axis, keepdims=True).detach())
+    s = x - _max_shift(x, axis)
     return s - log(reduce.sum(exp(s), axis, keepdims=True))
 
 

@@ -273,34 +273,17 @@ def _softmax_dim(name, x, dim, stacklevel):
     return _dim(name, dim, x.ndim)
 
 
-def _shift(x, dim):
-    """The maximum along ``dim`` (kept), without gradient, that keeps ``exp`` in range; taped,
-    so replays shift by their own maximum; 0 where it is infinite."""
-    m = _red.max(x, dim, True).detach()
-    if m._tape is None:  # eager: a constant, computed in NumPy (the same values)
-        v = m.numpy()
-        return as_tensor(np.where(np.abs(v) < math.inf, v, 0.0).astype(v.dtype))
-    return _tf.where(_tf.abs(m) < math.inf, m, 0.0)
-
-
-def _log_softmax(x, dim):
-    s = x - _shift(x, dim)
-    return s - _tf.log(_red.sum(_tf.exp(s), dim, True))
-
-
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
     """``exp(x) / sum(exp(x))`` along ``dim`` (shifted by the maximum: no overflow).
     ``dtype`` casts the input first."""
     x = _float(input) if dtype is None else as_tensor(input).to(dtype)
-    d = _softmax_dim("softmax", x, dim, _stacklevel)
-    e = _tf.exp(x - _shift(x, d))
-    return e / _red.sum(e, d, True)
+    return _tf.softmax(x, _softmax_dim("softmax", x, dim, _stacklevel))
 
 
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     """``x - logsumexp(x)`` along ``dim``. ``dtype`` casts the input first."""
     x = _float(input) if dtype is None else as_tensor(input).to(dtype)
-    return _log_softmax(x, _softmax_dim("log_softmax", x, dim, _stacklevel))
+    return _tf.log_softmax(x, _softmax_dim("log_softmax", x, dim, _stacklevel))
 
 
 # ---------------------------------------------------------------- linear, normalize
@@ -679,7 +662,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         if rows is not None:  # class indices that are data: one entry
             loss, w_t = _fused_terms(name, x, rows, weight, cdim)
             return _nll_reduce(loss, w_t, reduction)
-    logp = _log_softmax(x, cdim)
+    logp = _tf.log_softmax(x, cdim)
     if tshape == x.shape:  # class probabilities (PyTorch's rule: same shape as the input)
         tkind = target.dtype.kind if isinstance(target, Tensor) else np.asarray(target).dtype.kind
         if tkind != "f":
