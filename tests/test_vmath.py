@@ -119,4 +119,5 @@ def test_loop_vectorises(name):
     loop(x, np.empty_like(x))
     ir = "\n".join(loop.inspect_llvm().values())
     assert re.search(r"<\d+ x double>", ir), "no vector instructions"
-    assert not re.search(r"call [^\n]*@_ZN4tape6_vmath", ir), "a call to tape.ops.vmath is left"
+    # the functions compile on their own (no Numba-IR inlining): LLVM must inline them
+    assert not re.search(r"call [^\n]*@_ZN[^\s(]*tape3ops5vmath", ir), "a call to vmath is left"

@@ -945,9 +945,9 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
         f"    st = _forward_units(entries, bufs, ipool, data, {n_run})",
         "    if st >= 0:",
         "        return st",
-        "    _zero_adjoints(ipool, grad, True)",
+        "    _zero_adjoints(ipool, grad, np.bool_(True))",
         f"    grad[{int(B[t.outputs[0], B_OFF])}] += 1.0",
-        "    _reverse_units(entries, bufs, ipool, data, grad, True)",
+        "    _reverse_units(entries, bufs, ipool, data, grad, np.bool_(True))",
         "    return -1",
         "",
         "",
@@ -1010,9 +1010,9 @@ def njit_gradient_text(t, B, n_ints, tables_read, n_run):
         f"    st = _forward_units(entries, bufs, ipool, data, {n_run})",
         "    if st >= 0:",
         f"        raise RuntimeError({NJIT_STOPPED!r})",
-        "    _zero_adjoints(ipool, grad, True)",
+        "    _zero_adjoints(ipool, grad, np.bool_(True))",
         f"    grad[{int(B[t.outputs[0], B_OFF])}] += 1.0",
-        "    _reverse_units(entries, bufs, ipool, data, grad, True)",
+        "    _reverse_units(entries, bufs, ipool, data, grad, np.bool_(True))",
     ]
     for g, k in zip(gs, t.wrt):
         out += nest(g, t.inputs[k], True)

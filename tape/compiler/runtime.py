@@ -217,9 +217,9 @@ def _gradient(ints, arena, xs):
     st = _forward_units(entries, bufs, ipool, data, h, ipool[h + @H_RUN@])
     if st >= 0:
         return st
-    _zero_adjoints(ipool, grad, h, True)
+    _zero_adjoints(ipool, grad, h, np.bool_(True))
     grad[ipool[ipool[h + @H_OUTS@]]] += 1.0
-    _reverse_units(entries, bufs, ipool, data, grad, h, True)
+    _reverse_units(entries, bufs, ipool, data, grad, h, np.bool_(True))
     return -1
 
 '''

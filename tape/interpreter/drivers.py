@@ -113,7 +113,7 @@ def eager_reverse(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, se
             order[j] = i
             j += 1
     if swept:
-        reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
+        reverse_sweep(entries, bufs, ipool, data, grad, emask, np.int64(0), n_entries)
     return emask, order, need, swept
 
 
@@ -171,7 +171,7 @@ def reverse_pass(
     (``emask`` and ``need`` come from :func:`reach`). Writes ``grad``."""
     zero_adjoints(bufs, grad, need, n_bufs, zero_leaves)
     add_seeds(bufs, grad, roots, seeds)
-    reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, n_entries)
+    reverse_sweep(entries, bufs, ipool, data, grad, emask, np.int64(0), n_entries)
 
 
 @njit(**SWEEP_JIT)
@@ -183,10 +183,10 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, n_entries, n_bufs, roots, 
     ``GT``."""
     emask, need = reach(entries, bufs, n_entries, roots)
     reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds,
-                 True)  # fmt: skip
-    tangent_sweep(entries, bufs, ipool, data, T, 0, n_entries)
+                 np.bool_(True))  # fmt: skip
+    tangent_sweep(entries, bufs, ipool, data, T, np.int64(0), n_entries)
     GT[:, :] = 0.0
-    tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, 0, n_entries)
+    tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, np.int64(0), n_entries)
 
 
 @njit(**SWEEP_JIT)
@@ -197,7 +197,7 @@ def vjp_rows(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs
     emask, need = reach(entries, bufs, n_entries, roots)
     for r in range(U.shape[0]):
         reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots,
-                     U[r], True)  # fmt: skip
+                     U[r], np.bool_(True))  # fmt: skip
         c = 0
         for k in range(offs.shape[0]):
             for j in range(sizes[k]):  # a loop: a slice assignment's check compiles for 2 s

@@ -4,6 +4,12 @@
 vectorise divisions; ``fastmath`` stays off because it lets ``np.isnan`` miss NaNs.
 Globals are frozen into Numba's cache, so nothing here may change at run time: pass flags as
 arguments instead.
+
+Between compiled functions, a constant argument is typed as its value (``Literal[int](0)``,
+``Literal[bool](True)``), and Numba compiles the callee once more for it. Where a function
+that is not inlined is also called with a variable there, pass ``np.int64(0)`` or
+``np.bool_(True)``: one compile serves both calls (the sweeps' ``0`` start, the broadcast
+offsets' input number, the compiled runtime's ``zero_leaves``).
 """
 
 SWEEP_JIT = dict(cache=True, nogil=True, error_model="numpy")

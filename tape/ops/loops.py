@@ -90,7 +90,7 @@ def strided_offsets(ipool, p_shape, p_strides, nd, base):
 def bcast_offsets(ipool, p, k):
     """Offsets into input ``k`` for each output element of a GENERAL broadcast block at ``p``."""
     nd = ipool[ndim_at(p)]
-    return strided_offsets(ipool, dims_at(p), strides_at(p, nd, k), nd, 0)
+    return strided_offsets(ipool, dims_at(p), strides_at(p, nd, k), nd, np.int64(0))
 
 
 @_jit
@@ -190,22 +190,22 @@ def binary_fwd(f, i, entries, bufs, ipool, data):
     y = view(bufs, data, entries[i, E_OUT])
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
     for r in range(o0.shape[0]):
-        yr = y[r * m : (r + 1) * m]
+        yr = span(y, r * m, m)
         b0 = o0[r] if nd > 1 else 0
         b1 = o1[r] if nd > 1 else 0
         if s0 == 1 and s1 == 1:
-            a0 = x0[b0 : b0 + m]
-            a1 = x1[b1 : b1 + m]
+            a0 = span(x0, b0, m)
+            a1 = span(x1, b1, m)
             for j in range(m):
                 yr[j] = f(a0[j], a1[j])
         elif s0 == 1 and s1 == 0:
-            a0 = x0[b0 : b0 + m]
+            a0 = span(x0, b0, m)
             c1 = x1[b1]
             for j in range(m):
                 yr[j] = f(a0[j], c1)
         elif s0 == 0 and s1 == 1:
             c0 = x0[b0]
-            a1 = x1[b1 : b1 + m]
+            a1 = span(x1, b1, m)
             for j in range(m):
                 yr[j] = f(c0, a1[j])
         else:
@@ -245,8 +245,8 @@ def _rows(ipool, p):
     s1 = ipool[inner_stride_at(p, nd, 1)]
     if nd == 1:  # one row starting at 0 in both inputs: no offsets to allocate
         return nd, m, s0, s1, ipool[p : p + 1], ipool[p : p + 1]
-    o0 = strided_offsets(ipool, dims_at(p), strides_at(p, nd, 0), nd - 1, 0)
-    o1 = strided_offsets(ipool, dims_at(p), strides_at(p, nd, 1), nd - 1, 0)
+    o0 = strided_offsets(ipool, dims_at(p), strides_at(p, nd, 0), nd - 1, np.int64(0))
+    o1 = strided_offsets(ipool, dims_at(p), strides_at(p, nd, 1), nd - 1, np.int64(0))
     return nd, m, s0, s1, o0, o1
 
 
@@ -283,25 +283,25 @@ def _bcast_rev_rows(r, first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
         b0 = o0[q] if nd > 1 else 0
         b1 = o1[q] if nd > 1 else 0
         bk = b0 if first else b1
-        yr = y[q * m : (q + 1) * m]
-        gyr = gy[q * m : (q + 1) * m]
+        yr = span(y, q * m, m)
+        gyr = span(gy, q * m, m)
         if s0 <= 1 and s1 <= 1 and sk == 1:
-            gk = g[bk : bk + m]
+            gk = span(g, bk, m)
             if s0 == 1 and s1 == 1:
-                a0 = x0[b0 : b0 + m]
-                a1 = x1[b1 : b1 + m]
+                a0 = span(x0, b0, m)
+                a1 = span(x1, b1, m)
                 for j in range(m):
                     v = r(a0[j], a1[j], yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
             elif s1 == 0:
-                a0 = x0[b0 : b0 + m]
+                a0 = span(x0, b0, m)
                 c1 = x1[b1]
                 for j in range(m):
                     v = r(a0[j], c1, yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
             else:
                 c0 = x0[b0]
-                a1 = x1[b1 : b1 + m]
+                a1 = span(x1, b1, m)
                 for j in range(m):
                     v = r(c0, a1[j], yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
@@ -559,9 +559,9 @@ def ternary_fwd(f, i, entries, bufs, ipool, data):
         for j in range(n):
             y[j] = f(x0[j], x1[j], x2[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
         for j in range(n):
             y[j] = f(x0[o0[j]], x1[o1[j]], x2[o2[j]])
 
@@ -574,10 +574,10 @@ def _ternary_rev_one(r, k, x0, x1, x2, y, gy, gk, ipool, p):
             v = r(x0[j], x1[j], x2[j], y[j], gy[j])
             gk[j] += masked(v, gy[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        ok = bcast_offsets(ipool, p, k)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
+        ok = bcast_offsets(ipool, p, np.int64(k))
         for j in range(n):
             v = r(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
             gk[ok[j]] += masked(v, gy[j])
@@ -717,21 +717,21 @@ def binary_tan(r0, r1, d0, d1, i, entries, bufs, ipool, data, T):
     for r in range(o0.shape[0]):
         b0 = o0[r] if nd > 1 else 0
         b1 = o1[r] if nd > 1 else 0
-        yr = y[r * m : (r + 1) * m]
-        tyr = ty[r * m : (r + 1) * m]
+        yr = span(y, r * m, m)
+        tyr = span(ty, r * m, m)
         if s0 == 1 and s1 == 1:
-            a0, a1 = x0[b0 : b0 + m], x1[b1 : b1 + m]
-            u0, u1 = t0[b0 : b0 + m], t1[b1 : b1 + m]
+            a0, a1 = span(x0, b0, m), span(x1, b1, m)
+            u0, u1 = span(t0, b0, m), span(t1, b1, m)
             for j in range(m):
                 tyr[j] = _tan2(r0, r1, d0, d1, a0[j], a1[j], yr[j], u0[j], u1[j])
         elif s0 == 1 and s1 == 0:
-            a0, u0 = x0[b0 : b0 + m], t0[b0 : b0 + m]
+            a0, u0 = span(x0, b0, m), span(t0, b0, m)
             c1, w1 = x1[b1], t1[b1]
             for j in range(m):
                 tyr[j] = _tan2(r0, r1, d0, d1, a0[j], c1, yr[j], u0[j], w1)
         elif s0 == 0 and s1 == 1:
             c0, w0 = x0[b0], t0[b0]
-            a1, u1 = x1[b1 : b1 + m], t1[b1 : b1 + m]
+            a1, u1 = span(x1, b1, m), span(t1, b1, m)
             for j in range(m):
                 tyr[j] = _tan2(r0, r1, d0, d1, c0, a1[j], yr[j], w0, u1[j])
         else:
@@ -817,18 +817,18 @@ def binary_hrev(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, i, entries, bufs, 
             b0 = o0[r] if nd > 1 else 0
             b1 = o1[r] if nd > 1 else 0
             if s0 == 1 and s1 == 1 and a != b:  # contiguous rows, no aliasing: vectorises
-                a0, a1 = x0[b0 : b0 + m], x1[b1 : b1 + m]
-                u0, u1 = t0[b0 : b0 + m], t1[b1 : b1 + m]
+                a0, a1 = span(x0, b0, m), span(x1, b1, m)
+                u0, u1 = span(t0, b0, m), span(t1, b1, m)
                 e = r * m
-                yr, gr, dgr = y[e : e + m], gy[e : e + m], gty[e : e + m]
+                yr, gr, dgr = span(y, e, m), span(gy, e, m), span(gty, e, m)
                 if act0:
-                    q0 = g0[b0 : b0 + m]
+                    q0 = span(g0, b0, m)
                     for j in range(m):
                         q0[j] += _hrev_one(
                             r0, h00, h01, n00, n01, a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j]
                         )
                 if act1:
-                    q1 = g1[b1 : b1 + m]
+                    q1 = span(g1, b1, m)
                     for j in range(m):
                         q1[j] += _hrev_one(
                             r1, h01, h11, n01, n11, a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j]
@@ -919,9 +919,9 @@ def ternary_tan(r0, r1, r2, d0, d1, d2, i, entries, bufs, ipool, data, T):
     if ipool[p] == SAME:
         o0 = o1 = o2 = np.arange(n)
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
         t1 = view(bufs, T[d], b)

@@ -233,7 +233,7 @@ def _row_block(x, o0, n, outer, rows, m, tot, ex):
         xr = span(x, (o0 + r) * n, n)
         for j in range(n):
             rows[j * k + r] = xr[j]
-    _shift_sums(rows, 0, n, k, m, tot, ex)
+    _shift_sums(rows, np.int64(0), n, k, m, tot, ex)
     return k
 
 

@@ -12,7 +12,7 @@ from tape.layout.columns import ALL, E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blocks import reduce as block
-from tape.ops.loops import active, strided_offsets, total, view
+from tape.ops.loops import active, span, strided_offsets, total, view
 
 _jit = njit(**UNCACHED_JIT)
 # the block's positions, as the GPU kernels compile them too (inlined in Numba IR: see
@@ -28,7 +28,7 @@ inner_stride_at = _position(block.inner_stride_at)
 @_jit
 def _out_offsets(ipool, p):
     nd = ipool[ndim_at(p)]
-    return strided_offsets(ipool, dims_at(p), strides_at(p, nd), nd, 0)
+    return strided_offsets(ipool, dims_at(p), strides_at(p, nd), nd, np.int64(0))
 
 
 @_jit
@@ -38,7 +38,7 @@ def _rows(ipool, p):
     nd = ipool[ndim_at(p)]
     m = ipool[row_length_at(p, nd)] if nd else 1
     inner = ipool[inner_stride_at(p, nd)] if nd else 0
-    starts = strided_offsets(ipool, dims_at(p), strides_at(p, nd), nd - 1 if nd else 0, 0)
+    starts = strided_offsets(ipool, dims_at(p), strides_at(p, nd), nd - 1 if nd else 0, np.int64(0))
     return m, inner, starts
 
 
@@ -52,10 +52,10 @@ def sum_fwd(i, entries, bufs, ipool, data):
     m, inner, starts = _rows(ipool, entries[i, E_ATTR])
     y[:] = 0.0
     for r in range(starts.shape[0]):
-        xr = x[r * m : (r + 1) * m]
+        xr = span(x, r * m, m)
         b = starts[r]
         if inner == 1:
-            yr = y[b : b + m]
+            yr = span(y, b, m)
             for j in range(m):
                 yr[j] += xr[j]
         elif inner == 0:
@@ -80,10 +80,10 @@ def sum_rev(i, entries, bufs, ipool, data, grad):
         return
     m, inner, starts = _rows(ipool, entries[i, E_ATTR])
     for r in range(starts.shape[0]):
-        gxr = gx[r * m : (r + 1) * m]
+        gxr = span(gx, r * m, m)
         b = starts[r]
         if inner == 1:
-            gyr = gy[b : b + m]
+            gyr = span(gy, b, m)
             for j in range(m):
                 gxr[j] += gyr[j]
         elif inner == 0:
@@ -124,10 +124,10 @@ def _extreme_fwd(is_max, i, entries, bufs, ipool, data):
     y[:] = -np.inf if is_max else np.inf
     m, inner, starts = _rows(ipool, entries[i, E_ATTR])
     for r in range(starts.shape[0]):
-        xr = x[r * m : (r + 1) * m]
+        xr = span(x, r * m, m)
         b = starts[r]
         if inner == 1:
-            yr = y[b : b + m]
+            yr = span(y, b, m)
             for j in range(m):
                 yr[j] = _pick(is_max, yr[j], xr[j])
         elif inner == 0:

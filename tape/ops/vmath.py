@@ -146,9 +146,13 @@ L = tuple(float(Fraction(2, 2 * i + 1)) for i in range(13))
 TN, TD = (tuple(float(c) for c in p) for p in _tanh_rational(7))
 TANH_SMALL = 0.55
 
-_jit = njit(inline="always", **UNCACHED_JIT)
-"""Inlined where called (Numba IR): so a rule that calls them stays small enough for LLVM to
-inline into the sweep's loop, which it then vectorises."""
+_jit = njit(**UNCACHED_JIT)
+"""Compiled once per argument type, and inlined by LLVM into the loop that calls them, which
+then vectorises (``tests/test_vmath.py`` checks the loops' machine code). Not inlined in
+Numba IR: there every call site was a copy of the function's IR, typed and lowered again,
+which made the kernels that call them several times (``logsumexp``'s) seconds slower to
+compile. Compiled on their own, they also keep their own error model (``numpy``: no
+division check) in a caller compiled with Python's."""
 
 # Integers travel through float64 bit patterns, never through int64 <-> float64 conversions
 # or 64-bit arithmetic right shifts, which AVX2 lacks (LLVM would leave the loop scalar).

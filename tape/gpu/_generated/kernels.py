@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "6bb5f3ecb1f2b53eda357fbfb46611fc993e35178100fc37218466d562af2051"
+FINGERPRINT = "c483e9e6a4b53669b2c5505e55105a58cd3b06e2d6278213f26d1ced45349eec"
 
 from numba import cuda, float64
 

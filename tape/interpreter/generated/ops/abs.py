@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "59bcd9cade98aaa4a5636701adb7ab7b8854ee323629ce3b62e39a742cf9dcec"
+FINGERPRINT = "846c32cc5d2f1fd5aeac62a484bf908c28dbfba725b44dffe7a493a6e35db204"
 
 import numpy as np
 from numba import njit

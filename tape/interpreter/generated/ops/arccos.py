@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7bc8a9000b7d1899c43e38c3904a73d956225132754c0b33b2c740b828d84639"
+FINGERPRINT = "af0bf7b306c6c93343b5e67a326bc607c35f09b29f1449df2e42554d252d70a6"
 
 import numpy as np
 from numba import njit

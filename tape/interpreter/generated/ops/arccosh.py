@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "65f96df2748f21e7787cc7e46f696b4369b1be24693121cecfa56cedd289f6bd"
+FINGERPRINT = "527233f51af5db3851bd5eee71a5d8344bec3e88fc4d5145b9894bdccb773dda"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b7c319550d9c36449f1ab81f45305c4015132c9990a22cfd6992bb7b3840a970"
+FINGERPRINT = "29733872f5f9ab19b9d830256c30b84354b9044419f3947d4f2edeafb7f723ca"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c31ee1aed512ca8c558aa51a1bf9c022fe160d08872c4eff393670190ce336e"
+FINGERPRINT = "892492f93b98b1f03ba654799b03f5606a3b7eec6c787580a9b1b7d986b49517"
 
 import numpy as np
 from numba import njit

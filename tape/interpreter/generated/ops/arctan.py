@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5bbc67eca3193040f2238b8f23c20e623f63f6ea38bd3b468f0d257974333e9e"
+FINGERPRINT = "7f3b6dee3e8c0d186f2a61a721748004f6b78226aeaacb010f4dcfd390305002"
 
 import numpy as np
 from numba import njit

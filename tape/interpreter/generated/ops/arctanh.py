@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ab10cb28bba724e999e9d2e3db1bcd79cbbb4cffa1c697aa94c873033141589a"
+FINGERPRINT = "53b697e6e9baa9319f25042a27bf1dcba4293c7bb86b8cfbe5f3cb3b6544022b"
 
 import numpy as np
 from numba import njit

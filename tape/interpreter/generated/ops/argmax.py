@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ac87e2060938e5a1ef2041db702ea861b82d59bd1da322956f1a5acceee9a6ef"
+FINGERPRINT = "b19290cbf0eb3e3fcdcdcca7fe2576b9bf98a71ac148561ea659ac8dd29590f2"
 
 import numpy as np
 from numba import njit

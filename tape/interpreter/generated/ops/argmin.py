@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "31163c857b48727f0350ffd65454c60fb350222e176147dd0ac33832ce40d5fa"
+FINGERPRINT = "7d978a123e3a198cb0c19c948649754ce0f41b30eaaa9db03c34544115e3f58a"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0b7fa063a85d9fdb2596d6772379b9513338275012649772ea4404db7dc96416"
+FINGERPRINT = "d83b49f44c21e905703d7ce2b7c0fe114dbe99e375abacf675b15d14a1472df7"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3598ac42b897cd8330669bb633ee19aa5b78e4a6be042e6411239f314a698a9f"
+FINGERPRINT = "a1c4a4a1f77e8f55c591879aaf8ac4e3df168aeb54c3c55d17674a41cba76421"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b2c324e1fe510dfcf8e084ccec1193eb4703ad8ffb7b2a89fac62a776c47dc97"
+FINGERPRINT = "ab48b31a5b88185d7569a4d92cef63bf016bf34f98b0cee57f0fef076d4fc901"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "89e9e20242c20433ecbe7fff308336253159ad030173055479f685318ba176a9"
+FINGERPRINT = "67df5e88652513c391dae886ad09ea9039443bf2238c919ee898b2c04bbcf582"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "90365f6e20080f803658e3fb4f4ce5bacdbe3aeb67cbd5d7164e39095ff6791c"
+FINGERPRINT = "6a2e744b054b166bd7bedc5d707a05a08bbe6048101a37a16629d9c0e06bd13d"
 
 import numpy as np
 from numba import njit
@@ -33,10 +33,10 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
             v = clip_rev0(x0[j], x1[j], x2[j], y[j], gy[j])
             gk[j] += masked(v, gy[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        ok = bcast_offsets(ipool, p, k)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
+        ok = bcast_offsets(ipool, p, np.int64(k))
         for j in range(n):
             v = clip_rev0(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
             gk[ok[j]] += masked(v, gy[j])
@@ -50,10 +50,10 @@ def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
             v = clip_rev1(x0[j], x1[j], x2[j], y[j], gy[j])
             gk[j] += masked(v, gy[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        ok = bcast_offsets(ipool, p, k)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
+        ok = bcast_offsets(ipool, p, np.int64(k))
         for j in range(n):
             v = clip_rev1(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
             gk[ok[j]] += masked(v, gy[j])
@@ -67,10 +67,10 @@ def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
             v = clip_rev2(x0[j], x1[j], x2[j], y[j], gy[j])
             gk[j] += masked(v, gy[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        ok = bcast_offsets(ipool, p, k)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
+        ok = bcast_offsets(ipool, p, np.int64(k))
         for j in range(n):
             v = clip_rev2(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
             gk[ok[j]] += masked(v, gy[j])
@@ -108,9 +108,9 @@ def _fwd_clip(i, entries, bufs, ipool, data):
         for j in range(n):
             y[j] = clip_fwd(x0[j], x1[j], x2[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
         for j in range(n):
             y[j] = clip_fwd(x0[o0[j]], x1[o1[j]], x2[o2[j]])
     return np.int64(-1)
@@ -150,9 +150,9 @@ def _tan_clip(i, entries, bufs, ipool, data, T):
     if ipool[p] == SAME:
         o0 = o1 = o2 = np.arange(n)
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
         t1 = view(bufs, T[d], b)

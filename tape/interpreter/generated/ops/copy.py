@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f607a1d1ae0078d69cca0c3dc631ee47b7d5a4d9e41f778ae5939911c36c11c2"
+FINGERPRINT = "4592cc142e6b2bcf42fe54bd62dfd4b44592c9159788812f74f13d3acc1c79bd"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5b11c04921ada75acb08844405590fb6e15d32d339681778c4390215cbe2c8fe"
+FINGERPRINT = "e0d948be5f21d639893361a4ac3ec64caac0da3196fee009d7a633686ca9bd24"
 
 import numpy as np
 from numba import njit

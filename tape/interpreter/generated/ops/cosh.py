@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8e1d18cd8cd7e415b7135519e51cc22a2d37060a00a32c7e9c5c889b250af477"
+FINGERPRINT = "c9f62c5e8e5b9f4c5cacf72dc7d7acafbd09e68065282840bb0aec7e1cb81b5f"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "35a435f630a179fdd42343932eef153f67cd7359d319b8d6a8d9fccafa917114"
+FINGERPRINT = "1a4bfc36c8c398fa1eff5d95225157cff4e2d12154dbc9c482c36992f32802a5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a9c9be85683ed77ee060852a8e3d906b45bdc8aa9531c15938d4bc42db7e8842"
+FINGERPRINT = "0fe65037246bd0ba11f99217e195d99d2a2ee8c0888b11b8ccd1a70e362f9a51"
 
 import numpy as np
 from numba import njit

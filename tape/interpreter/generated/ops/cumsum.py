@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "44261998ffd67fdd70e5f7d581288afa1a09e950db002bc59b4c149be001cfaa"
+FINGERPRINT = "130b124777864b3e86bce5e53cbbc3221df94927a39bfaea7d44d890bb7be61c"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c9ab1749c9bc79defc82e70685243a34f3c6fafe04599435273057827cedc655"
+FINGERPRINT = "8237da11925d072ff86a745f44e41295d22fd8039e8e919249e5688a8df6d288"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c3da3a00bca671aca02e8b1809a1a6258bc3243a5fcf40592f3c2951b86497c4"
+FINGERPRINT = "34d1b8b4a643692fadcbba0d7aaf6c2a02d6370f44608d538bd932ad77cfe7da"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "10641430b5bb155eeac646eb4eece30e19e635ffbaca3cea9c69e7212b161b22"
+FINGERPRINT = "6adaf99037904ed3ee18786ec2c4f4829bac492a619955e0f768b0eba6f2b938"
 
 import numpy as np
 from numba import njit

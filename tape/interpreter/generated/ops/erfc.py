@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "62e77fb58117db0b5a1e1f516eef621a4475d9007770ee211c00cd9761b389fd"
+FINGERPRINT = "0017878a16c5ebe331acae1888eae6bc4765516e160b3f2d9a28b60c1842c180"
 
 import numpy as np
 from numba import njit

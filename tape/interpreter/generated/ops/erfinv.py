@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "328fd8c768530d3e51dbd9fec214ac291e2eb0805e86372b408e60aa4939007e"
+FINGERPRINT = "451e5ec77106e882dfc962aac2e42055253177410a860600c5803429ea92863d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "997156c28608deb0fe7612770d77c0f54a59c5b1a28817573f0846f57d3da883"
+FINGERPRINT = "e62c377dcfefc7628c587d111f9ae60f801ca588dad182dc0ddbc419362d10e0"
 
 import numpy as np
 from numba import njit

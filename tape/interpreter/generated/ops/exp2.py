@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "922a49ed178080c28e2c31e28adc574a2c682556edfe89fa5b2912ca6314404d"
+FINGERPRINT = "a7de3b43d9223c3d733187e77166d4aba27737bbf1c297bed2f46c34cba89d8b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bb1b9ca77d2e144663a47c4d3bb07722c0f530fe809f55d1823948325ed6c18e"
+FINGERPRINT = "6b065f8042ca77a413621099d564b95279e5e3806759a14403d212f967c3f1f9"
 
 import numpy as np
 from numba import njit

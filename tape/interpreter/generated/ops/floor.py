@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2c8ef7a2e4b2e698200df43a6b9738f14ed328bd6b5a66b45648a17fbed207d8"
+FINGERPRINT = "8d24ea8d9b188b5d83799766af08388fe2288b527471b1e6a6f1aba29e095013"
 
 import numpy as np
 from numba import njit

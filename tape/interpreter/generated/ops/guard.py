@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "77146aaffe743b31c0858157fd31fbe54e98b480ebbb1afcfe6f04e10a036f2a"
+FINGERPRINT = "9db7992f203f3e8813aaec69f9ec0bb0938db99393e49f121d9f00db277d8de6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6498e672a867b3a86dd4f33c4d23ad09e241d1c4e8bf12999bd70204b6bc8d64"
+FINGERPRINT = "038e4d9d9ab3d00c969e07ef4a13476f996b5be8b979baef0e2f37218dc1f14c"
 
 import numpy as np
 from numba import njit

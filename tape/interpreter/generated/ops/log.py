@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "410752d60e97a3312f7f1cd0a5e210de6a8b1d8af1547e0c21ff050d289e36ab"
+FINGERPRINT = "a4e50fbb90aa60ed37f37fb196f47dfeabebfd6468a345f8ef76ee40ede4ea35"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0278eed57c7b9c1c81f39356087f2bff66187766ffef337babd5f01003e4df80"
+FINGERPRINT = "71577891e640661a70beaa56946b2e4f4023422c48662acb4b15d50b0a805249"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9da0be508c2942084c8d1154fc55f3463f7834ab25f1e3bb5e0589eac26ae36e"
+FINGERPRINT = "28a0ff3d52206b8513ef0b18450cb1974d9b74e29489774867236553e922f9b6"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d1116b29e8c72e785a4d34644c397ee391cf0b4d73cbe93602c1f97ad5459170"
+FINGERPRINT = "2d29480e1b843c6e98058c5b8792aa90b5470c7cf3b87029e34b8c99e80cf580"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c327deb0d0e9095ae87bb3f27f8c1fef8882a834233d9398275de834232b1097"
+FINGERPRINT = "9195c722df0028843aae41e7262c74d8530dd09dbabc34a856f42bc0af5052f5"
 
 import numpy as np
 from numba import njit

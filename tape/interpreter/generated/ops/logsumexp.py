@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a2bd9f87b3d96395f4752ffb0f28d98e3d072fd193cb09a4de2e17f25f234a91"
+FINGERPRINT = "a19e53555546d47b868e0d958b9b7ecd60350f755c51fbe2f5b3655bd4850021"
 
 import numpy as np
 from numba import njit

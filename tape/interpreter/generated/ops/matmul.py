@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "72b4a8f5e50ca7ff9e9000ee319a92071b2800ade56ee6917a65157a36137e9c"
+FINGERPRINT = "017f13960a78d945d134f42643d2be52e928cb8c801f5395aeca1176de678867"
 
 import numpy as np
 from numba import njit

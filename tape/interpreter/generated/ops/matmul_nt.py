@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "93c4e72d37b1c9ac9f227db882bf9803b62078d9debe66e67387376d67fd09b9"
+FINGERPRINT = "7d8f8bb1e7b0d56a130882f8b3f2071ea2847403ea535d367035d97bc395ebbb"
 
 import numpy as np
 from numba import njit

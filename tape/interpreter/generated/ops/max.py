@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bf4f7b0d922e5159bee26fa12571a496b58ce274411c1738eae0fa8e09f8fa5d"
+FINGERPRINT = "0b5de3fcf1e54c109f179202acf699454bbd5171765715ec20ad3853c2813441"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b8c2655220916662bfabec6577925f809c93da3fad54c9a5215c47d3792f0193"
+FINGERPRINT = "3d60e1adff7e8be72a9f5e1c4477e685127242bca633efc6e08b7fcb022e41f5"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e909280da7c5117381c75d4aaf94a063b1af27cdd7bbe6c82380c72283a42e4e"
+FINGERPRINT = "31166a66c935357ee050a993b0dd15b5d88c199babe79ac92dd8630e0e28fb58"
 
 import numpy as np
 from numba import njit

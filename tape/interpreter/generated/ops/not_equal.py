@@ -9,14 +9,14 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0a55e1ee4a92497858009380495aaffd86282c195d4d21c6c0d15871411fceff"
+FINGERPRINT = "3d766f00479a1f4bde45441aa2c84c90e428c746d2669105adbe76d8be6cbd00"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
-from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, view
+from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME
 
 not_equal_fwd = BY_NAME["not_equal"].fwd
@@ -29,22 +29,22 @@ def _fwd_not_equal(i, entries, bufs, ipool, data):
     y = view(bufs, data, entries[i, E_OUT])
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
     for r in range(o0.shape[0]):
-        yr = y[r * m:(r + 1) * m]
+        yr = span(y, r * m, m)
         b0 = o0[r] if nd > 1 else 0
         b1 = o1[r] if nd > 1 else 0
         if s0 == 1 and s1 == 1:
-            a0 = x0[b0:b0 + m]
-            a1 = x1[b1:b1 + m]
+            a0 = span(x0, b0, m)
+            a1 = span(x1, b1, m)
             for j in range(m):
                 yr[j] = not_equal_fwd(a0[j], a1[j])
         elif s0 == 1 and s1 == 0:
-            a0 = x0[b0:b0 + m]
+            a0 = span(x0, b0, m)
             c1 = x1[b1]
             for j in range(m):
                 yr[j] = not_equal_fwd(a0[j], c1)
         elif s0 == 0 and s1 == 1:
             c0 = x0[b0]
-            a1 = x1[b1:b1 + m]
+            a1 = span(x1, b1, m)
             for j in range(m):
                 yr[j] = not_equal_fwd(c0, a1[j])
         else:

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "99a26e4e7613b9d5f66e6781aa7e3c47610194d77154661f626d41fa44224b8b"
+FINGERPRINT = "0ae89c22317dbe94c5a86d878ca8afec70587ba4033cc704d061faae57b611cb"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "25dc9a2fafc4232e2acf6c22a4a992fa21f6b92a174a078647f4956d118ffac4"
+FINGERPRINT = "435c3f98277bcb82e761ded37d72a83f2c3d1852c9ca257c49f666ae496da462"
 
 import numpy as np
 from numba import njit

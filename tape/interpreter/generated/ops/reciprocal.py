@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0ec69d492b2f3a35f395d7754e5a351fb17553ea50ba8a2f65d9fe806aa50d8b"
+FINGERPRINT = "5b97d8f3e054f8dc2a880deb1162fef1cc57bb06e1e7a0b8b19f78ea73022338"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "65f158bba3e0f8489aaec37806887d0ac0113deec1b9438000300597b96039e2"
+FINGERPRINT = "31782c32fad97aec8bba22e7236694d276d6ab2b494333f94a210b4077649cd8"
 
 import numpy as np
 from numba import njit

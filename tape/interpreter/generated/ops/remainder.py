@@ -9,14 +9,14 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3210803cd0d850772898310a885451c2cc955454193c6bde0470922b3a056c99"
+FINGERPRINT = "b46f9b45773c3284d5807ddac8aeadd678c0f914d802001dd9a1b43f21d6cba4"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
-from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, view
+from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
 
 remainder_fwd = BY_NAME["remainder"].fwd
@@ -55,25 +55,25 @@ def _bcast_rev_rows_0(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
         b0 = o0[q] if nd > 1 else 0
         b1 = o1[q] if nd > 1 else 0
         bk = b0 if first else b1
-        yr = y[q * m:(q + 1) * m]
-        gyr = gy[q * m:(q + 1) * m]
+        yr = span(y, q * m, m)
+        gyr = span(gy, q * m, m)
         if s0 <= 1 and s1 <= 1 and (sk == 1):
-            gk = g[bk:bk + m]
+            gk = span(g, bk, m)
             if s0 == 1 and s1 == 1:
-                a0 = x0[b0:b0 + m]
-                a1 = x1[b1:b1 + m]
+                a0 = span(x0, b0, m)
+                a1 = span(x1, b1, m)
                 for j in range(m):
                     v = remainder_rev0(a0[j], a1[j], yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
             elif s1 == 0:
-                a0 = x0[b0:b0 + m]
+                a0 = span(x0, b0, m)
                 c1 = x1[b1]
                 for j in range(m):
                     v = remainder_rev0(a0[j], c1, yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
             else:
                 c0 = x0[b0]
-                a1 = x1[b1:b1 + m]
+                a1 = span(x1, b1, m)
                 for j in range(m):
                     v = remainder_rev0(c0, a1[j], yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
@@ -126,25 +126,25 @@ def _bcast_rev_rows_2(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
         b0 = o0[q] if nd > 1 else 0
         b1 = o1[q] if nd > 1 else 0
         bk = b0 if first else b1
-        yr = y[q * m:(q + 1) * m]
-        gyr = gy[q * m:(q + 1) * m]
+        yr = span(y, q * m, m)
+        gyr = span(gy, q * m, m)
         if s0 <= 1 and s1 <= 1 and (sk == 1):
-            gk = g[bk:bk + m]
+            gk = span(g, bk, m)
             if s0 == 1 and s1 == 1:
-                a0 = x0[b0:b0 + m]
-                a1 = x1[b1:b1 + m]
+                a0 = span(x0, b0, m)
+                a1 = span(x1, b1, m)
                 for j in range(m):
                     v = remainder_rev1(a0[j], a1[j], yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
             elif s1 == 0:
-                a0 = x0[b0:b0 + m]
+                a0 = span(x0, b0, m)
                 c1 = x1[b1]
                 for j in range(m):
                     v = remainder_rev1(a0[j], c1, yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
             else:
                 c0 = x0[b0]
-                a1 = x1[b1:b1 + m]
+                a1 = span(x1, b1, m)
                 for j in range(m):
                     v = remainder_rev1(c0, a1[j], yr[j], gyr[j])
                     gk[j] += masked(v, gyr[j])
@@ -284,22 +284,22 @@ def _fwd_remainder(i, entries, bufs, ipool, data):
     y = view(bufs, data, entries[i, E_OUT])
     nd, m, s0, s1, o0, o1 = _rows(ipool, entries[i, E_ATTR])
     for r in range(o0.shape[0]):
-        yr = y[r * m:(r + 1) * m]
+        yr = span(y, r * m, m)
         b0 = o0[r] if nd > 1 else 0
         b1 = o1[r] if nd > 1 else 0
         if s0 == 1 and s1 == 1:
-            a0 = x0[b0:b0 + m]
-            a1 = x1[b1:b1 + m]
+            a0 = span(x0, b0, m)
+            a1 = span(x1, b1, m)
             for j in range(m):
                 yr[j] = remainder_fwd(a0[j], a1[j])
         elif s0 == 1 and s1 == 0:
-            a0 = x0[b0:b0 + m]
+            a0 = span(x0, b0, m)
             c1 = x1[b1]
             for j in range(m):
                 yr[j] = remainder_fwd(a0[j], c1)
         elif s0 == 0 and s1 == 1:
             c0 = x0[b0]
-            a1 = x1[b1:b1 + m]
+            a1 = span(x1, b1, m)
             for j in range(m):
                 yr[j] = remainder_fwd(c0, a1[j])
         else:
@@ -346,21 +346,21 @@ def _tan_remainder(i, entries, bufs, ipool, data, T):
     for r in range(o0.shape[0]):
         b0 = o0[r] if nd > 1 else 0
         b1 = o1[r] if nd > 1 else 0
-        yr = y[r * m:(r + 1) * m]
-        tyr = ty[r * m:(r + 1) * m]
+        yr = span(y, r * m, m)
+        tyr = span(ty, r * m, m)
         if s0 == 1 and s1 == 1:
-            a0, a1 = (x0[b0:b0 + m], x1[b1:b1 + m])
-            u0, u1 = (t0[b0:b0 + m], t1[b1:b1 + m])
+            a0, a1 = (span(x0, b0, m), span(x1, b1, m))
+            u0, u1 = (span(t0, b0, m), span(t1, b1, m))
             for j in range(m):
                 tyr[j] = _tan2_5(a0[j], a1[j], yr[j], u0[j], u1[j])
         elif s0 == 1 and s1 == 0:
-            a0, u0 = (x0[b0:b0 + m], t0[b0:b0 + m])
+            a0, u0 = (span(x0, b0, m), span(t0, b0, m))
             c1, w1 = (x1[b1], t1[b1])
             for j in range(m):
                 tyr[j] = _tan2_5(a0[j], c1, yr[j], u0[j], w1)
         elif s0 == 0 and s1 == 1:
             c0, w0 = (x0[b0], t0[b0])
-            a1, u1 = (x1[b1:b1 + m], t1[b1:b1 + m])
+            a1, u1 = (span(x1, b1, m), span(t1, b1, m))
             for j in range(m):
                 tyr[j] = _tan2_5(c0, a1[j], yr[j], w0, u1[j])
         else:
@@ -397,16 +397,16 @@ def _hrev_remainder(i, entries, bufs, ipool, data, grad, T, GT):
             b0 = o0[r] if nd > 1 else 0
             b1 = o1[r] if nd > 1 else 0
             if s0 == 1 and s1 == 1 and (a != b):
-                a0, a1 = (x0[b0:b0 + m], x1[b1:b1 + m])
-                u0, u1 = (t0[b0:b0 + m], t1[b1:b1 + m])
+                a0, a1 = (span(x0, b0, m), span(x1, b1, m))
+                u0, u1 = (span(t0, b0, m), span(t1, b1, m))
                 e = r * m
-                yr, gr, dgr = (y[e:e + m], gy[e:e + m], gty[e:e + m])
+                yr, gr, dgr = (span(y, e, m), span(gy, e, m), span(gty, e, m))
                 if act0:
-                    q0 = g0[b0:b0 + m]
+                    q0 = span(g0, b0, m)
                     for j in range(m):
                         q0[j] += _hrev_one_7(a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
                 if act1:
-                    q1 = g1[b1:b1 + m]
+                    q1 = span(g1, b1, m)
                     for j in range(m):
                         q1[j] += _hrev_one_8(a0[j], a1[j], yr[j], gr[j], dgr[j], u0[j], u1[j])
                 continue

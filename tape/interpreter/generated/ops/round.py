@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c9cf50474d89fbe5a4d5d3a165594b4dfab57b2bddee023ee33168d10fab9541"
+FINGERPRINT = "a266c58d5013e278444201eb91a75042b98ca105eb6c7b34beb2c8169e5171eb"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b20c777bb21b4d0298513dc6381ca57c206070be806cc7315460ee36471bb3a5"
+FINGERPRINT = "bedaa69f9fc2a47b778bda1a2d5517cfaa7bf767a2ccd6356213c4037575b5de"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b9c59461cf48669d8d2a5baed2ec6be3e56538fbfaa274b61d466c9fd3580c92"
+FINGERPRINT = "619f58ae02f105975da4f3de4fa43f4412ac65cdaaa286def93b4477997bb1f3"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7c95c661efae4207df847a9272d90619cf95f1dd0f252fba3555442429f9a82f"
+FINGERPRINT = "2bdb81a8b4badad982273d99f1ebfdc45397243dd46d8cd0d3685e7719a2c12c"
 
 import numpy as np
 from numba import njit

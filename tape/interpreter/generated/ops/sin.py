@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6566e422460cea7c152372db273f30c4dadc726efffcfba6217a15c13b3da49f"
+FINGERPRINT = "21dec15a3dc44d8006e89a7ddf821253de434c1a72e077cd0569ddd2157e9957"
 
 import numpy as np
 from numba import njit

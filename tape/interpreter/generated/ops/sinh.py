@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b5aefd9f025321e020084dc54f5f66fd2d73af081eed5b050b044b799ef7fe14"
+FINGERPRINT = "5ac7c353a0538f15529a25a6f04e62a5fb51c3ba25815ba19bbe14439a2b5618"
 
 import numpy as np
 from numba import njit

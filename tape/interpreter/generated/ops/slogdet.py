@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6bf140a89e5e8e492951f8f5bbadf2225c84b1b630bf193c38e67323c6065ca9"
+FINGERPRINT = "c87f6f567b45b5afa04f6106405e1754a7669588fb632d4f5afeceb8ec6e1e58"
 
 import numpy as np
 from numba import njit

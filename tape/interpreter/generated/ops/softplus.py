@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6171f9327f289b881bba02cdb02112934e161f54f333883f50debac4324344d8"
+FINGERPRINT = "4e8fc8a92092697db74e9608b8fe3be8e7d0ae09e193648b17bbf77ca1c89b94"
 
 import numpy as np
 from numba import njit

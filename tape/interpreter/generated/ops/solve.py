@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c87c1f2710fc69ade91fc48d45f92180fd088b407b21de9f67bad6ab2c8aa75b"
+FINGERPRINT = "84a20e2e36428c140b7d920e76597f288d460cb27b2acc50b16a7cb835ce263b"
 
 import numpy as np
 from numba import njit

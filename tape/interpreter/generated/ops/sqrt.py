@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b9c35fab9b04160c9d1d99493e6a15f2ee82194a8fd7c4aae6c686bb2f1cb296"
+FINGERPRINT = "fb0b4b120940b57dd7855bb80568f2703cc209b8cec996af9898d5675b8ceec9"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "46004f44926c62a6eb6a9f71cb57904ad03490929a2e9d3971bd200ef07188a7"
+FINGERPRINT = "1a214391f7a78f22724b45725e570ec0ca61dafe0b191829a66382edb25e64b9"
 
 import numpy as np
 from numba import njit

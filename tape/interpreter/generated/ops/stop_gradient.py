@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f1b8571029c933a92845dacd6032c7cc8980bed923cba05ab4631da7899d41c3"
+FINGERPRINT = "f211201b9f9937cde2945bd6061c76a6bd867a198f39692c6cafed5e25e06e2d"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5aeaf62b4e2e1a688668882d401be054b47280f20e43dcbd1e0f21b567f3776e"
+FINGERPRINT = "e37ae3a5f59c324fa2e5eb022023fbcada2e65885a4f8e91c5fb359ef5c95337"
 
 import numpy as np
 from numba import njit

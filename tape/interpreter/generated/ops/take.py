@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a68678e9d190b0ee2367dbc0b285b26b757552a19c74b7cf627ccd547d7c5fcb"
+FINGERPRINT = "27d7ca8763e2306a9e7dcafa6a75f883222f02c0a1f0a3f320f0bfae9e09df38"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d543b6a406dfd22fdc11644cadb13395922aa9f2611ebbf3e4797c95b582c681"
+FINGERPRINT = "7ac30d3ce9c8a176c592d768ca2869542dd8b5184bb4003881e92e1c42550387"
 
 import numpy as np
 from numba import njit

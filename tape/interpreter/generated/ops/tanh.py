@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d901928fcd389d76dfba3250e28b43c6af0adc4876ad1c38f8053c2f0293e04b"
+FINGERPRINT = "3236752e867cbd48ca9a58acb7acf71137b616e25d4a069a43b059efaf3f38ea"
 
 import numpy as np
 from numba import njit

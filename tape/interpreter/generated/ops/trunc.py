@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6ae7384fe085edd1df57a8c23f46219792b69b6724a627e054d408394c91e7dd"
+FINGERPRINT = "6560544fc7d6ad489a73ecc6e9b38dddb8db68b547c18c489b90b35967e6212b"
 
 import numpy as np
 from numba import njit

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "26bbc88872060d2d54374e4e1c2fe2de266a56d417abc6de168295b4cb3cbf66"
+FINGERPRINT = "444e9a71e2702273582504fece2bc023ff818657b972d755ec4b2e2dfa962b6f"
 
 import numpy as np
 from numba import njit
@@ -32,10 +32,10 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
             v = where_rev1(x0[j], x1[j], x2[j], y[j], gy[j])
             gk[j] += masked(v, gy[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        ok = bcast_offsets(ipool, p, k)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
+        ok = bcast_offsets(ipool, p, np.int64(k))
         for j in range(n):
             v = where_rev1(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
             gk[ok[j]] += masked(v, gy[j])
@@ -49,10 +49,10 @@ def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
             v = where_rev2(x0[j], x1[j], x2[j], y[j], gy[j])
             gk[j] += masked(v, gy[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
-        ok = bcast_offsets(ipool, p, k)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
+        ok = bcast_offsets(ipool, p, np.int64(k))
         for j in range(n):
             v = where_rev2(x0[o0[j]], x1[o1[j]], x2[o2[j]], y[j], gy[j])
             gk[ok[j]] += masked(v, gy[j])
@@ -89,9 +89,9 @@ def _fwd_where(i, entries, bufs, ipool, data):
         for j in range(n):
             y[j] = where_fwd(x0[j], x1[j], x2[j])
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
         for j in range(n):
             y[j] = where_fwd(x0[o0[j]], x1[o1[j]], x2[o2[j]])
     return np.int64(-1)
@@ -130,9 +130,9 @@ def _tan_where(i, entries, bufs, ipool, data, T):
     if ipool[p] == SAME:
         o0 = o1 = o2 = np.arange(n)
     else:
-        o0 = bcast_offsets(ipool, p, 0)
-        o1 = bcast_offsets(ipool, p, 1)
-        o2 = bcast_offsets(ipool, p, 2)
+        o0 = bcast_offsets(ipool, p, np.int64(0))
+        o1 = bcast_offsets(ipool, p, np.int64(1))
+        o2 = bcast_offsets(ipool, p, np.int64(2))
     for d in range(T.shape[0]):
         t0 = view(bufs, T[d], a)
         t1 = view(bufs, T[d], b)
