@@ -927,6 +927,10 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
         '    """Load the arguments (of the recorded shapes, any layout), zero the leaf',
         "    adjoints, replay forward and backward. Returns the forward status (``-1``: done;",
         '    otherwise the gradients are untouched)."""',
+        # views holding no reference (tape.layout.views.borrow): the check below can raise,
+        # and Numba then keeps an atomic reference count per array and call
+        "    " + ", ".join(["ints", "arena", *xs]) + " = "
+        + ", ".join(f"_borrow({v})" for v in ["ints", "arena", *xs]),
         f"    if ints.shape[0] != {n_ints} or arena.shape[0] != {2 * nd}:",
         f"        raise ValueError({STALE_POOL!r})",
         *_views_text(t, n_ints, tables_read),

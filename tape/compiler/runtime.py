@@ -240,8 +240,9 @@ def runtime_source() -> str:
     sized = []
     for n in range(1, SIZED_ARGS + 1):
         xs = ", ".join(f"x{k}" for k in range(n))
+        held = ", ".join(f"_borrow(x{k})" for k in range(n))
         sized += ["@njit(**COMPILED_JIT)", f"def gradient_args_{n}(ints, arena, {xs}):",
-                  f"    return _gradient(ints, arena, ({xs},))", "", ""]  # fmt: skip
+                  f"    return _gradient(_borrow(ints), _borrow(arena), ({held},))", "", ""]  # fmt: skip
     fields["SIZED"] = "\n".join(sized).strip()
     text = _RUNTIME
     for k, v in fields.items():

@@ -20,6 +20,7 @@ import numpy as np
 
 from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps
+from tape.layout.calls import entry_point
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
@@ -116,16 +117,30 @@ class _Workspace:
 
 _ndarray = np.ndarray  # a global, not an attribute lookup, on the hot path
 
+_EMIT = {}
+"""Eager mode's step (``sweeps.emit``) by the dtype of the value arena, called without
+Numba's dispatch (:func:`tape.layout.calls.entry_point`): a tape's ``entries``, ``bufs``,
+``ipool`` and ``data`` are always fresh C-ordered arrays (made by ``np.empty``, ``_grow``,
+``astype`` or ``np.array``, or C-ordered views of one such array), and its other
+arguments integers, so their types follow from ``data``'s dtype."""
 
-def _direct_ok(args, fast):
-    """Whether ``args`` are arrays of the recorded shapes and dtypes ``fast`` (``(shape,
-    dtype)`` each), which a compiled tape's one-call gradient takes unchecked."""
+
+def _direct_call(args, d):
+    """What a compiled tape's one-call gradient ``d`` (``Tape._direct``) runs ``args`` with:
+    its entry point where they are C-ordered arrays of the recorded shapes and dtypes (the
+    types it was compiled for), the dispatcher where some are of another layout (Numba
+    compiles it for theirs), ``None`` where they are not arrays of the recorded shapes and
+    dtypes (the checked path runs)."""
+    fn, _, fast, _, entry = d
     if len(args) != len(fast):
-        return False
+        return None
+    call = entry
     for a, (shape, dt) in zip(args, fast):
         if type(a) is not _ndarray or a.shape != shape or a.dtype != dt:
-            return False
-    return True
+            return None
+        if not a.flags.c_contiguous:
+            call = fn
+    return call
 
 
 class KernelArgs(NamedTuple):
@@ -387,12 +402,15 @@ class Tape:
             self.entries, self.bufs, self.ipool, self.data, i, b, off, size, len(shape), sp, kind,
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
         )  # fmt: skip
-        status = sweeps.emit(*args)
+        step = _EMIT.get(self.data.dtype)
+        if step is None:  # the tape's arrays are always C-ordered, of int64 and one dtype
+            step = _EMIT[self.data.dtype] = entry_point(sweeps.emit, args)
+        status = step(*args)
         if status == _dispatch.UNPREPARED:  # the op's first use in this process (this class)
             cls = _dispatch.entry_classes(self.entries, self.bufs, np.array([i]))
             _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
                               also=self.cold_jobs, classes=cls)  # fmt: skip
-            status = sweeps.emit(*args)
+            status = step(*args)
         self.n_data = off + size
         self.n_bufs = b + 1
         self.n_entries = i + 1
@@ -872,13 +890,16 @@ class Tape:
         d = self._direct
         if d is not None and not self._variants and not _anomaly.ON:
             # a compiled tape's common call, inlined: one compiled call (see _run_direct)
-            fn, ints, fast, one = d
+            fn, ints, fast, one, entry = d
             if len(args) == 1 and one is not None:  # the arguments' checks cost as much as
                 a = args[0]  # the sweeps of a small tape: one array's are written out
-                ok = type(a) is _ndarray and a.shape == one[0] and a.dtype is one[1]
+                if type(a) is _ndarray and a.shape == one[0] and a.dtype is one[1]:
+                    call = entry if a.flags.c_contiguous else fn  # (see _direct_call)
+                else:
+                    call = None
             else:
-                ok = _direct_ok(args, fast)
-            if ok:
+                call = _direct_call(args, d)
+            if call is not None:
                 try:
                     ws = self._tls.ws
                 except AttributeError:
@@ -890,7 +911,7 @@ class Tape:
                     outs = out  # one array, of its gradient's shape: the common call
                 else:  # checked before anything runs: no replay is half done
                     outs = self._check_out(out, v)
-                status = fn(ints, ws.arena, *args)  # raises only before it writes
+                status = call(ints, ws.arena, *args)  # raises only before it writes
                 if status < 0:
                     ws.ok = True
                     if outs is None:
@@ -960,11 +981,11 @@ class Tape:
         d = self._direct
         if d is None or self._variants or _anomaly.ON:
             return None
-        fn, ints, fast, _ = d
-        if not _direct_ok(args, fast):
+        call = _direct_call(args, d)
+        if call is None:
             return None
         ws = getattr(self._tls, "ws", None) or self.thread_workspace()
-        status = fn(ints, ws.arena, *args)  # raises only before it writes
+        status = call(d[1], ws.arena, *args)  # raises only before it writes
         if status < 0:
             ws.ok = True
             return self, ws
@@ -1093,7 +1114,11 @@ class Tape:
             args = [np.asarray(v, d).reshape(s) for v, (s, d) in zip(ws.in_views, r["fast"])]
             mod.gradient_args(ints, ws.arena, *args)
             fast = tuple(r["fast"])
-            self._direct = (mod.gradient_args, ints, fast, fast[0] if len(fast) == 1 else None)
+            # called from Python without Numba's dispatch where the arguments are of the
+            # types it was compiled for here (C-ordered): see _direct_call
+            entry = entry_point(mod.gradient_args, (ints, ws.arena, *args))
+            one = fast[0] if len(fast) == 1 else None
+            self._direct = (mod.gradient_args, ints, fast, one, entry)
         else:
             mod.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,

@@ -1,0 +1,34 @@
+"""Calling a compiled function from Python without Numba's dispatch.
+
+A call of a Numba dispatcher from Python first works out the Numba type of every argument
+and looks up the compiled version for them: for arrays that costs as much as a small
+tape's whole sweep (``benchmarks/MEASURED.md``). Where the caller knows the types already
+(its own arrays, made once, of one dtype and layout), :func:`entry_point` gives the
+compiled version's own entry, which converts the arguments and runs, nothing more.
+
+That entry trusts its arguments' types: an array of another dtype, number of dimensions or
+layout would be read as if it had the compiled ones (wrong numbers, or memory outside the
+array). Use it only for arguments whose types are fixed by construction, and check those
+that come from users (dtype, shape and ``flags.c_contiguous``) before each call, falling
+back to the dispatcher otherwise. Python ints and floats are converted as the compiled
+signature says.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from numba import typeof
+from numba.core.typing.typeof import Purpose
+
+
+def entry_point(fn, args):
+    """The entry of dispatcher ``fn`` compiled for the types of ``args`` (compiled now, or
+    loaded from Numba's cache, if it was not yet), callable from Python as ``fn`` is, with
+    arguments of those types only (see the module's docstring). For a function with
+    ``*args`` it is ``fn`` itself (Numba folds those into a tuple as it dispatches)."""
+    if fn.py_func.__code__.co_flags & inspect.CO_VARARGS:
+        return fn
+    sig = tuple(typeof(a, Purpose.argument) for a in args)
+    fn.compile(sig)
+    return fn.overloads[sig].entry_point
