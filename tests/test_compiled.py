@@ -501,6 +501,34 @@ def test_gradient_from_python_is_one_compiled_call_for_any_layout():
         t.gradient(x[:10])  # a wrong shape takes the checked path and its error
 
 
+def test_gradient_of_several_arguments_of_mixed_layouts():
+    """The one-call path with several arguments: its entry point where all are C-ordered, the
+    dispatcher where one is strided or reversed (the entry point would read it as C-ordered),
+    the checked path for another dtype or shape; every call against NumPy's gradient."""
+    rng = np.random.default_rng(11)
+    A, b = rng.standard_normal((6, 5)), rng.standard_normal(6)
+
+    def f(x, y):
+        r = A @ x - b * y
+        return (r * r).sum()
+
+    def grads(x, y):
+        r = A @ x - b * y
+        return 2 * A.T @ r, -2 * b * r
+
+    x, y = rng.standard_normal(5), rng.standard_normal(6)
+    t = tp.record(f, x, y, compile=True)
+    assert t._direct is not None and t._direct[3] is None  # several arguments
+    wide = rng.standard_normal(12)
+    for x2, y2 in ((x, y), (x, wide[::2]), (x[::-1], wide[1::2]), (x, y[::-1])):
+        for got, want in zip(t.gradient(x2, y2), grads(x2, y2)):
+            close(got, want)
+    for got, want in zip(t.gradient(x.astype(np.float32), y), grads(x.astype(np.float32), y)):
+        close(got, want, rtol=1e-6)
+    with pytest.raises((ValueError, TypeError)):
+        t.gradient(x, y[:5])
+
+
 def test_gradient_out_of_any_layout_and_the_refused_ones():
     """``gradient(out=)`` on a compiled tape's one-call path: ``out`` filled and returned (a
     strided one: nothing written between its elements), another dtype filled by a cast, a

@@ -230,3 +230,85 @@ def test_full_sums_are_accurate_and_propagate_nan_and_inf(dtype):
     assert np.isnan(total(v))
     v[37], v[3], v[80] = 1.0, np.inf, -np.inf
     assert np.isnan(total(v))
+
+
+def test_eager_steps_pass_the_types_their_entry_point_was_compiled_for(monkeypatch, tmp_path):
+    """Eager mode's step calls ``sweeps.emit`` through the entry point compiled for the first
+    call's argument types (``tape.program.core._EMIT``), which trusts them: every later call
+    must pass arrays of exactly those types (C-ordered, writeable, int64 tables, the arena's
+    dtype) and integers, through growth of every array, float32 tapes, promotion to float64,
+    merged graphs, steps that share the previous step's int pool, recordings, compiled tapes
+    and loaded ones."""
+    from numba import typeof
+    from numba.core.typing.typeof import Purpose
+
+    import tape.program.core as core
+    from tape.interpreter.generated import sweeps
+
+    calls = []
+
+    def checked(entry):
+        (sig,) = [s for s, o in sweeps.emit.overloads.items() if o.entry_point is entry]
+
+        def call(*args):
+            got = tuple(
+                typeof(a, Purpose.argument) if isinstance(a, np.ndarray) else a for a in args
+            )
+            for a, want in zip(got, sig):
+                if isinstance(a, int) or isinstance(a, np.integer):
+                    assert str(want) == "int64", (want, a)
+                else:
+                    assert a == want, (a, want)
+            calls.append(sig[3].dtype)
+            return entry(*args)
+
+        return call
+
+    class Checked(dict):
+        def get(self, key, default=None):
+            e = dict.get(self, key, default)
+            return None if e is None else checked(e)
+
+        def __setitem__(self, key, entry):
+            dict.__setitem__(self, key, entry)
+
+    monkeypatch.setattr(core, "_EMIT", Checked())
+    rng = np.random.default_rng(0)
+    # growth of every array: many ops, many shapes and attribute blocks, a large arena
+    def chain(xp, y):
+        for k in range(60):
+            y = xp.sin(y) * 1.01 + y[: 50 - k % 7].sum() * 0.001 if k % 2 else y * 0.99 + 0.01
+        return y.sum()
+
+    x0 = rng.standard_normal(50)
+    x = tape.tensor(x0, requires_grad=True)
+    z = tape.tensor(rng.standard_normal((300, 40)), requires_grad=True)
+    s = (tape.exp(z * 0.1) @ z.T).sum() + chain(tape, x)
+    s.backward()
+    assert z.grad.shape == (300, 40)
+    fd_x = fd(lambda u: chain(np, u), x0)
+    np.testing.assert_allclose(x.grad.numpy(), fd_x, rtol=1e-6, atol=1e-8)
+    # float32, then joined by a float64 value (promotion by astype), then merged graphs
+    a32 = tape.tensor(rng.standard_normal(20).astype(np.float32), requires_grad=True)
+    b = (a32 * 2.0).sum()
+    c64 = tape.tensor(rng.standard_normal(20), requires_grad=True)
+    d = a32 * 3.0 + c64 * c64
+    (d.sum() + b).backward()
+    np.testing.assert_allclose(c64.grad.numpy(), 2 * c64.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(a32.grad.numpy(), np.full(20, 5.0), rtol=1e-6)
+    # training steps: each step's tape shares the previous one's int pool
+    w = tape.tensor(rng.standard_normal((8, 3)), requires_grad=True)
+    xs = tape.tensor(rng.standard_normal((16, 8)))
+    for _ in range(4):
+        loss = tape.tanh(xs @ w).pow(2).mean()
+        loss.backward()
+        w.grad = None
+    # a recording, its compiled tier, and a saved and loaded copy replayed
+    v = rng.uniform(-1, 2, 30)
+    t = tape.record(lambda u: (100 * (u[1:] - u[:-1] ** 2) ** 2 + (1 - u[:-1]) ** 2).sum(), v)
+    g = t.gradient(v)
+    t.save(tmp_path / "t.npz")
+    t2 = tape.load(tmp_path / "t.npz")
+    np.testing.assert_allclose(t2.gradient(v), g, rtol=1e-12)
+    np.testing.assert_allclose(t.compile().gradient(v), g, rtol=1e-12)
+    assert {np.dtype(np.float64), np.dtype(np.float32)} <= {np.dtype(str(d)) for d in calls}
