@@ -209,6 +209,7 @@ def test_a_record_missing_a_fact_fails(change, says):
 OPS_SHARED = {"__init__", "registry", "loops", "vmath", "blas", "masked", "validate"}
 OPS_MAY_IMPORT = {
     "tape.ops.registry",
+    "tape.layout.calls",
     "tape.layout.columns",
     "tape.layout.config",
     "tape.ops.loops",
@@ -247,6 +248,26 @@ def test_ops_import_nothing_above_them(path):
             assert top in {"numba", "numpy"} or top in sys.stdlib_module_names, (
                 f"{path.name} imports {name}"
             )
+
+
+def test_helpers_for_compiled_callers_refuse_calls_from_python():
+    """The op kernels' loops and helpers compile without entries for Python callers
+    (``tape.layout.calls.compiled_only``): compiled code calls them as any function, and a
+    call from Python raises TypeError instead of jumping through the missing entry."""
+    from tape.interpreter.generated.ops import sub
+    from tape.layout.calls import CompiledOnly
+    from tape.ops import loops
+
+    assert isinstance(loops.total, CompiledOnly) and isinstance(sub._bcast_rev_rows_0, CompiledOnly)
+    with pytest.raises(TypeError, match="compiled code only"):
+        loops.total(np.arange(5.0))
+
+    @njit
+    def total(x):
+        return loops.total(x)
+
+    v = np.random.default_rng(2).standard_normal(1001)
+    assert total(v) == pytest.approx(float(np.sum(v)), rel=1e-13, abs=1e-13)
 
 
 HELPERS_CHILD = """

@@ -274,6 +274,7 @@ def test_eager_steps_pass_the_types_their_entry_point_was_compiled_for(monkeypat
 
     monkeypatch.setattr(core, "_EMIT", Checked())
     rng = np.random.default_rng(0)
+
     # growth of every array: many ops, many shapes and attribute blocks, a large arena
     def chain(xp, y):
         for k in range(60):

@@ -13,6 +13,7 @@ from numba import njit
 from tape.compiler.analyse import CALLBACK_OP, Call, Group, Plan
 from tape.compiler.params import BLOCK, BLOCK_MIN, FEW_RANGES, SHIFT_MAX, SHORT_SUM, tag
 from tape.compiler.runtime import STALE_POOL
+from tape.layout.calls import compiled_only
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
@@ -24,7 +25,7 @@ from tape.layout.columns import (
     E_OUT,
     LEAF,
 )
-from tape.layout.config import UNCACHED_JIT, UNIT_JIT
+from tape.layout.config import UNIT_JIT
 from tape.ops import registry
 from tape.ops.elementwise import POW
 
@@ -190,7 +191,7 @@ def outline_rule(rule):
     59 and 64 s with them called (two alternating runs), its gradient as fast either way."""
     d = _OUTLINED.get(rule)
     if d is None:
-        d = _OUTLINED[rule] = njit(**UNCACHED_JIT)(rule.py_func)
+        d = _OUTLINED[rule] = compiled_only(rule.py_func)
     return d
 
 

@@ -23,9 +23,10 @@ import textwrap
 
 from tape.ops import loops as _loops
 
-JIT = "@njit(**UNCACHED_JIT)"
+JIT = "@compiled_only"
 """The decorator of a specialised copy: not cached by itself (the op's entry functions that
-call it are, with it compiled in)."""
+call it are, with it compiled in), and compiled without entries for calls from Python
+(:func:`tape.layout.calls.compiled_only`)."""
 JIT_INLINE = '@njit(inline="always", **UNCACHED_JIT)'
 """The decorator of a copy without loops (one element's rule, masked): inlined where it is
 called, at Numba's IR level, which costs little for a function this small and spares a

@@ -12,14 +12,20 @@ array). Use it only for arguments whose types are fixed by construction, and che
 that come from users (dtype, shape and ``flags.c_contiguous``) before each call, falling
 back to the dispatcher otherwise. Python ints and floats are converted as the compiled
 signature says.
+
+The other way round, :func:`compiled_only` compiles a function that only compiled code calls
+without the entries through which Python and C would call it (they take compile time).
 """
 
 from __future__ import annotations
 
 import inspect
 
-from numba import typeof
+from numba import njit, typeof
+from numba.core.registry import CPUDispatcher
 from numba.core.typing.typeof import Purpose
+
+from tape.layout.config import HELPER_JIT
 
 
 def entry_point(fn, args):
@@ -32,3 +38,31 @@ def entry_point(fn, args):
     sig = tuple(typeof(a, Purpose.argument) for a in args)
     fn.compile(sig)
     return fn.overloads[sig].entry_point
+
+
+class CompiledOnly(CPUDispatcher):
+    """The dispatcher of a function compiled with :data:`tape.layout.config.HELPER_JIT`
+    (:func:`compiled_only`): compiled functions call it as any other, but it has no entry for
+    calls from Python, where Numba would jump through a missing one (a crash); a call from
+    Python raises ``TypeError`` instead."""
+
+    def __call__(self, *args, **kwargs):
+        f = self.py_func
+        raise TypeError(
+            f"{f.__module__}.{f.__qualname__} is compiled for calls from compiled code only "
+            "(a helper of tape's kernels): call it from an @njit function"
+        )
+
+
+def compiled_only(fn=None, **options):
+    """``njit`` with :data:`tape.layout.config.HELPER_JIT` (and ``options``) for a function
+    that only other compiled functions call and that is not inlined: it compiles without the
+    wrappers for calls from Python and C, and a call from Python raises ``TypeError``
+    (:class:`CompiledOnly`). Use as ``@compiled_only`` or ``@compiled_only(fastmath=...)``."""
+
+    def make(f):
+        d = njit(**dict(HELPER_JIT, **options))(f)
+        d.__class__ = CompiledOnly
+        return d
+
+    return make if fn is None else make(fn)

@@ -20,6 +20,13 @@ UNCACHED_JIT = dict(nogil=True, error_model="numpy")
 the scalar rules, the shared loops and helpers the op kernels call (the callers' cache holds
 them; a cache of their own would be stale the moment a rule changed)."""
 
+HELPER_JIT = dict(UNCACHED_JIT, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+"""Options of those of them that only compiled code calls and that are not inlined (the
+loops and helpers of the op kernels, the broadcast helpers of the generated kernels, the
+compiled tier's outlined rules; :func:`tape.layout.calls.compiled_only` applies them): no
+wrapper for calls from Python or C. Each such function compiles on its own, and its
+wrappers were about a tenth of the compile of the ADBench GMM objective's kernels."""
+
 COMPILED_JIT = dict(cache=True, nogil=True, error_model="numpy")
 """Options of a compiled tape's module (:mod:`tape.compiled`): those of the sweeps. No
 ``fastmath``: reassociation would let a fused loop compute something other than what was

@@ -26,17 +26,16 @@ its log-determinant is ``-inf`` and has no derivative.
 """
 
 import numpy as np
-from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
-from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blas import gemm_acc, gesv, potrf, trsm, trsm_lower_right
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import solve as sv
 from tape.ops.loops import active, add2, mat, put2, tri, view
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 
 GENERAL, LOWER, UPPER = 0, 1, 2
 """``solve`` modes: which part of ``A`` is read."""

@@ -19,10 +19,9 @@ Attribute block: ``[mode]``:
 """
 
 import numpy as np
-from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1
-from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.loops import view
 
@@ -30,7 +29,7 @@ EQUAL, TRUTH, INT = 0, 1, 2
 MODES = {EQUAL: "value", TRUTH: "truth value", INT: "integer value"}
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def guard_fwd(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     ref = view(bufs, data, entries[i, E_IN1])

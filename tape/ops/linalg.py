@@ -11,16 +11,15 @@ to this form by the front end, :mod:`tape.frontend.ops.linalg` (reshapes are fre
 """
 
 import numpy as np
-from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import B_OFF, B_SIZE, E_ATTR, E_IN0, E_IN1, E_OUT
-from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blas import gemm_acc
 from tape.ops.blocks import matmul as mm
 from tape.ops.loops import active, add2, mat, put2, view
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 
 
 @_jit

@@ -14,6 +14,7 @@ A NaN adjoint still propagates.
 import numpy as np
 from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import (
     B_KIND,
     B_NDIM,
@@ -33,7 +34,7 @@ from tape.layout.views import span, table
 from tape.ops import masked as _masked
 from tape.ops.blocks import broadcast
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 # Loops that take a rule as an argument are inlined into the sweep at Numba-IR level: a
 # function passed as a run-time argument to a separately compiled loop would make the sweep
 # uncacheable (Numba embeds the dispatcher's address).
@@ -49,7 +50,7 @@ strides_at = _position(broadcast.strides_at)
 inner_stride_at = _position(broadcast.inner_stride_at)
 
 
-@njit(fastmath={"reassoc"}, **UNCACHED_JIT)
+@compiled_only(fastmath={"reassoc"})
 def total(x):
     """The sum of the 1-D array ``x``, vectorised: LLVM may add in any order (several partial
     sums at once), not one element after the other, which is a chain of dependent adds."""

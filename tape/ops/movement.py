@@ -20,6 +20,7 @@ the sweep on a bad one.
 import numpy as np
 from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import B_OFF, E_ATTR, E_IN0, E_IN1, E_OP, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
@@ -27,7 +28,7 @@ from tape.ops.blocks import copy as copy_block_codec
 from tape.ops.blocks import rows as rows_block
 from tape.ops.loops import active, strided_offsets, view
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 # the blocks' positions, as the GPU kernels compile them too (inlined in Numba IR: see
 # tape.ops.loops)
 _position = njit(inline="always", **UNCACHED_JIT)

@@ -34,16 +34,15 @@ same attribute block, ``B[b]`` of ``n x k``): ``linear``'s ``x W^T`` without a c
 import math
 
 import numpy as np
-from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
-from tape.layout.config import UNCACHED_JIT
 from tape.ops import linalg, registry, validate
 from tape.ops import vmath as vm
 from tape.ops.blocks import scan as sc
 from tape.ops.loops import active, span, view
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 
 
 @_jit

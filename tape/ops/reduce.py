@@ -8,13 +8,14 @@ input element ``j`` adds into output element ``offsets[j]``. ``mean``, ``var``, 
 import numpy as np
 from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import ALL, E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blocks import reduce as block
 from tape.ops.loops import active, span, strided_offsets, total, view
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 # the block's positions, as the GPU kernels compile them too (inlined in Numba IR: see
 # tape.ops.loops)
 _position = njit(inline="always", **UNCACHED_JIT)

@@ -25,13 +25,14 @@ The index ops have no differentiable input and write integer positions into the 
 import numpy as np
 from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import B_OFF, E_ATTR, E_IN0, E_OUT
 from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blocks import scan as sc
 from tape.ops.loops import active, view
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 # the entry kernels that take an op's element loops as an argument: inlined in Numba IR, so the
 # loops are constants of each op's kernel (as tape.ops.loops does with rules)
 _lanes = njit(inline="always", **UNCACHED_JIT)

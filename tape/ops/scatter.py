@@ -9,16 +9,15 @@ adjoint rows. The front ends are in :mod:`tape.frontend.ops.scatter`.
 """
 
 import numpy as np
-from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import E_ATTR, E_IN0, E_IN1, E_OUT
-from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry
 from tape.ops.blocks import rows as rows_block
 from tape.ops.loops import active, view
 from tape.ops.movement import check_take, inner_at, n_rows_at, take_failure
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 
 
 @_jit

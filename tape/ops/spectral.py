@@ -42,17 +42,16 @@ tril(C, -1)^T`` (``Q^T tQ``, antisymmetric), ``tR = (C - O) R``, ``tQ = tA R^-1 
 """
 
 import numpy as np
-from numba import njit
 
+from tape.layout.calls import compiled_only
 from tape.layout.columns import B_SIZE, E_ATTR, E_IN0, E_OUT
-from tape.layout.config import UNCACHED_JIT
 from tape.ops import registry, validate
 from tape.ops.blocks import matrices as sq
 from tape.ops.blocks import qr as qr_block
 from tape.ops.factor import _dot, _finite, _from_lower, _phi, _tri_solve
 from tape.ops.loops import active, add2, mat, put2, tri, view
 
-_jit = njit(**UNCACHED_JIT)
+_jit = compiled_only  # (tape.layout.calls: no entry for calls from Python)
 
 EPS64, EPS32 = 2.0**-52, 2.0**-23
 

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "c483e9e6a4b53669b2c5505e55105a58cd3b06e2d6278213f26d1ced45349eec"
+FINGERPRINT = "eb0f7426ebd1ce8535008c347431d0b1cceb9289c4e89d93afcd956339688b14"
 
 from numba import cuda, float64
 

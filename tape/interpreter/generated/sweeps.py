@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "37fed1534f4d00995fcfb3087729f99f5abaab1d943eba6be1a68bbda2aee37e"
+FINGERPRINT = "6e0d0b037b2f4842ccbcbc0c07f5a525eb41eae09753f88ac992d8e3f5104e95"
 
 import numpy as np
 from numba import njit, prange

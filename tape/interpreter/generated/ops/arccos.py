@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "af0bf7b306c6c93343b5e67a326bc607c35f09b29f1449df2e42554d252d70a6"
+FINGERPRINT = "5e8f7dc5fe2626f3c7359a96e782ecfed627f98cd460e63d28e74310d020a4c2"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "527233f51af5db3851bd5eee71a5d8344bec3e88fc4d5145b9894bdccb773dda"
+FINGERPRINT = "d9efacda6730db14c12b875800430e9453817295a24b954817a3ae2757b8a8d3"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

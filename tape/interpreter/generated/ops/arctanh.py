@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "53b697e6e9baa9319f25042a27bf1dcba4293c7bb86b8cfbe5f3cb3b6544022b"
+FINGERPRINT = "73cffafd257eef62df7308e37c1288acf8556000caed514c0f9e3a47e38c9387"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

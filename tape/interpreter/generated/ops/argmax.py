@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b19290cbf0eb3e3fcdcdcca7fe2576b9bf98a71ac148561ea659ac8dd29590f2"
+FINGERPRINT = "6eb3e01473f071b69bb2edf3f0c41a01f2724e7303d6b9204cf086f810ae274e"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmax_fwd
 

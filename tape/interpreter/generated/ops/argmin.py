@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7d978a123e3a198cb0c19c948649754ce0f41b30eaaa9db03c34544115e3f58a"
+FINGERPRINT = "dea0a71f41fca5f3932460a299c09a07e6f538fedc8138752477f25421533b79"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmin_fwd
 

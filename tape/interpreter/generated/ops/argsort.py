@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d83b49f44c21e905703d7ce2b7c0fe114dbe99e375abacf675b15d14a1472df7"
+FINGERPRINT = "1b160df720ba70c57fa7434ca65aeed558527a13297a7bd49a663bf548bed689"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argsort_fwd
 

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a1c4a4a1f77e8f55c591879aaf8ac4e3df168aeb54c3c55d17674a41cba76421"
+FINGERPRINT = "b17b208073ad4a0d0c3807ea9f68a2c721c7852691ce793ee566fbf5150e16fa"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "67df5e88652513c391dae886ad09ea9039443bf2238c919ee898b2c04bbcf582"
+FINGERPRINT = "c7b82c76255da865748e753b1fa909e8efa1881f702d3a95ab00236211cc90b2"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import cholesky_fwd, cholesky_rev, cholesky_jvp, cholesky_hvp
 

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6a2e744b054b166bd7bedc5d707a05a08bbe6048101a37a16629d9c0e06bd13d"
+FINGERPRINT = "0be8460b5ae0c5fe61dfe44e2edd29caeae9da855954d2ac1d03703e4a0f9469"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.ops.registry import BY_NAME
@@ -25,7 +26,7 @@ clip_rev1 = BY_NAME["clip"].rev[1]
 clip_rev2 = BY_NAME["clip"].rev[2]
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -42,7 +43,7 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -59,7 +60,7 @@ def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4592cc142e6b2bcf42fe54bd62dfd4b44592c9159788812f74f13d3acc1c79bd"
+FINGERPRINT = "fb1483af8aaf3689388e34d648ec5f3eda346eb584f40920ecee9d6651407f97"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import copy_fwd, copy_rev
 

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c9f62c5e8e5b9f4c5cacf72dc7d7acafbd09e68065282840bb0aec7e1cb81b5f"
+FINGERPRINT = "e68d8fb5a9dee9c40105dd0b98ea8b665e43eb3b78493841159be674b704bd44"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

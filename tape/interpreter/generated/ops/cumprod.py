@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0fe65037246bd0ba11f99217e195d99d2a2ee8c0888b11b8ccd1a70e362f9a51"
+FINGERPRINT = "e74e6624116a5f01f0ab874062de13bd79df03c83581793ce7f13a0fa6adc634"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumprod_fwd, cumprod_rev, cumprod_jvp, cumprod_hvp
 

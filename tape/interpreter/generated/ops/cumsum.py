@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "130b124777864b3e86bce5e53cbbc3221df94927a39bfaea7d44d890bb7be61c"
+FINGERPRINT = "415eac2da8c1283e95c22a98458fe83dbc74e7f173a2a8860b8e42aa0f278b62"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumsum_fwd, cumsum_rev
 

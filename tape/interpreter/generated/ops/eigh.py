@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "34d1b8b4a643692fadcbba0d7aaf6c2a02d6370f44608d538bd932ad77cfe7da"
+FINGERPRINT = "bce6aa4ebd751457b2abe10117ebe993e61e13f8945effd3410c94a0850a81f2"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import eigh_fwd, eigh_rev, eigh_jvp, eigh_hvp
 

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "988428b0174d2b040279d7b23d8b1fa6c027cce690bd504a56336dad62e6aa71"
+FINGERPRINT = "2163ad87d4aa3833bfd9de3ebab235fec9f4652de00cea07f74ebf6a38ed5dd9"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME

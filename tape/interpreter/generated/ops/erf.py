@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6adaf99037904ed3ee18786ec2c4f4829bac492a619955e0f768b0eba6f2b938"
+FINGERPRINT = "7daf9b34f2b019c081f61b1599fc1380048eb1e5b3cbaa45712475ebe843ac3c"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "451e5ec77106e882dfc962aac2e42055253177410a860600c5803429ea92863d"
+FINGERPRINT = "4b0da7c5cd28878410d8fee590b09a593d8d01b54ecf0f964d2963fb88d0abee"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

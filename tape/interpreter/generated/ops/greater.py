@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc5b61426c6d0480a4317aa9ea7f81b32127a3551bbcf165c405e6c6f667e04b"
+FINGERPRINT = "e2990846c081e576b62b5726486ed1e76e508d883c822b589d7278c1ac3d11d1"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "616a57b7393b6fddaae40c6d7c4c723c21c90c0c2ee1a7c5825f96426819e3ca"
+FINGERPRINT = "5db0aedc04aed942cd981c0377c5d765e3b0af6412160e5532159da23c0287cb"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME

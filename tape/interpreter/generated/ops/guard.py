@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9db7992f203f3e8813aaec69f9ec0bb0938db99393e49f121d9f00db277d8de6"
+FINGERPRINT = "37f647817b75494e6614ae961de2b6e61aefa30eab0c0834000376699b57648d"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.guard import guard_fwd
 

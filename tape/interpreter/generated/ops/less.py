@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a5a9b4016d21d9716a4aafbd9b2c906ab52882549a9588803ff6bb465311d9a7"
+FINGERPRINT = "1d9b76f6152177994cb329631f6a8dc90866fcf9245e702a62736f7761947179"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "038e4d9d9ab3d00c969e07ef4a13476f996b5be8b979baef0e2f37218dc1f14c"
+FINGERPRINT = "c667edae22907e413f190eb3f11f5873bfcf2ca24a587507aca251256f2263cd"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a4e50fbb90aa60ed37f37fb196f47dfeabebfd6468a345f8ef76ee40ede4ea35"
+FINGERPRINT = "88a50c8b4b1ebf43c37b7c372e3190e0d9b1f0ac911c56271f4e790727074004"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2d29480e1b843c6e98058c5b8792aa90b5470c7cf3b87029e34b8c99e80cf580"
+FINGERPRINT = "534e70bc3049d018467505ed1165efa39f1492ad6a4d7c91cf416faa78df4ec3"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "017f13960a78d945d134f42643d2be52e928cb8c801f5395aeca1176de678867"
+FINGERPRINT = "f65b960f90ac9b62b7f57b9b6a8922d2cd650556b3d49f2af7b75cbdbf6cff56"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.linalg import matmul_fwd, matmul_rev, matmul_jvp, matmul_hvp
 

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "08e597d45f588beb8c1d2f1302c70fe07071921b5ebe1ce0f5e6146a5bac5df3"
+FINGERPRINT = "2bf2cfb8a2283b5c9bac24c6327b994f9945093d310cb10ffd1d29b7ff061c09"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
@@ -30,7 +31,7 @@ def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     return masked(maximum_rev0(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _bcast_rev_rows_0(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
     sk = s0 if first else s1
     if m < SHORT_ROW:
@@ -101,7 +102,7 @@ def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     return masked(maximum_rev1(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _bcast_rev_rows_2(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
     sk = s0 if first else s1
     if m < SHORT_ROW:
@@ -166,7 +167,7 @@ def _bcast_rev_rows_2(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
                 g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
@@ -201,7 +202,7 @@ def _tan2_5(u, w, y, t0, t1):
     return acc
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "31166a66c935357ee050a993b0dd15b5d88c199babe79ac92dd8630e0e28fb58"
+FINGERPRINT = "10329bb6aaa0387facdb3f0a1181c7424e2cdec6a6e483f5aba7c7aafa238b4c"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3d766f00479a1f4bde45441aa2c84c90e428c746d2669105adbe76d8be6cbd00"
+FINGERPRINT = "71424bed20e7d3d43f751b875042be1329f2f0b7645b6be6bc6e424fe6433cf5"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "94b1095f9bb5ba1328584a13861698dc2227db6947cf8898cd69c420ea5937ce"
+FINGERPRINT = "e2fddcca93771629f67f433bb12257d6d2ef62e448b4140b00e9221fd3cd15e8"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
@@ -33,7 +34,7 @@ def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     return masked(pow_rev0(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _bcast_rev_rows_0(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
     sk = s0 if first else s1
     if m < SHORT_ROW:
@@ -104,7 +105,7 @@ def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     return masked(pow_rev1(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _bcast_rev_rows_2(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
     sk = s0 if first else s1
     if m < SHORT_ROW:
@@ -169,7 +170,7 @@ def _bcast_rev_rows_2(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
                 g[bk + j * sk] += _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)
@@ -204,7 +205,7 @@ def _tan2_5(u, w, y, t0, t1):
     return acc
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd, m, s0, s1, o0, o1):
     n = y.shape[0]
     p0 = np.zeros(n, T.dtype)

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5b97d8f3e054f8dc2a880deb1162fef1cc57bb06e1e7a0b8b19f78ea73022338"
+FINGERPRINT = "5b5f3252b0e7964c3c978154c6491adebcfb5c9d1bacf3d0b8a67203787af139"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

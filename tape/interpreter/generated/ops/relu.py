@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "31782c32fad97aec8bba22e7236694d276d6ab2b494333f94a210b4077649cd8"
+FINGERPRINT = "5b8da53a592a7a4189ff0d5f0a3735aaf58d31939ab00d5b1ee8457bf466e09f"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

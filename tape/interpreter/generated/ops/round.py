@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a266c58d5013e278444201eb91a75042b98ca105eb6c7b34beb2c8169e5171eb"
+FINGERPRINT = "508128aa6ed4cc7fdccc8ba09df4bdba7c48916203fa343a7ff3f5814a0575f8"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bedaa69f9fc2a47b778bda1a2d5517cfaa7bf767a2ccd6356213c4037575b5de"
+FINGERPRINT = "2b39f6c63324a0b25d61abf659723fc39e265683aefb43d49a541aac11ad0950"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scatter import scatter_add_fwd, scatter_add_rev, scatter_add_jvp
 

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2bdb81a8b4badad982273d99f1ebfdc45397243dd46d8cd0d3685e7719a2c12c"
+FINGERPRINT = "b5ec07c7403e36995f576d8d27d434f1035a2a5c737e62ff3f6cecd7df640b63"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

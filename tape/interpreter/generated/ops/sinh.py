@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5ac7c353a0538f15529a25a6f04e62a5fb51c3ba25815ba19bbe14439a2b5618"
+FINGERPRINT = "84746923c1e11bf22395561a6e93a5690d86b3858f5a271fc47f4b89bfad7b98"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c87f6f567b45b5afa04f6106405e1754a7669588fb632d4f5afeceb8ec6e1e58"
+FINGERPRINT = "fb93f2ebba516dfb8550c69a74c7dfdf9af8d348922e6c30c5a75df0cdce2c3d"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import slogdet_fwd, slogdet_rev, slogdet_jvp, slogdet_hvp
 

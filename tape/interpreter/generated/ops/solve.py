@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "84a20e2e36428c140b7d920e76597f288d460cb27b2acc50b16a7cb835ce263b"
+FINGERPRINT = "a92dbb34c0c0452ef4b514b765528404d62c6dd3254918df1890546524635394"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import solve_fwd, solve_rev, solve_jvp, solve_hvp
 

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f211201b9f9937cde2945bd6061c76a6bd867a198f39692c6cafed5e25e06e2d"
+FINGERPRINT = "dd2765d25f806d78881781669a6579a803afe2791dc0e6693f7d98a2dcf945eb"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, view
 from tape.ops.registry import BY_NAME

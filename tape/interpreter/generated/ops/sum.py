@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e37ae3a5f59c324fa2e5eb022023fbcada2e65885a4f8e91c5fb359ef5c95337"
+FINGERPRINT = "ee4e93cd6ae5234e450361788fd6be0fdbf72da267cd3b8bf733a3fe49e6419b"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import sum_fwd, sum_rev, sum_fwd_all, sum_rev_all
 

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "27d7ca8763e2306a9e7dcafa6a75f883222f02c0a1f0a3f320f0bfae9e09df38"
+FINGERPRINT = "cf5a22ddc9f2b3bece95400e49c901bb11814f21a09b1a08f8436da4d6c76db8"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import take_fwd, take_rev, take_jvp
 

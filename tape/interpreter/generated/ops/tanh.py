@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3236752e867cbd48ca9a58acb7acf71137b616e25d4a069a43b059efaf3f38ea"
+FINGERPRINT = "b0b35ce1fdf0d94bfb3980b45af9ca331948e6f61293c490bdc0cfa2fdd976f0"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME

@@ -9,12 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "444e9a71e2702273582504fece2bc023ff818657b972d755ec4b2e2dfa962b6f"
+FINGERPRINT = "6a45e1eb91b28931b29b0ff5fab3cfe74e049f6cf5a332d769e399c1450c63d0"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
+from tape.layout.calls import compiled_only
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.ops.registry import BY_NAME
@@ -24,7 +25,7 @@ where_rev1 = BY_NAME["where"].rev[1]
 where_rev2 = BY_NAME["where"].rev[2]
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
@@ -41,7 +42,7 @@ def _ternary_rev_one_0(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(**UNCACHED_JIT)
+@compiled_only
 def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
     n = y.shape[0]
     if ipool[p] == SAME:
