@@ -499,7 +499,8 @@ def test_class_kernels_give_the_general_kernels_numbers(op, rng):
                 continue
             assert own is not general, (op.name, kind, cls)
             arenas = []
-            for f in (general, own):
+            k_of = _dispatch.KIND_NAMES.index(kind)
+            for f in (_dispatch.Kernel(general, k_of), _dispatch.Kernel(own, k_of)):
                 data = t.data.copy()
                 draw = np.random.default_rng(1)
                 grad = draw.standard_normal(data.shape[0])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 
-from tape.interpreter.specialize import Specializer
+from tape.interpreter.specialize import KERNEL, Specializer
 from tape.layout.fingerprint import PKG, op_fingerprint, sweeps_fingerprint, write_or_check
 
 TARGET = PKG / "interpreter" / "generated" / "sweeps.py"
@@ -108,6 +108,38 @@ FWD = dispatch.PerOp("fwd")
 REV = dispatch.PerOp("rev")
 
 
+# Python's calls of one op kernel (tape.interpreter.dispatch.Kernel): the kernels compile
+# without an entry for Python callers, so Python calls them at their address through these.
+@njit(**SWEEP_JIT)
+def fwd_at(a, i, entries, bufs, ipool, data):
+    """The forward kernel at address ``a`` on entry ``i``. Writes ``data``; returns its
+    status."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    return dispatch.call_fwd(a, (i, entries, bufs, ipool, data))
+
+
+@njit(**SWEEP_JIT)
+def rev_at(a, i, entries, bufs, ipool, data, grad):
+    """The reverse kernel at address ``a`` on entry ``i``. Writes ``grad``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    dispatch.call_rev(a, (i, entries, bufs, ipool, data, _borrow(grad)))
+
+
+@njit(**SWEEP_JIT)
+def tan_at(a, i, entries, bufs, ipool, data, T):
+    """The tangent kernel at address ``a`` on entry ``i``. Writes ``T``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    dispatch.call_tan(a, (i, entries, bufs, ipool, data, _borrow(T)))
+
+
+@njit(**SWEEP_JIT)
+def hrev_at(a, i, entries, bufs, ipool, data, grad, T, GT):
+    """The forward-over-reverse kernel at address ``a`` on entry ``i``. Writes ``GT``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    grad, T, GT = _borrow(grad), _borrow(T), _borrow(GT)
+    dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
+
+
 @njit(**SWEEP_JIT)
 def forward_sweep(entries, bufs, ipool, data, start, stop):
     """Run entries ``start .. stop-1``. Writes ``data``. Returns ``-1``, or the index of the
@@ -189,7 +221,7 @@ import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 {imports}
 
@@ -245,24 +277,24 @@ def generate_op(op) -> str:
     if op.kind == "structural":
         names = [op.fwd_name] + [n for n in op.rev_names if n]
         entry_fns.append(
-            f"@njit(**SWEEP_JIT)\ndef _fwd_{op.name}(i, entries, bufs, ipool, data):\n"
+            f"{KERNEL}\ndef _fwd_{op.name}(i, entries, bufs, ipool, data):\n"
             f"    return np.int64({op.fwd_name}(i, entries, bufs, ipool, data))\n"
         )
         if op.rev_names[0]:
             entry_fns.append(
-                f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}(i, entries, bufs, ipool, data, grad):\n"
+                f"{KERNEL}\ndef _rev_{op.name}(i, entries, bufs, ipool, data, grad):\n"
                 f"    {op.rev_names[0]}(i, entries, bufs, ipool, data, grad)\n"
             )
         for cls, f, r in op.classes:  # kernels of one entry class (tape.ops.registry.Op)
             names.append(f.py_func.__name__)
             entry_fns.append(
-                f"@njit(**SWEEP_JIT)\ndef _fwd_{op.name}_c{cls}(i, entries, bufs, ipool, data):\n"
+                f"{KERNEL}\ndef _fwd_{op.name}_c{cls}(i, entries, bufs, ipool, data):\n"
                 f"    return np.int64({names[-1]}(i, entries, bufs, ipool, data))\n"
             )
             if r is not None:
                 names.append(r.py_func.__name__)
                 entry_fns.append(
-                    f"@njit(**SWEEP_JIT)\ndef _rev_{op.name}_c{cls}(i, entries, bufs, ipool, data, "
+                    f"{KERNEL}\ndef _rev_{op.name}_c{cls}(i, entries, bufs, ipool, data, "
                     f"grad):\n    {names[-1]}(i, entries, bufs, ipool, data, grad)\n"
                 )
             _class_derivatives(op, cls, f, r, entry_fns)
@@ -370,12 +402,12 @@ def _class_derivatives(op, cls, f, r, entry_fns):
     loop = "    for d in range(T.shape[0]):\n        "
     if op.jvp == LINEAR:
         entry_fns.append(
-            f"@njit(**SWEEP_JIT)\ndef _tan_{op.name}_c{cls}(i, entries, bufs, ipool, data, T):\n"
+            f"{KERNEL}\ndef _tan_{op.name}_c{cls}(i, entries, bufs, ipool, data, T):\n"
             f"{loop}{f.py_func.__name__}(i, entries, bufs, ipool, T[d])\n"
         )
     if op.hvp == LINEAR and r is not None:
         entry_fns.append(
-            f"@njit(**SWEEP_JIT)\ndef _hrev_{op.name}_c{cls}(i, entries, bufs, ipool, data, grad, "
+            f"{KERNEL}\ndef _hrev_{op.name}_c{cls}(i, entries, bufs, ipool, data, grad, "
             f"T, GT):\n{loop}{r.py_func.__name__}(i, entries, bufs, ipool, data, GT[d])\n"
         )
 
@@ -410,11 +442,10 @@ def _elementwise_derivatives(op, spec):
 def _derivative_entries(op, entry_fns, jvp, hvp):
     # every direction of an entry in one call: T / GT hold one arena per direction
     entry_fns.append(
-        f"@njit(**SWEEP_JIT)\ndef _tan_{op.name}(i, entries, bufs, ipool, data, T):\n    {jvp}\n"
+        f"{KERNEL}\ndef _tan_{op.name}(i, entries, bufs, ipool, data, T):\n    {jvp}\n"
     )
     entry_fns.append(
-        f"@njit(**SWEEP_JIT)\ndef _hrev_{op.name}(i, entries, bufs, ipool, data, grad, T, GT):\n"
-        f"    {hvp}\n"
+        f"{KERNEL}\ndef _hrev_{op.name}(i, entries, bufs, ipool, data, grad, T, GT):\n    {hvp}\n"
     )
 
 

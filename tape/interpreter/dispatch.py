@@ -39,6 +39,7 @@ loop by ``-id`` (:func:`unit_address` range-checks it and refuses an empty slot)
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import threading
@@ -429,11 +430,47 @@ def _cached(fn, sig) -> bool:
         return False
 
 
+class Kernel:
+    """An op's kernel ``fn`` of sweep kind ``kind``, callable from Python with the kernel's
+    own arguments (``k(i, entries, bufs, ipool, data, ...)``, the tape's C-ordered arrays).
+    The kernels compile without an entry for Python callers
+    (:func:`tape.layout.calls.compiled_only`), so the call goes through the sweeps'
+    ``fwd_at`` / ``rev_at`` / ``tan_at`` / ``hrev_at`` with the kernel's address for the
+    arena's dtype (compiled, or loaded from Numba's cache, at the first call for it)."""
+
+    __slots__ = ("fn", "kind", "_at")
+
+    def __init__(self, fn, kind):
+        self.fn = fn
+        self.kind = kind
+        self._at = {}
+
+    def __call__(self, i, entries, bufs, ipool, data, *rest):
+        dt = data.dtype
+        a = self._at.get(dt)
+        if a is None:
+            sig = SIGNATURES.get((self.kind, dt))
+            if sig is None:
+                raise TypeError(f"tape: arenas are float64 or float32, not {dt}")
+            a = self._at[dt] = _address(self.fn, sig, "Python's calls")
+        return _trampolines()[self.kind](a, i, entries, bufs, ipool, data, *rest)
+
+    def __repr__(self):
+        return f"Kernel({self.fn.__name__}, {KIND_NAMES[self.kind]})"
+
+
+@functools.cache
+def _trampolines():
+    from tape.interpreter.generated import sweeps  # (it imports this module)
+
+    return (sweeps.fwd_at, sweeps.rev_at, sweeps.tan_at, sweeps.hrev_at)
+
+
 class PerOp:
     """``table[code]``: one kind of per-op function (the general kernel), looked up (and its
     module imported) on first use; ``table.at(code, cls, dtype)``: the kernel for entries of
     class ``cls`` on arenas of ``dtype``, prepared in the table on first use. Eager mode and
-    the per-entry checks call these directly."""
+    the per-entry checks call these (:class:`Kernel`: callable from Python)."""
 
     def __init__(self, kind_name):
         self.kind_name = kind_name
@@ -443,7 +480,9 @@ class PerOp:
     def __getitem__(self, code):
         fn = self._fns[code]
         if fn is False:
-            fn = self._fns[code] = function(self.kind_name, code)
+            fn = function(self.kind_name, code)
+            kind = KIND_NAMES.index(self.kind_name)
+            fn = self._fns[code] = None if fn is None else Kernel(fn, kind)
         return fn
 
     def at(self, code, cls, dtype):
@@ -454,7 +493,8 @@ class PerOp:
             # is loaded from the cache, not compiled a second time)
             kind = KIND_NAMES.index(self.kind_name)
             prepare((code,), dtype, (kind,), speculate=False, classes=(cls,))
-            fn = self._by_class[key] = class_kernel(kind, code, cls, dtype)
+            fn = class_kernel(kind, code, cls, dtype)
+            fn = self._by_class[key] = None if fn is None else Kernel(fn, kind)
         return fn
 
     def __len__(self):

@@ -27,6 +27,11 @@ JIT = "@compiled_only"
 """The decorator of a specialised copy: not cached by itself (the op's entry functions that
 call it are, with it compiled in), and compiled without entries for calls from Python
 (:func:`tape.layout.calls.compiled_only`)."""
+KERNEL = "@op_kernel"
+"""The decorator of an op's kernels (its entry functions, ``_fwd_<op>`` and the others): cached,
+and without entries for calls from Python (:func:`tape.layout.calls.op_kernel`): the
+sweeps call them at their addresses, and Python through
+:class:`tape.interpreter.dispatch.Kernel`."""
 JIT_INLINE = '@njit(inline="always", **UNCACHED_JIT)'
 """The decorator of a copy without loops (one element's rule, masked): inlined where it is
 called, at Numba's IR level, which costs little for a function this small and spares a
@@ -66,7 +71,7 @@ class Specializer:
         """An entry function ``name(*params)``: the template that the call ``text`` (at module
         level, as for :meth:`call`) names, specialised to every argument of the call that is
         a rule or a constant, with the call's other arguments (names) as its variables, and
-        ``return <returns>`` appended. Returns its source; it is cached (``SWEEP_JIT``)."""
+        ``return <returns>`` appended. Returns its source (decorated with :data:`KERNEL`)."""
         node = ast.parse(text, mode="eval").body
         top = _Rewrite(self, {r: r for r in self.rules}, set(), top=True)
         tname = top._callee(node.func)
@@ -84,7 +89,7 @@ class Specializer:
                     f"{text!r}: argument {ast.unparse(a)!r} is no rule, constant or parameter "
                     f"{p!r} of the entry"
                 )
-        return self._specialise(tname, binding, name, params, "@njit(**SWEEP_JIT)", returns)
+        return self._specialise(tname, binding, name, params, KERNEL, returns)
 
     def copy(self, name, binding) -> str:
         """The name of template ``name`` specialised with ``binding`` (param -> rule text)."""

@@ -25,7 +25,7 @@ from numba import njit, typeof
 from numba.core.registry import CPUDispatcher
 from numba.core.typing.typeof import Purpose
 
-from tape.layout.config import HELPER_JIT
+from tape.layout.config import HELPER_JIT, KERNEL_JIT
 
 
 def entry_point(fn, args):
@@ -61,8 +61,18 @@ def compiled_only(fn=None, **options):
     (:class:`CompiledOnly`). Use as ``@compiled_only`` or ``@compiled_only(fastmath=...)``."""
 
     def make(f):
-        d = njit(**dict(HELPER_JIT, **options))(f)
-        d.__class__ = CompiledOnly
-        return d
+        return _compiled_only(f, dict(HELPER_JIT, **options))
 
     return make if fn is None else make(fn)
+
+
+def op_kernel(fn):
+    """An op's kernel, as :func:`compiled_only` with :data:`tape.layout.config.KERNEL_JIT`
+    (cached): the generated op modules' decorator."""
+    return _compiled_only(fn, KERNEL_JIT)
+
+
+def _compiled_only(f, options):
+    d = njit(**options)(f)
+    d.__class__ = CompiledOnly
+    return d

@@ -27,6 +27,12 @@ compiled tier's outlined rules; :func:`tape.layout.calls.compiled_only` applies 
 wrapper for calls from Python or C. Each such function compiles on its own, and its
 wrappers were about a tenth of the compile of the ADBench GMM objective's kernels."""
 
+KERNEL_JIT = dict(SWEEP_JIT, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+"""Options of the op kernels (the generated ``_fwd_<op>``, ``_rev_<op>`` and the others;
+:func:`tape.layout.calls.op_kernel` applies them): cached, and without the wrappers for calls
+from Python and C, as :data:`HELPER_JIT`. The sweeps call them at their addresses, Python
+through :class:`tape.interpreter.dispatch.Kernel`."""
+
 COMPILED_JIT = dict(cache=True, nogil=True, error_model="numpy")
 """Options of a compiled tape's module (:mod:`tape.compiled`): those of the sweeps. No
 ``fastmath``: reassociation would let a fused loop compute something other than what was

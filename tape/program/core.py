@@ -469,17 +469,22 @@ class Tape:
         )  # fmt: skip
         if swept:  # every kernel in the table, no callback: the compiled sweep ran
             return need
-        rev = sweeps.REV
+        # prepare the reverse kernels the table lacks (all at once: the helpers share the
+        # work), then sweep the runs of entries between callbacks, last first
+        codes = entries[order, E_OP]
+        ops = codes != CALLBACK
+        if ops.any():
+            classes = _dispatch.entry_classes(entries, bufs, order[ops])
+            pairs = sorted(set(zip(codes[ops].tolist(), classes.tolist())))
+            _dispatch.prepare([c for c, _ in pairs], self.dtype, (_dispatch.REV,),
+                              speculate=False, classes=[q for _, q in pairs])  # fmt: skip
         done = set()  # autograd.Function calls already run
-        classes = _dispatch.entry_classes(entries, bufs, order).tolist()
-        for i, cls in zip(order.tolist(), classes):
-            code = entries.item(i, E_OP)
-            if code == CALLBACK:
-                eager_backward(self, i, emask, need, done)
-                continue
-            fn = rev.at(code, cls, self.dtype)
-            if fn is not None:
-                fn(i, entries, bufs, ipool, data, grad)
+        stop = self.n_entries
+        for i in order[~ops].tolist():  # the callbacks, last first
+            sweeps.reverse_sweep(entries, bufs, ipool, data, grad, emask, i + 1, stop)
+            eager_backward(self, i, emask, need, done)
+            stop = i
+        sweeps.reverse_sweep(entries, bufs, ipool, data, grad, emask, 0, stop)
         return need
 
     def promote(self, dtype):

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6e0d0b037b2f4842ccbcbc0c07f5a525eb41eae09753f88ac992d8e3f5104e95"
+FINGERPRINT = "96711c7bddf43eb6ca8192eed75188ab76918b8d51044b23ddf0335098c50208"
 
 import numpy as np
 from numba import njit, prange
@@ -76,6 +76,38 @@ def run_rev(op, i, entries, bufs, ipool, data, grad):
 # they compile (or load) only the ops they use.
 FWD = dispatch.PerOp("fwd")
 REV = dispatch.PerOp("rev")
+
+
+# Python's calls of one op kernel (tape.interpreter.dispatch.Kernel): the kernels compile
+# without an entry for Python callers, so Python calls them at their address through these.
+@njit(**SWEEP_JIT)
+def fwd_at(a, i, entries, bufs, ipool, data):
+    """The forward kernel at address ``a`` on entry ``i``. Writes ``data``; returns its
+    status."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    return dispatch.call_fwd(a, (i, entries, bufs, ipool, data))
+
+
+@njit(**SWEEP_JIT)
+def rev_at(a, i, entries, bufs, ipool, data, grad):
+    """The reverse kernel at address ``a`` on entry ``i``. Writes ``grad``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    dispatch.call_rev(a, (i, entries, bufs, ipool, data, _borrow(grad)))
+
+
+@njit(**SWEEP_JIT)
+def tan_at(a, i, entries, bufs, ipool, data, T):
+    """The tangent kernel at address ``a`` on entry ``i``. Writes ``T``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    dispatch.call_tan(a, (i, entries, bufs, ipool, data, _borrow(T)))
+
+
+@njit(**SWEEP_JIT)
+def hrev_at(a, i, entries, bufs, ipool, data, grad, T, GT):
+    """The forward-over-reverse kernel at address ``a`` on entry ``i``. Writes ``GT``."""
+    entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
+    grad, T, GT = _borrow(grad), _borrow(T), _borrow(GT)
+    dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 
 
 @njit(**SWEEP_JIT)

@@ -9,17 +9,17 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6eb3e01473f071b69bb2edf3f0c41a01f2724e7303d6b9204cf086f810ae274e"
+FINGERPRINT = "4657f23fd9db4edd65fc29c3a98dd3c5a186bb374dea6348b795068a2848e9f1"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmax_fwd
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_argmax(i, entries, bufs, ipool, data):
     return np.int64(argmax_fwd(i, entries, bufs, ipool, data))

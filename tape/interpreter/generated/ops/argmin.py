@@ -9,17 +9,17 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dea0a71f41fca5f3932460a299c09a07e6f538fedc8138752477f25421533b79"
+FINGERPRINT = "3ae03a7bca8611a48361f004665cd0577fe1969b1e23c4d5155fce07ca58f35f"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmin_fwd
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_argmin(i, entries, bufs, ipool, data):
     return np.int64(argmin_fwd(i, entries, bufs, ipool, data))

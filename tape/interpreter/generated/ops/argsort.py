@@ -9,17 +9,17 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1b160df720ba70c57fa7434ca65aeed558527a13297a7bd49a663bf548bed689"
+FINGERPRINT = "6b55fa6bfc2d933a9acb1dfb8e3a47d4a5f31cb71900f896c4b49e74ec7a8013"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argsort_fwd
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_argsort(i, entries, bufs, ipool, data):
     return np.int64(argsort_fwd(i, entries, bufs, ipool, data))

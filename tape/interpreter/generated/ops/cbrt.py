@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b17b208073ad4a0d0c3807ea9f68a2c721c7852691ce793ee566fbf5150e16fa"
+FINGERPRINT = "b0f5d186feb724f359a56a9cbcaafecfd7f568be2a529d9c0e323f27e03b15e1"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -25,7 +25,7 @@ cbrt_rev0 = BY_NAME["cbrt"].rev[0]
 cbrt_h0 = BY_NAME["cbrt"].hess[0]
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_cbrt(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
@@ -34,7 +34,7 @@ def _fwd_cbrt(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_cbrt(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
@@ -49,7 +49,7 @@ def _rev_cbrt(i, entries, bufs, ipool, data, grad):
         gx[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_cbrt(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
@@ -71,7 +71,7 @@ def _tan_cbrt(i, entries, bufs, ipool, data, T):
             ty[j] = masked(p[j] * tx[j], tx[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_cbrt(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):

@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b18f54650b76e1186a023ec85166fa43fe8b82e9c38ce285369341131b67588a"
+FINGERPRINT = "712136aed632b592907e5d2276171738c6c0cab0c8ceb79bfe587712fa6f922d"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -24,7 +24,7 @@ ceil_fwd = BY_NAME["ceil"].fwd
 ceil_rev0 = BY_NAME["ceil"].rev[0]
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_ceil(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
@@ -33,7 +33,7 @@ def _fwd_ceil(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_ceil(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
@@ -48,7 +48,7 @@ def _rev_ceil(i, entries, bufs, ipool, data, grad):
         gx[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_ceil(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
@@ -70,7 +70,7 @@ def _tan_ceil(i, entries, bufs, ipool, data, T):
             ty[j] = masked(p[j] * tx[j], tx[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_ceil(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c7b82c76255da865748e753b1fa909e8efa1881f702d3a95ab00236211cc90b2"
+FINGERPRINT = "4418639a578425d2fde5fe83c6a1fad8b4615e274ea4c2ccdf93e534cefdb3d3"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import cholesky_fwd, cholesky_rev, cholesky_jvp, cholesky_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_cholesky(i, entries, bufs, ipool, data):
     return np.int64(cholesky_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_cholesky(i, entries, bufs, ipool, data, grad):
     cholesky_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_cholesky(i, entries, bufs, ipool, data, T):
     cholesky_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_cholesky(i, entries, bufs, ipool, data, grad, T, GT):
     cholesky_hvp(i, entries, bufs, ipool, data, grad, T, GT)

@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0be8460b5ae0c5fe61dfe44e2edd29caeae9da855954d2ac1d03703e4a0f9469"
+FINGERPRINT = "7bca238088312bcc7a865661b3ed79e94df95f1b8c6dc8cb6607fa2f4e7be0d7"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.ops.registry import BY_NAME
@@ -97,7 +97,7 @@ def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
         _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_clip(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -117,7 +117,7 @@ def _fwd_clip(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_clip(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -137,7 +137,7 @@ def _rev_clip(i, entries, bufs, ipool, data, grad):
         _ternary_rev_one_2(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_clip(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -168,7 +168,7 @@ def _tan_clip(i, entries, bufs, ipool, data, T):
             ty[j] = acc
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_clip(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(GT.shape[0]):
         _ternary_rev_3(i, entries, bufs, ipool, data, GT[d])

@@ -9,34 +9,34 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb1483af8aaf3689388e34d648ec5f3eda346eb584f40920ecee9d6651407f97"
+FINGERPRINT = "138754d37e17c1496f222b40e336e47183d495996c0deda34b2ba613c42ea47a"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import copy_fwd, copy_rev
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_copy(i, entries, bufs, ipool, data):
     return np.int64(copy_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_copy(i, entries, bufs, ipool, data, grad):
     copy_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_copy(i, entries, bufs, ipool, data, T):
     for d in range(T.shape[0]):
         copy_fwd(i, entries, bufs, ipool, T[d])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_copy(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         copy_rev(i, entries, bufs, ipool, data, GT[d])

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8fcd01b65f6d5e3b740cac086b3e4a6c9710558737f1948aac98b82da030209d"
+FINGERPRINT = "d59c2db7bbeb6e02eabe76d118dd51ffae4cd4466e4ce044f2bf7e80683cbeb3"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.nn import cross_entropy_fwd, cross_entropy_rev, cross_entropy_jvp, cross_entropy_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_cross_entropy(i, entries, bufs, ipool, data):
     return np.int64(cross_entropy_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_cross_entropy(i, entries, bufs, ipool, data, grad):
     cross_entropy_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_cross_entropy(i, entries, bufs, ipool, data, T):
     cross_entropy_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_cross_entropy(i, entries, bufs, ipool, data, grad, T, GT):
     cross_entropy_hvp(i, entries, bufs, ipool, data, grad, T, GT)

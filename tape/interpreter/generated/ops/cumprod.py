@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e74e6624116a5f01f0ab874062de13bd79df03c83581793ce7f13a0fa6adc634"
+FINGERPRINT = "d7aef010167ed58e9e4677f56d95a0106b9a9e94661356cd4d026e9eb6ddce71"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumprod_fwd, cumprod_rev, cumprod_jvp, cumprod_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_cumprod(i, entries, bufs, ipool, data):
     return np.int64(cumprod_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_cumprod(i, entries, bufs, ipool, data, grad):
     cumprod_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_cumprod(i, entries, bufs, ipool, data, T):
     cumprod_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_cumprod(i, entries, bufs, ipool, data, grad, T, GT):
     cumprod_hvp(i, entries, bufs, ipool, data, grad, T, GT)

@@ -9,34 +9,34 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "415eac2da8c1283e95c22a98458fe83dbc74e7f173a2a8860b8e42aa0f278b62"
+FINGERPRINT = "ab30969108e38f4c7828daeea0d9abb61574b86c2ae77ff49ee2963ea56f1ec5"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumsum_fwd, cumsum_rev
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_cumsum(i, entries, bufs, ipool, data):
     return np.int64(cumsum_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_cumsum(i, entries, bufs, ipool, data, grad):
     cumsum_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_cumsum(i, entries, bufs, ipool, data, T):
     for d in range(T.shape[0]):
         cumsum_fwd(i, entries, bufs, ipool, T[d])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_cumsum(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         cumsum_rev(i, entries, bufs, ipool, data, GT[d])

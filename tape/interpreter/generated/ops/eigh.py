@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bce6aa4ebd751457b2abe10117ebe993e61e13f8945effd3410c94a0850a81f2"
+FINGERPRINT = "1833842cc077aa766965a37fad9322d20988029af6b991e8b50a93a4f7bf7fa6"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import eigh_fwd, eigh_rev, eigh_jvp, eigh_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_eigh(i, entries, bufs, ipool, data):
     return np.int64(eigh_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_eigh(i, entries, bufs, ipool, data, grad):
     eigh_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_eigh(i, entries, bufs, ipool, data, T):
     eigh_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_eigh(i, entries, bufs, ipool, data, grad, T, GT):
     eigh_hvp(i, entries, bufs, ipool, data, grad, T, GT)

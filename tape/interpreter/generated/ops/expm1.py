@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fc61380c9cb8c9130b87b8bffd4dc486a1b1e8fb67e5bde180f64996d32b66f2"
+FINGERPRINT = "8721cdd910c4dd4ff11b98efaf5a9c20c7aad6ad723a310c3232476f71a3dcf3"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -25,7 +25,7 @@ expm1_rev0 = BY_NAME["expm1"].rev[0]
 expm1_h0 = BY_NAME["expm1"].hess[0]
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_expm1(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
@@ -34,7 +34,7 @@ def _fwd_expm1(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_expm1(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
@@ -49,7 +49,7 @@ def _rev_expm1(i, entries, bufs, ipool, data, grad):
         gx[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_expm1(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
@@ -71,7 +71,7 @@ def _tan_expm1(i, entries, bufs, ipool, data, T):
             ty[j] = masked(p[j] * tx[j], tx[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_expm1(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):

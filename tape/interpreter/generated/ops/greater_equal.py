@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5db0aedc04aed942cd981c0377c5d765e3b0af6412160e5532159da23c0287cb"
+FINGERPRINT = "6d90e1fd6c35bc9f8b22ff50e9e254a41746754475f24680d679accb2aba365b"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME
@@ -23,7 +23,7 @@ from tape.ops.registry import BY_NAME
 greater_equal_fwd = BY_NAME["greater_equal"].fwd
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_greater_equal(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -54,7 +54,7 @@ def _fwd_greater_equal(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_greater_equal_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -66,7 +66,7 @@ def _fwd_greater_equal_c0(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_greater_equal_c1(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -78,7 +78,7 @@ def _fwd_greater_equal_c1(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_greater_equal_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])

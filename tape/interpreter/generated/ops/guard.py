@@ -9,17 +9,17 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "37f647817b75494e6614ae961de2b6e61aefa30eab0c0834000376699b57648d"
+FINGERPRINT = "bbb2aea3ba5e7c58ee7ca6d49084bbdcad2ce1c7d528d507d0e72690b26acfc1"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.guard import guard_fwd
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_guard(i, entries, bufs, ipool, data):
     return np.int64(guard_fwd(i, entries, bufs, ipool, data))

@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "14b2222b9847663b1fc5c3c3590b8c9d26bf6997467f64d654c8b9f2dbe932b0"
+FINGERPRINT = "85f21c26ad187bcc4bb6008a5c32f260b30ddd6726f6e7a94f11f959eb19ce2f"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
@@ -285,7 +285,7 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
     return v
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_hypot(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -316,7 +316,7 @@ def _fwd_hypot(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_hypot(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -336,7 +336,7 @@ def _rev_hypot(i, entries, bufs, ipool, data, grad):
         _bcast_rev_rows_2(False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_hypot(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -378,7 +378,7 @@ def _tan_hypot(i, entries, bufs, ipool, data, T):
                 tyr[j] = _tan2_5(x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_hypot(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -429,7 +429,7 @@ def _hrev_hypot(i, entries, bufs, ipool, data, grad, T, GT):
                     g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_hypot_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -441,7 +441,7 @@ def _fwd_hypot_c0(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_hypot_c0(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -465,7 +465,7 @@ def _rev_hypot_c0(i, entries, bufs, ipool, data, grad):
             g1[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_hypot_c0(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -501,7 +501,7 @@ def _tan_hypot_c0(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_hypot_c0(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -581,7 +581,7 @@ def _hrev_hypot_c0(i, entries, bufs, ipool, data, grad, T, GT):
             g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_hypot_c1(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -593,7 +593,7 @@ def _fwd_hypot_c1(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_hypot_c1(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -626,7 +626,7 @@ def _rev_hypot_c1(i, entries, bufs, ipool, data, grad):
             g1[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_hypot_c1(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -662,7 +662,7 @@ def _tan_hypot_c1(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_hypot_c1(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -735,7 +735,7 @@ def _hrev_hypot_c1(i, entries, bufs, ipool, data, grad, T, GT):
             g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_hypot_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -747,7 +747,7 @@ def _fwd_hypot_c4(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_hypot_c4(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -780,7 +780,7 @@ def _rev_hypot_c4(i, entries, bufs, ipool, data, grad):
         g1[0] += acc
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_hypot_c4(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -816,7 +816,7 @@ def _tan_hypot_c4(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_hypot_c4(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]

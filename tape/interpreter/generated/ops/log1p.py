@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ced6ef1be9ab5503d1cd08bc53980efb172769d9b5a2cc400e08dbfd67031fff"
+FINGERPRINT = "b1ebf8b960d33eb3f445e3645f171cd1bad4c7aa0224e6d5ccc2be59a58ab571"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -25,7 +25,7 @@ log1p_rev0 = BY_NAME["log1p"].rev[0]
 log1p_h0 = BY_NAME["log1p"].hess[0]
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_log1p(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
@@ -34,7 +34,7 @@ def _fwd_log1p(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_log1p(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
@@ -49,7 +49,7 @@ def _rev_log1p(i, entries, bufs, ipool, data, grad):
         gx[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_log1p(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
@@ -71,7 +71,7 @@ def _tan_log1p(i, entries, bufs, ipool, data, T):
             ty[j] = masked(p[j] * tx[j], tx[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_log1p(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "273a83bf912e1f2b4360856ab286f8c4198568e8a79ac19f994118132801e795"
+FINGERPRINT = "6347ce763cc773c542419661852c9c723b0312387fb3537e17d17f74ac3584a4"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import logcumsumexp_fwd, logcumsumexp_rev, logcumsumexp_jvp, logcumsumexp_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_logcumsumexp(i, entries, bufs, ipool, data):
     return np.int64(logcumsumexp_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_logcumsumexp(i, entries, bufs, ipool, data, grad):
     logcumsumexp_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_logcumsumexp(i, entries, bufs, ipool, data, T):
     logcumsumexp_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_logcumsumexp(i, entries, bufs, ipool, data, grad, T, GT):
     logcumsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT)

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "83b77a96bca4cf448022397940554bc2ab3e4972dc11d39dcb30507352330a0a"
+FINGERPRINT = "7e12c53301beee6f3b6f736cabe39f72d73a5af6226d081a9e3e7d32bfe72ec5"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.nn import logsumexp_fwd, logsumexp_rev, logsumexp_jvp, logsumexp_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_logsumexp(i, entries, bufs, ipool, data):
     return np.int64(logsumexp_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_logsumexp(i, entries, bufs, ipool, data, grad):
     logsumexp_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_logsumexp(i, entries, bufs, ipool, data, T):
     logsumexp_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_logsumexp(i, entries, bufs, ipool, data, grad, T, GT):
     logsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT)

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f65b960f90ac9b62b7f57b9b6a8922d2cd650556b3d49f2af7b75cbdbf6cff56"
+FINGERPRINT = "267889af2d176d3f7998c7e9ab3c74e714e4c3eaa7f1890ccb02427a01143253"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.linalg import matmul_fwd, matmul_rev, matmul_jvp, matmul_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_matmul(i, entries, bufs, ipool, data):
     return np.int64(matmul_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_matmul(i, entries, bufs, ipool, data, grad):
     matmul_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_matmul(i, entries, bufs, ipool, data, T):
     matmul_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_matmul(i, entries, bufs, ipool, data, grad, T, GT):
     matmul_hvp(i, entries, bufs, ipool, data, grad, T, GT)

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2bc5e01ea87424a1895344d648f1d8113170be961642212c4e5ae3395e557afd"
+FINGERPRINT = "7dcacc2cd70555454c8f2d2bdf299f3eda8af5ba80b5139a9c44bcd1a8c714c1"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.linalg import matmul_nt_fwd, matmul_nt_rev, matmul_nt_jvp, matmul_nt_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_matmul_nt(i, entries, bufs, ipool, data):
     return np.int64(matmul_nt_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_matmul_nt(i, entries, bufs, ipool, data, grad):
     matmul_nt_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_matmul_nt(i, entries, bufs, ipool, data, T):
     matmul_nt_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_matmul_nt(i, entries, bufs, ipool, data, grad, T, GT):
     matmul_nt_hvp(i, entries, bufs, ipool, data, grad, T, GT)

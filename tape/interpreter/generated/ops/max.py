@@ -9,33 +9,33 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aff0aa12d33ded9470306b12a92b9b818091f2c7ed870ba08f1396a5019c7bb6"
+FINGERPRINT = "67071429a3ba550f08df9bea54486167e2dda643131cb364a041a27c42d72311"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import max_fwd, max_rev, extreme_jvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_max(i, entries, bufs, ipool, data):
     return np.int64(max_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_max(i, entries, bufs, ipool, data, grad):
     max_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_max(i, entries, bufs, ipool, data, T):
     extreme_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_max(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         max_rev(i, entries, bufs, ipool, data, GT[d])

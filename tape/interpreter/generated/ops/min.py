@@ -9,33 +9,33 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6b536d813e1ebfd0c547ed520d5cf9f92b5a04dc9cfca2f10938d05a10547418"
+FINGERPRINT = "d78e0469515d6c92e0541f40e215c84fd2f5eab052ffbbdcd16d8a1d7743a6ed"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import min_fwd, min_rev, extreme_jvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_min(i, entries, bufs, ipool, data):
     return np.int64(min_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_min(i, entries, bufs, ipool, data, grad):
     min_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_min(i, entries, bufs, ipool, data, T):
     extreme_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_min(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         min_rev(i, entries, bufs, ipool, data, GT[d])

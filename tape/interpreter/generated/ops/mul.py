@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "843c6e2b295a4b3fe3519aad68c8ce749bd7451d8622f152748262f7e117bdef"
+FINGERPRINT = "3b438d67d1a99a5f62e3e09106255ff772c31f680aa93d2ecc5757c75d3321d6"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
@@ -281,7 +281,7 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
     return v
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_mul(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -312,7 +312,7 @@ def _fwd_mul(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_mul(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -332,7 +332,7 @@ def _rev_mul(i, entries, bufs, ipool, data, grad):
         _bcast_rev_rows_2(False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_mul(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -374,7 +374,7 @@ def _tan_mul(i, entries, bufs, ipool, data, T):
                 tyr[j] = _tan2_5(x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_mul(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -425,7 +425,7 @@ def _hrev_mul(i, entries, bufs, ipool, data, grad, T, GT):
                     g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_mul_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -437,7 +437,7 @@ def _fwd_mul_c0(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_mul_c0(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -461,7 +461,7 @@ def _rev_mul_c0(i, entries, bufs, ipool, data, grad):
             g1[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_mul_c0(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -497,7 +497,7 @@ def _tan_mul_c0(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_mul_c0(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -577,7 +577,7 @@ def _hrev_mul_c0(i, entries, bufs, ipool, data, grad, T, GT):
             g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_mul_c1(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -589,7 +589,7 @@ def _fwd_mul_c1(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_mul_c1(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -622,7 +622,7 @@ def _rev_mul_c1(i, entries, bufs, ipool, data, grad):
             g1[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_mul_c1(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -658,7 +658,7 @@ def _tan_mul_c1(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_mul_c1(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -731,7 +731,7 @@ def _hrev_mul_c1(i, entries, bufs, ipool, data, grad, T, GT):
             g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_mul_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -743,7 +743,7 @@ def _fwd_mul_c4(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_mul_c4(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -776,7 +776,7 @@ def _rev_mul_c4(i, entries, bufs, ipool, data, grad):
         g1[0] += acc
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_mul_c4(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -812,7 +812,7 @@ def _tan_mul_c4(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_mul_c4(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "72bd8d3a44103b9415daf7985527a582233a9a7b0abd2db0a1424583ec1d8828"
+FINGERPRINT = "8badc7fe619e1b2920fda237387c0f1bffc850259b9e6737477f36b0e5547324"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import prod_fwd, prod_rev, prod_jvp, prod_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_prod(i, entries, bufs, ipool, data):
     return np.int64(prod_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_prod(i, entries, bufs, ipool, data, grad):
     prod_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_prod(i, entries, bufs, ipool, data, T):
     prod_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_prod(i, entries, bufs, ipool, data, grad, T, GT):
     prod_hvp(i, entries, bufs, ipool, data, grad, T, GT)

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "643c2480b9b531799a3934668838646394e449ab0f6f0c31b000dfc6d63b5ee5"
+FINGERPRINT = "24b5788ebbb13c10d1f0b021d2afebbd516aacf880704fb3a28890d6cd3a5cad"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import qr_fwd, qr_rev, qr_jvp, qr_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_qr(i, entries, bufs, ipool, data):
     return np.int64(qr_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_qr(i, entries, bufs, ipool, data, grad):
     qr_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_qr(i, entries, bufs, ipool, data, T):
     qr_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_qr(i, entries, bufs, ipool, data, grad, T, GT):
     qr_hvp(i, entries, bufs, ipool, data, grad, T, GT)

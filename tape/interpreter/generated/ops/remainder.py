@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9be3ef8048b92fa92a0202f6de63a3beaead95c09f4df2d1b7fd93599e6fb71c"
+FINGERPRINT = "97b35a0ab930aca920c9b0689a645c815584973682a14b4111af71bd551627be"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
@@ -278,7 +278,7 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
     return v
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_remainder(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -309,7 +309,7 @@ def _fwd_remainder(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_remainder(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -329,7 +329,7 @@ def _rev_remainder(i, entries, bufs, ipool, data, grad):
         _bcast_rev_rows_2(False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_remainder(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -371,7 +371,7 @@ def _tan_remainder(i, entries, bufs, ipool, data, T):
                 tyr[j] = _tan2_5(x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_remainder(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -422,7 +422,7 @@ def _hrev_remainder(i, entries, bufs, ipool, data, grad, T, GT):
                     g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_remainder_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -434,7 +434,7 @@ def _fwd_remainder_c0(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_remainder_c0(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -458,7 +458,7 @@ def _rev_remainder_c0(i, entries, bufs, ipool, data, grad):
             g1[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_remainder_c0(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -494,7 +494,7 @@ def _tan_remainder_c0(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_remainder_c0(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -574,7 +574,7 @@ def _hrev_remainder_c0(i, entries, bufs, ipool, data, grad, T, GT):
             g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_remainder_c1(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -586,7 +586,7 @@ def _fwd_remainder_c1(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_remainder_c1(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -619,7 +619,7 @@ def _rev_remainder_c1(i, entries, bufs, ipool, data, grad):
             g1[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_remainder_c1(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -655,7 +655,7 @@ def _tan_remainder_c1(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_remainder_c1(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -728,7 +728,7 @@ def _hrev_remainder_c1(i, entries, bufs, ipool, data, grad, T, GT):
             g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_remainder_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -740,7 +740,7 @@ def _fwd_remainder_c4(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_remainder_c4(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -773,7 +773,7 @@ def _rev_remainder_c4(i, entries, bufs, ipool, data, grad):
         g1[0] += acc
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_remainder_c4(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -809,7 +809,7 @@ def _tan_remainder_c4(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_remainder_c4(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]

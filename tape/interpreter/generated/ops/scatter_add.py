@@ -9,33 +9,33 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2b39f6c63324a0b25d61abf659723fc39e265683aefb43d49a541aac11ad0950"
+FINGERPRINT = "c75f22dbae111b02c562ceed0e8eda138f6a678f6bf7af89d9df28c42c7c80d4"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scatter import scatter_add_fwd, scatter_add_rev, scatter_add_jvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_scatter_add(i, entries, bufs, ipool, data):
     return np.int64(scatter_add_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_scatter_add(i, entries, bufs, ipool, data, grad):
     scatter_add_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_scatter_add(i, entries, bufs, ipool, data, T):
     scatter_add_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_scatter_add(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         scatter_add_rev(i, entries, bufs, ipool, data, GT[d])

@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b5ec07c7403e36995f576d8d27d434f1035a2a5c737e62ff3f6cecd7df640b63"
+FINGERPRINT = "e629b90c428e735ac528a9b7e164d105b915102491d82db58f55869d0ab3abc5"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
@@ -24,7 +24,7 @@ sign_fwd = BY_NAME["sign"].fwd
 sign_rev0 = BY_NAME["sign"].rev[0]
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_sign(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])
@@ -33,7 +33,7 @@ def _fwd_sign(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_sign(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     if not active(bufs, a):
@@ -48,7 +48,7 @@ def _rev_sign(i, entries, bufs, ipool, data, grad):
         gx[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_sign(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     o = entries[i, E_OUT]
@@ -70,7 +70,7 @@ def _tan_sign(i, entries, bufs, ipool, data, T):
             ty[j] = masked(p[j] * tx[j], tx[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_sign(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     if not active(bufs, a):

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb93f2ebba516dfb8550c69a74c7dfdf9af8d348922e6c30c5a75df0cdce2c3d"
+FINGERPRINT = "63659a6a5023a697eb1496efdccec1b0703f6f1f24ba97513f8a2e2b3d073ebf"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import slogdet_fwd, slogdet_rev, slogdet_jvp, slogdet_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_slogdet(i, entries, bufs, ipool, data):
     return np.int64(slogdet_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_slogdet(i, entries, bufs, ipool, data, grad):
     slogdet_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_slogdet(i, entries, bufs, ipool, data, T):
     slogdet_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_slogdet(i, entries, bufs, ipool, data, grad, T, GT):
     slogdet_hvp(i, entries, bufs, ipool, data, grad, T, GT)

@@ -9,32 +9,32 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a92dbb34c0c0452ef4b514b765528404d62c6dd3254918df1890546524635394"
+FINGERPRINT = "dc3f1f20a5111fd6c1b6c5520211a98a74c13a0ffa0a703862fa1d6b365a6f98"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import solve_fwd, solve_rev, solve_jvp, solve_hvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_solve(i, entries, bufs, ipool, data):
     return np.int64(solve_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_solve(i, entries, bufs, ipool, data, grad):
     solve_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_solve(i, entries, bufs, ipool, data, T):
     solve_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_solve(i, entries, bufs, ipool, data, grad, T, GT):
     solve_hvp(i, entries, bufs, ipool, data, grad, T, GT)

@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dd2765d25f806d78881781669a6579a803afe2791dc0e6693f7d98a2dcf945eb"
+FINGERPRINT = "b89e8a073af32d0356cf7eb665988e6f1601a572a5884b54e51b5878d19c95ae"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, view
 from tape.ops.registry import BY_NAME
@@ -23,7 +23,7 @@ from tape.ops.registry import BY_NAME
 stop_gradient_fwd = BY_NAME["stop_gradient"].fwd
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_stop_gradient(i, entries, bufs, ipool, data):
     x = view(bufs, data, entries[i, E_IN0])
     y = view(bufs, data, entries[i, E_OUT])

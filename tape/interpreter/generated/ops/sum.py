@@ -9,56 +9,56 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee4e93cd6ae5234e450361788fd6be0fdbf72da267cd3b8bf733a3fe49e6419b"
+FINGERPRINT = "b916758b6c2f6faa3cd79606c99d0922e50fe3b698c15fe7c1f407da5c041020"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import sum_fwd, sum_rev, sum_fwd_all, sum_rev_all
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_sum(i, entries, bufs, ipool, data):
     return np.int64(sum_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_sum(i, entries, bufs, ipool, data, grad):
     sum_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_sum_c2(i, entries, bufs, ipool, data):
     return np.int64(sum_fwd_all(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_sum_c2(i, entries, bufs, ipool, data, grad):
     sum_rev_all(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_sum_c2(i, entries, bufs, ipool, data, T):
     for d in range(T.shape[0]):
         sum_fwd_all(i, entries, bufs, ipool, T[d])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_sum_c2(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         sum_rev_all(i, entries, bufs, ipool, data, GT[d])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_sum(i, entries, bufs, ipool, data, T):
     for d in range(T.shape[0]):
         sum_fwd(i, entries, bufs, ipool, T[d])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_sum(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         sum_rev(i, entries, bufs, ipool, data, GT[d])

@@ -9,33 +9,33 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf5a22ddc9f2b3bece95400e49c901bb11814f21a09b1a08f8436da4d6c76db8"
+FINGERPRINT = "33e553fabb870be75604e1d61f894abebf9c87993ccfaaa235593a275c4fde07"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import take_fwd, take_rev, take_jvp
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_take(i, entries, bufs, ipool, data):
     return np.int64(take_fwd(i, entries, bufs, ipool, data))
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_take(i, entries, bufs, ipool, data, grad):
     take_rev(i, entries, bufs, ipool, data, grad)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_take(i, entries, bufs, ipool, data, T):
     take_jvp(i, entries, bufs, ipool, data, T)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_take(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(T.shape[0]):
         take_rev(i, entries, bufs, ipool, data, GT[d])

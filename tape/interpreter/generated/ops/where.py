@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6a45e1eb91b28931b29b0ff5fab3cfe74e049f6cf5a332d769e399c1450c63d0"
+FINGERPRINT = "7424b7b762c867239444293ff8e4e473e12a4c69620abaadca123f03ca7ed9c1"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.ops.registry import BY_NAME
@@ -78,7 +78,7 @@ def _ternary_rev_2(i, entries, bufs, ipool, data, grad):
         _ternary_rev_one_1(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_where(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -98,7 +98,7 @@ def _fwd_where(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_where(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -117,7 +117,7 @@ def _rev_where(i, entries, bufs, ipool, data, grad):
         _ternary_rev_one_1(2, x0, x1, x2, y, gy, view(bufs, grad, c), ipool, p)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_where(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -148,7 +148,7 @@ def _tan_where(i, entries, bufs, ipool, data, T):
             ty[j] = acc
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_where(i, entries, bufs, ipool, data, grad, T, GT):
     for d in range(GT.shape[0]):
         _ternary_rev_2(i, entries, bufs, ipool, data, GT[d])

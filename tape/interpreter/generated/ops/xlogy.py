@@ -9,13 +9,13 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc32cf936edc1d0bdc4d718caeb4ac60f359293af6af1f41aab2ed6851218776"
+FINGERPRINT = "a0b80239c6a168ce07cc12db6e76a7adcc2f605e6b0e90c68ca502c1b7aaeb43"
 
 import numpy as np
 from numba import njit
 
 from tape.ops import loops
-from tape.layout.calls import compiled_only
+from tape.layout.calls import compiled_only, op_kernel
 from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
@@ -283,7 +283,7 @@ def _hrev_one_8(u, w, y, g, dg, ta, tb):
     return v
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_xlogy(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -314,7 +314,7 @@ def _fwd_xlogy(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_xlogy(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -334,7 +334,7 @@ def _rev_xlogy(i, entries, bufs, ipool, data, grad):
         _bcast_rev_rows_2(False, x0, x1, g1, y, gy, nd, m, s0, s1, o0, o1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_xlogy(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -376,7 +376,7 @@ def _tan_xlogy(i, entries, bufs, ipool, data, T):
                 tyr[j] = _tan2_5(x0[k0], x1[k1], yr[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_xlogy(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -427,7 +427,7 @@ def _hrev_xlogy(i, entries, bufs, ipool, data, grad, T, GT):
                     g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_xlogy_c0(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -439,7 +439,7 @@ def _fwd_xlogy_c0(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_xlogy_c0(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -463,7 +463,7 @@ def _rev_xlogy_c0(i, entries, bufs, ipool, data, grad):
             g1[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_xlogy_c0(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -499,7 +499,7 @@ def _tan_xlogy_c0(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_xlogy_c0(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -579,7 +579,7 @@ def _hrev_xlogy_c0(i, entries, bufs, ipool, data, grad, T, GT):
             g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_xlogy_c1(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -591,7 +591,7 @@ def _fwd_xlogy_c1(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_xlogy_c1(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -624,7 +624,7 @@ def _rev_xlogy_c1(i, entries, bufs, ipool, data, grad):
             g1[j] += masked(v, gy[j])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_xlogy_c1(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -660,7 +660,7 @@ def _tan_xlogy_c1(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_xlogy_c1(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -733,7 +733,7 @@ def _hrev_xlogy_c1(i, entries, bufs, ipool, data, grad, T, GT):
             g1[k1] += _hrev_one_8(u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _fwd_xlogy_c4(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
@@ -745,7 +745,7 @@ def _fwd_xlogy_c4(i, entries, bufs, ipool, data):
     return np.int64(-1)
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _rev_xlogy_c4(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -778,7 +778,7 @@ def _rev_xlogy_c4(i, entries, bufs, ipool, data, grad):
         g1[0] += acc
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _tan_xlogy_c4(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
@@ -814,7 +814,7 @@ def _tan_xlogy_c4(i, entries, bufs, ipool, data, T):
         ty[j] = _tan2_5(x0[k0], x1[k1], y[j], t0[k0], t1[k1])
 
 
-@njit(**SWEEP_JIT)
+@op_kernel
 def _hrev_xlogy_c4(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
