@@ -467,34 +467,20 @@ def _trampolines():
 
 
 class PerOp:
-    """``table[code]``: one kind of per-op function (the general kernel), looked up (and its
-    module imported) on first use; ``table.at(code, cls, dtype)``: the kernel for entries of
-    class ``cls`` on arenas of ``dtype``, prepared in the table on first use. Eager mode and
-    the per-entry checks call these (:class:`Kernel`: callable from Python)."""
+    """``table[code]``: one kind of per-op function (the op's general kernel, as a
+    :class:`Kernel`, callable from Python), looked up (and its module imported) on first use.
+    Eager mode's per-entry paths and the per-entry checks call these."""
 
     def __init__(self, kind_name):
         self.kind_name = kind_name
+        self.kind = KIND_NAMES.index(kind_name)
         self._fns = [False] * len(OPS)
-        self._by_class: dict = {}
 
     def __getitem__(self, code):
         fn = self._fns[code]
         if fn is False:
             fn = function(self.kind_name, code)
-            kind = KIND_NAMES.index(self.kind_name)
-            fn = self._fns[code] = None if fn is None else Kernel(fn, kind)
-        return fn
-
-    def at(self, code, cls, dtype):
-        key = (code * NCLS + cls, dtype)
-        fn = self._by_class.get(key, False)
-        if fn is False:
-            # first use here: through the table (a kernel a helper compiled, or is compiling,
-            # is loaded from the cache, not compiled a second time)
-            kind = KIND_NAMES.index(self.kind_name)
-            prepare((code,), dtype, (kind,), speculate=False, classes=(cls,))
-            fn = class_kernel(kind, code, cls, dtype)
-            fn = self._by_class[key] = None if fn is None else Kernel(fn, kind)
+            fn = self._fns[code] = None if fn is None else Kernel(fn, self.kind)
         return fn
 
     def __len__(self):

@@ -41,8 +41,9 @@ def entry_point(fn, args):
 
 
 class CompiledOnly(CPUDispatcher):
-    """The dispatcher of a function compiled with :data:`tape.layout.config.HELPER_JIT`
-    (:func:`compiled_only`): compiled functions call it as any other, but it has no entry for
+    """The dispatcher of a function compiled with :data:`tape.layout.config.HELPER_JIT` or
+    ``KERNEL_JIT`` (:func:`compiled_only`, :func:`op_kernel`): compiled functions call it as
+    any other, but it has no entry for
     calls from Python, where Numba would jump through a missing one (a crash); a call from
     Python raises ``TypeError`` instead."""
 

@@ -200,8 +200,11 @@ class Tape:
     replay, so a replay never pairs one tier's code with the other's pool."""
 
     _direct = None
-    """``(gradient_args, pool, fast)`` when :meth:`gradient` can replay in one compiled call
-    (a compiled tape with a scalar output and gradients in the arena dtype), else ``None``."""
+    """``(gradient_args, ints, fast, one, entry)`` when :meth:`gradient` can replay in one
+    compiled call (a compiled tape with a scalar output and gradients in the arena dtype), else
+    ``None``: the dispatcher, the tape's integer arrays end to end, the arguments' ``(shape,
+    dtype)``, the only one's (``None`` for several) and the dispatcher's entry point for
+    C-ordered arguments (:func:`_direct_call`)."""
 
     # Immutable defaults live on the class (an instance assignment replaces them): eager mode
     # makes a tape per training step, and each attribute set here costs it time.

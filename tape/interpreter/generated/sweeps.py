@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "96711c7bddf43eb6ca8192eed75188ab76918b8d51044b23ddf0335098c50208"
+FINGERPRINT = "957db2168b97a795adbbdc3cd859ef3e901ea00b7327641ea34d2bf49865e894"
 
 import numpy as np
 from numba import njit, prange
