@@ -801,6 +801,7 @@ def test_automatic_promotion_after_k_replays():
     t = tp.record(rosenbrock, x)  # compile="auto"
     assert t.tier == "interpreter" and t.compile_after == compiled.AUTO_AFTER
     t.compile_after = 3  # promote sooner than the default
+    t.compile_cost = 0.0  # whatever the compile is estimated to cost (see below)
     for _ in range(3):
         g = t.gradient(x)
     assert t.tier == "compiled"
@@ -815,6 +816,7 @@ def test_promotion_by_time_compiles_in_the_background_while_replays_go_on():
     t = tp.record(rosenbrock, x)
     assert t.compile_after_seconds == compiled.AUTO_SECONDS and compiled.AUTO_MIN == 3
     t.compile_after_seconds = 0.0  # any time spent promotes, from the AUTO_MIN-th replay
+    t.compile_cost = 0.0
     for _ in range(compiled.AUTO_MIN - 1):
         close(t.gradient(x), rosenbrock_grad(x))
     assert t.compiling is None and t.tier == "interpreter"
@@ -833,7 +835,7 @@ def test_promotion_by_time_compiles_in_the_background_while_replays_go_on():
 def test_compile_waits_for_a_background_promotion():
     x = np.linspace(-1.0, 1.5, 11)
     t = tp.record(lambda v: (tp.exp(v[1:]) * v[:-1] ** 2).sum(), x)
-    t.compile_after_seconds = 0.0
+    t.compile_after_seconds = t.compile_cost = 0.0
     for _ in range(compiled.AUTO_MIN):
         t.gradient(x)
     assert t.compiling is not None
@@ -850,6 +852,49 @@ def test_a_tape_replayed_twice_never_compiles_by_time():
     t.gradient(np.ones(4))
     t.gradient(np.ones(4))
     assert t.compiling is None and t.tier == "interpreter"
+
+
+def test_promotion_waits_while_the_compile_is_estimated_to_cost_more_than_the_replays():
+    x = np.linspace(-1.0, 1.5, 7)
+    t = tp.record(rosenbrock, x)
+    assert t.compile_cost is None  # estimated at the first rule that fires
+    t.compile_after, t.compile_cost = 3, 1e9  # as a compile that no replays here repay
+    for _ in range(5):
+        close(t.gradient(x), rosenbrock_grad(x))
+    # the count rule fired at the 3rd replay and gave way to promotion by time, which now
+    # waits for the replays to have taken the estimated time
+    assert t.tier == "interpreter" and t.compiling is None
+    assert t.compile_after is None and t.compile_after_seconds == 1e9
+    assert 0.0 < t._replay_s < 1e9
+    t.compile_cost = t.compile_after_seconds = t._replay_s  # the replays have repaid it
+    close(t.gradient(x), rosenbrock_grad(x))  # promotes in the background
+    assert t.compile() is t and t.tier == "compiled"
+    close(t.gradient(x), rosenbrock_grad(x))
+    # replays that are not timed (promotion by time off) are not weighed: the count decides
+    t = tp.record(rosenbrock, x)
+    t.compile_after, t.compile_after_seconds, t.compile_cost = 2, None, 1e9
+    t.gradient(x)
+    t.gradient(x)
+    assert t.tier == "compiled"
+
+
+def test_compile_estimate_counts_what_numbas_cache_lacks(monkeypatch):
+    x = np.linspace(-1.0, 1.5, 6)
+    tp.record(rosenbrock, x, compile=True).gradient(x)  # its loops and entry are cached now
+    t = tp.record(rosenbrock, x)
+    est = compiled.compile_estimate(t)
+    assert t._generated is not None  # compile() takes the generated code from here
+    if compiled._in_cache(compiled.runtime().gradient_args_1):  # (Numba caches: as in CI)
+        assert est == 0.0
+    monkeypatch.setattr(compiled, "_in_cache", lambda fn: False)  # as with empty caches
+    n_units = len(compiled.generate(t).units)
+    assert n_units >= 1
+    assert compiled.compile_estimate(t) == pytest.approx(
+        n_units * compiled.AUTO_COLD_UNIT + compiled.AUTO_COLD_RUNTIME
+    )
+    monkeypatch.undo()
+    assert t.compile() is t and not hasattr(t, "_generated")
+    close(t.gradient(x), rosenbrock_grad(x))
 
 
 def test_too_many_kinds_of_unit_raises_or_stays_on_the_interpreter(monkeypatch):
@@ -980,7 +1025,7 @@ def test_promotion_while_threads_replay():
     ran on (the code and its integer pool are swapped together)."""
     X = np.random.default_rng(5).uniform(-1, 2, (8, 30))
     t = tp.record(rosenbrock, X[0])
-    t.compile_after = 50
+    t.compile_after, t.compile_cost = 50, 0.0
     bad = []
 
     def work(k):

@@ -153,6 +153,8 @@ from tape.compiler.emit import (
 )
 from tape.compiler.params import (
     AUTO_AFTER,  # noqa: F401  (public: tape.compiled.AUTO_AFTER)
+    AUTO_COLD_RUNTIME,
+    AUTO_COLD_UNIT,
     AUTO_MIN,  # noqa: F401  (public)
     AUTO_SECONDS,  # noqa: F401  (public)
     INLINE_KINDS,
@@ -570,7 +572,9 @@ def compile_tape(t, own=False):
     own, generated, written and loaded; Numba compiles them on first call) and the integer
     pool its sweeps take in place of ``t.ipool``. ``own``: a module of the tape's own (see
     :func:`generate`)."""
-    g = generate(t, own)
+    g = t.__dict__.pop("_generated", None)  # made by compile_estimate
+    if g is None or own:
+        g = generate(t, own)
     pool = g.pool
     mods = {name: unit_module(text) for name, text in g.units.items()}
     rev_of = {name: rev for _, name, rev in g.cells}
@@ -610,6 +614,36 @@ def compile_tape(t, own=False):
     return CompiledSweeps(mod, mod.TABLE_CALLS, listing), pool
 
 
+def _in_cache(fn) -> bool:
+    """Whether Numba's cache holds compiled code of dispatcher ``fn`` (its index file exists:
+    for some signature, not necessarily the one the tape calls it with)."""
+    try:
+        return os.path.exists(fn._cache._cache_file._index_path)
+    except AttributeError:  # no cache (caching off) or another Numba
+        return False
+
+
+def compile_estimate(t) -> float:
+    """Seconds :func:`compile_tape` is estimated to take for tape ``t`` in this process (for
+    automatic promotion: ``t.compile_cost``): :data:`AUTO_COLD_UNIT` for each fused loop
+    Numba's cache does not hold, and :data:`AUTO_COLD_RUNTIME` where it does not hold the
+    runtime's one-call gradient for the tape's arguments (or the tape's own module). What
+    the cache holds loads in a fraction of a second and is not counted. Generates the tape's
+    code and loads its unit modules (which :func:`compile_tape` then reuses: Numba compiles
+    nothing here). Raises :class:`CompileError` for a tape the tier does not take."""
+    g = generate(t)
+    t._generated = g  # compile_tape takes it
+    cost = AUTO_COLD_UNIT * sum(not _in_cache(unit_module(x).unit) for x in g.units.values())
+    if g.table_calls is None:  # a module of the tape's own
+        mod = load_module(g.source, "tape_compiled", g.extra)
+        fn = getattr(mod, "gradient_args", None) or mod.forward_backward
+    else:
+        fn = getattr(runtime(), f"gradient_args_{len(t.inputs)}", None)
+    if fn is not None and not _in_cache(fn):  # (the runtime's generic one is not counted)
+        cost += AUTO_COLD_RUNTIME
+    return cost
+
+
 def runtime() -> types.ModuleType:
     """The shared runtime (:func:`runtime_source`), loaded once per process."""
     return load_module(runtime_source(), "tape_runtime")
@@ -634,11 +668,8 @@ def start_runtime_compile(t):
     fn = getattr(runtime(), f"gradient_args_{len(t.inputs)}", None)
     if fn is None:  # many arguments: the generic one compiles at its first call
         return
-    try:
-        cached = os.path.exists(fn._cache._cache_file._index_path)
-    except AttributeError:  # no cache (caching off) or another Numba: nothing to hand over
-        return
-    if not cached:
+    # (where Numba keeps no cache of it, caching off, there is nothing to hand over)
+    if hasattr(getattr(fn, "_cache", None), "_cache_file") and not _in_cache(fn):
         _warm.submit([runtime_job(t)])
 
 
@@ -677,6 +708,7 @@ def kernels_of(mod) -> types.ModuleType:
 
 
 register_extension("compile", compile_tape)
+register_extension("compile_estimate", compile_estimate)
 register_extension("compiled_kernels", kernels_of)
 
 

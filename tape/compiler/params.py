@@ -13,7 +13,9 @@ unrolled) share their kinds, so the length of a tape does not count."""
 
 AUTO_AFTER = 100
 """Automatic promotion: a tape recorded with ``compile="auto"`` (the default) is compiled at its
-``AUTO_AFTER``-th replay, unless :data:`AUTO_SECONDS` promoted it before."""
+``AUTO_AFTER``-th replay, in the calling thread, unless :data:`AUTO_SECONDS` promoted it before,
+or its compile is estimated to cost more than its replays so far (:data:`AUTO_COLD_UNIT`):
+then promotion by time waits until the replays have taken that long."""
 
 AUTO_SECONDS = 0.5
 """Automatic promotion by time: once a ``compile="auto"`` tape's replays on the interpreter
@@ -27,6 +29,23 @@ replay instead of its 100th."""
 AUTO_MIN = 3
 """Promotion by time waits for this many replays: a tape recorded and replayed once or twice
 (a check, a single gradient) never pays for a compile, however long its replay."""
+
+AUTO_COLD_UNIT = 0.3
+"""Seconds a fused loop that Numba's cache does not hold is estimated to take to compile, for
+automatic promotion (``t.compile_cost``, :func:`tape.compiler.compiled.compile_estimate`).
+Where the estimate of a tape's compile exceeds the time its replays on the interpreter have
+taken so far (timed as for :data:`AUTO_SECONDS`), neither rule promotes it then: promotion by
+time waits until the replays have taken as long as the estimate, the break-even rule of
+tiered JIT compilers (whatever the number of replays to come, the time spent is then at most
+about twice that of the better choice made in hindsight). A compile whose code is all in
+the cache loads in a fraction of a second, is estimated at 0 and promotes as before.
+Measured with empty caches on a 2-core AMD EPYC (Zen 3), one process compiling: 0.25-0.36 s
+per loop (GMM's 19 loops and the runtime's entry: 6.6-10.6 s in all)."""
+
+AUTO_COLD_RUNTIME = 2.5
+"""Seconds the shared runtime's one-call gradient for a tape's number and kinds of arguments
+(``gradient_args_<n>``), or a tape's own module, is estimated to take to compile where Numba's
+cache does not hold it (1.8-3.7 s measured as for :data:`AUTO_COLD_UNIT`)."""
 
 # What a fused loop does with an op comes from its record (:class:`tape.registry.Op`):
 # ``cheap`` ops' values are recomputed by the reverse loop rather than stored by the forward

@@ -232,7 +232,8 @@ class Tape:
     compile_after = None  # ... and the count that promotes
     _replay_s = 0.0  # seconds of counted replays on the interpreter so far ...
     compile_after_seconds = None  # ... and the seconds that promote, in the background ...
-    compile_min_replays = 0  # ... from this replay on
+    compile_min_replays = 0  # ... from this replay on ...
+    compile_cost = None  # ... weighed against this estimate of the compile (s; _worth_compiling)
     compiling = None  # the background thread compiling this tape (automatic promotion)
 
     def __init__(self, dtype=np.float64, capacity=64):
@@ -1154,9 +1155,12 @@ class Tape:
         go on on the interpreter (promotion by time: a replay that long runs mostly outside
         Python's lock, so the compile and the replays share the machine). A tape the tier does
         not take stays on the interpreter."""
-        self.compile_after = self.compile_after_seconds = None
         if self.callbacks and not python_free(self):
+            self.compile_after = self.compile_after_seconds = None
             return  # Python callbacks (autograd.Function) run on the interpreter
+        if not self._worth_compiling():
+            return
+        self.compile_after = self.compile_after_seconds = None
         if background:
             # a daemon: a process that ends meanwhile does not wait for it (Numba writes its
             # cache files whole, so nothing is left half written)
@@ -1166,6 +1170,31 @@ class Tape:
             th.start()
         else:
             self._compile_promoted()
+
+    def _worth_compiling(self):
+        """Whether a promotion rule that fired may compile now: yes where the compile is
+        estimated (:attr:`compile_cost`, :func:`tape.compiler.compiled.compile_estimate`,
+        made once; ``0`` where Numba's cache holds its code) to cost no more than the replays
+        on the interpreter have taken so far. Otherwise the count rule is dropped and
+        promotion by time waits until the replays have taken the estimated time. Replays that are not timed (promotion by time off, a checkpoint's
+        sub-tape) are not weighed: the count rule compiles as it says. A tape the tier does
+        not take is never promoted."""
+        spent = self._replay_s
+        if spent == 0.0:
+            return True
+        with self._compile_lock:  # estimated once, however many threads replay
+            cost = self.compile_cost
+            if cost is None:
+                try:
+                    cost = self.compile_cost = _EXTENSIONS["compile_estimate"](self)
+                except CompileError:
+                    self.compile_after = self.compile_after_seconds = None
+                    return False
+        if cost <= spent:
+            return True
+        self.compile_after = None
+        self.compile_after_seconds = cost
+        return False
 
     def _compile_promoted(self):
         """:meth:`compile` for automatic promotion: a tape the tier does not take stays on the
