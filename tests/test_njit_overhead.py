@@ -77,6 +77,22 @@ def test_from_python_matches_interpreter_and_fd(tape_fn):
         np.testing.assert_allclose(gW, fW, rtol=1e-6, atol=1e-6)
 
 
+def test_the_function_is_cached_by_numba_for_the_next_process(tape_fn):
+    """Generated into a module of its own (named by a hash of its text), not made with
+    ``exec``: Numba writes it to its cache when it compiles it, so the next process loads it
+    (Numba's cache index exists once it has compiled or loaded it from Python)."""
+    t, g = tape_fn
+    x, W = point(4)
+    g(x, W, np.empty(N), np.empty((M, N)), t.njit_workspace())
+    from tape.interpreter.generated import sweeps
+
+    if not hasattr(sweeps.forward_sweep._cache, "_cache_file"):
+        pytest.skip("Numba's caching is off here")
+    assert hasattr(g._cache, "_cache_file")  # (a function made with exec has no cache)
+    assert Path(g._cache._cache_file._index_path).is_file()
+    assert Path(g.py_func.__code__.co_filename).name.startswith("tape_njit_")
+
+
 def test_inside_njit_loop(tape_fn):
     t, g = tape_fn
 
