@@ -570,8 +570,8 @@ def compile_tape(t, own=False):
     own, generated, written and loaded; Numba compiles them on first call) and the integer
     pool its sweeps take in place of ``t.ipool``. ``own``: a module of the tape's own (see
     :func:`generate`)."""
-    g = t.__dict__.pop("_generated", None)  # made by compile_estimate
-    if g is None or own:
+    g = None if own else t.extensions().pop("generated", None)  # made by compile_estimate
+    if g is None:
         g = generate(t, own)
     pool = g.pool
     mods = {name: unit_module(text) for name, text in g.units.items()}
@@ -629,8 +629,7 @@ def compile_estimate(t) -> float:
     the cache holds loads in a fraction of a second and is not counted. Generates the tape's
     code and loads its unit modules (which :func:`compile_tape` then reuses: Numba compiles
     nothing here). Raises :class:`CompileError` for a tape the tier does not take."""
-    g = generate(t)
-    t._generated = g  # compile_tape takes it
+    g = t.extensions()["generated"] = generate(t)  # compile_tape takes it
     cost = AUTO_COLD_UNIT * sum(not _in_cache(unit_module(x).unit) for x in g.units.values())
     if g.table_calls is None:  # a module of the tape's own
         mod = load_module(g.source, "tape_compiled", g.extra)
