@@ -605,7 +605,8 @@ def test_directions_in_several_passes_match_one_pass(monkeypatch, rng):
             return real(*a)
 
         monkeypatch.setattr(D, name, spy)
-    monkeypatch.setattr(D, "CHUNK_BYTES", 7 * 2 * t.n_data * 8)  # at most 7 per pass ...
+    live = t.n_data - D._plan(t).n_const  # the cells a pass can touch (no constants)
+    monkeypatch.setattr(D, "CHUNK_BYTES", 7 * 2 * live * 8)  # at most 7 per pass ...
     monkeypatch.setattr(D, "CHUNK_MIN", 4)  # ... as 7 is above the least a pass may hold
     H, J = t.hessian(*ps), tj.jacobian(*ps, mode="fwd")
     assert passes == [("_hvp_pass", 7)] * 3 + [("_hvp_pass", 4)] + [("_tangents", 7)] * 3 + [
@@ -616,9 +617,45 @@ def test_directions_in_several_passes_match_one_pass(monkeypatch, rng):
     passes.clear()
     monkeypatch.setattr(D, "CHUNK_MIN", 13)  # 13 per pass: two passes, of 13 and 12
     t.hessian(*ps)
-    monkeypatch.setattr(D, "CHUNK_MAX_BYTES", 5 * 2 * t.n_data * 8)  # ... unless over the cap
+    monkeypatch.setattr(D, "CHUNK_MAX_BYTES", 5 * 2 * live * 8)  # ... unless over the cap
     t.hessian(*ps)
     assert passes == [("_hvp_pass", 13), ("_hvp_pass", 12)] + [("_hvp_pass", 5)] * 5
+
+
+def test_constants_do_not_count_toward_a_pass(monkeypatch, rng):
+    """A pass's size counts the arena's cells less its constants (which no tangent pass
+    touches): a large constant matrix does not split the directions into more passes, and the
+    forward Jacobian is the same either way (and matches finite differences)."""
+    from tape.transforms import derivatives as D
+
+    A = rng.standard_normal((40, 40)) / 10.0  # 1,600 constant cells
+    f = lambda x: tp.tanh(A @ tp.sin(x)) * tp.cos(x)  # noqa: E731
+    x = rng.standard_normal(40)
+    t = tp.record(f, x)
+    plan = D._plan(t)
+    live = t.n_data - plan.n_const
+    assert plan.n_const >= A.size and live < t.n_data // 4
+    monkeypatch.setattr(D, "COMPRESS_MIN", 10**9)  # one direction per element
+    monkeypatch.setattr(D, "CHUNK_MIN", 1)
+    monkeypatch.setattr(D, "CHUNK_BYTES", 20 * 2 * live * 8)  # 20 directions of live cells
+    passes = []
+
+    def spy(*a, real=D._tangents):
+        passes.append(a[2].shape[0])
+        return real(*a)
+
+    monkeypatch.setattr(D, "_tangents", spy)
+    J = t.jacobian(x, mode="fwd")
+    assert passes == [20, 20]  # (the whole arena would allow 5 per pass)
+    monkeypatch.undo()
+    fd = np.empty((40, 40))
+    for j in range(40):
+        e = np.zeros(40)
+        e[j] = 1e-6
+        fd[:, j] = (np.tanh(A @ np.sin(x + e)) * np.cos(x + e)
+                    - np.tanh(A @ np.sin(x - e)) * np.cos(x - e)) / 2e-6  # fmt: skip
+    np.testing.assert_allclose(J, fd, rtol=1e-7, atol=1e-8)
+    np.testing.assert_allclose(J, t.jacobian(x, mode="rev"), rtol=1e-13, atol=1e-13)
 
 
 def test_products_skip_directions_with_zero_tangents(rng):

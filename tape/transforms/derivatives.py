@@ -27,12 +27,13 @@ import numpy as np
 
 from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps
-from tape.layout.columns import B_OFF, B_SIZE
+from tape.layout.columns import B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST
 from tape.program.callbacks import refuse
 
 CHUNK_BYTES = 2 << 20
-"""The tangent arenas of one pass (``T`` and ``GT``: ``k`` directions times the arena, twice)
-are kept under this size where that leaves at least :data:`CHUNK_MIN` directions per pass.
+"""The tangent arenas of one pass (``T`` and ``GT``: ``k`` directions times the arena less its
+constants, which no pass touches, twice) are kept under this size where that leaves at least
+:data:`CHUNK_MIN` directions per pass.
 Small enough that a pass's arenas, and the temporaries its matrix kernels stack the directions
 in, stay in the caches and under the allocator's threshold for fresh pages: the small MLP's
 dense Hessian (161 directions over a 2,116-element arena, ``python -m tape.bench hessian``)
@@ -74,6 +75,9 @@ class _Plan:
         self.n_out = int(self.out_row[-1])
         self.roots = np.asarray(tp.outputs, np.int64)
         self.n_data = tp.n_data
+        B = tp.bufs[: tp.n_bufs]
+        owners = (B[:, B_ALIAS] < 0) & (B[:, B_KIND] == CONST)
+        self.n_const = int(B[owners, B_SIZE].sum())
         self._tls = threading.local()  # this thread's arenas (see arenas())
         self.seed = np.ones(1, tp.dtype)
         self.in_offs = np.asarray(self.in_off, np.int64)
@@ -116,7 +120,7 @@ class _Plan:
         """Directions per pass for ``k`` directions: as few passes as :data:`CHUNK_BYTES`,
         :data:`CHUNK_MIN` and :data:`CHUNK_MAX_BYTES` allow, of equal sizes (at least one
         direction each)."""
-        per = max(1, self.n_data) * self.tp.dtype.itemsize * 2
+        per = max(1, self.n_data - self.n_const) * self.tp.dtype.itemsize * 2
         cap = CHUNK_MAX_BYTES // per
         most = max(1, min(k, cap, max(CHUNK_BYTES // per, CHUNK_MIN)))
         passes = -(-k // most)
