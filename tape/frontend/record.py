@@ -63,8 +63,9 @@ def record(
         tape replayed in a loop gets it, an expensive one soon, and a tape replayed a few
         times pays no compile. Where the compile is estimated (``t.compile_cost``: the
         fused loops and runtime entry Numba's cache lacks) to cost more than the replays so
-        far, promotion waits until they have taken that long; ``False`` keeps the interpreter. Tapes too long for the tier
-        stay on the interpreter. Retraced variants follow the same rule.
+        far, promotion waits until they have taken that long. ``False`` keeps the
+        interpreter. Tapes too long for the tier stay on the interpreter. Retraced variants
+        follow the same rule.
 
     Returns
     -------
