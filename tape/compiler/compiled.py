@@ -612,13 +612,14 @@ def compile_tape(t, own=False):
     return CompiledSweeps(mod, mod.TABLE_CALLS, listing), pool
 
 
-def _in_cache(fn) -> bool:
+def _in_cache(fn) -> bool | None:
     """Whether Numba's cache holds compiled code of dispatcher ``fn`` (its index file exists:
-    for some signature, not necessarily the one the tape calls it with)."""
+    for some signature, not necessarily the one the tape calls it with); ``None`` where Numba
+    keeps no cache of it (caching off, or another Numba)."""
     try:
         return os.path.exists(fn._cache._cache_file._index_path)
-    except AttributeError:  # no cache (caching off) or another Numba
-        return False
+    except AttributeError:
+        return None
 
 
 def compile_estimate(t) -> float:
@@ -665,8 +666,7 @@ def start_runtime_compile(t):
     fn = getattr(runtime(), f"gradient_args_{len(t.inputs)}", None)
     if fn is None:  # many arguments: the generic one compiles at its first call
         return
-    # (where Numba keeps no cache of it, caching off, there is nothing to hand over)
-    if hasattr(getattr(fn, "_cache", None), "_cache_file") and not _in_cache(fn):
+    if _in_cache(fn) is False:  # (no cache of it at all: nothing to hand over)
         _warm.submit([runtime_job(t)])
 
 

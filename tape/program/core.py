@@ -1176,9 +1176,9 @@ class Tape:
         estimated (:attr:`compile_cost`, :func:`tape.compiler.compiled.compile_estimate`,
         made once; ``0`` where Numba's cache holds its code) to cost no more than the replays
         on the interpreter have taken so far. Otherwise the count rule is dropped and
-        promotion by time waits until the replays have taken the estimated time. Replays that are not timed (promotion by time off, a checkpoint's
-        sub-tape) are not weighed: the count rule compiles as it says. A tape the tier does
-        not take is never promoted."""
+        promotion by time waits until the replays have taken the estimated time. Replays that
+        are not timed (promotion by time off, a checkpoint's sub-tape) are not weighed: the
+        count rule compiles as it says. A tape the tier does not take is never promoted."""
         spent = self._replay_s
         if spent == 0.0:
             return True
