@@ -446,3 +446,16 @@ def test_merged_runs_keep_each_problem_from_one_run_and_say_so():
         got = {k: [(r["case"], r["run"]) for r in v] for k, v in out2["results"].items()}
         assert got["gmm"] == [("1k", "2026-12-02"), ("10k", "2026-12-01")]
         assert got["lstm"] == [("c", "2026-12-03")]
+
+
+def test_tools_are_chosen_by_full_name_or_by_peer(monkeypatch, tmp_path):
+    """``--tools jax`` runs every JAX tool; tape's variants are chosen by their full names;
+    a name that matches no tool of the chosen problems stops the run with the tools it has."""
+    from tape.bench import cli
+    from tape.bench.harness import tool_selected
+
+    assert tool_selected("jax jit", ("jax",)) and tool_selected("jax jacfwd", ("tape", "jax"))
+    assert tool_selected("tape", ("tape",)) and not tool_selected("tape sparse", ("tape",))
+    assert not tool_selected("jax jit", ("tape", "jax jacfwd"))
+    monkeypatch.setenv("TAPE_CACHE_DIR", str(tmp_path))  # (main sets one where none is set)
+    assert cli.main(["linreg", "--tools", "tape,jaxx", "--no-progress"]) == 2

@@ -507,10 +507,14 @@ def test_dense_by_colouring_equals_one_direction_per_element(monkeypatch, rng):
     # the CSR results, laid out from the structure kept per pattern, at each permutation
     for k, p in enumerate(perms * 2):
         Hs = tg.hessian(x2, p, sparse=True)
-        assert Hs.has_sorted_indices and Hs.nnz == np.count_nonzero(tg.sparsity(x2, p).hessian.toarray())
+        assert Hs.has_sorted_indices and Hs.nnz == np.count_nonzero(
+            tg.sparsity(x2, p).hessian.toarray()
+        )
         np.testing.assert_array_equal(Hs.toarray(), got[6 + k])
     for xx in (x, x2):
-        np.testing.assert_array_equal(tj.jacobian(xx, sparse=True).toarray(), tj.jacobian(xx, mode="fwd"))
+        np.testing.assert_array_equal(
+            tj.jacobian(xx, sparse=True).toarray(), tj.jacobian(xx, mode="fwd")
+        )
 
 
 def test_docs_example_runs():
@@ -598,13 +602,18 @@ def test_directions_in_several_passes_match_one_pass(monkeypatch, rng):
     monkeypatch.setattr(D, "COMPRESS_MIN", 10**9)  # one direction per element
     H1, J1 = t.hessian(*ps), tj.jacobian(*ps, mode="fwd")
     passes = []
-    for name, arg in (("_hvp_pass", 3), ("_tangents", 2)):  # the position of T / of V
 
-        def spy(*a, real=getattr(D, name), name=name, arg=arg):
+    def spy(name, arg):  # arg: the position of T / of V
+        real = getattr(D, name)
+
+        def call(*a):
             passes.append((name, a[arg].shape[0]))
             return real(*a)
 
-        monkeypatch.setattr(D, name, spy)
+        return call
+
+    for name, arg in (("_hvp_pass", 3), ("_tangents", 2)):
+        monkeypatch.setattr(D, name, spy(name, arg))
     live = t.n_data - D._plan(t).n_const  # the cells a pass can touch (no constants)
     monkeypatch.setattr(D, "CHUNK_BYTES", 7 * 2 * live * 8)  # at most 7 per pass ...
     monkeypatch.setattr(D, "CHUNK_MIN", 4)  # ... as 7 is above the least a pass may hold

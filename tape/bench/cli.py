@@ -116,7 +116,8 @@ def parse_args(argv):
         action="store_true",
         help="small subset, short timings (about 3 minutes from empty caches on 2 cores)",
     )
-    ap.add_argument("--tools", help="comma-separated tools to run (default: all available)")
+    ap.add_argument("--tools", help="comma-separated tools to run, by full name ('jax jit') or "
+                    "peer ('jax': all of its tools); default: all available")  # fmt: skip
     ap.add_argument("--json", metavar="FILE", help="save all results as JSON")
     ap.add_argument(
         "--plot", metavar="FILE.png", help="plot time against size per tool (needs matplotlib)"
@@ -248,6 +249,14 @@ def main(argv=None) -> int:
         except Skip as e:
             skipped.append(f"{p.name}: {e}")
             cases[p.name] = []
+    if opts.tools:  # a misspelt name would silently run nothing of that tool
+        have = {tool for cs in cases.values() for c in cs for tool in c.builders}
+        unknown = [n for n in opts.tools if not any(harness.tool_selected(t, (n,)) for t in have)]
+        if unknown:
+            print(f"--tools: no tool named {', '.join(map(repr, unknown))} in these problems; "
+                  f"their tools: {', '.join(sorted(have))} (a peer's name, such as "
+                  "'jax', selects all of its tools)", file=sys.stderr)  # fmt: skip
+            return 2
     progress = Progress(sum(len(c) for c in cases.values()), enabled=opts.progress)
     results = {}
     for p in probs:

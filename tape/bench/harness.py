@@ -36,6 +36,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tape.bench.backends import peer_of
+
 RTOL = 1e-8
 REF_ORDER = ("njit (hand)", "tape", "tape compiled", "jax jit", "torch", "autograd")
 
@@ -181,6 +183,12 @@ class Opts:
     progress: bool = True
 
 
+def tool_selected(tool, names):
+    """Whether ``--tools`` ``names`` select ``tool``: by its full name (``"jax jit"``), or by
+    the peer library it runs (``"jax"`` selects ``"jax jit"`` and ``"jax jacfwd"``)."""
+    return tool in names or (peer_of(tool) or tool) in names
+
+
 def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
     """Build, check and time one case; returns a result dict (see :func:`tape.bench.main`)."""
     res = dict(
@@ -190,7 +198,7 @@ def run_case(case: Case, opts: Opts, progress: Progress | None = None) -> dict:
     if progress:
         progress.show(f"{case.problem} {case.label}", major=True)
     for tool, build in case.builders.items():
-        if opts.tools and tool not in opts.tools:
+        if opts.tools and not tool_selected(tool, opts.tools):
             continue
         if progress:
             progress.show(f"{case.problem} {case.label}: setting up {tool}")
