@@ -232,3 +232,30 @@ def test_hvp_in_one_call_matches_the_interpreter():
     for x2 in (xp, xp * 1.5, -xp, xp):  # positive sum, positive, negative (retrace), positive
         want = (-np.sin(x2) * x2 + 2.0 * np.cos(x2)) * v if x2.sum() > 0 else 12.0 * x2**2 * v
         close(tb.hvp(x2, v=v), want)
+
+
+def test_vector_mode_tangent_loops_of_short_rows_are_vectorised():
+    """A Hessian's or a Jacobian's tangent loops over rows of 16 elements (a small MLP's
+    hidden layer) compile to vector code. With their bounds written as numbers, LLVM unrolled
+    the rows into straight-line code that stayed scalar (the arena views may overlap): no
+    vector multiply in either loop of this tape; the generated loops pass their bounds
+    through ``tape.compiler.emit.opaque``."""
+    import re
+    import types as pytypes
+
+    def f(h, W, b, w2):
+        return tp.sum((tp.tanh(h @ W + b) @ w2) ** 2)
+
+    x = (RNG.normal(size=(32, 8)), RNG.normal(size=(8, 16)), RNG.normal(size=16),
+         RNG.normal(size=(16, 1)))  # fmt: skip
+    t = tp.record(f, *x, compile=True)
+    g = second.generate(t)
+    mod = pytypes.ModuleType("tape_second_vector_check")  # compiled here, not cached
+    exec(compile(g.source.replace("**UNIT_JIT", "nogil=True"), mod.__name__, "exec"), mod.__dict__)
+    data, T = np.ones(t.n_data), np.zeros((3, t.n_data))
+    assert g.many_units
+    for name in g.many_units:
+        loop = getattr(mod, name)
+        loop(data, T)
+        (ir,) = loop.inspect_llvm().values()
+        assert re.search(r"fmul[^\n]*<\d+ x double>", ir), f"{name}: no vector multiply"

@@ -61,6 +61,12 @@ is a function per group with its offsets written in, and Numba's compile time gr
 
 _LOCK = threading.Lock()
 
+OPAQUE_MIN = 8
+"""Rows (or flat loops) from this many elements on get a bound the optimiser cannot see in
+the vector-mode tangent loops (:func:`tape.compiler.emit.opaque`), so that they vectorise;
+shorter ones are unrolled (into scalar code), which costs them less than the vector code's
+runtime checks."""
+
 _AT_J = re.compile(r"\b(\w+)\[j\]")
 """Element ``j`` of a view in a loop's text."""
 
@@ -532,7 +538,9 @@ class _Unit:
         out += ["    K = T.shape[0]"] + [f"    {x}" for x in top]
         out += [f"    {q} = np.empty({blk}, data.dtype)" for q in scratch]
         out += [f"    {x}" for x in pre]
-        inner = [f"for j0 in range(0, {self.M}, {blk}):", f"    m = min({blk}, {self.M} - j0)"]
+        # a bound LLVM cannot see from 8 elements on (see tape.compiler.emit.opaque)
+        bound = f"_opaque({self.M})" if self.M >= OPAQUE_MIN else str(self.M)
+        inner = [f"for j0 in range(0, {self.M}, {blk}):", f"    m = min({blk}, {bound} - j0)"]
         inner += [f"    {v}_ = _span({v}, j0, m)" for v in data_used]
         inner += ["    for jj in range(m):"] + [f"        {x}" for x in vals + parts]
         inner += ["    for d in range(K):", "        tr = T[d]"]
@@ -734,6 +742,7 @@ def generate(t):
         "from tape.layout.config import UNIT_JIT",
         "from tape.ops.loops import masked as _masked",
         "from tape.layout.views import span as _span",
+        "from tape.compiler.emit import opaque as _opaque",
         "from tape.compiler.emit import outline_rule as _outline_rule",
         "from tape.ops.registry import BY_NAME",
         "",
