@@ -259,3 +259,39 @@ def test_vector_mode_tangent_loops_of_short_rows_are_vectorised():
         loop(data, T)
         (ir,) = loop.inspect_llvm().values()
         assert re.search(r"fmul[^\n]*<\d+ x double>", ir), f"{name}: no vector multiply"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_adjoints_written_whole_first_are_assigned_not_zeroed(name):
+    """Forward-over-reverse assigns the adjoint and the tangent adjoints of an intermediate
+    that a fused loop writes whole before anything else does (``h @ W``, read by the loop of
+    ``tanh(z + b) * log(1 + z * z)``), instead of zeroing them and adding: the pass zeroes
+    what it reads and does not write first, so adjoint arenas full of NaN give the
+    interpreter's numbers, and the product's output is left out of the zeroing."""
+    from tape.layout.columns import B_OFF, E_OP, E_OUT
+    from tape.ops.registry import BY_NAME
+    from tape.transforms import derivatives as D
+
+    ti, tc, args = tapes(name)
+    n = sum(np.size(a) for a in args)
+    plan, data = D._forward(tc, args)
+    V = np.random.default_rng(4).normal(size=(3, n))
+    T, GT, grad = plan.arenas(3)
+    T[:] = 0.0
+    plan.seed_inputs(T, V)
+    GT[:], grad[:] = np.nan, np.nan
+    D._hvp_pass(plan, data, grad, T, GT)
+    got = plan.read_inputs(GT)
+    for k in range(3):
+        parts, c = [], 0
+        for a in args:
+            parts.append(V[k, c : c + np.size(a)].reshape(np.shape(a)))
+            c += np.size(a)
+        close(got[k], np.concatenate([np.ravel(g) for g in pairs(ti.hvp(*args, v=tuple(parts)))]))
+    if name in ("row per row", "long rows"):  # h @ W: its output is assigned, not zeroed
+        code = BY_NAME["matmul"].code
+        (z,) = [int(tc.bufs[tc.entries[i, E_OUT], B_OFF]) for i in range(tc.n_entries)
+                if tc.entries[i, E_OP] == code]  # fmt: skip
+        p = second.derivative_module(tc).prog
+        ranges = p[5 : 5 + 2 * p[0]].reshape(-1, 2)
+        assert not any(a <= z < a + s for a, s in ranges), (z, ranges)

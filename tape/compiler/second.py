@@ -49,7 +49,7 @@ from tape.compiler.emit import Gen, rule_names
 from tape.compiler.params import BLOCK, BLOCK_MIN
 from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps as interp_sweeps
-from tape.layout.columns import B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT
+from tape.layout.columns import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT
 from tape.layout.config import SWEEP_JIT
 from tape.layout.views import borrow as _borrow
 from tape.layout.views import span as _span
@@ -554,8 +554,14 @@ class _Unit:
         return out + ["", ""]
 
     # -- tangent of the reverse -------------------------------------------------------
-    def hrev(self, name):
+    def hrev(self, name, touched=None, assigned=None):
+        """The forward-over-reverse loop. ``touched``: the owners whose adjoint memory a unit
+        that runs earlier in the reverse pass wrote (updated here); ``assigned``: the owners
+        whose adjoint (and tangent adjoint) this loop assigns rather than adds to, as their
+        first contribution over the whole buffer (added to here; they need no zeroing)."""
         p, gen, g = self.p, self.gen, self.g
+        touched = set() if touched is None else touched
+        assigned = set() if assigned is None else assigned
         body = self.forward_lines()
         for i in g.entries:
             if p.emask[i]:
@@ -604,6 +610,8 @@ class _Unit:
                 ea, eg = acc[key]
                 contrib += [f"{ea} += {ca}", f"{eg} += {cg}"]
         pre_d, pre_r, post_r, post_d, elem = [], [], [], [], []
+        first = self.first_writes(acc, touched)
+        assigned |= first
         for (b, kind), (ea, eg) in acc.items():
             ga, gg = self.at("grad", b, kind), self.at("gr", b, kind)
             add = ["if d == 0:", f"    {ga} += {ea}", f"{gg} += {eg}"]
@@ -615,13 +623,35 @@ class _Unit:
                 post_r += add
             else:
                 body += [f"{ea} = 0.0", f"{eg} = 0.0"]
-                elem.append((ea, eg, ga, gg))
+                elem.append((ea, eg, ga, gg, "=" if int(p.owner[b]) in first else "+="))
+        touched.update(int(p.owner[b]) for b, _ in acc)
         body += contrib
         if self.M < BLOCK_MIN:
-            for ea, eg, ga, gg in elem:
-                body += ["if d == 0:", f"    {ga} += {ea}", f"{gg} += {eg}"]
+            for ea, eg, ga, gg, op in elem:
+                body += ["if d == 0:", f"    {ga} {op} {ea}", f"{gg} {op} {eg}"]
             return self.function(name, "data, grad, T, GT", body, pre_d, pre_r, post_r, post_d)
         return self.blocked(name, body, elem, pre_d, pre_r, post_r, post_d)
+
+    def first_writes(self, acc, touched):
+        """The owners whose adjoint this loop may assign (``acc``: its contributions to
+        buffers read outside it, ``(buffer, kind) -> names``): an intermediate's whole
+        memory, read elementwise by this loop alone among its contributions, that no unit
+        earlier in the reverse pass wrote, and that this unit does not make. As in the
+        compiled gradient (:meth:`tape.compiler.emit.Gen.first_adds`), assigning spares the
+        zeroing: of the adjoint and of every direction's tangent adjoint here."""
+        p, B = self.p, self.p.B
+        owners = [int(p.owner[b]) for b, _ in acc]
+        aliased = {int(p.owner[b]) for b in range(len(B)) if B[b, B_ALIAS] >= 0}
+        out = set()
+        for (b, kind), o in zip(acc, owners):
+            if (
+                kind == "full" and o not in touched and owners.count(o) == 1
+                and p.made_by.get(o) != self.u and B[o, B_KIND] == ACTIVE
+                and int(B[b, B_OFF]) == int(B[o, B_OFF]) and self.g.n == int(B[o, B_SIZE])
+                and (not self.rows or (b == o and o not in aliased))
+            ):  # fmt: skip
+                out.add(o)
+        return out
 
     def blocked(self, name, body, elem, pre_d, pre_r, post_r, post_d):
         """A long loop (flat, or over long rows) in blocks of ``BLOCK`` elements: the
@@ -630,7 +660,7 @@ class _Unit:
         that may alias what it loads and vectorises (as the gradient's ``_block_loop``)."""
         blk = min(BLOCK, self.M)
         keep = []
-        for ea, eg, _, _ in elem:
+        for ea, eg, _, _, _ in elem:
             keep += [f"b{ea}[jj] = {ea}", f"b{eg}[jj] = {eg}"]
         used = sorted({m for line in body for m in _AT_J.findall(line)}
                       | {m for e in elem for m in _AT_J.findall(e[2] + e[3])})  # fmt: skip
@@ -639,7 +669,7 @@ class _Unit:
         d_views, _ = self.view_lines(("tr", "gr"))
         out = ['@njit(fastmath={"reassoc"}, **UNIT_JIT)', f"def {name}(data, grad, T, GT):"]
         out += [f"    {x}" for x in top]
-        for ea, eg, _, _ in elem:
+        for ea, eg, _, _, _ in elem:
             out += [
                 f"    b{ea} = np.empty({blk}, data.dtype)",
                 f"    b{eg} = np.empty({blk}, data.dtype)",
@@ -649,10 +679,10 @@ class _Unit:
         inner = [f"for j0 in range(0, {self.M}, {blk}):", f"    m = min({blk}, {self.M} - j0)"]
         inner += [f"    {v}_ = _span({v}, j0, m)" for v in used]
         inner += ["    for jj in range(m):"] + [f"        {x}" for x in main]
-        for ea, eg, ga, gg in elem:
+        for ea, eg, ga, gg, op in elem:
             ga, gg = (_AT_J.sub(r"\1_[jj]", x) for x in (ga, gg))
-            inner += ["    if d == 0:", "        for jj in range(m):", f"            {ga} += b{ea}[jj]",
-                      "    for jj in range(m):", f"        {gg} += b{eg}[jj]"]  # fmt: skip
+            inner += ["    if d == 0:", "        for jj in range(m):", f"            {ga} {op} b{ea}[jj]",
+                      "    for jj in range(m):", f"        {gg} {op} b{eg}[jj]"]  # fmt: skip
         if self.rows:
             _, rows = self.view_lines(("data", "grad", "tr", "gr"))
             inner = [f"for r in range({self.g.rows}):"] + [
@@ -701,6 +731,8 @@ def generate(t):
         funcs += _Unit(gen, u, unit).tangent_many(f"_tanv{u}")
         tan_rows.append((0, len(tan_units), 0))
         tan_units.append(f"_tan{u}")
+    touched = {int(p.owner[b]) for b in t.outputs}  # adjoint memory written so far (seeded)
+    assigned: set[int] = set()  # ... and first written whole by a loop: not zeroed
     for u in range(len(p.units) - 1, -1, -1):
         unit = p.units[u]
         if isinstance(unit, Call):
@@ -708,9 +740,10 @@ def generate(t):
             if p.emask[i]:
                 rev_rows.append((1, p.ops[i].code, i))
                 calls |= {(_dispatch.REV, p.ops[i].code), (_dispatch.HREV, p.ops[i].code)}
+                touched.update(int(p.owner[b]) for b in p.ins[i])
             continue
         if any(p.emask[i] for i in unit.entries) or (unit.fold >= 0 and p.emask[unit.fold]):
-            funcs += _Unit(gen, u, unit).hrev(f"_hrev{u}")
+            funcs += _Unit(gen, u, unit).hrev(f"_hrev{u}", touched, assigned)
             rev_rows.append((0, len(hrev_units), 0))
             hrev_units.append(f"_hrev{u}")
     # adjoint memory read or added to: zeroed first (the arguments' too, which the drivers
@@ -722,7 +755,7 @@ def generate(t):
     zero = {
         o for o in range(len(t.bufs[: t.n_bufs]))
         if p.rneed[o] and p.dyn[o] and B[o, B_ALIAS] < 0 and B[o, B_KIND] != CONST
-        and o not in in_regs
+        and o not in in_regs and o not in assigned
     }  # fmt: skip
     zero |= {int(p.owner[b]) for b in t.inputs}
     roots = [(int(B[r, B_OFF]), int(B[r, B_SIZE])) for r in t.outputs]
