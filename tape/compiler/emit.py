@@ -181,6 +181,7 @@ _INLINED = frozenset(
 """Aliases of the rules inlined in Numba IR where they are called (those that call
 :mod:`tape.ops.vmath`: ``exp``, ``log``, ``tanh``, ``sigmoid``)."""
 
+
 @intrinsic
 def opaque(typingctx, n):
     """``n`` itself, passed through an empty inline assembly statement the optimiser cannot
