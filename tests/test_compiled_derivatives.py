@@ -295,3 +295,26 @@ def test_adjoints_written_whole_first_are_assigned_not_zeroed(name):
         p = second.derivative_module(tc).prog
         ranges = p[5 : 5 + 2 * p[0]].reshape(-1, 2)
         assert not any(a <= z < a + s for a, s in ranges), (z, ranges)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_matmul_tangents_of_many_directions_are_written_whole(compile):
+    """In vector mode the product's first term assigns its output's tangent, and zeroes it
+    for the directions whose operand tangent is zero (here the directions of the other
+    argument, for both operands): whatever the tangent arena held there before is never
+    read."""
+    from tape.layout.columns import B_OFF, B_SIZE, E_OP, E_OUT
+    from tape.ops.registry import BY_NAME
+    from tape.transforms import derivatives as D
+
+    args = (RNG.normal(size=(4, 3)), RNG.normal(size=(3, 5)))
+    t = tp.record(lambda A, B: tp.sum(tp.sin(A @ B)), *args, compile=compile)
+    want = t.jacobian(*args, mode="fwd")
+    plan, data = D._forward(t, args)
+    code = BY_NAME["matmul"].code
+    (i,) = [i for i in range(t.n_entries) if t.entries[i, E_OP] == code]
+    o = t.entries[i, E_OUT]
+    T = plan.arenas(27)[0]
+    T[:, t.bufs[o, B_OFF] : t.bufs[o, B_OFF] + t.bufs[o, B_SIZE]] = np.nan
+    got = plan.read_outputs(D._tangents(plan, data, np.eye(27)))
+    close(got.ravel(), np.concatenate([np.ravel(w) for w in want]))

@@ -109,15 +109,17 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
     nb, m, k, n, sa, sb = _block(ipool, entries[i, E_ATTR])
     K = T.shape[0]
     oa, ob, oy = bufs[ia, B_OFF], bufs[ib, B_OFF], bufs[io, B_OFF]
-    for d in range(K):
-        T[d, oy : oy + nb * m * n] = 0.0
+    if K == 1 or m * n * k == 0 or not (act_a or act_b):
+        for d in range(K):
+            T[d, oy : oy + nb * m * n] = 0.0
     if m * n * k == 0:
         return
     for b in range(nb):
         a = mat(A, b * sa, m, k)
         bb = mat(B, b * sb, n, k) if tb else mat(B, b * sb, k, n)
+        py = oy + b * m * n
         if K == 1:  # one direction: the products go into the tangent arena, no copies
-            y = mat(T[0], oy + b * m * n, m, n)
+            y = mat(T[0], py, m, n)
             if act_a:
                 gemm_acc(mat(T[0], oa + b * sa, m, k), False, bb, tb, y)
             if act_b:
@@ -125,7 +127,9 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
                 gemm_acc(a, False, tB, tb, y)
             continue
         # only the directions whose tangent of the operand is not all zero (a Hessian's or a
-        # Jacobian's seeds are columns of the identity: most of them miss most operands)
+        # Jacobian's seeds are columns of the identity: most of them miss most operands); the
+        # first term assigns the output's tangent (zero for the directions it skips), the
+        # second adds to it
         if act_a:
             ds = _nonzero_rows(T, oa + b * sa, m * k)
             J = ds.shape[0]
@@ -135,9 +139,13 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
             y1 = np.empty((J * m, n), T.dtype)
             if J:  # (BLAS refuses empty matrices)
                 gemm_acc(tA, False, bb, tb, y1, 0.0)
-            for j in range(J):
-                y = mat(T[ds[j]], oy + b * m * n, m, n)
-                add2(y, y1[j * m : (j + 1) * m])
+            j = 0
+            for d in range(K):
+                if j < J and ds[j] == d:
+                    put2(mat(T[d], py, m, n), y1[j * m : (j + 1) * m])
+                    j += 1
+                else:
+                    T[d, py : py + m * n] = 0.0
         if act_b:
             ds = _nonzero_rows(T, ob + b * sb, k * n)
             J = ds.shape[0]
@@ -150,9 +158,17 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
             y2 = np.empty((m, J * n), T.dtype)
             if J:
                 gemm_acc(a, False, tB, False, y2, 0.0)
-            for j in range(J):
-                y = mat(T[ds[j]], oy + b * m * n, m, n)
-                add2(y, y2[:, j * n : (j + 1) * n])
+            if act_a:
+                for j in range(J):
+                    add2(mat(T[ds[j]], py, m, n), y2[:, j * n : (j + 1) * n])
+                continue
+            j = 0
+            for d in range(K):
+                if j < J and ds[j] == d:
+                    put2(mat(T[d], py, m, n), y2[:, j * n : (j + 1) * n])
+                    j += 1
+                else:
+                    T[d, py : py + m * n] = 0.0
 
 
 @_jit

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "eb0f7426ebd1ce8535008c347431d0b1cceb9289c4e89d93afcd956339688b14"
+FINGERPRINT = "833dcbb1b8e0b73e26a084796331ac1d082f689f7002e18d91d22d181ce967b5"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "267889af2d176d3f7998c7e9ab3c74e714e4c3eaa7f1890ccb02427a01143253"
+FINGERPRINT = "5005f501d9ce3627f77b7bdc1c282e5dc7a6999576a3fcbc88c687fdbbbc491b"
 
 import numpy as np
 from numba import njit

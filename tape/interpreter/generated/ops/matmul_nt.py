@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7dcacc2cd70555454c8f2d2bdf299f3eda8af5ba80b5139a9c44bcd1a8c714c1"
+FINGERPRINT = "4ac95856c9ddd148bb66c2fc3c62364249b9b522d6bfba73bfc84e799393c795"
 
 import numpy as np
 from numba import njit
