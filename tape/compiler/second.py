@@ -554,14 +554,12 @@ class _Unit:
         return out + ["", ""]
 
     # -- tangent of the reverse -------------------------------------------------------
-    def hrev(self, name, touched=None, assigned=None):
+    def hrev(self, name, touched, assigned):
         """The forward-over-reverse loop. ``touched``: the owners whose adjoint memory a unit
         that runs earlier in the reverse pass wrote (updated here); ``assigned``: the owners
         whose adjoint (and tangent adjoint) this loop assigns rather than adds to, as their
         first contribution over the whole buffer (added to here; they need no zeroing)."""
         p, gen, g = self.p, self.gen, self.g
-        touched = set() if touched is None else touched
-        assigned = set() if assigned is None else assigned
         body = self.forward_lines()
         for i in g.entries:
             if p.emask[i]:
@@ -641,7 +639,7 @@ class _Unit:
         zeroing: of the adjoint and of every direction's tangent adjoint here."""
         p, B = self.p, self.p.B
         owners = [int(p.owner[b]) for b, _ in acc]
-        aliased = {int(p.owner[b]) for b in range(len(B)) if B[b, B_ALIAS] >= 0}
+        aliased = set(p.owner[B[:, B_ALIAS] >= 0].tolist()) if self.rows else set()
         out = set()
         for (b, kind), o in zip(acc, owners):
             if (

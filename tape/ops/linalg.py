@@ -139,13 +139,7 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
             y1 = np.empty((J * m, n), T.dtype)
             if J:  # (BLAS refuses empty matrices)
                 gemm_acc(tA, False, bb, tb, y1, 0.0)
-            j = 0
-            for d in range(K):
-                if j < J and ds[j] == d:
-                    put2(mat(T[d], py, m, n), y1[j * m : (j + 1) * m])
-                    j += 1
-                else:
-                    T[d, py : py + m * n] = 0.0
+            _first_term(T, ds, py, m, n, y1, True)
         if act_b:
             ds = _nonzero_rows(T, ob + b * sb, k * n)
             J = ds.shape[0]
@@ -158,17 +152,29 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
             y2 = np.empty((m, J * n), T.dtype)
             if J:
                 gemm_acc(a, False, tB, False, y2, 0.0)
-            if act_a:
+            if act_a:  # the second term
                 for j in range(J):
                     add2(mat(T[ds[j]], py, m, n), y2[:, j * n : (j + 1) * n])
-                continue
-            j = 0
-            for d in range(K):
-                if j < J and ds[j] == d:
-                    put2(mat(T[d], py, m, n), y2[:, j * n : (j + 1) * n])
-                    j += 1
-                else:
-                    T[d, py : py + m * n] = 0.0
+            else:
+                _first_term(T, ds, py, m, n, y2, False)
+
+
+@_jit
+def _first_term(T, ds, py, m, n, Y, stacked):
+    """The first term of :func:`_jvp`'s product tangents into the output's tangents at ``py``
+    (``m x n`` per direction): assigned for the directions ``ds`` (ascending) from their
+    blocks of ``Y`` (stacked by rows, or side by side), zero for the others."""
+    j = 0
+    for d in range(T.shape[0]):
+        if j < ds.shape[0] and ds[j] == d:
+            y = mat(T[d], py, m, n)
+            if stacked:
+                put2(y, Y[j * m : (j + 1) * m])
+            else:
+                put2(y, Y[:, j * n : (j + 1) * n])
+            j += 1
+        else:
+            T[d, py : py + m * n] = 0.0
 
 
 @_jit

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "833dcbb1b8e0b73e26a084796331ac1d082f689f7002e18d91d22d181ce967b5"
+FINGERPRINT = "b9bdb304c316cb2ab5f87f2117f295e445153965edd5acc5bb64e1f044f9446a"
 
 from numba import cuda, float64
 

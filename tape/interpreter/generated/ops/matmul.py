@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5005f501d9ce3627f77b7bdc1c282e5dc7a6999576a3fcbc88c687fdbbbc491b"
+FINGERPRINT = "fff984c69f216f02513c7ef8750a1e5443675ae013eadb752eb9d71f5227c53c"
 
 import numpy as np
 from numba import njit

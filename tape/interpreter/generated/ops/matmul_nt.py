@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4ac95856c9ddd148bb66c2fc3c62364249b9b522d6bfba73bfc84e799393c795"
+FINGERPRINT = "1cfb2a90bda9b9cbcffc6bdb1805aa4c635c14f4cb1af14342c548399735ad67"
 
 import numpy as np
 from numba import njit
