@@ -297,7 +297,10 @@ class CudaTape:
     passes its guards on the device. Those calls cost a host round trip and a CPU replay.
     """
 
-    def __init__(self, t, threads=None, blocks=None, cooperative=True, small=None, min_run=None):
+    def __init__(
+        self, t, threads=None, blocks=None, cooperative=True, small=None, min_run=None,
+        compile=False,
+    ):
         refuse_gpu(t, "CudaTape")
         require_device()
         self._sig = sig = t.signature  # also checks that t was recorded
@@ -326,8 +329,11 @@ class CudaTape:
         self.program = p = Program(t, n_blocks=self.blocks)
         small = config.SMALL if small is None else small
         min_run = config.MIN_RUN if min_run is None else min_run
+        self.small = small
         self.runs = segments(p.entry_size, small, min_run)
         self.pieces = _plan(t, p, self.runs, t.dtype)
+        self.fused = None
+        """After :meth:`compile`: the generated source (:class:`tape.gpu._fused.Source`)."""
         self.prog = cuda.to_device(p.prog)
         self.arena = cuda.to_device(p.arena(t))
         """The device arena: values ``[0, n_data)``, adjoints ``[n_data, 2 n_data)``, scratch,
@@ -352,6 +358,36 @@ class CudaTape:
         self._checks = p.n_checks > 0
         # the last replay ran on the CPU tape (a guard failed): backward() runs there too
         self._host_last = False
+        if compile:
+            self.compile()
+
+    def compile(self):
+        """Replay with device code generated for this tape (the GPU's compiled tier,
+        :mod:`tape.gpu._fused`): each fused group of elementwise entries (with the sum that
+        folds them) becomes one kernel forward and one reverse, its intermediates in
+        registers; the other entries run on the interpreter's kernels as before. Same
+        results, to rounding (a folded sum adds in another order). Returns ``self``.
+
+        Raises ``NotImplementedError`` for a tape with custom ops (they keep the
+        interpreter)."""
+        if self.fused is not None:
+            return self
+        from tape.gpu._fused import build
+
+        src, units = build(self.tape, self.program.grad_off)
+        size = self.program.entry_size
+        self.pieces = [
+            ("run", x[1], x[2], bool(size[x[1] : x[2]].max() > self.small))
+            if x[0] == "run" else ("call", x[1])
+            for x in units
+        ]  # fmt: skip
+        self.fused = src
+        return self
+
+    @property
+    def compiled(self):
+        """Whether this tape replays with generated code (see :meth:`compile`)."""
+        return self.fused is not None
 
     # ------------------------------------------------------------ launches
 
