@@ -28,7 +28,7 @@ Not yet here: tapes with custom ops (``tp.custom_op``) and batched replay
 
 from __future__ import annotations
 
-from tape.compiler.analyse import CALLBACK_OP, Call, Group, Plan
+from tape.compiler.analyse import CALLBACK_OP, Group, Plan
 from tape.compiler.emit import Gen
 from tape.compiler.params import tag
 from tape.gpu import _config as config
@@ -278,7 +278,9 @@ class Source:
             if kind == "full" and len(views[int(p.owner[b])]) == 1:  # one writer per element
                 writes.append(f"{self.at(b, 'e', True)} += {name}")
             else:
-                writes.append(f"cuda.atomic.add(A, {self.ix(b, self.index(kind, g), True)}, {name})")
+                writes.append(
+                    f"cuda.atomic.add(A, {self.ix(b, self.index(kind, g), True)}, {name})"
+                )
         gpre += [f"{k} = {v}" for k, v in consts.items()]
         body = [f"{k} = {v}" for k, v in loads.items()] + vals + adj
         body += [f"{name} = 0.0" for name in targets] + rules + writes

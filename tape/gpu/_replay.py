@@ -298,7 +298,13 @@ class CudaTape:
     """
 
     def __init__(
-        self, t, threads=None, blocks=None, cooperative=True, small=None, min_run=None,
+        self,
+        t,
+        threads=None,
+        blocks=None,
+        cooperative=True,
+        small=None,
+        min_run=None,
         compile=False,
     ):
         refuse_gpu(t, "CudaTape")
