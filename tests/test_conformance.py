@@ -13,12 +13,13 @@ runs on
     the same tape, every point as one instance of ``t.gradient_batch``;
 ``compiled``, ``compiled_batch``
     the same on the compiled tier (``tp.record(..., compile=True)``);
-``cuda_sim``, ``cuda_sim_batch``
-    ``t.to("cuda")`` and ``tape.cuda.gradient_batch`` under Numba's CUDA simulator, in one
+``cuda_sim``, ``cuda_sim_batch``, ``cuda_sim_compiled``
+    ``t.to("cuda")``, ``tape.cuda.gradient_batch`` and ``t.to("cuda", compile=True)`` (the
+    GPU's compiled tier) under Numba's CUDA simulator, in one
     subprocess with ``NUMBA_ENABLE_CUDASIM=1`` (the mechanism of ``tests/test_cuda_sim.py``:
     the simulator must be on before numba is imported), or in this process when it already
     runs under the simulator;
-``gpu``, ``gpu_batch``
+``gpu``, ``gpu_batch``, ``gpu_compiled``
     the same on a real GPU (marked ``gpu``; skipped without one).
 
 The tape is recorded at ``record_at`` (default: the first point), away from the kinks, ties
@@ -274,6 +275,10 @@ def run_cuda(case):
     return _single(_record(case).to("cuda", threads=8), case)
 
 
+def run_cuda_compiled(case):
+    return _single(_record(case).to("cuda", threads=8, compile=True), case)
+
+
 def run_cuda_batch(case):
     from tape.gpu import gradient_batch
 
@@ -289,11 +294,16 @@ RUNNERS = {
     "compiled_batch": run_compiled_batch,
     "cuda_sim": run_cuda,
     "cuda_sim_batch": run_cuda_batch,
+    "cuda_sim_compiled": run_cuda_compiled,
     "gpu": run_cuda,
     "gpu_batch": run_cuda_batch,
+    "gpu_compiled": run_cuda_compiled,
 }
-ACCUMULATING = {"eager", "replay", "compiled", "cuda_sim", "gpu"}
-SIM = ("cuda_sim", "cuda_sim_batch")
+ACCUMULATING = {"eager", "replay", "compiled", "cuda_sim", "gpu"} | {
+    "cuda_sim_compiled",
+    "gpu_compiled",
+}
+SIM = ("cuda_sim", "cuda_sim_batch", "cuda_sim_compiled")
 
 
 def simulate():
@@ -356,7 +366,8 @@ BACKENDS = [
     "compiled_batch",
     "cuda_sim",
     "cuda_sim_batch",
-] + [pytest.param(b, marks=pytest.mark.gpu) for b in ("gpu", "gpu_batch")]
+    "cuda_sim_compiled",
+] + [pytest.param(b, marks=pytest.mark.gpu) for b in ("gpu", "gpu_batch", "gpu_compiled")]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

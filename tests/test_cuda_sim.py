@@ -1011,6 +1011,107 @@ else:
         out, err = capsys.readouterr()
         assert "parity OK" in out and "Traceback" not in out + err, (out + err)[-3000:]
 
+    # ------------------------------------------------------------ the compiled tier
+
+    _K, _D, _N = 3, 4, 6
+
+    def _gmm_like(means, q, xT):
+        # (d, n) - (K, d, 1): a three-axis broadcast, read as tiles and blocks of rows
+        xc = xT - means.reshape((_K, _D, 1))
+        z = tp.exp(q).reshape((_K, _D, 1)) * xc
+        main = q.sum(1).reshape((_K, 1)) - 0.5 * (z * z).sum(1)
+        return tp.logsumexp(main, 0).sum()
+
+    def _compiled_cases(rng):
+        """Tapes that make each kind of fused code: ``(name, fn, args, code)``, ``code``: what
+        the generated text must hold."""
+        atomic, block_sum = "cuda.atomic.add(", "add_scalar("
+        return [
+            # overlapping views of one input: atomic adds into its adjoint
+            ("rosenbrock", lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum(),
+             (rng.standard_normal(23),), {atomic, block_sum}),
+            # a scalar input (its adjoint summed per block), a folded sum, values read by
+            # other units
+            ("chain_scalar", lambda x, s: ((tp.exp(tp.sin(x) * s) * x) ** 2).sum() + x.sum() * s,
+             (rng.standard_normal(37), np.array(0.7)), {block_sum}),
+            # a matrix product between fused loops, a bias read by every row
+            ("mlp", lambda W, b, X: (tp.tanh(X @ W + b) ** 2).sum(),
+             (rng.standard_normal((5, 7)), rng.standard_normal(7), rng.standard_normal((9, 5))),
+             {atomic, "e // 7"}),
+            ("gmm_like", _gmm_like, (rng.standard_normal((_K, _D)), rng.standard_normal((_K, _D)),
+                                     rng.standard_normal((_D, _N))), {"(r % 4)", "(r // 4)"}),
+            # one value per row
+            ("per_row", lambda a, c: (tp.sin(a * c) * a).sum(),
+             (rng.standard_normal((4, 5)), rng.standard_normal((4, 1))), {atomic}),
+            # a sum over rows folded into the loop (atomic adds into its rows)
+            ("sum_over_rows", lambda x: ((tp.tanh(x) * x).sum(0) ** 2).sum(),
+             (rng.standard_normal((3, 4, 5)),), {"(r // 3) * 20 + j, v"}),
+            # a zero output adjoint never evaluates a rule: sqrt's rule at 0 is 0 * inf
+            ("where_sqrt", lambda x: tp.where(x > 0, tp.sqrt(x), 0.0).sum(),
+             (np.array([0.0, 1.0, 4.0, 0.0, 0.25]),), {"_masked("}),
+        ]  # fmt: skip
+
+    def test_compiled_tier_matches_the_cpu_tape(rng):
+        """``compile=True``: every case's values and gradients as the CPU sweeps give them, in
+        both launch modes, with the code each case is there for."""
+        for name, fn, args, code in _compiled_cases(rng):
+            rec = [np.where(a == 0.0, 1.0, a) for a in args]  # record away from the kink
+            t = tp.record(fn, *rec)
+            for coop in (True, False):
+                ct = check(t, list(args), compile=True, cooperative=coop)
+                assert ct.compiled and any(p[0] == "call" for p in ct.pieces), name
+            missing = {c for c in code if c not in ct.fused.text}
+            assert not missing, (name, missing, ct.fused.text)
+
+    def test_compiled_tier_runs_a_chain_as_one_kernel_each_way(rng):
+        x = rng.standard_normal(50)
+
+        def chain(x):
+            y = x
+            for f in (tp.sin, tp.exp, tp.tanh, tp.cos):
+                y = f(y) * 0.9 + 0.1
+            return y.sum()
+
+        t = tp.record(chain, x)
+        ct = check(t, [x], compile=True)
+        assert len(ct.pieces) == 1 and ct.pieces[0][0] == "call", ct.pieces
+        assert ct.fused.text.count("@cuda.jit") == 3  # forward, reverse, the sum's zeroing
+        assert "CudaTape" in repr(ct) and "compiled" in repr(ct)
+        assert CudaTape(t, threads=THREADS).compile() is not None
+
+    def test_compiled_tier_float32(rng):
+        x = rng.standard_normal(9).astype(np.float32)
+        t = tp.record(lambda x: (tp.tanh(x) * tp.exp(x * 0.5)).sum() + tp.max(x), x)
+        check(t, [x], rtol=1e-5, atol=1e-6, compile=True)
+
+    def test_compiled_tier_accumulates_and_zeroes_like_the_cpu_tape(rng):
+        x = rng.standard_normal(6)
+        t = tp.record(lambda x: (x * tp.sin(x)).sum() + (tp.exp(x) * x).sum(), x)
+        ct = CudaTape(t, threads=THREADS, compile=True)
+        ct.forward(x)
+        ct.backward()
+        ct.backward()
+        want = t.gradient(x)
+        np.testing.assert_allclose(ct.grads[0], 2 * want, rtol=1e-12)
+        ct.zero_grad()
+        np.testing.assert_array_equal(ct.grads[0], 0.0)
+        np.testing.assert_allclose(ct.gradient(x), want, rtol=1e-12)
+
+    def test_compiled_tier_leaves_the_recorded_path_as_the_interpreter_does():
+        # the guard is an interpreter entry between fused loops; a failed one runs on the CPU
+        t = tp.record(_branchy, np.array([1.0, 2.0, 3.0]))
+        ct = t.to("cuda", threads=THREADS, compile=True)
+        assert any(p[0] == "run" for p in ct.pieces)  # the guard
+        for x in (np.array([1.0, 2.0, 3.0]), np.array([-1.0, -2.0, 0.5]), np.array([2.0, 1, 0])):
+            np.testing.assert_allclose(ct.gradient(x), _fresh(_branchy, x)[1], rtol=1e-12)
+
+    def test_compiled_tier_refuses_custom_ops():
+        op = tp.custom_op("sq_sim", lambda x: x * x, lambda gy, y, x: gy * 2 * x,
+                          cuda_fwd=lambda x: x * x, cuda_vjp=lambda gy, y, x: gy * 2 * x)  # fmt: skip
+        t = tp.record(lambda x: op(x).sum(), np.ones(3))
+        with pytest.raises(NotImplementedError, match="custom ops"):
+            t.to("cuda", threads=THREADS, compile=True)
+
     # ------------------------------------------------------------ the generated file
 
     def test_generated_kernels_are_fresh():

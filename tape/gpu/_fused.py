@@ -55,6 +55,12 @@ _masked = cuda.jit(device=True)(_m)
 '''
 
 
+def _tag(kind):
+    """The letter of an input's kind in its names (:func:`tape.compiler.params.tag`, and
+    ``s`` / ``r`` for one value / one value per row)."""
+    return {"scalar": "s", "per_row": "r"}.get(kind) or tag(kind)
+
+
 class Unsupported(NotImplementedError):
     """The tape has something the GPU's compiled tier does not run yet."""
 
@@ -153,7 +159,7 @@ class Source:
         if kind == "scalar":
             consts[f"c{b}"] = self.at(b, "0")
             return f"c{b}"
-        name = f"x{tag(kind)}{b}"
+        name = f"x{_tag(kind)}{b}"
         loads[name] = self.at(b, self.index(kind, g))
         return name
 
@@ -259,7 +265,7 @@ class Source:
                     target = f"a{ob}"
                 else:
                     kind = p.kind(i, k)
-                    target = f"t{'s' if kind == 'scalar' else tag(kind)}{b}"
+                    target = f"t{_tag(kind)}{b}"
                     targets[target] = (b, kind)
                 rules.append(f"{target} += _masked({rule}, a{o})")
         made = {int(p.E[i, E_OUT]) for i in g.entries}

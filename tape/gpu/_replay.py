@@ -719,7 +719,8 @@ class CudaTape:
     def __repr__(self):
         return (
             f"<CudaTape {self.tape.n_entries} entries, {len(self.pieces)} launch(es) per sweep, "
-            f"{self.threads} threads x {self.blocks} blocks, {self.dtype}>"
+            f"{self.threads} threads x {self.blocks} blocks, {self.dtype}"
+            f"{', compiled' if self.compiled else ''}>"
         )
 
 
