@@ -112,6 +112,18 @@ if not IN_SIM:
         "assert '.entry' in few[0] and len(few[0]) < len(full[0]), (len(few[0]), len(full[0]))\n"
         "print('sweep of every op:', len(full[0]), 'chars,', round(full[1], 1), 's; of the',\n"
         "      len(K.OPS), 'ops of a Rosenbrock tape:', len(few[0]), 'chars,', round(few[1], 1), 's')\n"
+        # the compiled tier's kernels for a tape: forward, reverse (atomic adds into the
+        # adjoint of x, which x[1:] and x[:-1] share), the folded sum's zeroing
+        "from tape.gpu._ptx import compile_fused\n"
+        "for dt in ('float64', 'float32'):\n"
+        "    tr = tp.record(lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum(),\n"
+        "                   np.ones(8, dt))\n"
+        "    fused = compile_fused(tr, dtype=dt)\n"
+        "    assert sorted(fused) == ['fwd0', 'rev0', 'zero0'], sorted(fused)\n"
+        "    assert all('.entry' in p for p, _ in fused.values()) and 'atom' in fused['rev0'][0]\n"
+        "    if ptxas():\n"
+        "        assemble(fused['rev0'][0])\n"
+        "print('fused kernels compiled')\n"
     )
     _background.register(
         "ptx", ["-c", _PTX_CODE], {"NUMBA_ENABLE_CUDASIM": "0"}, timeout=1200,

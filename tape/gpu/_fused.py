@@ -126,6 +126,11 @@ class Source:
                     rules.append(f'_r_{op.name}_{k} = device_rule(BY_NAME["{op.name}"].rev[{k}])')
         self.text = "\n".join([_HEAD, *rules, "", "", *self.lines])
 
+    @property
+    def names(self):
+        """The names of the generated kernels."""
+        return [k for _, *ks in self.kernels.values() for k in ks if k is not None]
+
     # -- operands ---------------------------------------------------------------------
     def index(self, kind, g):
         """The element of an input of kind ``kind`` that loop element ``e`` (row ``r``,
@@ -300,7 +305,7 @@ def build(t, grad_off):
     from tape.compiler.cache import load_module
 
     s = Source(t, grad_off)
-    mod = load_module(s.text, "tape_gpu_fused")
+    mod = s.module = load_module(s.text, "tape_gpu_fused")
     out = []
     for x in s.units:
         if x[0] == "run":

@@ -69,6 +69,29 @@ def compile_all(cc=(9, 0), dtypes=("float64", "float32"), module=None, kernels=K
     return out
 
 
+def compile_fused(t, cc=(9, 0), dtype="float64"):
+    """PTX of every kernel the GPU's compiled tier generates for tape ``t``
+    (:mod:`tape.gpu._fused`): ``{name: (ptx, seconds)}``."""
+    from numba import cuda
+    from numba import types as nbt
+
+    from tape.gpu._config import LAUNCH_BOUNDS
+    from tape.gpu._fused import build
+    from tape.gpu._program import Program
+
+    src, _ = build(t, Program(t, n_blocks=1).grad_off)
+    sig = ((nbt.float64 if dtype == "float64" else nbt.float32)[::1],)
+    out = {}
+    with _target_cc(cc):
+        for name in sorted(src.names):
+            t0 = time.perf_counter()
+            ptx, _ = cuda.compile_ptx(
+                getattr(src.module, name).py_func, sig, cc=cc, launch_bounds=LAUNCH_BOUNDS
+            )
+            out[name] = (ptx, time.perf_counter() - t0)
+    return out
+
+
 def ptxas():
     """Path of ``ptxas`` from the CUDA toolkit wheels (or on the PATH), or None."""
     import shutil
