@@ -1074,6 +1074,15 @@ else:
                 assert ct.compiled and any(p[0] == "call" for p in ct.pieces), name
             missing = {c for c in code if c not in ct.fused.text}
             assert not missing, (name, missing, ct.fused.text)
+            # adjoints the compiled sweep neither zeroes nor writes first are never read: with
+            # every adjoint NaN beforehand, the gradient is the same
+            g0 = ct.program.grad_off
+            ct.arena[g0 : g0 + t.n_data].copy_to_device(np.full(t.n_data, np.nan))
+            want = t.gradient(*args)
+            for g, w in zip(
+                *(x if isinstance(x, tuple) else (x,) for x in (ct.gradient(*args), want))
+            ):
+                np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
 
     def test_compiled_tier_runs_a_chain_as_one_kernel_each_way(rng):
         x = rng.standard_normal(50)
@@ -1087,6 +1096,10 @@ else:
         t = tp.record(chain, x)
         ct = check(t, [x], compile=True)
         assert len(ct.pieces) == 1 and ct.pieces[0][0] == "call", ct.pieces
+        # of the intermediate adjoints only the sum's is zeroed: the others live in registers
+        from tape.gpu._program import H_N_ZACT
+
+        assert ct.program.prog[H_N_ZACT] == 1 < CudaTape(t, threads=THREADS).program.prog[H_N_ZACT]
         assert ct.fused.text.count("@cuda.jit") == 3  # forward, reverse, the sum's zeroing
         assert "CudaTape" in repr(ct) and "compiled" in repr(ct)
         assert CudaTape(t, threads=THREADS).compile() is not None

@@ -32,7 +32,7 @@ from tape.compiler.analyse import CALLBACK_OP, Group, Plan
 from tape.compiler.emit import Gen
 from tape.compiler.params import tag
 from tape.gpu import _config as config
-from tape.layout.columns import B_KIND, B_OFF, B_SIZE, CONST, E_OUT
+from tape.layout.columns import B_KIND, B_OFF, B_SIZE, CONST, E_IN0, E_OUT
 
 GRID_CAP = 2 if config.SIMULATOR else 65535
 """Most blocks a fused kernel launches (the grid-stride loop covers the rest). The simulator
@@ -102,6 +102,7 @@ class Source:
         self.lines: list[str] = []
         self.units: list[tuple] = []
         self.kernels: dict[int, tuple] = {}  # unit -> (n, fwd name, rev name or None, zero)
+        self.adjoints: set[int] = set()  # owners of adjoint memory the reverse reads or adds to
         run = None
         for u, unit in enumerate(p.units):
             if isinstance(unit, Group):
@@ -112,6 +113,8 @@ class Source:
             i = unit.entries[0]
             if p.ops[i] is CALLBACK_OP:  # pragma: no cover  (refused above)
                 raise Unsupported("custom op")
+            if p.emask[i]:  # the interpreter reads the output's adjoint, adds to the inputs'
+                self.adjoints.update(int(p.owner[b]) for b in p.E[i, E_IN0 : E_OUT + 1] if b >= 0)
             if run is not None and run[2] == i:
                 run[2] = i + 1
             else:
@@ -172,13 +175,10 @@ class Source:
         return [self.operand(u, g, i, k, loads, consts) for k in range(len(self.p.ins[i]))]
 
     def stored(self, u, i):
-        """Entry ``i``'s value is written to the arena: read by another unit, or costly to
-        recompute in the reverse loop."""
-        p = self.p
-        o = int(p.E[i, E_OUT])
-        if p.external(o, u):
-            return True
-        return not (p.ops[i].cheap or self.gen.int_power(i) is not None) and bool(p.emask[i])
+        """Entry ``i``'s value is written to the arena: only where another unit reads it.
+        The reverse loop recomputes the others: on a GPU a value's recomputation costs less
+        than its write and read (the CPU's tier stores the costly ones)."""
+        return self.p.external(int(self.p.E[i, E_OUT]), u)
 
     # -- kernels ----------------------------------------------------------------------
     def kernel(self, name, g, pre, body, post):
@@ -246,10 +246,13 @@ class Source:
                 vals.append(f"v{o} = {self.gen.value(i, args)}")
             if p.emask[i]:
                 adj.append(f"a{o} = {self.at(o, 'e', True) if p.external(o, u) else '0.0'}")
+                if p.external(o, u):
+                    self.adjoints.add(o)
         gpre = []
         if g.fold >= 0 and p.emask[g.fold]:
             src = int(p.owner[p.ins[g.fold][0]])
             so = int(p.E[g.fold, E_OUT])
+            self.adjoints.add(so)
             if g.fold_rows:
                 adj.append(f"a{src} += {self.at(so, self.index(('block', g.fold_rows), g), True)}")
             else:
@@ -279,6 +282,7 @@ class Source:
         writes, post = [], []
         views: dict[int, set] = {}
         for b, kind in targets.values():
+            self.adjoints.add(int(p.owner[b]))
             views.setdefault(int(p.owner[b]), set()).add((int(p.B[b, B_OFF]), str(kind)))
         for name, (b, kind) in targets.items():
             if kind == "scalar":

@@ -238,6 +238,19 @@ class Program:
             np.int64,
         )
 
+    def zero_only(self, bufs, owners):
+        """Zero before each reverse sweep only the intermediate adjoints of the buffers
+        ``owners`` (buffers that own their memory), not every one the interpreter's sweep
+        adds to (the GPU's compiled tier keeps most adjoints in registers). Rewrites the
+        ``zact`` list in place."""
+        prog = self.prog
+        at, n = int(prog[H_ZACT]), int(prog[H_N_ZACT])
+        pairs = prog[at : at + 2 * n].reshape(n, 2).copy()
+        offs = {int(bufs[b, B_OFF]) for b in owners}
+        kept = [row for row in pairs if int(row[0]) in offs]
+        prog[at : at + 2 * len(kept)] = np.array(kept, np.int64).reshape(-1)
+        prog[H_N_ZACT] = len(kept)
+
     def arena(self, t):
         """A fresh host arena: the tape's values, zero adjoints, scratch and flag, seeds of
         one."""

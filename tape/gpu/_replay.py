@@ -381,6 +381,8 @@ class CudaTape:
         from tape.gpu._fused import build
 
         src, units = build(self.tape, self.program.grad_off)
+        self.program.zero_only(self.tape.bufs, src.adjoints)
+        self.prog = cuda.to_device(self.program.prog)
         size = self.program.entry_size
         self.pieces = [
             ("run", x[1], x[2], bool(size[x[1] : x[2]].max() > self.small))

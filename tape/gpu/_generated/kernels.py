@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "b9bdb304c316cb2ab5f87f2117f295e445153965edd5acc5bb64e1f044f9446a"
+FINGERPRINT = "82acd5f4cfddc94ddfb3ec6024d87ccc5270906fb26dbb0eabfa543a45d0812c"
 
 from numba import cuda, float64
 
