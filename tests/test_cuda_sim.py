@@ -119,7 +119,7 @@ if not IN_SIM:
         "    tr = tp.record(lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum(),\n"
         "                   np.ones(8, dt))\n"
         "    fused = compile_fused(tr, dtype=dt)\n"
-        "    assert sorted(fused) == ['fwd0', 'rev0', 'zero0'], sorted(fused)\n"
+        "    assert sorted(fused) == ['fwd0', 'rev0', 'zero0', 'zero_leaves'], sorted(fused)\n"
         "    assert all('.entry' in p for p, _ in fused.values()) and 'atom' in fused['rev0'][0]\n"
         "    if ptxas():\n"
         "        assemble(fused['rev0'][0])\n"
@@ -1049,7 +1049,7 @@ else:
             # a matrix product between fused loops, a bias read by every row
             ("mlp", lambda W, b, X: (tp.tanh(X @ W + b) ** 2).sum(),
              (rng.standard_normal((5, 7)), rng.standard_normal(7), rng.standard_normal((9, 5))),
-             {atomic, "e // 7"}),
+             {atomic, "e // 7", "+ e] = t"}),  # the product's adjoint: assigned
             ("gmm_like", _gmm_like, (rng.standard_normal((_K, _D)), rng.standard_normal((_K, _D)),
                                      rng.standard_normal((_D, _N))), {"(r % 4)", "(r // 4)"}),
             # one value per row
@@ -1096,11 +1096,15 @@ else:
         t = tp.record(chain, x)
         ct = check(t, [x], compile=True)
         assert len(ct.pieces) == 1 and ct.pieces[0][0] == "call", ct.pieces
-        # of the intermediate adjoints only the sum's is zeroed: the others live in registers
-        from tape.gpu._program import H_N_ZACT
+        # of the intermediate adjoints only the sum's is zeroed: the others live in registers;
+        # x's is assigned by the reverse loop where a gradient zeroed the leaves
+        from tape.gpu._program import H_N_ZACT, H_N_ZLEAF
 
-        assert ct.program.prog[H_N_ZACT] == 1 < CudaTape(t, threads=THREADS).program.prog[H_N_ZACT]
-        assert ct.fused.text.count("@cuda.jit") == 3  # forward, reverse, the sum's zeroing
+        prog = ct.program.prog
+        assert prog[H_N_ZACT] == 1 < CudaTape(t, threads=THREADS).program.prog[H_N_ZACT]
+        assert prog[H_N_ZLEAF] == 0 and "if zl:" in ct.fused.text
+        # forward, reverse, the sum's zeroing, zero_grad's
+        assert ct.fused.text.count("@cuda.jit") == 4
         assert "CudaTape" in repr(ct) and "compiled" in repr(ct)
         assert CudaTape(t, threads=THREADS).compile() is not None
 

@@ -32,7 +32,7 @@ from tape.compiler.analyse import CALLBACK_OP, Group, Plan
 from tape.compiler.emit import Gen
 from tape.compiler.params import tag
 from tape.gpu import _config as config
-from tape.layout.columns import B_KIND, B_OFF, B_SIZE, CONST, E_IN0, E_OUT
+from tape.layout.columns import ACTIVE, B_KIND, B_OFF, B_SIZE, CONST, E_IN0, E_OUT, LEAF
 
 GRID_CAP = 2 if config.SIMULATOR else 65535
 """Most blocks a fused kernel launches (the grid-stride loop covers the rest). The simulator
@@ -70,19 +70,21 @@ class FusedUnit:
     signature of a custom op's :class:`tape.gpu._custom.GpuCall` so that the launch plan
     (:func:`tape.gpu._replay._run_pieces`) runs both alike."""
 
-    def __init__(self, n, fwd, rev, zero):
+    def __init__(self, n, fwd, rev, zero, sweep):
         self.n = n
         self.fwd, self.rev, self.zero = fwd, rev, zero
         self.has_rev = rev is not None
+        self.sweep = sweep  # {"zl": 1 if this sweep zeroed the leaves' adjoints, else 0}
 
     def launch(self, reverse, threads, prog, A, n, flag):
-        k = self.rev if reverse else self.fwd
-        if k is None:
-            return
-        if not reverse and self.zero is not None:
-            self.zero[1, threads](A)
         blocks = max(1, min((self.n + threads - 1) // threads, GRID_CAP))
-        k[blocks, threads](A)
+        if reverse:
+            if self.rev is not None:
+                self.rev[blocks, threads](A, self.sweep["zl"])
+            return
+        if self.zero is not None:
+            self.zero[1, threads](A)
+        self.fwd[blocks, threads](A)
 
 
 class Source:
@@ -103,23 +105,43 @@ class Source:
         self.units: list[tuple] = []
         self.kernels: dict[int, tuple] = {}  # unit -> (n, fwd name, rev name or None, zero)
         self.adjoints: set[int] = set()  # owners of adjoint memory the reverse reads or adds to
+        self.assigned: set[int] = set()  # owners whose adjoint a fused loop assigns first
         run = None
         for u, unit in enumerate(p.units):
             if isinstance(unit, Group):
                 run = None
                 self.units.append(("group", u))
-                self.group(u, unit)
+                self.kernels[u] = self.forward_group(u, unit)
                 continue
             i = unit.entries[0]
             if p.ops[i] is CALLBACK_OP:  # pragma: no cover  (refused above)
                 raise Unsupported("custom op")
-            if p.emask[i]:  # the interpreter reads the output's adjoint, adds to the inputs'
-                self.adjoints.update(int(p.owner[b]) for b in p.E[i, E_IN0 : E_OUT + 1] if b >= 0)
             if run is not None and run[2] == i:
                 run[2] = i + 1
             else:
                 run = ["run", i, i + 1]
                 self.units.append(run)
+        touched = set(p.root_owners)  # adjoint memory written so far, in reverse order
+        for u in range(len(p.units) - 1, -1, -1):
+            unit = p.units[u]
+            if isinstance(unit, Group):
+                rev = self.reverse_group(u, unit, touched) if any(p.emask[unit.entries]) else None
+                self.kernels[u] = (unit.n, self.kernels[u][0], rev, self.kernels[u][1])
+            elif p.emask[unit.entries[0]]:  # the interpreter reads the output's adjoint and
+                # adds to the inputs'
+                i = unit.entries[0]
+                owners = {int(p.owner[b]) for b in p.E[i, E_IN0 : E_OUT + 1] if b >= 0}
+                self.adjoints |= owners
+                touched |= owners
+        leaves = [b for b in range(len(p.B)) if p.owner[b] == b and p.B[b, B_KIND] == LEAF]
+        self.zeroed = (self.adjoints - self.assigned) | (set(leaves) - self.assigned)
+        """The owners whose adjoints a sweep zeroes first."""
+        self.lines += [
+            "@cuda.jit(**KERNEL_JIT)", "def zero_leaves(A):",
+            *[f"    for k in range(cuda.grid(1), {int(p.B[b, B_SIZE])}, cuda.gridsize(1)):\n"
+              f"        A[{int(p.B[b, B_OFF]) + self.G} + k] = 0.0" for b in leaves],
+            "    return", "", "",
+        ]  # fmt: skip
         self.units = [tuple(x) for x in self.units]
         rules = []
         for op in sorted(self.ops, key=lambda op: op.code):
@@ -132,7 +154,8 @@ class Source:
     @property
     def names(self):
         """The names of the generated kernels."""
-        return [k for _, *ks in self.kernels.values() for k in ks if k is not None]
+        ks = [k for _, *ks in self.kernels.values() for k in ks if k is not None]
+        return ks + ["zero_leaves"]
 
     # -- operands ---------------------------------------------------------------------
     def index(self, kind, g):
@@ -181,8 +204,8 @@ class Source:
         return self.p.external(int(self.p.E[i, E_OUT]), u)
 
     # -- kernels ----------------------------------------------------------------------
-    def kernel(self, name, g, pre, body, post):
-        out = ["@cuda.jit(**KERNEL_JIT)", f"def {name}(A):"]
+    def kernel(self, name, g, pre, body, post, args="A"):
+        out = ["@cuda.jit(**KERNEL_JIT)", f"def {name}({args}):"]
         if any("add_scalar" in x for x in post):  # a block reduction
             out.append(f"    sh = cuda.shared.array({config.MAX_THREADS}, float64)")
         out += ["    e = cuda.grid(1)", "    ts = cuda.gridsize(1)"]
@@ -194,11 +217,12 @@ class Source:
         out += ["    " + x for x in post]
         self.lines += out + ["", ""]
 
-    def group(self, u, g):
+    def forward_group(self, u, g):
+        """Group ``g``'s forward kernel: ``(name, name of its sum's zeroing or None)``."""
         p = self.p
         for i in g.entries:
             self.ops.add(p.ops[i])
-        n_fwd, n_rev = f"fwd{u}", f"rev{u}"
+        n_fwd = f"fwd{u}"
         zero = None
         # forward
         body, loads, consts = [], {}, {}
@@ -231,10 +255,14 @@ class Source:
                 post.append(f"add_scalar(A, {off}, acc, False, sh)")
         lines = [f"{k} = {v}" for k, v in loads.items()] + body
         self.kernel(n_fwd, g, pre, lines, post)
-        # reverse
-        if not any(p.emask[i] for i in g.entries):
-            self.kernels[u] = (g.n, n_fwd, None, zero)
-            return
+        return n_fwd, zero
+
+    def reverse_group(self, u, g, touched):
+        """Group ``g``'s reverse kernel (its name). An input's adjoint that this loop writes
+        whole, and no unit before it in the reverse sweep wrote (``touched``), is assigned,
+        not zeroed and added to: an intermediate's always, a leaf's where the sweep zeroed
+        the leaves (``zl``: a gradient, not a ``backward`` that accumulates)."""
+        p = self.p
         loads, consts, vals, adj, rules = {}, {}, [], [], []
         targets: dict[str, tuple] = {}  # name -> (buffer, kind)
         for i in g.entries:
@@ -285,6 +313,19 @@ class Source:
             self.adjoints.add(int(p.owner[b]))
             views.setdefault(int(p.owner[b]), set()).add((int(p.B[b, B_OFF]), str(kind)))
         for name, (b, kind) in targets.items():
+            o = int(p.owner[b])
+            if (
+                kind == "full" and len(views[o]) == 1 and o not in touched
+                and int(p.B[b, B_OFF]) == int(p.B[o, B_OFF]) and g.n == int(p.B[o, B_SIZE])
+                and p.B[o, B_KIND] in (ACTIVE, LEAF)
+            ):  # fmt: skip
+                self.assigned.add(o)
+                at = self.at(b, "e", True)
+                if p.B[o, B_KIND] == ACTIVE:
+                    writes.append(f"{at} = {name}")
+                else:
+                    writes += ["if zl:", f"    {at} = {name}", "else:", f"    {at} += {name}"]
+                continue
             if kind == "scalar":
                 gpre.append(f"s{name} = 0.0")
                 writes.append(f"s{name} += {name}")
@@ -296,14 +337,16 @@ class Source:
                 writes.append(
                     f"cuda.atomic.add(A, {self.ix(b, self.index(kind, g), True)}, {name})"
                 )
+        touched |= {int(p.owner[b]) for b, _ in targets.values()}
         gpre += [f"{k} = {v}" for k, v in consts.items()]
         body = [f"{k} = {v}" for k, v in loads.items()] + vals + adj
         body += [f"{name} = 0.0" for name in targets] + rules + writes
-        self.kernel(n_rev, g, gpre, body, post)
-        self.kernels[u] = (g.n, n_fwd, n_rev, zero)
+        n_rev = f"rev{u}"
+        self.kernel(n_rev, g, gpre, body, post, args="A, zl")
+        return n_rev
 
 
-def build(t, grad_off):
+def build(t, grad_off, sweep):
     """``(source, units)``: the fused kernels' module loaded, and the launch plan in forward
     order, ``("run", start, stop) | ("fused", FusedUnit)``."""
     from tape.compiler.cache import load_module
@@ -318,7 +361,7 @@ def build(t, grad_off):
         n, f, r, z = s.kernels[x[1]]
         out.append(
             ("fused", FusedUnit(n, getattr(mod, f), getattr(mod, r) if r else None,
-                                getattr(mod, z) if z else None))
+                                getattr(mod, z) if z else None, sweep))
         )  # fmt: skip
     return s, out
 

@@ -239,17 +239,18 @@ class Program:
         )
 
     def zero_only(self, bufs, owners):
-        """Zero before each reverse sweep only the intermediate adjoints of the buffers
-        ``owners`` (buffers that own their memory), not every one the interpreter's sweep
-        adds to (the GPU's compiled tier keeps most adjoints in registers). Rewrites the
-        ``zact`` list in place."""
+        """Zero before each reverse sweep only the adjoints of the buffers ``owners``
+        (buffers that own their memory), intermediates and leaves: the GPU's compiled tier
+        keeps most adjoints in registers and assigns some where they are first written.
+        Rewrites the ``zact`` and ``zleaf`` lists in place."""
         prog = self.prog
-        at, n = int(prog[H_ZACT]), int(prog[H_N_ZACT])
-        pairs = prog[at : at + 2 * n].reshape(n, 2).copy()
         offs = {int(bufs[b, B_OFF]) for b in owners}
-        kept = [row for row in pairs if int(row[0]) in offs]
-        prog[at : at + 2 * len(kept)] = np.array(kept, np.int64).reshape(-1)
-        prog[H_N_ZACT] = len(kept)
+        for h_at, h_n in ((H_ZACT, H_N_ZACT), (H_ZLEAF, H_N_ZLEAF)):
+            at, n = int(prog[h_at]), int(prog[h_n])
+            pairs = prog[at : at + 2 * n].reshape(n, 2).copy()
+            kept = [row for row in pairs if int(row[0]) in offs]
+            prog[at : at + 2 * len(kept)] = np.array(kept, np.int64).reshape(-1)
+            prog[h_n] = len(kept)
 
     def arena(self, t):
         """A fresh host arena: the tape's values, zero adjoints, scratch and flag, seeds of

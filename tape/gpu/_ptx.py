@@ -79,12 +79,13 @@ def compile_fused(t, cc=(9, 0), dtype="float64"):
     from tape.gpu._fused import build
     from tape.gpu._program import Program
 
-    src, _ = build(t, Program(t, n_blocks=1).grad_off)
-    sig = ((nbt.float64 if dtype == "float64" else nbt.float32)[::1],)
+    src, _ = build(t, Program(t, n_blocks=1).grad_off, {"zl": 1})
+    arr = (nbt.float64 if dtype == "float64" else nbt.float32)[::1]
     out = {}
     with _target_cc(cc):
         for name in sorted(src.names):
             t0 = time.perf_counter()
+            sig = (arr, nbt.int64) if name.startswith("rev") else (arr,)
             ptx, _ = cuda.compile_ptx(
                 getattr(src.module, name).py_func, sig, cc=cc, launch_bounds=LAUNCH_BOUNDS
             )

@@ -340,6 +340,7 @@ class CudaTape:
         self.pieces = _plan(t, p, self.runs, t.dtype)
         self.fused = None
         """After :meth:`compile`: the generated source (:class:`tape.gpu._fused.Source`)."""
+        self._sweep_state = {"zl": 1}  # read by the compiled reverse kernels (see _run)
         self.prog = cuda.to_device(p.prog)
         self.arena = cuda.to_device(p.arena(t))
         """The device arena: values ``[0, n_data)``, adjoints ``[n_data, 2 n_data)``, scratch,
@@ -380,8 +381,8 @@ class CudaTape:
             return self
         from tape.gpu._fused import build
 
-        src, units = build(self.tape, self.program.grad_off)
-        self.program.zero_only(self.tape.bufs, src.adjoints)
+        src, units = build(self.tape, self.program.grad_off, self._sweep_state)
+        self.program.zero_only(self.tape.bufs, src.zeroed)
         self.prog = cuda.to_device(self.program.prog)
         size = self.program.entry_size
         self.pieces = [
@@ -405,6 +406,7 @@ class CudaTape:
     def _run(self, mode):
         """Run ``mode`` (FWD and/or the reverse bits) over the whole tape in as few launches as
         the run plan allows (custom ops launch their own kernels between runs)."""
+        self._sweep_state["zl"] = 1 if mode & ZERO_LEAF else 0
         _run_pieces(self.pieces, mode, self._launch, self._call)
 
     def _call(self, gc, reverse):
@@ -614,6 +616,9 @@ class CudaTape:
 
     def zero_grad(self):
         """Zero the accumulated gradients (on the device)."""
+        if self.fused is not None:  # its program zeroes only the leaves no kernel assigns
+            self.fused.module.zero_leaves[1, self.threads](self.arena)
+            return
         self._launch(ZERO_LEAF, 0, 0, False)
 
     @property

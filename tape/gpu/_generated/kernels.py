@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "82acd5f4cfddc94ddfb3ec6024d87ccc5270906fb26dbb0eabfa543a45d0812c"
+FINGERPRINT = "2ec16e751c4b380d37186ee6f0d6696d09c345830c54a52a218af736272cad8b"
 
 from numba import cuda, float64
 
