@@ -19,7 +19,10 @@ Prints, section by section:
     values already on the device and with the host round trip;
 (e) custom ops from CUDA device functions: parity with the CPU replay and with the same
     function from registry ops (single and batched), and the gradient replay time of a large
-    tape against its registry-op version.
+    tape against its registry-op version;
+(f) the compiled tier (``CudaTape(t, compile=True)``): a chain of 8 elementwise ops and its
+    sum, forward and reverse, against the interpreter's kernels, in GB/s of the bytes the
+    fused kernels must move and as a fraction of peak.
 
 Targets on an H200 (issue 4): (b) >= 60% of peak; (c) at least as fast as jax.vmap(jax.grad).
 Each section catches its own errors and the script goes on; the exit status is 1 if parity
@@ -459,16 +462,50 @@ def latency(quick):
     t = tp.record(chain, x0)
     print(f"  tape: {t.n_entries} entries, buffers of 16 elements")
     reps = 2 if TINY else 50 if quick else 200
-    for coop in (True, False):
-        ct = CudaTape(t, cooperative=coop)
+    for coop, comp in ((True, False), (False, False), (True, True)):
+        ct = CudaTape(t, cooperative=coop, compile=comp)
         np.testing.assert_allclose(ct.gradient(x0), t.gradient(x0), rtol=1e-10)
         s_dev = _time(lambda: ct.replay(), reps)
         s_host = _time(lambda: ct.gradient(x0), reps)
-        print(f"  {'one launch per run' if coop else 'one launch per phase':22s}: "
+        how = "compiled tier" if comp else "one launch per run" if coop else "one launch per phase"
+        print(f"  {how:22s}: "
               f"device-resident replay {s_dev * 1e6:8.1f} us, with host copies {s_host * 1e6:8.1f} us "
-              f"({len(ct.runs)} run(s))")  # fmt: skip
+              f"({len(ct.pieces)} piece(s))")  # fmt: skip
     s_cpu = _time(lambda: t.gradient(x0), reps, warmup=5)
     print(f"  CPU t.gradient for comparison: {s_cpu * 1e6:.1f} us")
+
+
+# ---------------------------------------------------------------- (f) compiled tier
+
+
+def compiled(quick, peak):
+    import tape as tp
+    from tape.gpu import CudaTape
+
+    n = 64 if TINY else (1 << 24) if quick else 100_000_000
+    x = np.random.default_rng(4).standard_normal(n)
+
+    def chain(x):  # 8 elementwise ops, then the sum
+        y = tp.sin(x) * 0.9
+        y = tp.exp(y) + 0.1
+        y = tp.tanh(y) * x
+        return (tp.cos(y) - 0.2).sum()
+
+    t = tp.record(chain, x)
+    want = t.gradient(x)
+    reps = 1 if TINY else 5 if quick else 10
+    # the fused kernels read x forward, read x and write its adjoint in reverse
+    moved = {"forward": 8 * n, "gradient": 24 * n}
+    print(f"  n = {n:,} float64 elements, {t.n_entries} entries; bytes counted: forward 8 n, "
+          f"gradient 24 n (the least the chain must move)")  # fmt: skip
+    for label, ct in (("interpreter", CudaTape(t)), ("compiled", CudaTape(t, compile=True))):
+        np.testing.assert_allclose(ct.gradient(x), want, rtol=1e-10, atol=1e-12)
+        for what, fn in (("forward", lambda ct=ct: ct.replay(backward=False)),
+                         ("gradient", lambda ct=ct: ct.replay())):  # fmt: skip
+            s = _time(fn, reps)
+            frac = f"{100 * moved[what] / s / peak:5.1f}% of peak" if peak else ""
+            print(f"  {label:12s} {what:9s} {s * 1e3:9.3f} ms  {moved[what] / s / 1e9:8.1f} GB/s "
+                  f"{frac}  ({len(ct.pieces)} piece(s))")  # fmt: skip
 
 
 # ---------------------------------------------------------------- main
@@ -481,7 +518,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats")
     ap.add_argument(
         "--only",
-        default="parity,bandwidth,batched,latency,custom",
+        default="parity,bandwidth,compiled,batched,latency,custom",
         help="comma-separated sections, run in this order",
     )
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # simulator smoke test
@@ -542,7 +579,8 @@ def main(argv=None):
                 ("bandwidth", "(b) bandwidth of large elementwise entries", lambda: bandwidth(args.quick, peak)),
                 ("batched", "(c) batched replay throughput", lambda: batched(args.quick)),
                 ("latency", "(d) latency of a 50-entry tape", lambda: latency(args.quick)),
-                ("custom", "(e) custom ops from CUDA device functions", lambda: custom(args.quick))]  # fmt: skip
+                ("custom", "(e) custom ops from CUDA device functions", lambda: custom(args.quick)),
+                ("compiled", "(f) compiled tier: a fused chain of 8 ops", lambda: compiled(args.quick, peak))]  # fmt: skip
     by_key = {key: (title, fn) for key, title, fn in sections}
     for key in [k for k in args.only.split(",") if k in by_key]:  # in the order given
         title, fn = by_key[key]

@@ -6,7 +6,7 @@
 # 1. In parallel: the CPU sweeps (tape.warmup), the batched CPU sweep and each float64 GPU
 #    kernel (sweep, batch, step) compile into one Numba cache, one process each;
 # 2. the tests marked `gpu` (the custom-op one is left to step 3);
-# 3. benchmarks/gpu_check.py --quick (custom ops, parity of every op, batched throughput
+# 3. benchmarks/gpu_check.py --quick (custom ops, parity of every op, the compiled tier, batched throughput
 #    against JAX/torch, latency, bandwidth), loading those from the cache.
 # BUDGET (seconds, default 900) bounds the whole run: the check gets what is left of it.
 # Logs go to OUTDIR (default: .gpu_logs). Uses the python3 on the PATH and this checkout
@@ -54,5 +54,5 @@ timeout "${TEST_TIMEOUT:-90}" python3 -m pytest -q -m gpu -p no:cacheprovider \
 CHECK_TIMEOUT=$(( ${BUDGET:-900} - (SECONDS - T0) ))
 echo "check gets ${CHECK_TIMEOUT} s"
 timeout "$CHECK_TIMEOUT" python3 benchmarks/gpu_check.py --quick \
-    --only "${SECTIONS:-custom,parity,batched,latency,bandwidth}" 2>&1 | tee "$OUT_DIR/check.log"
+    --only "${SECTIONS:-custom,parity,compiled,batched,latency,bandwidth}" 2>&1 | tee "$OUT_DIR/check.log"
 echo "total $((SECONDS - T0)) s"

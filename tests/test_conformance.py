@@ -13,13 +13,13 @@ runs on
     the same tape, every point as one instance of ``t.gradient_batch``;
 ``compiled``, ``compiled_batch``
     the same on the compiled tier (``tp.record(..., compile=True)``);
-``cuda_sim``, ``cuda_sim_batch``, ``cuda_sim_compiled``
-    ``t.to("cuda")``, ``tape.cuda.gradient_batch`` and ``t.to("cuda", compile=True)`` (the
-    GPU's compiled tier) under Numba's CUDA simulator, in one
+``cuda_sim``, ``cuda_sim_batch``, ``cuda_sim_compiled``, ``cuda_sim_compiled_batch``
+    ``t.to("cuda")``, ``tape.cuda.gradient_batch``, and both on the GPU's compiled tier
+    (``compile=True``) under Numba's CUDA simulator, in one
     subprocess with ``NUMBA_ENABLE_CUDASIM=1`` (the mechanism of ``tests/test_cuda_sim.py``:
     the simulator must be on before numba is imported), or in this process when it already
     runs under the simulator;
-``gpu``, ``gpu_batch``, ``gpu_compiled``
+``gpu``, ``gpu_batch``, ``gpu_compiled``, ``gpu_compiled_batch``
     the same on a real GPU (marked ``gpu``; skipped without one).
 
 The tape is recorded at ``record_at`` (default: the first point), away from the kinks, ties
@@ -279,6 +279,13 @@ def run_cuda_compiled(case):
     return _single(_record(case).to("cuda", threads=8, compile=True), case)
 
 
+def run_cuda_compiled_batch(case):
+    from tape.gpu import gradient_batch
+
+    t = _record(case)
+    return _batched(lambda *a: gradient_batch(t, *a, threads=4, compile=True), case)
+
+
 def run_cuda_batch(case):
     from tape.gpu import gradient_batch
 
@@ -295,15 +302,17 @@ RUNNERS = {
     "cuda_sim": run_cuda,
     "cuda_sim_batch": run_cuda_batch,
     "cuda_sim_compiled": run_cuda_compiled,
+    "cuda_sim_compiled_batch": run_cuda_compiled_batch,
     "gpu": run_cuda,
     "gpu_batch": run_cuda_batch,
     "gpu_compiled": run_cuda_compiled,
+    "gpu_compiled_batch": run_cuda_compiled_batch,
 }
 ACCUMULATING = {"eager", "replay", "compiled", "cuda_sim", "gpu"} | {
     "cuda_sim_compiled",
     "gpu_compiled",
 }
-SIM = ("cuda_sim", "cuda_sim_batch", "cuda_sim_compiled")
+SIM = ("cuda_sim", "cuda_sim_batch", "cuda_sim_compiled", "cuda_sim_compiled_batch")
 
 
 def simulate():
@@ -367,7 +376,11 @@ BACKENDS = [
     "cuda_sim",
     "cuda_sim_batch",
     "cuda_sim_compiled",
-] + [pytest.param(b, marks=pytest.mark.gpu) for b in ("gpu", "gpu_batch", "gpu_compiled")]
+    "cuda_sim_compiled_batch",
+] + [
+    pytest.param(b, marks=pytest.mark.gpu)
+    for b in ("gpu", "gpu_batch", "gpu_compiled", "gpu_compiled_batch")
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -70,28 +70,37 @@ class FusedUnit:
     signature of a custom op's :class:`tape.gpu._custom.GpuCall` so that the launch plan
     (:func:`tape.gpu._replay._run_pieces`) runs both alike."""
 
-    def __init__(self, n, fwd, rev, zero, sweep):
+    def __init__(self, n, fwd, rev, zero, sweep, batched):
         self.n = n
         self.fwd, self.rev, self.zero = fwd, rev, zero
         self.has_rev = rev is not None
         self.sweep = sweep  # {"zl": 1 if this sweep zeroed the leaves' adjoints, else 0}
+        self.batched = batched
 
     def launch(self, reverse, threads, prog, A, n, flag):
-        blocks = max(1, min((self.n + threads - 1) // threads, GRID_CAP))
+        """Run the forward or reverse kernel over arena ``A`` (``n`` instances, batched)."""
+        if self.batched:  # one thread per instance
+            grid, args = max(1, (n + threads - 1) // threads), (A, n)
+        else:  # the elements over the grid
+            grid, args = max(1, min((self.n + threads - 1) // threads, GRID_CAP)), (A,)
         if reverse:
             if self.rev is not None:
-                self.rev[blocks, threads](A, self.sweep["zl"])
+                self.rev[grid, threads](*args, self.sweep["zl"])
             return
         if self.zero is not None:
             self.zero[1, threads](A)
-        self.fwd[blocks, threads](A)
+        self.fwd[grid, threads](*args)
 
 
 class Source:
     """The text of a tape's fused kernels, from its plan: :attr:`text`, and :attr:`units`, one
-    ``("run", start, stop) | ("group", u)`` per launch, in forward order."""
+    ``("run", start, stop) | ("group", u)`` per launch, in forward order.
 
-    def __init__(self, t, grad_off):
+    ``batched``: kernels for batched replay (:class:`tape.gpu.CudaBatch`): one thread per
+    instance walks each loop, instance ``q`` of ``N`` holding element ``e`` of the arena at
+    ``e * N + q``; no thread shares an adjoint, so no atomics and no block sums."""
+
+    def __init__(self, t, grad_off, batched=False):
         if t.callbacks:
             raise Unsupported(
                 "the GPU's compiled tier does not run custom ops (tp.custom_op) yet: replay "
@@ -100,6 +109,7 @@ class Source:
         self.p = p = Plan(t)
         self.gen = Gen(p)
         self.G = int(grad_off)
+        self.batched = batched
         self.ops: set = set()
         self.lines: list[str] = []
         self.units: list[tuple] = []
@@ -136,12 +146,13 @@ class Source:
         leaves = [b for b in range(len(p.B)) if p.owner[b] == b and p.B[b, B_KIND] == LEAF]
         self.zeroed = (self.adjoints - self.assigned) | (set(leaves) - self.assigned)
         """The owners whose adjoints a sweep zeroes first."""
-        self.lines += [
-            "@cuda.jit(**KERNEL_JIT)", "def zero_leaves(A):",
-            *[f"    for k in range(cuda.grid(1), {int(p.B[b, B_SIZE])}, cuda.gridsize(1)):\n"
-              f"        A[{int(p.B[b, B_OFF]) + self.G} + k] = 0.0" for b in leaves],
-            "    return", "", "",
-        ]  # fmt: skip
+        if not batched:  # zero_grad's (a batched replay returns fresh gradients)
+            self.lines += [
+                "@cuda.jit(**KERNEL_JIT)", "def zero_leaves(A):",
+                *[f"    for k in range(cuda.grid(1), {int(p.B[b, B_SIZE])}, cuda.gridsize(1)):\n"
+                  f"        A[{int(p.B[b, B_OFF]) + self.G} + k] = 0.0" for b in leaves],
+                "    return", "", "",
+            ]  # fmt: skip
         self.units = [tuple(x) for x in self.units]
         rules = []
         for op in sorted(self.ops, key=lambda op: op.code):
@@ -155,7 +166,7 @@ class Source:
     def names(self):
         """The names of the generated kernels."""
         ks = [k for _, *ks in self.kernels.values() for k in ks if k is not None]
-        return ks + ["zero_leaves"]
+        return ks + ([] if self.batched else ["zero_leaves"])
 
     # -- operands ---------------------------------------------------------------------
     def index(self, kind, g):
@@ -173,7 +184,15 @@ class Source:
     def ix(self, b, idx, grad=False):
         """The arena index of element ``idx`` of buffer ``b``'s values (``grad``: adjoints)."""
         off = int(self.p.B[b, B_OFF]) + (self.G if grad else 0)
-        return f"{off} + {idx}" if idx != "0" else f"{off}"
+        at = f"{off} + {idx}" if idx != "0" else f"{off}"
+        return f"({at}) * N + q" if self.batched else at
+
+    def add(self, at, value, shared):
+        """The line adding ``value`` to arena index ``at``, which other threads of the grid
+        may add to too (``shared``: an atomic add) or not."""
+        if shared and not self.batched:
+            return f"cuda.atomic.add(A, {at}, {value})"
+        return f"A[{at}] += {value}"
 
     def at(self, b, idx, grad=False):
         return f"A[{self.ix(b, idx, grad)}]"
@@ -204,16 +223,23 @@ class Source:
         return self.p.external(int(self.p.E[i, E_OUT]), u)
 
     # -- kernels ----------------------------------------------------------------------
-    def kernel(self, name, g, pre, body, post, args="A"):
-        out = ["@cuda.jit(**KERNEL_JIT)", f"def {name}({args}):"]
+    def kernel(self, name, g, pre, body, post, zl=False):
+        """A kernel running ``body`` for each element ``e`` of group ``g``'s loop, between
+        ``pre`` and ``post``: the elements over the grid (a grid-stride loop), or, batched,
+        all of them in each instance's thread."""
+        args = "A, N" if self.batched else "A"
+        out = ["@cuda.jit(**KERNEL_JIT)", f"def {name}({args}{', zl' if zl else ''}):"]
         if any("add_scalar" in x for x in post):  # a block reduction
             out.append(f"    sh = cuda.shared.array({config.MAX_THREADS}, float64)")
-        out += ["    e = cuda.grid(1)", "    ts = cuda.gridsize(1)"]
-        out += ["    " + x for x in pre]
-        out.append(f"    while e < {g.n}:")
+        if self.batched:
+            out += ["    q = cuda.grid(1)", "    if q >= N:", "        return"]
+            out += ["    " + x for x in pre] + [f"    for e in range({g.n}):"]
+        else:
+            out += ["    e = cuda.grid(1)", "    ts = cuda.gridsize(1)"]
+            out += ["    " + x for x in pre] + [f"    while e < {g.n}:"]
         if g.rows > 1:
             out += [f"        r = e // {g.m}", f"        j = e - r * {g.m}"]
-        out += ["        " + x for x in body] + ["        e += ts"]
+        out += ["        " + x for x in body] + ([] if self.batched else ["        e += ts"])
         out += ["    " + x for x in post]
         self.lines += out + ["", ""]
 
@@ -238,21 +264,27 @@ class Source:
             so = int(p.E[g.fold, E_OUT])
             if src not in {int(p.E[i, E_OUT]) for i in g.entries}:
                 raise Unsupported(f"the sum of entry {g.fold} folds a value its loop loads")
-            zero = f"zero{u}"
             size = int(p.B[so, B_SIZE])
-            off = int(p.B[so, B_OFF])
-            self.lines += [
-                "@cuda.jit(**KERNEL_JIT)", f"def {zero}(A):",
-                f"    for k in range(cuda.threadIdx.x, {size}, cuda.blockDim.x):",
-                f"        A[{off} + k] = 0.0", "", "",
-            ]  # fmt: skip
-            if g.fold_rows:
+            if g.fold_rows:  # rows added into the sum's rows, zeroed first
                 idx = self.index(("block", g.fold_rows), g)
-                body.append(f"cuda.atomic.add(A, {off} + {idx}, v{src})")
-            else:
+                body.append(self.add(self.ix(so, idx), f"v{src}", True))
+                if self.batched:
+                    pre += [f"for k in range({size}):", f"    A[{self.ix(so, 'k')}] = 0.0"]
+            elif self.batched:
                 pre.append("acc = 0.0")
                 body.append(f"acc += v{src}")
-                post.append(f"add_scalar(A, {off}, acc, False, sh)")
+                post.append(f"A[{self.ix(so, '0')}] = acc")
+            else:  # per thread, per block, then one atomic add per block
+                pre.append("acc = 0.0")
+                body.append(f"acc += v{src}")
+                post.append(f"add_scalar(A, {self.ix(so, '0')}, acc, False, sh)")
+            if not self.batched:  # the atomic adds need the sum zeroed first
+                zero = f"zero{u}"
+                self.lines += [
+                    "@cuda.jit(**KERNEL_JIT)", f"def {zero}(A):",
+                    f"    for k in range(cuda.threadIdx.x, {size}, cuda.blockDim.x):",
+                    f"        A[{self.ix(so, 'k')}] = 0.0", "", "",
+                ]  # fmt: skip
         lines = [f"{k} = {v}" for k, v in loads.items()] + body
         self.kernel(n_fwd, g, pre, lines, post)
         return n_fwd, zero
@@ -326,32 +358,32 @@ class Source:
                 else:
                     writes += ["if zl:", f"    {at} = {name}", "else:", f"    {at} += {name}"]
                 continue
-            if kind == "scalar":
+            if kind == "scalar":  # summed over the loop first
                 gpre.append(f"s{name} = 0.0")
                 writes.append(f"s{name} += {name}")
-                post.append(f"add_scalar(A, {int(p.B[b, B_OFF]) + self.G}, s{name}, False, sh)")
+                at = self.ix(b, "0", True)
+                post.append(self.add(at, f"s{name}", False) if self.batched else
+                            f"add_scalar(A, {at}, s{name}, False, sh)")  # fmt: skip
                 continue
-            if kind == "full" and len(views[int(p.owner[b])]) == 1:  # one writer per element
-                writes.append(f"{self.at(b, 'e', True)} += {name}")
-            else:
-                writes.append(
-                    f"cuda.atomic.add(A, {self.ix(b, self.index(kind, g), True)}, {name})"
-                )
+            # several threads add to one element: a broadcast input, overlapping views
+            shared = kind != "full" or len(views[o]) > 1
+            writes.append(self.add(self.ix(b, self.index(kind, g), True), name, shared))
         touched |= {int(p.owner[b]) for b, _ in targets.values()}
         gpre += [f"{k} = {v}" for k, v in consts.items()]
         body = [f"{k} = {v}" for k, v in loads.items()] + vals + adj
         body += [f"{name} = 0.0" for name in targets] + rules + writes
         n_rev = f"rev{u}"
-        self.kernel(n_rev, g, gpre, body, post, args="A, zl")
+        self.kernel(n_rev, g, gpre, body, post, zl=True)
         return n_rev
 
 
-def build(t, grad_off, sweep):
+def build(t, grad_off, sweep, batched=False):
     """``(source, units)``: the fused kernels' module loaded, and the launch plan in forward
-    order, ``("run", start, stop) | ("fused", FusedUnit)``."""
+    order, ``("run", start, stop) | ("fused", FusedUnit)``. ``sweep``: the replay's
+    ``{"zl": ...}``, read at each reverse launch; ``batched``: see :class:`Source`."""
     from tape.compiler.cache import load_module
 
-    s = Source(t, grad_off)
+    s = Source(t, grad_off, batched)
     mod = s.module = load_module(s.text, "tape_gpu_fused")
     out = []
     for x in s.units:
@@ -361,7 +393,7 @@ def build(t, grad_off, sweep):
         n, f, r, z = s.kernels[x[1]]
         out.append(
             ("fused", FusedUnit(n, getattr(mod, f), getattr(mod, r) if r else None,
-                                getattr(mod, z) if z else None, sweep))
+                                getattr(mod, z) if z else None, sweep, batched))
         )  # fmt: skip
     return s, out
 

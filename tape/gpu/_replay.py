@@ -679,8 +679,9 @@ class CudaTape:
         self._host_last = False
 
     def gradient_batch(self, *args, threads=None):
-        """Batched replay on the GPU (see :func:`gradient_batch`)."""
-        return gradient_batch(self.tape, *args, threads=threads)
+        """Batched replay on the GPU (see :func:`gradient_batch`), compiled if this tape is
+        (:meth:`compile`)."""
+        return gradient_batch(self.tape, *args, threads=threads, compile=self.compiled)
 
     # Derivatives beyond the gradient have no GPU sweeps yet: they run on the CPU tape (same
     # signatures and results as tape.Tape's; arguments and results are NumPy arrays).
@@ -758,7 +759,7 @@ class CudaBatch:
     device arena.
     """
 
-    def __init__(self, t, n, threads=None):
+    def __init__(self, t, n, threads=None, compile=False):
         refuse_gpu(t, "gradient_batch on the GPU")
         require_device()
         self.tape = t
@@ -771,6 +772,20 @@ class CudaBatch:
         i64 = nbt.int64
         self._batch = _Launcher(K.batch, (i64[::1], arr, arr, i64, i64, i64, i64))
         self.pieces = _plan(t, p, [(0, p.n_entries, False)], t.dtype, self.n)
+        self.compiled = bool(compile)
+        """Replays with the GPU's compiled tier: fused loops of one thread per instance
+        (:mod:`tape.gpu._fused`), the other entries on the batched interpreter kernel."""
+        self._sweep_state = {"zl": 1}
+        self.fused = None
+        """When compiled: the generated source (:class:`tape.gpu._fused.Source`)."""
+        if self.compiled:
+            from tape.gpu._fused import build
+
+            src, units = build(t, p.grad_off, self._sweep_state, batched=True)
+            self.fused = src
+            p.zero_only(t.bufs, src.zeroed)
+            self.pieces = [("run", x[1], x[2], False) if x[0] == "run" else ("call", x[1])
+                           for x in units]  # fmt: skip
         self.prog = cuda.to_device(p.prog)
         self.template = cuda.to_device(p.arena(t))
         self.rows = p.seed_off  # values, adjoints, scratch and flag of one instance
@@ -806,6 +821,7 @@ class CudaBatch:
             return
         blocks = (self.n + self.threads - 1) // self.threads
         first = [INIT]
+        self._sweep_state["zl"] = 1 if mode & ZERO_LEAF else 0
 
         def launch(mode, start, stop, large):
             mode |= first.pop() if first else 0
@@ -875,11 +891,12 @@ class CudaBatch:
         ]
 
 
-def gradient_batch(t, *args, threads=None):
+def gradient_batch(t, *args, threads=None, compile=False):
     """Per-instance value and gradient of a recorded tape with a scalar output, on the GPU
     (one thread per instance). Same arguments, results and failures as
     :func:`tape.batch.gradient_batch` (instances that leave the recorded path are redone on
-    the CPU tape, see :class:`CudaBatch`).
+    the CPU tape, see :class:`CudaBatch`). ``compile=True``: with the GPU's compiled tier
+    (fused loops, see :meth:`CudaTape.compile`).
     """
     refuse_gpu(t, "gradient_batch on the GPU")
     plan = _batch_plan(t, gpu=True)
@@ -888,8 +905,11 @@ def gradient_batch(t, *args, threads=None):
     threads = _check_threads(threads)
     st = t.extensions()
     cache = st.get("gpu_batch")
-    if cache is None or cache.n != n or cache.plan is not plan or cache.threads != threads:
-        cache = st["gpu_batch"] = CudaBatch(t, n, threads=threads)
+    if (
+        cache is None or cache.n != n or cache.plan is not plan or cache.threads != threads
+        or cache.compiled != bool(compile)
+    ):  # fmt: skip
+        cache = st["gpu_batch"] = CudaBatch(t, n, threads=threads, compile=compile)
     cache._load(packed, arrs)
     cache.run()
     return cache.results()
