@@ -22,8 +22,9 @@ guards) run as before: the interpreter's sweep kernel over runs of them. The rul
 CPU's, translated to device functions (:func:`tape.gpu._rules.device_rule`). The module is
 cached by its text (:func:`tape.compiler.cache.load_module`): tapes of one structure share it.
 
-Not yet here: tapes with custom ops (``tp.custom_op``) and batched replay
-(:class:`tape.gpu.CudaBatch`) keep the interpreter's kernels.
+Custom ops made with CUDA device functions run their own kernels between the fused ones, as
+on the interpreter (:mod:`tape.gpu._custom`). Batched replay (:class:`tape.gpu.CudaBatch`) gets
+the same loops, each walked by one thread per instance.
 """
 
 from __future__ import annotations
@@ -94,18 +95,14 @@ class FusedUnit:
 
 class Source:
     """The text of a tape's fused kernels, from its plan: :attr:`text`, and :attr:`units`, one
-    ``("run", start, stop) | ("group", u)`` per launch, in forward order.
+    ``("run", start, stop) | ("group", u) | ("callback", call)`` per launch, in forward order
+    (``call``: a custom op's record in ``t.callbacks``).
 
     ``batched``: kernels for batched replay (:class:`tape.gpu.CudaBatch`): one thread per
     instance walks each loop, instance ``q`` of ``N`` holding element ``e`` of the arena at
     ``e * N + q``; no thread shares an adjoint, so no atomics and no block sums."""
 
     def __init__(self, t, grad_off, batched=False):
-        if t.callbacks:
-            raise Unsupported(
-                "the GPU's compiled tier does not run custom ops (tp.custom_op) yet: replay "
-                "this tape on the interpreter (CudaTape(t) without compile=True)"
-            )
         self.p = p = Plan(t)
         self.gen = Gen(p)
         self.G = int(grad_off)
@@ -124,8 +121,11 @@ class Source:
                 self.kernels[u] = self.forward_group(u, unit)
                 continue
             i = unit.entries[0]
-            if p.ops[i] is CALLBACK_OP:  # pragma: no cover  (refused above)
-                raise Unsupported("custom op")
+            if p.ops[i] is CALLBACK_OP:  # a custom op: its own kernels, once per call
+                run = None
+                if p.part(i) == 0:
+                    self.units.append(("callback", p.t.callbacks[p.call_id(i)]))
+                continue
             if run is not None and run[2] == i:
                 run[2] = i + 1
             else:
@@ -137,10 +137,15 @@ class Source:
             if isinstance(unit, Group):
                 rev = self.reverse_group(u, unit, touched) if any(p.emask[unit.entries]) else None
                 self.kernels[u] = (unit.n, self.kernels[u][0], rev, self.kernels[u][1])
-            elif p.emask[unit.entries[0]]:  # the interpreter reads the output's adjoint and
-                # adds to the inputs'
+            elif p.emask[unit.entries[0]]:  # the interpreter (or a custom op's kernel) reads
+                # the outputs' adjoints and adds to the inputs'
                 i = unit.entries[0]
-                owners = {int(p.owner[b]) for b in p.E[i, E_IN0 : E_OUT + 1] if b >= 0}
+                if p.ops[i] is CALLBACK_OP:
+                    call = p.t.callbacks[p.call_id(i)]
+                    bs = [*call.ins, *call.outs]
+                else:
+                    bs = [b for b in p.E[i, E_IN0 : E_OUT + 1] if b >= 0]
+                owners = {int(p.owner[b]) for b in bs}
                 self.adjoints |= owners
                 touched |= owners
         leaves = [b for b in range(len(p.B)) if p.owner[b] == b and p.B[b, B_KIND] == LEAF]
@@ -379,7 +384,7 @@ class Source:
 
 def build(t, grad_off, sweep, batched=False):
     """``(source, units)``: the fused kernels' module loaded, and the launch plan in forward
-    order, ``("run", start, stop) | ("fused", FusedUnit)``. ``sweep``: the replay's
+    order, ``("run", start, stop) | ("fused", FusedUnit) | ("callback", call)``. ``sweep``: the replay's
     ``{"zl": ...}``, read at each reverse launch; ``batched``: see :class:`Source`."""
     from tape.compiler.cache import load_module
 
@@ -387,7 +392,7 @@ def build(t, grad_off, sweep, batched=False):
     mod = s.module = load_module(s.text, "tape_gpu_fused")
     out = []
     for x in s.units:
-        if x[0] == "run":
+        if x[0] != "group":
             out.append(x)
             continue
         n, f, r, z = s.kernels[x[1]]

@@ -57,6 +57,11 @@ from tape.ops.guard import INT, TRUTH
 
 _dev = cuda.jit(**DEVICE_JIT)
 
+MATMUL_SHARED = 256
+"""Shared-memory values a matrix product's tiles may take (the block's scratch ``sh``:
+:data:`tape.gpu._config.MAX_THREADS` values): with 256 threads, 16 x 16 outputs per tile and
+steps of 8 along the inner dimension."""
+
 
 @dataclass
 class GpuKernel:
@@ -478,37 +483,98 @@ def take_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
 
 # ---------------------------------------------------------------- matmul
 # attribute block: [batch, m, k, n, stride_a, stride_b] (tape.ops.blocks.matmul; matmul_nt holds
-# B[b] as n x k); one thread per output element, in the
-# reverse one per element of dA (phase 0) and of dB (phase 1): each has one writer, and the
-# phases are apart because A and B may be the same buffer (a @ a).
+# B[b] as n x k). The forward and both reverse phases are one product each, C = op(P) op(Q), made
+# by _gemm in tiles: each block computes TM x TN outputs, loading TM x TK of op(P) and TK x TN
+# of op(Q) into shared memory per step of the inner dimension, so each value read from the
+# arena serves TN (or TM) multiply-adds instead of one. Each output element has one writer:
+# the reverse phases need no atomics (dA in phase 0, dB in phase 1: A and B may be the same
+# buffer, as in a @ a). An operand shared by every batch (stride 0) gets its adjoint summed
+# over the batches, inside the product.
+
+
+@_dev
+def _gemm(A, base, step, solo, sh, nbo, nbi, M, N, K, po, ps, pr, pc, qo, qs, qr, qc,
+          co, cs, cr, cc, add):  # fmt: skip
+    """``C[o] (+)= sum over i < nbi of op(P)[o + i] @ op(Q)[o + i]`` for batches ``o < nbo``
+    (one of ``nbo``, ``nbi`` is 1): element ``(r, q)`` of ``op(P)[b]`` is at arena element
+    ``po + b * ps + r * pr + q * pc``, and likewise for ``Q`` and ``C``. ``add``: add to
+    ``C`` instead of storing. ``solo``: this thread alone (batched replay); else the whole
+    grid, in tiles (every thread of each block must call this)."""
+    if solo:
+        for o in range(nbo):
+            for r in range(M):
+                for c in range(N):
+                    acc = 0.0
+                    for i in range(nbi):
+                        pp = po + (o + i) * ps + r * pr
+                        qq = qo + (o + i) * qs + c * qc
+                        for q in range(K):
+                            acc += A[ix(pp + q * pc, step, base)] * A[ix(qq + q * qr, step, base)]
+                    at = ix(co + o * cs + r * cr + c * cc, step, base)
+                    if add:
+                        A[at] += acc
+                    else:
+                        A[at] = acc
+        return
+    T = cuda.blockDim.x
+    tn = min(16, T)
+    tm = T // tn
+    tk = min(16, MATMUL_SHARED // (tm + tn))
+    tid = cuda.threadIdx.x
+    ty = tid // tn
+    tx = tid - ty * tn
+    rows = (M + tm - 1) // tm
+    cols = (N + tn - 1) // tn
+    for tile in range(cuda.blockIdx.x, nbo * rows * cols, cuda.gridDim.x):
+        o = tile // (rows * cols)
+        rem = tile - o * rows * cols
+        r0 = (rem // cols) * tm
+        c0 = (rem - (rem // cols) * cols) * tn
+        acc = 0.0
+        for i in range(nbi):
+            pb = po + (o + i) * ps
+            qb = qo + (o + i) * qs
+            for k0 in range(0, K, tk):
+                for ll in range(tid, tm * tk, T):  # op(P)[r0 + lr, k0 + lk]
+                    lr = ll // tk
+                    lk = ll - lr * tk
+                    v = 0.0
+                    if r0 + lr < M and k0 + lk < K:
+                        v = A[ix(pb + (r0 + lr) * pr + (k0 + lk) * pc, step, base)]
+                    sh[ll] = v
+                for ll in range(tid, tk * tn, T):  # op(Q)[k0 + lk, c0 + lc]
+                    lk = ll // tn
+                    lc = ll - lk * tn
+                    v = 0.0
+                    if k0 + lk < K and c0 + lc < N:
+                        v = A[ix(qb + (k0 + lk) * qr + (c0 + lc) * qc, step, base)]
+                    sh[tm * tk + ll] = v
+                cuda.syncthreads()
+                for q in range(tk):
+                    acc += sh[ty * tk + q] * sh[tm * tk + q * tn + tx]
+                cuda.syncthreads()
+        if r0 + ty < M and c0 + tx < N:
+            at = ix(co + o * cs + (r0 + ty) * cr + (c0 + tx) * cc, step, base)
+            if add:
+                A[at] += acc
+            else:
+                A[at] = acc
 
 
 @_dev
 def _matmul_fwd(tb, ph, i, prog, A, base, step, t0, ts, solo, sh):
-    a = boff(prog, ent(prog, i, E_IN0))
-    b = boff(prog, ent(prog, i, E_IN1))
-    y = boff(prog, ent(prog, i, E_OUT))
     p = ent(prog, i, E_ATTR)
     nb = ip(prog, p + mm.BATCH)
     m = ip(prog, p + mm.M)
     kk = ip(prog, p + mm.K)
     n = ip(prog, p + mm.N)
-    sa = ip(prog, p + mm.STRIDE_A)
-    sb = ip(prog, p + mm.STRIDE_B)
     # op(B)[q, c] at q * bq + c * bc of B[b]: B is k x n, or n x k held transposed
     bq = 1 if tb else n
     bc = kk if tb else 1
-    for e in range(t0, nb * m * n, ts):
-        bi = e // (m * n)
-        rem = e - bi * m * n
-        r = rem // n
-        c = rem - r * n
-        pa = a + bi * sa + r * kk
-        pb = b + bi * sb + c * bc
-        acc = 0.0
-        for q in range(kk):
-            acc += A[ix(pa + q, step, base)] * A[ix(pb + q * bq, step, base)]
-        A[ix(y + e, step, base)] = acc
+    _gemm(A, base, step, solo, sh, nb, 1, m, n, kk,
+          boff(prog, ent(prog, i, E_IN0)), ip(prog, p + mm.STRIDE_A), kk, 1,
+          boff(prog, ent(prog, i, E_IN1)), ip(prog, p + mm.STRIDE_B), bq, bc,
+          boff(prog, ent(prog, i, E_OUT)), m * n, n, 1, False)  # fmt: skip
 
 
 @_dev
@@ -530,54 +596,18 @@ def _matmul_rev(tb, ph, i, prog, A, base, step, t0, ts, solo, sh):
     if ph == 0:
         if not active(prog, ia):
             return
-        ga = goff(prog) + a
-        # dA[b, r, q] = sum_c dY[b, r, c] op(B)[b, q, c], summed over the batch when A is shared
-        nba = nb if sa != 0 else 1
-        for e in range(t0, nba * m * kk, ts):
-            bi = e // (m * kk)
-            rem = e - bi * m * kk
-            r = rem // kk
-            q = rem - r * kk
-            acc = 0.0
-            b_lo = bi
-            b_hi = bi + 1
-            if sa == 0:
-                b_lo = 0
-                b_hi = nb
-            for bb in range(b_lo, b_hi):
-                py = gyo + bb * m * n + r * n
-                pb = b + bb * sb + q * bq
-                for c in range(n):
-                    acc += A[ix(py + c, step, base)] * A[ix(pb + c * bc, step, base)]
-            A[ix(ga + bi * sa + r * kk + q, step, base)] += acc
+        # dA[b] += dY[b] @ op(B)[b]^T (m x k), summed over the batches when A is shared
+        nbo = nb if sa != 0 else 1
+        _gemm(A, base, step, solo, sh, nbo, nb // nbo, m, kk, n,
+              gyo, m * n, n, 1, b, sb, bc, bq, goff(prog) + a, sa, kk, 1, True)  # fmt: skip
         return
     if not active(prog, ib):
         return
-    gb = goff(prog) + b
-    # d op(B)[b, q, c] = sum_r A[b, r, q] dY[b, r, c], summed over the batch when B is shared;
-    # one thread per element of B as it is held
-    nbb = nb if sb != 0 else 1
-    for e in range(t0, nbb * kk * n, ts):
-        bi = e // (kk * n)
-        rem = e - bi * kk * n
-        if tb:
-            c = rem // kk
-            q = rem - c * kk
-        else:
-            q = rem // n
-            c = rem - q * n
-        acc = 0.0
-        b_lo = bi
-        b_hi = bi + 1
-        if sb == 0:
-            b_lo = 0
-            b_hi = nb
-        for bb in range(b_lo, b_hi):
-            pa = a + bb * sa + q
-            py = gyo + bb * m * n + c
-            for r in range(m):
-                acc += A[ix(pa + r * kk, step, base)] * A[ix(py + r * n, step, base)]
-        A[ix(gb + bi * sb + rem, step, base)] += acc
+    # d op(B)[b] += A[b]^T @ dY[b] (k x n), written where B holds op(B)[q, c]; summed over the
+    # batches when B is shared
+    nbo = nb if sb != 0 else 1
+    _gemm(A, base, step, solo, sh, nbo, nb // nbo, kk, n, m,
+          a, sa, 1, kk, gyo, m * n, n, 1, goff(prog) + b, sb, bq, bc, True)  # fmt: skip
 
 
 @_dev

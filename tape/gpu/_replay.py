@@ -187,6 +187,23 @@ def _plan(t, program, runs, dtype, n=1):
     return pieces(runs, gpu)
 
 
+def _compiled_pieces(t, plan, units, large):
+    """The launch plan of the compiled tier (:func:`tape.gpu._fused.build`'s ``units``) as
+    :func:`_run_pieces` takes it: interpreter runs (``large(a, b)``: on the full grid), fused
+    units, and the custom ops' calls of the interpreter's plan ``plan``."""
+    calls = {id(call): pc[1] for (_, _, call), pc in
+             zip(groups(t), [pc for pc in plan if pc[0] == "call"])}  # fmt: skip
+    out = []
+    for x in units:
+        if x[0] == "run":
+            out.append(("run", x[1], x[2], large(x[1], x[2])))
+        elif x[0] == "callback":
+            out.append(("call", calls[id(x[1])]))
+        else:
+            out.append(("call", x[1]))
+    return out
+
+
 def _run_pieces(plan, mode, launch, call):
     """Run ``mode`` (FWD and/or the reverse bits) over ``plan`` (:func:`_plan`):
     ``launch(mode, start, stop, large)`` runs the package's kernel over a run of entries,
@@ -372,11 +389,10 @@ class CudaTape:
         """Replay with device code generated for this tape (the GPU's compiled tier,
         :mod:`tape.gpu._fused`): each fused group of elementwise entries (with the sum that
         folds them) becomes one kernel forward and one reverse, its intermediates in
-        registers; the other entries run on the interpreter's kernels as before. Same
-        results, to rounding (a folded sum adds in another order). Returns ``self``.
-
-        Raises ``NotImplementedError`` for a tape with custom ops (they keep the
-        interpreter)."""
+        registers; the other entries run on the interpreter's kernels as before, custom ops
+        on their own. Same results, to rounding (a folded sum and atomic adds add in another
+        order). Batched replays of this tape (:meth:`gradient_batch`) are compiled too.
+        Returns ``self``."""
         if self.fused is not None:
             return self
         from tape.gpu._fused import build
@@ -385,11 +401,9 @@ class CudaTape:
         self.program.zero_only(self.tape.bufs, src.zeroed)
         self.prog = cuda.to_device(self.program.prog)
         size = self.program.entry_size
-        self.pieces = [
-            ("run", x[1], x[2], bool(size[x[1] : x[2]].max() > self.small))
-            if x[0] == "run" else ("call", x[1])
-            for x in units
-        ]  # fmt: skip
+        self.pieces = _compiled_pieces(
+            self.tape, self.pieces, units, lambda a, b: bool(size[a:b].max() > self.small)
+        )
         self.fused = src
         return self
 
@@ -784,8 +798,7 @@ class CudaBatch:
             src, units = build(t, p.grad_off, self._sweep_state, batched=True)
             self.fused = src
             p.zero_only(t.bufs, src.zeroed)
-            self.pieces = [("run", x[1], x[2], False) if x[0] == "run" else ("call", x[1])
-                           for x in units]  # fmt: skip
+            self.pieces = _compiled_pieces(t, self.pieces, units, lambda a, b: False)
         self.prog = cuda.to_device(p.prog)
         self.template = cuda.to_device(p.arena(t))
         self.rows = p.seed_off  # values, adjoints, scratch and flag of one instance

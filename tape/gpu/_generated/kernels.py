@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "2ec16e751c4b380d37186ee6f0d6696d09c345830c54a52a218af736272cad8b"
+FINGERPRINT = "71d2cff855541aa9f811e3d8d85d9ca5d84c23868b19d142c15f224e9d545fbe"
 
 from numba import cuda, float64
 
