@@ -7,15 +7,19 @@ group of the plan (consecutive elementwise entries over the same elements, and t
 folds them) is one kernel forward and one reverse, with its intermediates in registers:
 
 - **forward**: one thread per element (a grid-stride loop) loads the group's inputs, computes
-  its entries and stores only the values read elsewhere (or too costly to recompute); a folded
-  sum is added up per thread, per block in shared memory, and into its output with one atomic
-  add per block (the output is zeroed by a small kernel first);
-- **reverse**: the same loop recomputes the values it did not store, reads the adjoints of
-  the values read elsewhere, runs the entries' reverse rules backwards through registers
-  (through :func:`tape.ops.masked.masked`, as every sweep does: a zero output adjoint adds
-  exactly zero) and adds into the inputs' adjoints: plainly where each adjoint element has
-  one writer, with atomic adds where threads share one (a broadcast input, views of one buffer
-  that overlap, as ``x[1:]`` and ``x[:-1]``), a scalar input's summed per block first.
+  its entries and stores only the values other units read (the reverse recomputes the rest:
+  on a GPU that costs less than a store and a load); a folded sum is added up per thread, per
+  block in shared memory, and into its output with one atomic add per block (the output is
+  zeroed by a small kernel first);
+- **reverse**: the same loop recomputes the values, reads the adjoints of the values other
+  units read, runs the entries' reverse rules backwards through registers (through
+  :func:`tape.ops.masked.masked`, as every sweep does: a zero output adjoint adds exactly
+  zero) and adds into the inputs' adjoints: plainly where each adjoint element has one
+  writer, with atomic adds where threads share one (a broadcast input, views of one buffer
+  that overlap, as ``x[1:]`` and ``x[:-1]``), a scalar input's summed per block first. An
+  adjoint the loop writes whole before any other unit of the reverse sweep is assigned, and
+  not zeroed (:meth:`Source.reverse_group`); the sweep zeroes only the adjoints it reads or
+  adds to (:meth:`tape.gpu._program.Program.zero_only`).
 
 Entries that are not elementwise (matrix products, reductions that are not folded, gathers,
 guards) run as before: the interpreter's sweep kernel over runs of them. The rules are the
