@@ -493,6 +493,20 @@ def take_rev(ph, i, prog, A, base, step, t0, ts, solo, sh):
 
 
 @_dev
+def _tile(A, step, base, sh, s0, nr, nc, r0, c0, R, C, o, rs, cs):
+    """``sh[s0:]`` = the ``nr x nc`` block at ``(r0, c0)`` of the ``R x C`` matrix at arena
+    element ``o`` (strides ``rs``, ``cs``), row by row, zero outside the matrix; the block's
+    threads share the work."""
+    for ll in range(cuda.threadIdx.x, nr * nc, cuda.blockDim.x):
+        lr = ll // nc
+        lc = ll - lr * nc
+        v = 0.0
+        if r0 + lr < R and c0 + lc < C:
+            v = A[ix(o + (r0 + lr) * rs + (c0 + lc) * cs, step, base)]
+        sh[s0 + ll] = v
+
+
+@_dev
 def _gemm(A, base, step, solo, sh, nbo, nbi, M, N, K, po, ps, pr, pc, qo, qs, qr, qc,
           co, cs, cr, cc, add):  # fmt: skip
     """``C[o] (+)= sum over i < nbi of op(P)[o + i] @ op(Q)[o + i]`` for batches ``o < nbo``
@@ -535,20 +549,8 @@ def _gemm(A, base, step, solo, sh, nbo, nbi, M, N, K, po, ps, pr, pc, qo, qs, qr
             pb = po + (o + i) * ps
             qb = qo + (o + i) * qs
             for k0 in range(0, K, tk):
-                for ll in range(tid, tm * tk, T):  # op(P)[r0 + lr, k0 + lk]
-                    lr = ll // tk
-                    lk = ll - lr * tk
-                    v = 0.0
-                    if r0 + lr < M and k0 + lk < K:
-                        v = A[ix(pb + (r0 + lr) * pr + (k0 + lk) * pc, step, base)]
-                    sh[ll] = v
-                for ll in range(tid, tk * tn, T):  # op(Q)[k0 + lk, c0 + lc]
-                    lk = ll // tn
-                    lc = ll - lk * tn
-                    v = 0.0
-                    if k0 + lk < K and c0 + lc < N:
-                        v = A[ix(qb + (k0 + lk) * qr + (c0 + lc) * qc, step, base)]
-                    sh[tm * tk + ll] = v
+                _tile(A, step, base, sh, 0, tm, tk, r0, k0, M, K, pb, pr, pc)
+                _tile(A, step, base, sh, tm * tk, tk, tn, k0, c0, K, N, qb, qr, qc)
                 cuda.syncthreads()
                 for q in range(tk):
                     acc += sh[ty * tk + q] * sh[tm * tk + q * tn + tx]

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "71d2cff855541aa9f811e3d8d85d9ca5d84c23868b19d142c15f224e9d545fbe"
+FINGERPRINT = "b288f890cc9ce4033eae6964523db8f0a1ba19cfaadef5d7407388705ec8df9f"
 
 from numba import cuda, float64
 
