@@ -316,12 +316,12 @@ class Source:
             if p.emask[i]:
                 adj.append(f"a{o} = {self.at(o, 'e', True) if p.external(o, u) else '0.0'}")
                 if p.external(o, u):
-                    self.adjoints.add(o)
+                    self.adjoints.add(int(p.owner[o]))
         gpre = []
         if g.fold >= 0 and p.emask[g.fold]:
             src = int(p.owner[p.ins[g.fold][0]])
             so = int(p.E[g.fold, E_OUT])
-            self.adjoints.add(so)
+            self.adjoints.add(int(p.owner[so]))
             if g.fold_rows:
                 adj.append(f"a{src} += {self.at(so, self.index(('block', g.fold_rows), g), True)}")
             else:
@@ -345,7 +345,7 @@ class Source:
                     target = f"t{_tag(kind)}{b}"
                     targets[target] = (b, kind)
                 rules.append(f"{target} += _masked({rule}, a{o})")
-        made = {int(p.E[i, E_OUT]) for i in g.entries}
+        made = {int(p.owner[p.E[i, E_OUT]]) for i in g.entries}
         if any(int(p.owner[b]) in made for b, _ in targets.values()):
             raise Unsupported(f"a fused loop of entry {g.entries[0]} adds to its own values")
         writes, post = [], []
