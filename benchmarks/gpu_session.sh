@@ -3,8 +3,9 @@
 #
 #     bash benchmarks/gpu_session.sh [OUTDIR]
 #
-# 1. In parallel: the CPU sweeps (tape.warmup), the batched CPU sweep and each float64 GPU
-#    kernel (sweep, batch, step) compile into one Numba cache, one process each;
+# 1. In parallel: the CPU sweeps (tape.warmup), the batched CPU sweep and each GPU kernel over
+#    every op (sweep, batch, step; float64 and float32: gpu_check's parity replays with these)
+#    compile into one Numba cache, one process each;
 # 2. the tests marked `gpu` (the custom-op one is left to step 3);
 # 3. benchmarks/gpu_check.py --quick (custom ops, parity of every op, the compiled tier, batched throughput
 #    against JAX/torch, latency, bandwidth), loading those from the cache.
@@ -35,16 +36,18 @@ t0 = time.perf_counter()
 gradient_batch(tape.record(lambda x: (x * x).sum(), np.ones(2)), np.ones((2, 2)))
 print(f'CPU batched sweep: compiled (or loaded) in {time.perf_counter() - t0:.1f} s')
 " >"$OUT_DIR/warm_cpu_batch.log" 2>&1 &
+for dt in float64 float32; do
 for k in sweep batch step; do
     python3 -c "
 import time
 from tape.gpu._generated import kernels as K
 from tape.gpu._ptx import signatures
 t0 = time.perf_counter()
-kern = getattr(K, '$k').compile(signatures('float64')['$k'])
-print(f'$k: compiled (or loaded) in {time.perf_counter() - t0:.1f} s, '
+kern = getattr(K, '$k').compile(signatures('$dt')['$k'])
+print(f'$k $dt: compiled (or loaded) in {time.perf_counter() - t0:.1f} s, '
       f'{kern.regs_per_thread} registers/thread')
-" >"$OUT_DIR/warm_$k.log" 2>&1 &
+" >"$OUT_DIR/warm_${k}_$dt.log" 2>&1 &
+done
 done
 wait
 tail -n 3 "$OUT_DIR"/warm_*.log
