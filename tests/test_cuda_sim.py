@@ -1153,6 +1153,11 @@ else:
         assert ct.fused.text.count("@cuda.jit") == 4
         assert "CudaTape" in repr(ct) and "compiled" in repr(ct)
         assert CudaTape(t, threads=THREADS).compile() is not None
+        # record(..., device="cuda", compile=True): the GPU's compiled tier, not the CPU's
+        ct = tp.record(chain, x, device="cuda", compile=True)
+        assert ct.compiled and ct.tape.tier != "compiled"
+        np.testing.assert_allclose(ct.gradient(x), t.gradient(x), rtol=1e-12)
+        assert not tp.record(chain, x, device="cuda").compiled
 
     def test_compiled_tier_float32(rng):
         x = rng.standard_normal(9).astype(np.float32)

@@ -39,7 +39,9 @@ def record(
     dtype : float64 or float32, optional
         Arena dtype; default float32 if every floating argument is float32, else float64.
     device : str, optional
-        ``"cuda"`` returns the tape moved to the GPU (:meth:`Tape.to`); default CPU.
+        ``"cuda"`` returns the tape moved to the GPU (:meth:`Tape.to`); default CPU. With
+        ``compile=True`` the GPU replays with code generated for the tape (the GPU's compiled
+        tier, :meth:`tape.gpu.CudaTape.compile`) and the CPU tape is not compiled.
     on_change : {"retrace", "raise", "warn"}
         What a replay does when a guard fails, that is when a value that left the tape during
         recording (a Python ``if`` or ``while`` on a tensor, ``float(x)``, ``int(x)``,
@@ -183,11 +185,12 @@ def record(
         return record(fn, *args, wrt=wrt, dtype=t.dtype, on_change="_variant", compile=compile)
 
     t.retracer = retrace
-    if compile is True:
+    on_gpu = device not in (None, "cpu")
+    if compile is True and not on_gpu:
         t.compile()
     elif compile == "auto":
         from tape.compiler.params import AUTO_AFTER, AUTO_MIN, AUTO_SECONDS
 
         t.compile_after, t.compile_after_seconds = AUTO_AFTER, AUTO_SECONDS
         t.compile_min_replays = AUTO_MIN
-    return t if device in (None, "cpu") else t.to(device)
+    return t.to(device, compile=compile is True) if on_gpu else t
