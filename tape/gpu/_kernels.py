@@ -595,21 +595,26 @@ def _matmul_rev(tb, ph, i, prog, A, base, step, t0, ts, solo, sh):
     sb = ip(prog, p + mm.STRIDE_B)
     bq = 1 if tb else n  # op(B)[q, c] at q * bq + c * bc of B[b], as in the forward
     bc = kk if tb else 1
+    if not active(prog, ia if ph == 0 else ib):
+        return
+    # one call of _gemm for both phases (each call site is its own copy of the tiled loops)
     if ph == 0:
-        if not active(prog, ia):
-            return
         # dA[b] += dY[b] @ op(B)[b]^T (m x k), summed over the batches when A is shared
         nbo = nb if sa != 0 else 1
-        _gemm(A, base, step, solo, sh, nbo, nb // nbo, m, kk, n,
-              gyo, m * n, n, 1, b, sb, bc, bq, goff(prog) + a, sa, kk, 1, True)  # fmt: skip
-        return
-    if not active(prog, ib):
-        return
-    # d op(B)[b] += A[b]^T @ dY[b] (k x n), written where B holds op(B)[q, c]; summed over the
-    # batches when B is shared
-    nbo = nb if sb != 0 else 1
-    _gemm(A, base, step, solo, sh, nbo, nb // nbo, kk, n, m,
-          a, sa, 1, kk, gyo, m * n, n, 1, goff(prog) + b, sb, bq, bc, True)  # fmt: skip
+        M, N, K = m, kk, n
+        po, ps, pr, pc = gyo, m * n, n, 1
+        qo, qs, qr, qc = b, sb, bc, bq
+        co, cs, cr, cc = goff(prog) + a, sa, kk, 1
+    else:
+        # d op(B)[b] += A[b]^T @ dY[b] (k x n), written where B holds op(B)[q, c]; summed over
+        # the batches when B is shared
+        nbo = nb if sb != 0 else 1
+        M, N, K = kk, n, m
+        po, ps, pr, pc = a, sa, 1, kk
+        qo, qs, qr, qc = gyo, m * n, n, 1
+        co, cs, cr, cc = goff(prog) + b, sb, bq, bc
+    _gemm(A, base, step, solo, sh, nbo, nb // nbo, M, N, K,
+          po, ps, pr, pc, qo, qs, qr, qc, co, cs, cr, cc, True)  # fmt: skip
 
 
 @_dev

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "b288f890cc9ce4033eae6964523db8f0a1ba19cfaadef5d7407388705ec8df9f"
+FINGERPRINT = "bd921bf77a6978561d485609a79b89f7c6589c94edf53cf11951b6405ff6c616"
 
 from numba import cuda, float64
 
