@@ -33,6 +33,8 @@ the same loops, each walked by one thread per instance.
 
 from __future__ import annotations
 
+import numpy as np
+
 from tape.compiler.analyse import CALLBACK_OP, Group, Plan
 from tape.compiler.emit import Gen
 from tape.compiler.params import tag
@@ -90,11 +92,11 @@ class FusedUnit:
             grid, args = max(1, min((self.n + threads - 1) // threads, GRID_CAP)), (A,)
         if reverse:
             if self.rev is not None:
-                self.rev[grid, threads](*args, self.sweep["zl"])
+                self.rev(grid, threads, *args, self.sweep["zl"])
             return
         if self.zero is not None:
-            self.zero[1, threads](A)
-        self.fwd[grid, threads](*args)
+            self.zero(1, threads, A)
+        self.fwd(grid, threads, *args)
 
 
 class Source:
@@ -386,24 +388,33 @@ class Source:
         return n_rev
 
 
-def build(t, grad_off, sweep, batched=False):
+def build(t, grad_off, sweep, launcher, batched=False):
     """``(source, units)``: the fused kernels' module loaded, and the launch plan in forward
-    order, ``("run", start, stop) | ("fused", FusedUnit) | ("callback", call)``. ``sweep``: the replay's
-    ``{"zl": ...}``, read at each reverse launch; ``batched``: see :class:`Source`."""
+    order, ``("run", start, stop) | ("fused", FusedUnit) | ("callback", call)``.
+
+    ``sweep``: the replay's ``{"zl": ...}``, read at each reverse launch; ``launcher(kernel,
+    argtypes)``: what launches a kernel (:class:`tape.gpu._replay._Launcher`: directly, without
+    Numba's typing of each call, on a GPU); ``batched``: see :class:`Source`."""
+    from numba import types as nbt
+
     from tape.compiler.cache import load_module
 
     s = Source(t, grad_off, batched)
     mod = s.module = load_module(s.text, "tape_gpu_fused")
+    arr = (nbt.float64 if t.dtype == np.float64 else nbt.float32)[::1]
+    sig = (arr, nbt.int64) if batched else (arr,)
+
+    def launch(name, zl=False):
+        return None if name is None else launcher(getattr(mod, name), sig + (nbt.int64,) * zl)
+
     out = []
     for x in s.units:
         if x[0] != "group":
             out.append(x)
             continue
         n, f, r, z = s.kernels[x[1]]
-        out.append(
-            ("fused", FusedUnit(n, getattr(mod, f), getattr(mod, r) if r else None,
-                                getattr(mod, z) if z else None, sweep, batched))
-        )  # fmt: skip
+        z = None if z is None else launcher(getattr(mod, z), (arr,))
+        out.append(("fused", FusedUnit(n, launch(f), launch(r, True), z, sweep, batched)))
     return s, out
 
 

@@ -358,6 +358,8 @@ class CudaTape:
         self.fused = None
         """After :meth:`compile`: the generated source (:class:`tape.gpu._fused.Source`)."""
         self._sweep_state = {"zl": 1}  # read by the compiled reverse kernels (see _run)
+        self._zero_leaves = None  # zero_grad's kernel on the compiled tier
+        self._arr = arr
         self.prog = cuda.to_device(p.prog)
         self.arena = cuda.to_device(p.arena(t))
         """The device arena: values ``[0, n_data)``, adjoints ``[n_data, 2 n_data)``, scratch,
@@ -397,7 +399,7 @@ class CudaTape:
             return self
         from tape.gpu._fused import build
 
-        src, units = build(self.tape, self.program.grad_off, self._sweep_state)
+        src, units = build(self.tape, self.program.grad_off, self._sweep_state, _Launcher)
         self.program.zero_only(self.tape.bufs, src.zeroed)
         self.prog = cuda.to_device(self.program.prog)
         size = self.program.entry_size
@@ -631,7 +633,9 @@ class CudaTape:
     def zero_grad(self):
         """Zero the accumulated gradients (on the device)."""
         if self.fused is not None:  # its program zeroes only the leaves no kernel assigns
-            self.fused.module.zero_leaves[1, self.threads](self.arena)
+            if self._zero_leaves is None:
+                self._zero_leaves = _Launcher(self.fused.module.zero_leaves, (self._arr,))
+            self._zero_leaves(1, self.threads, self.arena)
             return
         self._launch(ZERO_LEAF, 0, 0, False)
 
@@ -795,7 +799,7 @@ class CudaBatch:
         if self.compiled:
             from tape.gpu._fused import build
 
-            src, units = build(t, p.grad_off, self._sweep_state, batched=True)
+            src, units = build(t, p.grad_off, self._sweep_state, _Launcher, batched=True)
             self.fused = src
             p.zero_only(t.bufs, src.zeroed)
             self.pieces = _compiled_pieces(t, self.pieces, units, lambda a, b: False)
