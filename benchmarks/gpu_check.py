@@ -3,6 +3,7 @@
     python benchmarks/gpu_check.py            # the full check, a few minutes (first run compiles)
     python benchmarks/gpu_check.py --quick    # smaller sizes, fewer repeats
     python benchmarks/gpu_check.py --only parity,latency
+    python benchmarks/gpu_check.py --quick --json out.json --markdown out.md
 
 Prints, section by section:
 
@@ -26,6 +27,9 @@ Prints, section by section:
     sum, forward and reverse, against the interpreter's kernels, in GB/s of the bytes the
     fused kernels must move and as a fraction of peak.
 
+With ``--json`` / ``--markdown`` every figure is also written as one JSON file and one
+Markdown table, with the device's name and the versions.
+
 Targets on an H200 (issue 4): (b) >= 60% of peak; (c) at least as fast as jax.vmap(jax.grad).
 Each section catches its own errors and the script goes on; the exit status is 1 if parity
 (or custom-op parity) failed. The first run compiles the kernels (NVVM, then the driver's PTX JIT): about a minute
@@ -47,6 +51,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 TINY = False  # --tiny: sizes for a smoke test of this script under the CUDA simulator
+
+ROWS: list[dict] = []
+"""Every figure printed, as ``{"section", "measure", "value", "unit", "note"}`` rows: written
+with ``--json`` and ``--markdown`` (see :func:`_report`)."""
+SECTION = [""]
+
+
+def _row(measure, value, unit, note=""):
+    ROWS.append({"section": SECTION[0], "measure": measure, "value": value, "unit": unit,
+                 "note": note})  # fmt: skip
+
+
+def _report(info, ok, json_path, md_path):
+    """Write the rows, with the device and versions, as JSON and as a Markdown table (the
+    table ``benchmarks/RESULTS.md`` quotes)."""
+    import json
+
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"device": info, "parity_ok": ok, "rows": ROWS}, f, indent=1)
+    if md_path:
+        lines = [f"GPU check on {info.get('name')} ({info.get('versions')}); parity "
+                 f"{'OK' if ok else 'FAILED'}", "",
+                 "| section | measure | value | unit | note |", "|---|---|---|---|---|"]  # fmt: skip
+        for r in ROWS:
+            v = r["value"]
+            v = f"{v:.4g}" if isinstance(v, float) else str(v)
+            lines.append(f"| {r['section']} | {r['measure']} | {v} | {r['unit']} | {r['note']} |")
+        with open(md_path, "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 def _hr(title):
@@ -243,6 +277,8 @@ def _parity(quick):
         f"  {n} tapes (float64 and float32) x 2 launch modes + batched: {failures} failure(s); "
         f"worst relative error {worst:.2e}"
     )
+    _row("failures", failures, "cases", f"{n} tapes, float64 and float32, 2 launch modes + batched")
+    _row("worst relative error", worst, "")
     return failures == 0
 
 
@@ -390,8 +426,10 @@ def bandwidth(quick, peak):
         gbs = nbytes / s / 1e9
         frac = f"{100 * nbytes / s / peak:5.1f}% of peak" if peak else ""
         print(f"  {label:50s} {s * 1e3:8.3f} ms  {gbs:8.1f} GB/s  {frac}")
+        _row(label, gbs, "GB/s", f"{100 * nbytes / s / peak:.1f}% of peak" if peak else "")
     s_grad = _time(lambda: ct.replay(), reps)
     print(f"  whole gradient replay (3 entries + zero + seed): {s_grad * 1e3:.3f} ms")
+    _row("gradient replay, exp(x * w).sum()", s_grad * 1e3, "ms", f"n = {n:,}")
 
 
 # ---------------------------------------------------------------- (c) batched replay
@@ -420,6 +458,7 @@ def batched(quick, peak=None):
         v, g = cb.results()
         err = np.max(np.abs(g[:: max(1, n // 50)][: len(ref)] - ref))
         bound = f", {100 * n * per / s / peak:.1f}% of the memory-bound rate" if peak else ""
+        _row(f"Rosenbrock-10 gradients, {label}", n / s, "instances/s", bound[2:])
         print(f"  tape {label} (Rosenbrock-10, {t.n_entries} entries): {n:,} instances in "
               f"{s * 1e3:.3f} ms = {n / s:,.0f} instances/s{bound} (max |error| vs CPU on a "
               f"sample: {err:.1e})")  # fmt: skip
@@ -427,6 +466,7 @@ def batched(quick, peak=None):
     from tape.transforms.batch import gradient_batch as cpu_batch
 
     s_cpu = _time(lambda: cpu_batch(t, X), 1 if TINY else 3)
+    _row("Rosenbrock-10 gradients, CPU gradient_batch (all cores)", n / s_cpu, "instances/s")
     print(f"  CPU gradient_batch (all cores): {s_cpu * 1e3:.3f} ms = {n / s_cpu:,.0f} instances/s "
           f"-> the faster GPU tier takes {s / s_cpu:.3f}x the CPU's time")  # fmt: skip
     try:
@@ -450,6 +490,7 @@ def batched(quick, peak=None):
             f(Xj).block_until_ready()
             ts.append(time.perf_counter() - t0)
         sj = float(np.median(ts))
+        _row("Rosenbrock-10 gradients, jax.vmap(jax.grad)", n / sj, "instances/s")
         print(f"  jax.vmap(jax.grad) (jit, float64): {sj * 1e3:.3f} ms = {n / sj:,.0f} instances/s "
               f"-> tape / jax = {sj / s:.2f}x")  # fmt: skip
     except Exception as e:  # noqa: BLE001
@@ -474,6 +515,7 @@ def batched(quick, peak=None):
             torch.cuda.synchronize()
             ts.append(time.perf_counter() - t0)
         st = float(np.median(ts))
+        _row("Rosenbrock-10 gradients, torch.func.vmap(grad)", n / st, "instances/s")
         print(f"  torch.func.vmap(grad) (float64): {st * 1e3:.3f} ms = {n / st:,.0f} instances/s "
               f"-> tape / torch = {st / s:.2f}x")  # fmt: skip
     except Exception as e:  # noqa: BLE001
@@ -505,11 +547,14 @@ def latency(quick):
         s_dev = _time(lambda: ct.replay(), reps)
         s_host = _time(lambda: ct.gradient(x0), reps)
         how = "compiled tier" if comp else "one launch per run" if coop else "one launch per phase"
+        _row(f"gradient replay, {how}, on the device", s_dev * 1e6, "us")
+        _row(f"gradient replay, {how}, with host copies", s_host * 1e6, "us")
         print(f"  {how:22s}: "
               f"device-resident replay {s_dev * 1e6:8.1f} us, with host copies {s_host * 1e6:8.1f} us "
               f"({len(ct.pieces)} piece(s))")  # fmt: skip
     s_cpu = _time(lambda: t.gradient(x0), reps, warmup=5)
     print(f"  CPU t.gradient for comparison: {s_cpu * 1e6:.1f} us")
+    _row("gradient, CPU t.gradient", s_cpu * 1e6, "us")
 
 
 # ---------------------------------------------------------------- (f) compiled tier
@@ -541,6 +586,8 @@ def compiled(quick, peak):
                          ("gradient", lambda ct=ct: ct.replay())):  # fmt: skip
             s = _time(fn, reps)
             frac = f"{100 * moved[what] / s / peak:5.1f}% of peak" if peak else ""
+            _row(f"8-op chain, {label}, {what}", moved[what] / s / 1e9, "GB/s",
+                 f"n = {n:,}; {frac.strip()}")  # fmt: skip
             print(f"  {label:12s} {what:9s} {s * 1e3:9.3f} ms  {moved[what] / s / 1e9:8.1f} GB/s "
                   f"{frac}  ({len(ct.pieces)} piece(s))")  # fmt: skip
 
@@ -558,6 +605,8 @@ def main(argv=None):
         default="parity,bandwidth,compiled,batched,latency,custom",
         help="comma-separated sections, run in this order",
     )
+    ap.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    ap.add_argument("--markdown", metavar="FILE", help="write every figure as a Markdown table")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # simulator smoke test
     args = ap.parse_args(argv)
     global TINY
@@ -622,6 +671,7 @@ def main(argv=None):
     for key in [k for k in args.only.split(",") if k in by_key]:  # in the order given
         title, fn = by_key[key]
         _hr(title)
+        SECTION[0] = title.split(")")[0] + ")"
         t0 = time.perf_counter()
         try:
             r = fn()
@@ -632,7 +682,12 @@ def main(argv=None):
             if key in ("parity", "custom"):
                 ok = False
         print(f"  [{time.perf_counter() - t0:.1f} s]", flush=True)
+        _row("section time", time.perf_counter() - t0, "s")
     print(f"\ntotal {time.perf_counter() - t_start:.1f} s; parity {'OK' if ok else 'FAILED'}")
+    info = {"name": name, "compute_capability": list(cc), "sms": sms, "peak_bytes_per_s": peak,
+            "versions": f"numba {numba.__version__}, numba-cuda {ncv}, tape {tape.__version__}",
+            "args": argv if argv is not None else sys.argv[1:]}  # fmt: skip
+    _report(info, ok, args.json, args.markdown)
     return 0 if ok else 1
 
 

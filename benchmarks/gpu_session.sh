@@ -10,7 +10,8 @@
 # 3. benchmarks/gpu_check.py --quick (custom ops, parity of every op, the compiled tier, batched throughput
 #    against JAX/torch, latency, bandwidth), loading those from the cache.
 # BUDGET (seconds, default 900) bounds the whole run: the check gets what is left of it.
-# Logs go to OUTDIR (default: .gpu_logs). Uses the python3 on the PATH and this checkout
+# Logs go to OUTDIR (default: .gpu_logs), with the check's figures as gpu_check.json and
+# gpu_check.md (the table benchmarks/RESULTS.md quotes). Uses the python3 on the PATH and this checkout
 # (PYTHONPATH), so it runs where tape is not installed. numba-cuda 0.30.4 needs NumPy < 2.5 (a
 # machine image with numpy 2.5.2 failed every kernel compile on np.row_stack): put a 2.4 wheel
 # first on PYTHONPATH there.
@@ -57,5 +58,6 @@ timeout "${TEST_TIMEOUT:-90}" python3 -m pytest -q -m gpu -p no:cacheprovider \
 CHECK_TIMEOUT=$(( ${BUDGET:-900} - (SECONDS - T0) ))
 echo "check gets ${CHECK_TIMEOUT} s"
 timeout "$CHECK_TIMEOUT" python3 benchmarks/gpu_check.py --quick \
-    --only "${SECTIONS:-custom,parity,compiled,batched,latency,bandwidth}" 2>&1 | tee "$OUT_DIR/check.log"
+    --only "${SECTIONS:-custom,parity,compiled,batched,latency,bandwidth}" \
+    --json "$OUT_DIR/gpu_check.json" --markdown "$OUT_DIR/gpu_check.md" 2>&1 | tee "$OUT_DIR/check.log"
 echo "total $((SECONDS - T0)) s"

@@ -1036,17 +1036,28 @@ else:
             assert replay._loads(Broken()) is False
         assert replay._loads(Broken()) is False  # remembered: no second build, no second warning
 
-    def test_gpu_check_script_runs(capsys):
+    def test_gpu_check_script_runs(capsys, tmp_path):
         """benchmarks/gpu_check.py, every section at smoke-test sizes: a device session should
-        not be the first to run it."""
+        not be the first to run it. Its figures come back as JSON and a Markdown table."""
+        import json
+
         sys.path.insert(0, str(ROOT / "benchmarks"))
         try:
             import gpu_check
         finally:
             sys.path.pop(0)
-        assert gpu_check.main(["--tiny"]) == 0
+        js, md = tmp_path / "check.json", tmp_path / "check.md"
+        assert gpu_check.main(["--tiny", "--json", str(js), "--markdown", str(md)]) == 0
         out, err = capsys.readouterr()
         assert "parity OK" in out and "Traceback" not in out + err, (out + err)[-3000:]
+        got = json.loads(js.read_text())
+        assert got["parity_ok"] and got["device"]["name"]
+        sections = {r["section"] for r in got["rows"]}
+        assert sections == {"(a)", "(b)", "(c)", "(d)", "(e)", "(f)"}, sections
+        assert any("8-op chain, compiled, gradient" == r["measure"] for r in got["rows"])
+        table = md.read_text().splitlines()
+        assert table[2] == "| section | measure | value | unit | note |"
+        assert len(table) == 4 + len(got["rows"])
 
     # ------------------------------------------------------------ the compiled tier
 
