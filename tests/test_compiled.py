@@ -502,9 +502,9 @@ def test_gradient_from_python_is_one_compiled_call_for_any_layout():
 
 
 def test_gradient_of_several_arguments_of_mixed_layouts():
-    """The one-call path with several arguments: its entry point where all are C-ordered, the
-    dispatcher where one is strided or reversed (the entry point would read it as C-ordered),
-    the checked path for another dtype or shape; every call against NumPy's gradient."""
+    """The one-call path with several arguments: its entry point, compiled for any layout,
+    whether they are C-ordered, strided or reversed (no compile for a new layout), the
+    checked path for another dtype or shape; every call against NumPy's gradient."""
     rng = np.random.default_rng(11)
     A, b = rng.standard_normal((6, 5)), rng.standard_normal(6)
 
@@ -518,11 +518,14 @@ def test_gradient_of_several_arguments_of_mixed_layouts():
 
     x, y = rng.standard_normal(5), rng.standard_normal(6)
     t = tp.record(f, x, y, compile=True)
-    assert t._direct is not None and t._direct[3] is None  # several arguments
+    assert t._direct is not None and t._direct[2] is None  # several arguments
     wide = rng.standard_normal(12)
+    fn = t.run_with[0].gradient_args
+    n_compiled = len(fn.overloads)
     for x2, y2 in ((x, y), (x, wide[::2]), (x[::-1], wide[1::2]), (x, y[::-1])):
         for got, want in zip(t.gradient(x2, y2), grads(x2, y2)):
             close(got, want)
+    assert len(fn.overloads) == n_compiled  # every layout took the one entry
     for got, want in zip(t.gradient(x.astype(np.float32), y), grads(x.astype(np.float32), y)):
         close(got, want, rtol=1e-6)
     with pytest.raises((ValueError, TypeError)):

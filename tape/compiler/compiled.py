@@ -70,8 +70,11 @@ What the generated code does differently from the interpreter:
   compile of long tapes of short loops (the LSTM's) by a sixth.
 - **One call from Python.** ``gradient_args`` (``gradient_args_<n>`` for ``n`` arguments)
   loads the arguments, zeroes, and runs forward and backward; :meth:`tape.Tape.gradient` and
-  ``value_and_grad`` call it directly (one dispatch, no argument copies in Python) when the
-  arguments are arrays of the recorded shapes and dtypes. It takes two arrays and the
+  ``value_and_grad`` call its entry point directly (no dispatch, no argument copies in
+  Python) when the arguments are arrays of the recorded dtypes and numbers of axes, in any
+  layout: it is compiled for arrays of layout ``A``, checks their shapes and copies them in
+  with a contiguous loop where they are contiguous (:mod:`tape.compiler.args`), so a strided
+  argument compiles nothing new. It takes two arrays and the
   arguments: Numba's dispatch costs more with every array, so the tape's integer arrays are
   views of one (``entries``, ``bufs`` and the pool, made so by :meth:`tape.Tape.compile`) and
   a workspace's value and adjoint arenas are the two halves of one. The views the runtime
@@ -186,8 +189,9 @@ from tape.compiler.runtime import (
     runtime_source,
 )
 from tape.interpreter import warm as _warm
-from tape.interpreter.dispatch import precompile, prepare, register_unit, unit_signature_types
+from tape.interpreter.dispatch import prepare, register_unit, unit_signature_types
 from tape.interpreter.generated import sweeps as interp_sweeps
+from tape.layout.calls import gradient_signature
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
@@ -289,6 +293,7 @@ def generate(t, own=False):
         "from tape.layout.views import borrow as _borrow",
         "from tape.layout.views import span as _span",
         "from tape.layout.views import table as _table",
+        "from tape.compiler.args import load as _load",
         "from tape.compiler.emit import outline_rule as _outline_rule",
         "from tape.compiler.emit import sum_reassoc as _sum_reassoc",
         "from tape.ops.registry import BY_NAME",
@@ -486,14 +491,20 @@ def _generic_tables(t, plan, gen, frows, rrows, tail, zero, leaves, shared):
 
     fwd, rev = table_text(frows, None, shared), table_text(rrows, None, shared)
     outs = np.array([(B[b, B_OFF], B[b, B_SIZE]) for b in t.outputs], np.int64).reshape(-1, 2)
-    ins = np.array([B[b, B_OFF] for b in t.inputs], np.int64)
     parts, at = [t.ipool[: t.n_ipool]], {}
     pos = t.n_ipool
     for k, a in dict(fwd=fwd, rev=rev, zero=adjoint_ranges(B, zero), leaves=adjoint_ranges(B, leaves),
-                     outs=outs, ins=ins).items():  # fmt: skip
+                     outs=outs).items():  # fmt: skip
         at[k] = pos
         parts.append(a.ravel())
         pos += a.size
+    # the inputs: rows [data offset, where its shape is listed], then the shapes
+    shapes = [np.array(t.shapes[b], np.int64) for b in t.inputs]
+    at["ins"] = pos
+    starts = pos + 2 * len(t.inputs) + np.cumsum([0] + [len(d) for d in shapes[:-1]])
+    parts.append(np.array([(B[b, B_OFF], s) for b, s in zip(t.inputs, starts)], np.int64).ravel())
+    parts += shapes
+    pos += 2 * len(t.inputs) + sum(len(d) for d in shapes)
     head = np.zeros(H_LEN, np.int64)
     head[[H_FWD, H_FWD_ROWS, H_FWD_W]] = at["fwd"], fwd.shape[0], fwd.shape[1]
     head[[H_REV, H_REV_ROWS, H_REV_W]] = at["rev"], rev.shape[0], rev.shape[1]
@@ -649,7 +660,7 @@ def runtime() -> types.ModuleType:
 
 def runtime_job(t) -> str:
     """The :mod:`tape.interpreter.warm` job that compiles the runtime's one-call gradient for the
-    arguments of tape ``t`` (their dtypes and dimensions; C-ordered arrays)."""
+    arguments of tape ``t`` (their dtypes and dimensions; any layout)."""
     args = ",".join(
         f"{np.dtype(d).name}:{len(t.shapes[b])}" for b, d in zip(t.inputs, t.input_dtypes)
     )
@@ -675,10 +686,9 @@ def _build_runtime(dtype, args):
     (``dtype:ndim`` comma-separated, ``-`` for none) and arenas of ``dtype``."""
     rt = runtime()
     specs = [a.split(":") for a in args.split(",")] if args != "-" else []
-    xs = [np.empty((1,) * int(nd), np.dtype(d)) for d, nd in specs]
-    fn = getattr(rt, f"gradient_args_{len(xs)}", None)
+    fn = getattr(rt, f"gradient_args_{len(specs)}", None)
     if fn is not None:  # (the generic one, with *xs, compiles at its first call)
-        precompile(fn, [np.empty(0, np.int64), np.empty(0, np.dtype(dtype)), *xs])
+        fn.compile(gradient_signature(dtype, [((1,) * int(nd), d) for d, nd in specs]))
 
 
 def _build_unit(dtype, rest):

@@ -13,6 +13,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from tape.compiler.analyse import CALLBACK_OP, Call, Group, Plan
+from tape.compiler.args import ARGS_DIFFER
 from tape.compiler.params import BLOCK, BLOCK_MIN, FEW_RANGES, SHIFT_MAX, SHORT_SUM, tag
 from tape.compiler.runtime import STALE_POOL
 from tape.layout.calls import compiled_only
@@ -20,7 +21,6 @@ from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
     B_KIND,
-    B_NDIM,
     B_OFF,
     B_SIZE,
     CONST,
@@ -940,8 +940,9 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
     the arguments at their offsets, then what ``forward_backward`` does), so a replay from
     Python pays one dispatch, with few array arguments (each adds to the call's cost): the
     tape's integer arrays as one (``ints``, made by :meth:`tape.Tape.compile`) and its value and adjoint
-    arenas as one (``arena``: ``data`` then ``grad``). The arguments' shapes and dtypes are the
-    caller's to check. The tables and arenas are views (:func:`_views_text`)."""
+    arenas as one (``arena``: ``data`` then ``grad``). The arguments' dtypes and numbers of
+    axes are the caller's to check (:mod:`tape.compiler.args`), their shapes are checked here
+    (``ARGS_DIFFER``). The tables and arenas are views (:func:`_views_text`)."""
     xs = [f"x{k}" for k in range(len(t.inputs))]
     nd = t.n_data
     out = [
@@ -949,6 +950,7 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
         f"def gradient_args(ints, arena, {', '.join(xs)}):",
         '    """Load the arguments (of the recorded shapes, any layout), zero the leaf',
         "    adjoints, replay forward and backward. Returns the forward status (``-1``: done;",
+        f"    {ARGS_DIFFER}: an argument is not of its recorded shape, and nothing ran;",
         '    otherwise the gradients are untouched)."""',
         # views holding no reference (tape.layout.views.borrow): the check below can raise,
         # and Numba then keeps an atomic reference count per array and call
@@ -958,16 +960,11 @@ def gradient_args_text(t, B, n_ints, tables_read, n_run):
         f"        raise ValueError({STALE_POOL!r})",
         *_views_text(t, n_ints, tables_read),
     ]
-    for x, b in zip(xs, t.inputs):
-        off, size = int(B[b, B_OFF]), int(B[b, B_SIZE])
-        if B[b, B_NDIM] == 1:  # element by element: no view to make, and it vectorises
-            out += [f"    for j in range({size}):", f"        data[{off} + j] = {x}[j]"]
-        else:  # a loop, not a slice assignment (whose shape check takes 2 s to compile)
-            out += [
-                f"    {x}f = {x}.ravel()",
-                f"    for j in range({size}):",
-                f"        data[{off} + j] = {x}f[j]",
-            ]
+    for x, b in zip(xs, t.inputs):  # every shape checked before anything is written
+        dims = [f"{x}.shape[{i}] != {d}" for i, d in enumerate(t.shapes[b])]
+        if dims:
+            out += [f"    if {' or '.join(dims)}:", f"        return {ARGS_DIFFER}"]
+    out += [f"    _load(data, {int(B[b, B_OFF])}, {x})" for x, b in zip(xs, t.inputs)]
     out += [
         f"    st = _forward_units(entries, bufs, ipool, data, {n_run})",
         "    if st >= 0:",

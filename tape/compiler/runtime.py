@@ -41,8 +41,10 @@ SWEEPS = "@SWEEPS@"  # the interpreter whose run_fwd / run_rev it calls
 
 import numpy as np
 from numba import literal_unroll, njit, prange
-from numba.extending import overload
 
+from tape.compiler.args import ARGS_DIFFER
+from tape.compiler.args import load as _load
+from tape.compiler.args import shape_is as _shape_is
 from tape.layout.config import COMPILED_JIT, SWEEP_JIT, UNIT_JIT
 from tape.layout.views import borrow as _borrow
 from tape.layout.views import span as _span
@@ -54,30 +56,6 @@ from tape.interpreter.generated import sweeps as interp_sweeps
 
 MAGIC = @MAGIC@
 STALE_POOL = @STALE@
-
-
-def _load(data, o, x):
-    """Copy argument ``x`` (any shape and layout) into ``data[o : o + x.size]``, C order."""
-
-
-@overload(_load)
-def _load_impl(data, o, x):
-    if x.ndim == 1:  # indexed in place: no view to make, and it vectorises
-
-        def one(data, o, x):
-            d = _span(data, o, x.shape[0])  # a view first: data[o + j] would not vectorise
-            for j in range(x.shape[0]):
-                d[j] = x[j]
-
-        return one
-
-    def flat(data, o, x):
-        f = x.ravel()  # a view of a C-ordered array, else a copy
-        d = _span(data, o, f.shape[0])
-        for j in range(f.shape[0]):
-            d[j] = f[j]
-
-    return flat
 
 
 @njit(**UNIT_JIT)
@@ -183,8 +161,9 @@ def gradient_args(ints, arena, *xs):
     """Load the arguments (of the recorded shapes, any layout), zero the leaf adjoints,
     replay forward and backward. ``ints``: the tape's entry and buffer tables and its pool,
     end to end; ``arena``: the value arena, then the adjoint arena. Returns the forward
-    status (``-1``: done; otherwise the gradients are untouched). ``gradient_args_<n>``
-    does the same for ``n`` arguments, without the cost of a call with ``*xs``."""
+    status (``-1``: done; ``ARGS_DIFFER``: an argument is not of its recorded shape, and
+    nothing ran; otherwise the gradients are untouched). ``gradient_args_<n>`` does the same
+    for ``n`` arguments, without the cost of a call with ``*xs``."""
     return _gradient(ints, arena, xs)
 
 
@@ -192,27 +171,42 @@ def gradient_args(ints, arena, *xs):
 
 
 @njit(**UNIT_JIT)
-def _gradient(ints, arena, xs):
+def _pool(ints, arena):
+    """Where the pool starts in ``ints``, and where its header starts in the pool, checked
+    against the arrays' lengths."""
     n = ints.shape[0]
     if n < 3 or ints[n - 1] != MAGIC or ints[n - 2] > n:
         raise ValueError(STALE_POOL)
     ipool = _span(ints, n - ints[n - 2], ints[n - 2])  # (views here hold no reference)
     h = ipool[ipool.shape[0] - 3]
-    nd = ipool[h + @H_N_DATA@]
-    if arena.shape[0] != 2 * nd:
+    if arena.shape[0] != 2 * ipool[h + @H_N_DATA@]:
         raise ValueError(STALE_POOL)
     ne = ipool[h + @H_NE@] * ipool[h + @H_WE@]
     nb = ipool[h + @H_NB@] * ipool[h + @H_WB@]
     if ne + nb + ipool.shape[0] != n:
         raise ValueError(STALE_POOL)
+    return n - ints[n - 2], h
+
+
+@njit(**UNIT_JIT)
+def _gradient(ints, arena, xs):
+    p, h = _pool(ints, arena)
+    ipool = _span(ints, p, ints.shape[0] - p)
+    at = ipool[h + @H_INS@]  # rows [data offset, where the shape is listed]
+    k = 0
+    for x in literal_unroll(xs):  # every shape checked before anything is written
+        if not _shape_is(x, ipool, ipool[at + 2 * k + 1]):
+            return ARGS_DIFFER
+        k += 1
+    nd = ipool[h + @H_N_DATA@]
+    ne = ipool[h + @H_NE@] * ipool[h + @H_WE@]
     entries = _table(ints, 0, ipool[h + @H_NE@], ipool[h + @H_WE@])
     bufs = _table(ints, ne, ipool[h + @H_NB@], ipool[h + @H_WB@])
     data = _span(arena, 0, nd)
     grad = _span(arena, nd, nd)
-    at = ipool[h + @H_INS@]
     k = 0
     for x in literal_unroll(xs):
-        _load(data, ipool[at + k], x)
+        _load(data, ipool[at + 2 * k], x)
         k += 1
     st = _forward_units(entries, bufs, ipool, data, h, ipool[h + @H_RUN@])
     if st >= 0:
@@ -221,6 +215,7 @@ def _gradient(ints, arena, xs):
     grad[ipool[ipool[h + @H_OUTS@]]] += 1.0
     _reverse_units(entries, bufs, ipool, data, grad, h, np.bool_(True))
     return -1
+
 
 '''
 

@@ -9,8 +9,9 @@ compiled version's own entry, which converts the arguments and runs, nothing mor
 That entry trusts its arguments' types: an array of another dtype, number of dimensions or
 layout would be read as if it had the compiled ones (wrong numbers, or memory outside the
 array). Use it only for arguments whose types are fixed by construction, and check those
-that come from users (dtype, shape and ``flags.c_contiguous``) before each call, falling
-back to the dispatcher otherwise. Python ints and floats are converted as the compiled
+that come from users before each call (their dtype and number of axes where the entry is
+compiled for arrays of layout ``A``, which read any layout), falling back to the dispatcher
+or to a checked path otherwise. Python ints and floats are converted as the compiled
 signature says.
 
 The other way round, :func:`compiled_only` compiles a function that only compiled code calls
@@ -21,23 +22,44 @@ from __future__ import annotations
 
 import inspect
 
-from numba import njit, typeof
+import numpy as np
+from numba import njit, typeof, types
 from numba.core.registry import CPUDispatcher
 from numba.core.typing.typeof import Purpose
+from numba.np.numpy_support import from_dtype
 
 from tape.layout.config import HELPER_JIT, KERNEL_JIT
 
 
-def entry_point(fn, args):
-    """The entry of dispatcher ``fn`` compiled for the types of ``args`` (compiled now, or
-    loaded from Numba's cache, if it was not yet), callable from Python as ``fn`` is, with
-    arguments of those types only (see the module's docstring). For a function with
-    ``*args`` it is ``fn`` itself (Numba folds those into a tuple as it dispatches)."""
+def entry_point(fn, args, sig=None):
+    """The entry of dispatcher ``fn`` compiled for the types of ``args`` (or for the Numba
+    types ``sig``: arrays of layout ``A`` take any layout) (compiled now, or loaded from
+    Numba's cache, if it was not yet), callable from Python as ``fn`` is, with arguments of
+    those types only (see the module's docstring). For a function with ``*args`` it is
+    ``fn`` itself (Numba folds those into a tuple as it dispatches)."""
     if fn.py_func.__code__.co_flags & inspect.CO_VARARGS:
         return fn
-    sig = tuple(typeof(a, Purpose.argument) for a in args)
+    if sig is None:
+        sig = tuple(typeof(a, Purpose.argument) for a in args)
     fn.compile(sig)
     return fn.overloads[sig].entry_point
+
+
+def array_type(dtype, ndim):
+    """Numba's type of an argument of ``dtype`` with ``ndim`` axes, in any layout (C for no
+    axes, where there is one layout)."""
+    return types.Array(from_dtype(np.dtype(dtype)), ndim, "A" if ndim else "C")
+
+
+def gradient_signature(dtype, specs, out=None):
+    """The types a compiled tape's ``gradient_args`` (:mod:`tape.compiler.args`) is compiled
+    for: the tape's integer array, its arena of ``dtype``, and one argument per ``(shape,
+    dtype)`` of ``specs`` in any layout; with ``out = (ndim, dtype)``, ``gradient_into``'s
+    (``ints, arena, k, out, *args``)."""
+    head = [types.Array(types.int64, 1, "C"), types.Array(from_dtype(np.dtype(dtype)), 1, "C")]
+    if out is not None:
+        head += [types.int64, array_type(out[1], out[0])]
+    return tuple(head + [array_type(dt, len(shape)) for shape, dt in specs])
 
 
 class CompiledOnly(CPUDispatcher):

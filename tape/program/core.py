@@ -20,7 +20,7 @@ import numpy as np
 
 from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps
-from tape.layout.calls import entry_point
+from tape.layout.calls import entry_point, gradient_signature
 from tape.layout.columns import (
     ACTIVE,
     B_ALIAS,
@@ -125,22 +125,17 @@ Numba's dispatch (:func:`tape.layout.calls.entry_point`): a tape's ``entries``, 
 arguments integers, so their types follow from ``data``'s dtype."""
 
 
-def _direct_call(args, d):
-    """What a compiled tape's one-call gradient ``d`` (``Tape._direct``) runs ``args`` with:
-    its entry point where they are C-ordered arrays of the recorded shapes and dtypes (the
-    types it was compiled for), the dispatcher where some are of another layout (Numba
-    compiles it for theirs), ``None`` where they are not arrays of the recorded shapes and
-    dtypes (the checked path runs)."""
-    fn, _, fast, _, entry = d
-    if len(args) != len(fast):
-        return None
-    call = entry
-    for a, (shape, dt) in zip(args, fast):
-        if type(a) is not _ndarray or a.shape != shape or a.dtype != dt:
-            return None
-        if not a.flags.c_contiguous:
-            call = fn
-    return call
+def _direct_ok(args, d):
+    """Whether ``args`` can take a compiled tape's one-call gradient ``d`` (``Tape._direct``):
+    arrays of the recorded dtypes and numbers of axes, in any layout. Their shapes are checked
+    in the call (``tape.compiler.args.ARGS_DIFFER``)."""
+    checks = d[1]
+    if len(args) != len(checks):
+        return False
+    for a, (nd, dt) in zip(args, checks):
+        if type(a) is not _ndarray or a.dtype is not dt or a.ndim != nd:
+            return False
+    return True
 
 
 class KernelArgs(NamedTuple):
@@ -200,11 +195,12 @@ class Tape:
     replay, so a replay never pairs one tier's code with the other's pool."""
 
     _direct = None
-    """``(gradient_args, ints, fast, one, entry)`` when :meth:`gradient` can replay in one
-    compiled call (a compiled tape with a scalar output and gradients in the arena dtype), else
-    ``None``: the dispatcher, the tape's integer arrays end to end, the arguments' ``(shape,
-    dtype)``, the only one's (``None`` for several) and the dispatcher's entry point for
-    C-ordered arguments (:func:`_direct_call`)."""
+    """``(ints, checks, one, entry)`` when :meth:`gradient` can replay in one compiled call (a
+    compiled tape with a scalar output and gradients in the arena dtype), else ``None``: the
+    tape's integer arrays end to end, the arguments' ``(ndim, dtype)``, the only one's
+    (``None`` for several) and the entry point of ``gradient_args`` for arguments of those
+    dtypes and numbers of axes in any layout (:mod:`tape.compiler.args`, :func:`_direct_ok`)."""
+
 
     # Immutable defaults live on the class (an instance assignment replaces them): eager mode
     # makes a tape per training step, and each attribute set here costs it time.
@@ -899,16 +895,13 @@ class Tape:
         d = self._direct
         if d is not None and not self._variants and not _anomaly.ON:
             # a compiled tape's common call, inlined: one compiled call (see _run_direct)
-            fn, ints, fast, one, entry = d
-            if len(args) == 1 and one is not None:  # the arguments' checks cost as much as
+            ints, _, one, entry = d
+            if one is not None and len(args) == 1:  # the arguments' checks cost as much as
                 a = args[0]  # the sweeps of a small tape: one array's are written out
-                if type(a) is _ndarray and a.shape == one[0] and a.dtype is one[1]:
-                    call = entry if a.flags.c_contiguous else fn  # (see _direct_call)
-                else:
-                    call = None
+                ok = type(a) is _ndarray and a.dtype is one[1] and a.ndim == one[0]
             else:
-                call = _direct_call(args, d)
-            if call is not None:
+                ok = _direct_ok(args, d)
+            if ok:  # (their shapes are checked in the call: tape.compiler.args)
                 try:
                     ws = self._tls.ws
                 except AttributeError:
@@ -920,8 +913,8 @@ class Tape:
                     outs = out  # one array, of its gradient's shape: the common call
                 else:  # checked before anything runs: no replay is half done
                     outs = self._check_out(out, v)
-                status = call(ints, ws.arena, *args)  # raises only before it writes
-                if status < 0:
+                status = entry(ints, ws.arena, *args)  # raises only before it writes
+                if status == -1:
                     ws.ok = True
                     if outs is None:
                         return v[0].copy() if len(v) == 1 else tuple([g.copy() for g in v])
@@ -931,9 +924,12 @@ class Tape:
                     for o, g in zip(outs, v):
                         o[...] = g
                     return out
-                ws.ok = False
-                tp, ws = self._recover(status, ws, args, True)
-                return tp._grads_out(ws, out)
+                if status >= 0:  # a guard stopped the sweep
+                    ws.ok = False
+                    tp, ws = self._recover(status, ws, args, True)
+                    return tp._grads_out(ws, out)
+                # else an argument is not of its recorded shape: nothing ran, and the checked
+                # path below says which
         r = self._replay
         if r is None:
             r = self.replay_state()
@@ -988,16 +984,15 @@ class Tape:
         ``None`` where the call takes the checked path instead (a retraced variant exists,
         anomaly mode, or arguments that are not arrays of the recorded shapes and dtypes)."""
         d = self._direct
-        if d is None or self._variants or _anomaly.ON:
-            return None
-        call = _direct_call(args, d)
-        if call is None:
+        if d is None or self._variants or _anomaly.ON or not _direct_ok(args, d):
             return None
         ws = getattr(self._tls, "ws", None) or self.thread_workspace()
-        status = call(d[1], ws.arena, *args)  # raises only before it writes
-        if status < 0:
+        status = d[3](d[0], ws.arena, *args)  # raises only before it writes
+        if status == -1:
             ws.ok = True
             return self, ws
+        if status < 0:  # an argument is not of its shape: nothing ran
+            return None
         ws.ok = False
         return self._recover(status, ws, args, True)
 
@@ -1121,13 +1116,13 @@ class Tape:
             self.bufs = ints[ne * we : ne * we + nb * wb].reshape(nb, wb)
             pool = ints[ne * we + nb * wb :]
             args = [np.asarray(v, d).reshape(s) for v, (s, d) in zip(ws.in_views, r["fast"])]
-            mod.gradient_args(ints, ws.arena, *args)
             fast = tuple(r["fast"])
-            # called from Python without Numba's dispatch where the arguments are of the
-            # types it was compiled for here (C-ordered): see _direct_call
-            entry = entry_point(mod.gradient_args, (ints, ws.arena, *args))
-            one = fast[0] if len(fast) == 1 else None
-            self._direct = (mod.gradient_args, ints, fast, one, entry)
+            # called from Python without Numba's dispatch, for arguments of the recorded dtypes
+            # and numbers of axes in any layout (see _direct_ok, tape.compiler.args)
+            entry = entry_point(mod.gradient_args, args, gradient_signature(self.dtype, fast))
+            entry(ints, ws.arena, *args)
+            checks = tuple((len(shape), np.dtype(d)) for shape, d in fast)
+            self._direct = (ints, checks, checks[0] if len(checks) == 1 else None, entry)
         else:
             mod.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
