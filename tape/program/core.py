@@ -201,7 +201,6 @@ class Tape:
     (``None`` for several) and the entry point of ``gradient_args`` for arguments of those
     dtypes and numbers of axes in any layout (:mod:`tape.compiler.args`, :func:`_direct_ok`)."""
 
-
     # Immutable defaults live on the class (an instance assignment replaces them): eager mode
     # makes a tape per training step, and each attribute set here costs it time.
     grad = None  # the adjoint arena, made by the first reverse sweep
