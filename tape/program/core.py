@@ -912,7 +912,9 @@ class Tape:
                     outs = out  # one array, of its gradient's shape: the common call
                 else:  # checked before anything runs: no replay is half done
                     outs = self._check_out(out, v)
-                status = entry(ints, ws.arena, *args)  # raises only before it writes
+                # (raises only before it writes; one array passed as it is: a call with *args
+                # costs more)
+                status = entry(ints, ws.arena, a) if one else entry(ints, ws.arena, *args)
                 if status == -1:
                     ws.ok = True
                     if outs is None:
