@@ -1,12 +1,13 @@
-"""The arguments of a compiled tape's one-call gradient (``gradient_args``: :meth:`tape.Tape.gradient`
-from Python), in compiled code.
+"""The arguments of a compiled tape's one-call gradient (``gradient_args``, which
+:meth:`tape.Tape.gradient` calls from Python), in compiled code.
 
-The call is compiled for arguments of the recorded dtypes and dimensions in any layout
-(:func:`tape.layout.calls.gradient_signature`), so Python checks only an argument's dtype and its number of axes
-before the call: the compiled code checks its shape and returns :data:`ARGS_DIFFER` before
-anything runs where one differs (Python then takes the checked path, which explains), and
-copies from any layout, with a contiguous loop where the array is contiguous.
-``benchmarks/RESULTS.md`` (twenty-first session) has what each check costs from Python.
+The call is compiled for arguments of the recorded dtypes and numbers of axes in any layout
+(:func:`tape.layout.calls.gradient_signature`), so Python checks only an argument's dtype and
+its number of axes before the call: the compiled code checks its shape and returns
+:data:`ARGS_DIFFER` before anything runs where one differs (Python then takes the checked
+path, which says what differs), and copies it in from any layout, with a contiguous loop
+where it is contiguous. A strided argument thus compiles nothing new.
+``benchmarks/RESULTS.md`` (twenty-first session) has what the checks cost from Python.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ ARGS_DIFFER = -2
 @intrinsic
 def as_c(typingctx, arr):
     """``arr`` (an array of any layout) typed as C-contiguous, holding no reference (as
-    :func:`tape.layout.views.borrow`): for code that has checked that it is C-contiguous (a strided loop over
-    an array of layout ``A`` does not vectorise; one over this view does)."""
+    :func:`tape.layout.views.borrow`), for code that has checked that it is C-contiguous: a
+    loop over an array of layout ``A`` does not vectorise, one over this view does."""
     if not isinstance(arr, types.Array):
         return None
     rty = arr.copy(layout="C")
@@ -45,8 +46,8 @@ def as_c(typingctx, arr):
 @intrinsic
 def flat(typingctx, arr):
     """A C-contiguous array of any dimension as a 1-D view of its ``size`` elements, holding no
-    reference (as :func:`tape.layout.views.borrow`), for code that has checked that it is C-contiguous (Numba's
-    ``ravel`` goes through its reshape helper: about 40 ns a call)."""
+    reference (as :func:`tape.layout.views.borrow`), for code that has checked that it is
+    C-contiguous (Numba's ``ravel`` goes through its reshape helper: about 40 ns a call)."""
     if not isinstance(arr, types.Array):
         return None
     rty = types.Array(arr.dtype, 1, "C")

@@ -171,35 +171,25 @@ def gradient_args(ints, arena, *xs):
 
 
 @njit(**UNIT_JIT)
-def _pool(ints, arena):
-    """Where the pool starts in ``ints``, and where its header starts in the pool, checked
-    against the arrays' lengths."""
+def _gradient(ints, arena, xs):
     n = ints.shape[0]
     if n < 3 or ints[n - 1] != MAGIC or ints[n - 2] > n:
         raise ValueError(STALE_POOL)
     ipool = _span(ints, n - ints[n - 2], ints[n - 2])  # (views here hold no reference)
     h = ipool[ipool.shape[0] - 3]
-    if arena.shape[0] != 2 * ipool[h + @H_N_DATA@]:
+    nd = ipool[h + @H_N_DATA@]
+    if arena.shape[0] != 2 * nd:
         raise ValueError(STALE_POOL)
     ne = ipool[h + @H_NE@] * ipool[h + @H_WE@]
     nb = ipool[h + @H_NB@] * ipool[h + @H_WB@]
     if ne + nb + ipool.shape[0] != n:
         raise ValueError(STALE_POOL)
-    return n - ints[n - 2], h
-
-
-@njit(**UNIT_JIT)
-def _gradient(ints, arena, xs):
-    p, h = _pool(ints, arena)
-    ipool = _span(ints, p, ints.shape[0] - p)
     at = ipool[h + @H_INS@]  # rows [data offset, where the shape is listed]
     k = 0
     for x in literal_unroll(xs):  # every shape checked before anything is written
         if not _shape_is(x, ipool, ipool[at + 2 * k + 1]):
             return ARGS_DIFFER
         k += 1
-    nd = ipool[h + @H_N_DATA@]
-    ne = ipool[h + @H_NE@] * ipool[h + @H_WE@]
     entries = _table(ints, 0, ipool[h + @H_NE@], ipool[h + @H_WE@])
     bufs = _table(ints, ne, ipool[h + @H_NB@], ipool[h + @H_WB@])
     data = _span(arena, 0, nd)
@@ -215,7 +205,6 @@ def _gradient(ints, arena, xs):
     grad[ipool[ipool[h + @H_OUTS@]]] += 1.0
     _reverse_units(entries, bufs, ipool, data, grad, h, np.bool_(True))
     return -1
-
 
 '''
 
