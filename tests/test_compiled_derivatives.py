@@ -234,6 +234,46 @@ def test_hvp_in_one_call_matches_the_interpreter():
         close(tb.hvp(x2, v=v), want)
 
 
+def test_dense_hessian_in_one_call_matches_the_interpreter(monkeypatch):
+    """The dense Hessian of a compiled tape with one 1-d argument runs in one compiled call
+    from its second call on: in one pass and, with the pass size forced down, in passes of
+    3, 3, 3 and 1 directions (scratch reused across passes and calls); a strided argument;
+    a failed guard, which takes the checked path and retraces. Against the interpreter's
+    Hessian and finite differences of the gradient. A pattern that colouring compresses
+    (Rosenbrock's tridiagonal one, over COMPRESS_MIN elements) keeps the colouring."""
+    from tape.transforms import derivatives as D
+
+    x = np.linspace(-1.0, 1.0, 6)
+    for per_pass in (None, 3):
+        if per_pass is not None:  # chunk(): max(CHUNK_BYTES // per, CHUNK_MIN) directions
+            monkeypatch.setattr(D, "CHUNK_BYTES", 1)
+            monkeypatch.setattr(D, "CHUNK_MIN", per_pass)
+        xr = np.linspace(-1.0, 1.5, 10)
+        for fn, x0 in ((through_product, x), (rosenbrock, xr)):
+            ti, tc = both(fn, x0)
+            for k in range(3):
+                x2 = x0 + 0.3 * k
+                close(tc.hessian(x2), ti.hessian(x2))
+            call = tc.extension_state.get("hessian")[1]  # the one call ran
+            assert call.k == (len(x0) if per_pass is None else per_pass)
+    wide = np.linspace(-1.0, 1.5, 20)
+    close(tc.hessian(wide[::2]), ti.hessian(wide[::2].copy()))
+    eps, g = 1e-6, tc.gradient
+    fd = np.array([(g(xr + eps * e) - g(xr - eps * e)) / (2 * eps) for e in np.eye(10)])
+    close(tc.hessian(xr), fd, rtol=1e-6)
+    xp = np.array([0.5, 1.0, -0.2, 0.3])
+    tb = tp.record(branching, xp, compile=True)
+    for x2 in (xp, xp * 1.5, -xp, xp):  # positive sum, positive, negative (retrace), positive
+        d2 = -np.sin(x2) * x2 + 2.0 * np.cos(x2) if x2.sum() > 0 else 12.0 * x2**2
+        close(tb.hessian(x2), np.diag(d2))
+    monkeypatch.undo()
+    x100 = np.linspace(-1.0, 1.5, 100)
+    ti, tc = both(rosenbrock, x100)
+    close(tc.hessian(x100), ti.hessian(x100))
+    close(tc.hessian(x100), ti.hessian(x100))
+    assert tc.extension_state.get("hessian") is None
+
+
 def test_vector_mode_tangent_loops_of_short_rows_are_vectorised():
     """A Hessian's or a Jacobian's tangent loops over rows of 16 elements (a small MLP's
     hidden layer) compile to vector code. With their bounds written as numbers, LLVM unrolled

@@ -147,11 +147,12 @@ class Passes:
         hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog,
                  self.addresses(T.shape[0]))  # fmt: skip
 
-    def one_call(self, t, off, seeds):
+    def one_call(self, t, off, seeds, k=None):
         """The HVP of compiled tape ``t`` (whose derivative passes these are) in one compiled
         call (:class:`OneCall`), for its one argument, at arena offset ``off``; ``seeds``:
-        the output's adjoint."""
-        return OneCall(t, self, off, seeds)
+        the output's adjoint. With ``k``, its dense Hessian in one call, ``k`` directions per
+        pass."""
+        return OneCall(t, self, off, seeds, k)
 
 
 _call_tan = _dispatch._caller(
@@ -294,15 +295,64 @@ def hvp_args(ints, data, scratch, x, v, out):
     return -1
 
 
+@njit(**SWEEP_JIT)
+def hessian_args(ints, data, scratch, x, H, k):
+    """A compiled tape's dense Hessian for its one argument ``x`` (flat, of the arena's
+    dtype) into ``H`` (``n x n``), in one call: ``x`` into ``data``, the compiled forward (as
+    :func:`hvp_args`), then :func:`hvp_pass` for the directions ``e_0 .. e_{n-1}``, ``k`` per
+    pass, row ``d`` of ``H`` the product with ``e_d``. ``ints`` as for :func:`hvp_args`, its
+    loops' addresses the vector-mode ones; ``scratch``: ``grad``, ``T`` and ``GT`` (``k`` rows
+    each) and the seeds. Returns the forward's status (``-1``: ``H`` holds the Hessian;
+    otherwise nothing after the forward ran)."""
+    nd = ints[HV_ND]
+    at = HV_LEN
+    entries = _table(ints, at, ints[HV_NE], ints[HV_WE])
+    at += ints[HV_NE] * ints[HV_WE]
+    bufs = _table(ints, at, ints[HV_NB], ints[HV_WB])
+    at += ints[HV_NB] * ints[HV_WB]
+    pool = _span(ints, at, ints[HV_NPOOL])
+    prog = _span(ints, at + ints[HV_NPOOL], ints[HV_NPROG])
+    addr = _span(ints, at + ints[HV_NPOOL] + ints[HV_NPROG], ints[HV_NADDR])
+    off = ints[HV_OFF]
+    n = x.shape[0]
+    d = _span(data, off, n)
+    for q in range(n):
+        d[q] = x[q]
+    st = _call_fwd(ints[HV_FWD], (entries, bufs, pool, data, np.int64(0), np.int64(-1)))
+    if st >= 0:
+        return st
+    grad = _span(scratch, 0, nd)
+    seeds = _span(scratch, (1 + 2 * k) * nd, ints[HV_NS])
+    for d0 in range(0, n, k):
+        m = min(k, n - d0)
+        T = _table(scratch, nd, m, nd)  # zero outside the argument (see Plan.arenas)
+        GT = _table(scratch, (1 + k) * nd, m, nd)
+        for j in range(m):
+            t = _span(scratch, (1 + j) * nd + off, n)
+            for q in range(n):
+                t[q] = 0.0
+            t[d0 + j] = 1.0
+        hvp_pass(entries, bufs, pool, data, grad, T, GT, seeds, prog, addr)
+        for j in range(m):
+            g = _span(scratch, (1 + k + j) * nd + off, n)
+            for q in range(n):
+                H[d0 + j, q] = g[q]
+    return -1
+
+
 class OneCall:
     """A compiled tape's HVP from Python in one compiled call (:func:`hvp_args`): a few
     arrays to dispatch instead of the forward's and the passes' thirteen (at Rosenbrock
     n = 10, two calls and their arguments cost three times the gradient). Its integer
     array is made once, from the tape's tables and compiled pool as they are after the
     compile (they do not change afterwards); each thread has its scratch arena. Call it
-    with this thread's workspace's value arena (``t.fast_workspace().data``)."""
+    with this thread's workspace's value arena (``t.fast_workspace().data``).
 
-    def __init__(self, t, passes, off, seeds):
+    With ``k`` (directions per pass), the dense Hessian in one call instead
+    (:func:`hessian_args`, :meth:`hessian`): the tangent loops' vector-mode versions, and
+    scratch for ``k`` directions."""
+
+    def __init__(self, t, passes, off, seeds, k=None):
         sw, pool = t.run_with
         dt = np.dtype(t.dtype)
         d1 = _dispatch._arena(dt, 1)
@@ -315,21 +365,32 @@ class OneCall:
         head[[HV_NE, HV_WE, HV_NB, HV_WB]] = ne, E.shape[1], nb, B.shape[1]
         head[[HV_NPOOL, HV_NPROG, HV_NADDR]] = len(pool), len(passes.prog), len(passes.addr)
         head[[HV_FWD, HV_OFF, HV_ND, HV_NS]] = fwd, off, t.n_data, len(seeds)
-        self.ints = np.concatenate(
-            [head, E.ravel(), B.ravel(), pool, passes.prog, passes.addr]
-        ).astype(np.int64)
+        addr = passes.addr if k is None else passes.addresses(max(k, 2))
+        parts = [head, E.ravel(), B.ravel(), pool, passes.prog, addr]
+        self.ints = np.concatenate(parts).astype(np.int64)
         self.seeds = np.asarray(seeds, dt)
-        self.n_data, self.dtype = t.n_data, dt
+        self.n_data, self.dtype, self.k = t.n_data, dt, k
         self._tls = threading.local()
+
+    def _scratch(self, rows):
+        """This thread's scratch: ``grad``, then ``rows`` arenas each of ``T`` and ``GT``, then
+        the seeds. ``T`` stays zero outside the argument (see Plan.arenas)."""
+        s = getattr(self._tls, "scratch", None)
+        if s is None:
+            nd = self.n_data
+            s = self._tls.scratch = np.zeros((1 + 2 * rows) * nd + len(self.seeds), self.dtype)
+            s[(1 + 2 * rows) * nd :] = self.seeds
+        return s
 
     def __call__(self, data, x, v, out):
         """The HVP at ``x`` in direction ``v`` into ``out`` (flat arrays of the argument's
         length); returns the forward's status (``-1``: done)."""
-        s = getattr(self._tls, "scratch", None)
-        if s is None:  # T stays zero outside the argument (see Plan.arenas)
-            s = self._tls.scratch = np.zeros(3 * self.n_data + len(self.seeds), self.dtype)
-            s[3 * self.n_data :] = self.seeds
-        return hvp_args(self.ints, data, s, x, v, out)
+        return hvp_args(self.ints, data, self._scratch(1), x, v, out)
+
+    def hessian(self, data, x, H):
+        """The dense Hessian at ``x`` (flat) into ``H`` (``n x n``); returns the forward's
+        status (``-1``: done)."""
+        return hessian_args(self.ints, data, self._scratch(self.k), x, H, self.k)
 
 
 class Generated(NamedTuple):

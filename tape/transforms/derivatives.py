@@ -452,7 +452,24 @@ def hessian(t, *args, sparse=False):
 
     ``sparse=True``: a ``scipy.sparse.csr_matrix`` over the flattened, concatenated arguments,
     from the Hessian's sparsity pattern and a column colouring (as many directions as
-    colours)."""
+    colours).
+
+    A compiled tape with one 1-d argument whose dense Hessian takes no colouring (fewer than
+    :data:`COMPRESS_MIN` elements, or a pattern that no argument can change and that
+    colouring would not halve) computes it in one compiled call (forward, then every pass),
+    as :func:`hvp` does its product."""
+    st = t.extension_state
+    fast = st.get("hessian") if st is not None and not sparse else None
+    if fast is not None and len(args) == 1:
+        sw, call, (shape, dt) = fast
+        a = args[0]
+        if t.run_with[0] is sw and type(a) is np.ndarray and a.shape == shape and a.dtype is dt:
+            ws = t.fast_workspace()
+            if ws is not None:
+                H = np.empty(shape + shape, dt)
+                if call.hessian(ws.data, a, H) < 0:
+                    return H
+                # the sweep stopped (a failed guard, a rejected index): the checked path
     plan, data = _forward(t, args)
     _second(plan, "hessian()")
     if sparse:
@@ -466,6 +483,7 @@ def hessian(t, *args, sparse=False):
         H = SP.dense(plan, data, pat, "hessian")
     else:
         H = _hvp_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype))
+        _one_call_hessian(t, plan, fast)
     if len(plan.in_shapes) == 1:
         s = plan.in_shapes[0]
         return H.reshape(s + s)
@@ -477,6 +495,29 @@ def hessian(t, *args, sparse=False):
         for ci, ni, si in zip(plan.in_col, plan.in_size, plan.in_shapes)
     ]
     return blocks[0][0] if len(blocks) == 1 else tuple(blocks)
+
+
+def _one_call_hessian(t, plan, fast):
+    """Make :func:`hessian`'s one call for compiled tape ``t`` (after a dense Hessian by
+    passes), where it applies: one differentiated 1-d argument of the arena's dtype, and a
+    dense Hessian whatever the argument (no colouring below :data:`COMPRESS_MIN` elements,
+    and no gather whose indices could change the pattern)."""
+    r = t.replay_state()
+    if not (
+        plan.tp is t and len(t.inputs) == 1 and list(t.wrt) == [0]
+        and len(plan.in_shapes[0]) == 1 and r["fast"][0][1] == t.dtype == plan.in_dtypes[0]
+        and (fast is None or fast[0] is not t.run_with[0])
+    ):  # fmt: skip
+        return
+    if plan.n_in >= COMPRESS_MIN:
+        from tape.transforms import sparse as SP
+
+        if SP._key(plan, t.data) != "":  # (gathers: the pattern depends on their indices)
+            return
+    passes = _compiled(plan)
+    if passes is not None:
+        call = passes.one_call(t, plan.in_off[0], plan.seed, plan.chunk(plan.n_in))
+        t.extensions()["hessian"] = (t.run_with[0], call, r["fast"][0])
 
 
 def hvp(t, *args, v):
