@@ -274,6 +274,46 @@ def test_dense_hessian_in_one_call_matches_the_interpreter(monkeypatch):
     assert tc.extension_state.get("hessian") is None
 
 
+def vector_out(x):
+    return tp.tanh(x @ tp.tensor(M @ M.T)) * tp.sum(x * x) + tp.sin(x)
+
+
+def matrix_out(x):
+    return tp.exp(x[:, None] * x[None, :] * 0.1)
+
+
+def test_dense_jacobian_in_one_call_matches_the_interpreter(monkeypatch):
+    """The forward-mode Jacobian of a compiled tape with one 1-d argument and one output
+    runs in one compiled call from its second call on (``mode="fwd"``, and ``"auto"`` where
+    that chooses forward mode), in one pass or in passes of 4 directions: a vector output,
+    a matrix output (shape ``out.shape + arg.shape``), a strided argument. A scalar output
+    with ``mode="auto"`` takes reverse mode, not the one call."""
+    from tape.transforms import derivatives as D
+
+    x = np.linspace(-1.0, 1.0, 6)
+    for per_pass in (None, 4):
+        if per_pass is not None:
+            monkeypatch.setattr(D, "CHUNK_BYTES", 1)
+            monkeypatch.setattr(D, "CHUNK_MIN", per_pass)
+        for fn in (vector_out, matrix_out):
+            ti, tc = both(fn, x)
+            for k, mode in enumerate(("fwd", "fwd", "auto", "fwd")):
+                x2 = x + 0.2 * k
+                want = ti.jacobian(x2, mode="rev")
+                got = tc.jacobian(x2, mode=mode)
+                assert got.shape == want.shape
+                close(got, want)
+            fast = tc.extension_state.get("jacobian")
+            assert fast is not None and fast[1].k == (6 if per_pass is None else 3)
+            assert fast[3] == ("fwd", "auto")
+    wide = np.linspace(-1.0, 1.5, 12)
+    close(tc.jacobian(wide[::2], mode="fwd"), ti.jacobian(wide[::2].copy(), mode="rev"))
+    ti, tc = both(through_product, x)
+    for _ in range(2):
+        close(tc.jacobian(x, mode="auto"), ti.gradient(x))
+    assert tc.extension_state.get("jacobian") is None
+
+
 def test_vector_mode_tangent_loops_of_short_rows_are_vectorised():
     """A Hessian's or a Jacobian's tangent loops over rows of 16 elements (a small MLP's
     hidden layer) compile to vector code. With their bounds written as numbers, LLVM unrolled

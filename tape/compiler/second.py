@@ -150,8 +150,8 @@ class Passes:
     def one_call(self, t, off, seeds, k=None):
         """The HVP of compiled tape ``t`` (whose derivative passes these are) in one compiled
         call (:class:`OneCall`), for its one argument, at arena offset ``off``; ``seeds``:
-        the output's adjoint. With ``k``, its dense Hessian in one call, ``k`` directions per
-        pass."""
+        the output's adjoint. With ``k``, its dense Hessian or forward-mode Jacobian in one
+        call, ``k`` directions per pass."""
         return OneCall(t, self, off, seeds, k)
 
 
@@ -340,6 +340,49 @@ def hessian_args(ints, data, scratch, x, H, k):
     return -1
 
 
+@njit(**SWEEP_JIT)
+def jacobian_args(ints, data, scratch, x, J, k, oo):
+    """A compiled tape's dense forward-mode Jacobian for its one argument ``x`` (flat, of the
+    arena's dtype) into ``J`` (output elements x ``n``), in one call: ``x`` into ``data``,
+    the whole compiled forward, then :func:`tangent_pass` for the directions ``e_0 ..
+    e_{n-1}``, ``k`` per pass, column ``d`` of ``J`` the output's tangent (at arena offset
+    ``oo``) for ``e_d``. ``ints`` and ``scratch`` as for :func:`hessian_args`. Returns the
+    forward's status (``-1``: ``J`` holds the Jacobian; otherwise nothing after the forward
+    ran)."""
+    nd = ints[HV_ND]
+    at = HV_LEN
+    entries = _table(ints, at, ints[HV_NE], ints[HV_WE])
+    at += ints[HV_NE] * ints[HV_WE]
+    bufs = _table(ints, at, ints[HV_NB], ints[HV_WB])
+    at += ints[HV_NB] * ints[HV_WB]
+    pool = _span(ints, at, ints[HV_NPOOL])
+    prog = _span(ints, at + ints[HV_NPOOL], ints[HV_NPROG])
+    addr = _span(ints, at + ints[HV_NPOOL] + ints[HV_NPROG], ints[HV_NADDR])
+    off = ints[HV_OFF]
+    n = x.shape[0]
+    d = _span(data, off, n)
+    for q in range(n):
+        d[q] = x[q]
+    st = _call_fwd(ints[HV_FWD], (entries, bufs, pool, data, np.int64(0), ints[HV_NE]))
+    if st >= 0:
+        return st
+    no = J.shape[0]
+    for d0 in range(0, n, k):
+        m = min(k, n - d0)
+        T = _table(scratch, nd, m, nd)  # zero outside the argument (see Plan.arenas)
+        for j in range(m):
+            t = _span(scratch, (1 + j) * nd + off, n)
+            for q in range(n):
+                t[q] = 0.0
+            t[d0 + j] = 1.0
+        tangent_pass(entries, bufs, pool, data, T, prog, addr)
+        for j in range(m):
+            y = _span(scratch, (1 + j) * nd + oo, no)
+            for r in range(no):
+                J[r, d0 + j] = y[r]
+    return -1
+
+
 class OneCall:
     """A compiled tape's HVP from Python in one compiled call (:func:`hvp_args`): a few
     arrays to dispatch instead of the forward's and the passes' thirteen (at Rosenbrock
@@ -348,9 +391,10 @@ class OneCall:
     compile (they do not change afterwards); each thread has its scratch arena. Call it
     with this thread's workspace's value arena (``t.fast_workspace().data``).
 
-    With ``k`` (directions per pass), the dense Hessian in one call instead
-    (:func:`hessian_args`, :meth:`hessian`): the tangent loops' vector-mode versions, and
-    scratch for ``k`` directions."""
+    With ``k`` (directions per pass), the dense Hessian (:func:`hessian_args`,
+    :meth:`hessian`) or forward-mode Jacobian (:func:`jacobian_args`, :meth:`jacobian`) in one
+    call instead: the tangent loops' vector-mode versions, and scratch for ``k``
+    directions."""
 
     def __init__(self, t, passes, off, seeds, k=None):
         sw, pool = t.run_with
@@ -391,6 +435,11 @@ class OneCall:
         """The dense Hessian at ``x`` (flat) into ``H`` (``n x n``); returns the forward's
         status (``-1``: done)."""
         return hessian_args(self.ints, data, self._scratch(self.k), x, H, self.k)
+
+    def jacobian(self, data, x, J, oo):
+        """The forward-mode Jacobian at ``x`` (flat) of the output at arena offset ``oo``
+        into ``J`` (output elements x ``n``); returns the forward's status (``-1``: done)."""
+        return jacobian_args(self.ints, data, self._scratch(self.k), x, J, self.k, oo)
 
 
 class Generated(NamedTuple):

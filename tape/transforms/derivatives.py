@@ -21,6 +21,7 @@ These are the implementations of :meth:`Tape.jvp`, :meth:`Tape.vjp`, :meth:`Tape
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -400,6 +401,18 @@ def jacobian(t, *args, mode="auto", sparse=False):
     """
     if mode not in MODES:
         raise ValueError(f"jacobian: mode must be one of {MODES}, got {mode!r}")
+    st = t.extension_state
+    fast = st.get("jacobian") if st is not None and not sparse else None
+    if fast is not None and len(args) == 1 and mode in fast[3]:
+        # a compiled tape's dense forward-mode Jacobian in one compiled call (see hessian)
+        sw, call, (shape, dt), _, oo, out_shape = fast
+        a = args[0]
+        if t.run_with[0] is sw and type(a) is np.ndarray and a.shape == shape and a.dtype is dt:
+            ws = t.fast_workspace()
+            if ws is not None:
+                J = np.empty((math.prod(out_shape), shape[0]), dt)
+                if call.jacobian(ws.data, a, J, oo) < 0:
+                    return J.reshape(out_shape + shape)
     plan, data = _forward(t, args)
     if sparse:
         from tape.transforms import sparse as SP
@@ -415,6 +428,7 @@ def jacobian(t, *args, mode="auto", sparse=False):
         J = SP.dense(plan, data, pat, "jacobian")
     elif mode == "fwd":
         J = _jac_fwd_rows(plan, data, np.eye(plan.n_in, dtype=plan.tp.dtype)).T
+        _one_call_jacobian(t, plan, fast)
     else:
         J = _jac_rev_rows(plan, data, np.eye(plan.n_out, dtype=plan.tp.dtype))
     return _blocks(plan, np.ascontiguousarray(J))
@@ -497,27 +511,51 @@ def hessian(t, *args, sparse=False):
     return blocks[0][0] if len(blocks) == 1 else tuple(blocks)
 
 
-def _one_call_hessian(t, plan, fast):
-    """Make :func:`hessian`'s one call for compiled tape ``t`` (after a dense Hessian by
-    passes), where it applies: one differentiated 1-d argument of the arena's dtype, and a
-    dense Hessian whatever the argument (no colouring below :data:`COMPRESS_MIN` elements,
-    and no gather whose indices could change the pattern)."""
+def _one_call_jacobian(t, plan, fast):
+    """Make :func:`jacobian`'s one call (forward mode) for compiled tape ``t`` after a dense
+    forward-mode Jacobian by passes, where it applies: one differentiated 1-d argument of the
+    arena's dtype, one output, and a pattern that no argument can change (so colouring never
+    pays where it did not here). ``mode="auto"`` takes it where it chose forward mode."""
+    if not _one_call_ok(t, plan, fast) or len(t.outputs) != 1:
+        return
+    passes = _compiled(plan)
+    if passes is not None:
+        modes = ("fwd", "auto") if plan.n_in <= plan.n_out else ("fwd",)
+        call = passes.one_call(t, plan.in_off[0], plan.seed, plan.chunk(plan.n_in))
+        t.extensions()["jacobian"] = (t.run_with[0], call, t.replay_state()["fast"][0], modes,
+                                      plan.out_off[0], plan.out_shapes[0])  # fmt: skip
+
+
+def _one_call_ok(t, plan, fast):
+    """Whether a one-call dense Hessian or Jacobian applies to tape ``t`` (and is not made
+    yet for its current compiled code, ``fast``): one differentiated 1-d argument of the
+    arena's dtype, and a sparsity pattern that does not depend on the argument (fewer than
+    :data:`COMPRESS_MIN` elements: never coloured; else no gather, whose indices could change
+    it)."""
     r = t.replay_state()
     if not (
         plan.tp is t and len(t.inputs) == 1 and list(t.wrt) == [0]
         and len(plan.in_shapes[0]) == 1 and r["fast"][0][1] == t.dtype == plan.in_dtypes[0]
         and (fast is None or fast[0] is not t.run_with[0])
     ):  # fmt: skip
-        return
+        return False
     if plan.n_in >= COMPRESS_MIN:
         from tape.transforms import sparse as SP
 
         if SP._key(plan, t.data) != "":  # (gathers: the pattern depends on their indices)
-            return
+            return False
+    return True
+
+
+def _one_call_hessian(t, plan, fast):
+    """Make :func:`hessian`'s one call for compiled tape ``t`` after a dense Hessian by
+    passes, where it applies (:func:`_one_call_ok`)."""
+    if not _one_call_ok(t, plan, fast):
+        return
     passes = _compiled(plan)
     if passes is not None:
         call = passes.one_call(t, plan.in_off[0], plan.seed, plan.chunk(plan.n_in))
-        t.extensions()["hessian"] = (t.run_with[0], call, r["fast"][0])
+        t.extensions()["hessian"] = (t.run_with[0], call, t.replay_state()["fast"][0])
 
 
 def hvp(t, *args, v):
