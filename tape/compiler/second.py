@@ -262,6 +262,27 @@ HV_LEN = 11
 argument's offset in the arena, the arena's length and the number of seeds."""
 
 
+@njit(inline="always")
+def _begin(ints, data, x, stop):
+    """A one call's start (:class:`OneCall`): argument ``x`` into ``data``, then the compiled
+    forward (``stop`` -1: the part the one-call gradient runs; the number of entries: the
+    whole tape). Returns its status and views of the tables in ``ints`` (the entries, the
+    buffers, the compiled pool, the program and the loops' addresses)."""
+    at = HV_LEN
+    entries = _table(ints, at, ints[HV_NE], ints[HV_WE])
+    at += ints[HV_NE] * ints[HV_WE]
+    bufs = _table(ints, at, ints[HV_NB], ints[HV_WB])
+    at += ints[HV_NB] * ints[HV_WB]
+    pool = _span(ints, at, ints[HV_NPOOL])
+    prog = _span(ints, at + ints[HV_NPOOL], ints[HV_NPROG])
+    addr = _span(ints, at + ints[HV_NPOOL] + ints[HV_NPROG], ints[HV_NADDR])
+    d = _span(data, ints[HV_OFF], x.shape[0])
+    for q in range(x.shape[0]):
+        d[q] = x[q]
+    st = _call_fwd(ints[HV_FWD], (entries, bufs, pool, data, np.int64(0), stop))
+    return st, entries, bufs, pool, prog, addr
+
+
 @njit(**SWEEP_JIT)
 def hvp_args(ints, data, scratch, x, v, out):
     """A compiled tape's HVP for its one argument ``x`` and direction ``v`` (flat, of the
@@ -271,20 +292,8 @@ def hvp_args(ints, data, scratch, x, v, out):
     loops' addresses (:class:`OneCall`); ``scratch``: ``grad``, ``T``, ``GT`` (one row each)
     and the seeds. Returns the forward's status (``-1``: ``out`` holds the product;
     otherwise nothing after the forward ran)."""
-    nd = ints[HV_ND]
-    at = HV_LEN
-    entries = _table(ints, at, ints[HV_NE], ints[HV_WE])
-    at += ints[HV_NE] * ints[HV_WE]
-    bufs = _table(ints, at, ints[HV_NB], ints[HV_WB])
-    at += ints[HV_NB] * ints[HV_WB]
-    pool = _span(ints, at, ints[HV_NPOOL])
-    prog = _span(ints, at + ints[HV_NPOOL], ints[HV_NPROG])
-    addr = _span(ints, at + ints[HV_NPOOL] + ints[HV_NPROG], ints[HV_NADDR])
-    off = ints[HV_OFF]
-    d = _span(data, off, x.shape[0])
-    for q in range(x.shape[0]):
-        d[q] = x[q]
-    st = _call_fwd(ints[HV_FWD], (entries, bufs, pool, data, np.int64(0), np.int64(-1)))
+    nd, off = ints[HV_ND], ints[HV_OFF]
+    st, entries, bufs, pool, prog, addr = _begin(ints, data, x, np.int64(-1))
     if st >= 0:
         return st
     grad = _span(scratch, 0, nd)
@@ -304,21 +313,8 @@ def hessian_args(ints, data, scratch, x, H, k):
     loops' addresses the vector-mode ones; ``scratch``: ``grad``, ``T`` and ``GT`` (``k`` rows
     each) and the seeds. Returns the forward's status (``-1``: ``H`` holds the Hessian;
     otherwise nothing after the forward ran)."""
-    nd = ints[HV_ND]
-    at = HV_LEN
-    entries = _table(ints, at, ints[HV_NE], ints[HV_WE])
-    at += ints[HV_NE] * ints[HV_WE]
-    bufs = _table(ints, at, ints[HV_NB], ints[HV_WB])
-    at += ints[HV_NB] * ints[HV_WB]
-    pool = _span(ints, at, ints[HV_NPOOL])
-    prog = _span(ints, at + ints[HV_NPOOL], ints[HV_NPROG])
-    addr = _span(ints, at + ints[HV_NPOOL] + ints[HV_NPROG], ints[HV_NADDR])
-    off = ints[HV_OFF]
-    n = x.shape[0]
-    d = _span(data, off, n)
-    for q in range(n):
-        d[q] = x[q]
-    st = _call_fwd(ints[HV_FWD], (entries, bufs, pool, data, np.int64(0), np.int64(-1)))
+    nd, off, n = ints[HV_ND], ints[HV_OFF], x.shape[0]
+    st, entries, bufs, pool, prog, addr = _begin(ints, data, x, np.int64(-1))
     if st >= 0:
         return st
     grad = _span(scratch, 0, nd)
@@ -349,21 +345,8 @@ def jacobian_args(ints, data, scratch, x, J, k, oo):
     ``oo``) for ``e_d``. ``ints`` and ``scratch`` as for :func:`hessian_args`. Returns the
     forward's status (``-1``: ``J`` holds the Jacobian; otherwise nothing after the forward
     ran)."""
-    nd = ints[HV_ND]
-    at = HV_LEN
-    entries = _table(ints, at, ints[HV_NE], ints[HV_WE])
-    at += ints[HV_NE] * ints[HV_WE]
-    bufs = _table(ints, at, ints[HV_NB], ints[HV_WB])
-    at += ints[HV_NB] * ints[HV_WB]
-    pool = _span(ints, at, ints[HV_NPOOL])
-    prog = _span(ints, at + ints[HV_NPOOL], ints[HV_NPROG])
-    addr = _span(ints, at + ints[HV_NPOOL] + ints[HV_NPROG], ints[HV_NADDR])
-    off = ints[HV_OFF]
-    n = x.shape[0]
-    d = _span(data, off, n)
-    for q in range(n):
-        d[q] = x[q]
-    st = _call_fwd(ints[HV_FWD], (entries, bufs, pool, data, np.int64(0), ints[HV_NE]))
+    nd, off, n = ints[HV_ND], ints[HV_OFF], x.shape[0]
+    st, entries, bufs, pool, prog, addr = _begin(ints, data, x, ints[HV_NE])
     if st >= 0:
         return st
     no = J.shape[0]
