@@ -195,11 +195,13 @@ class Tape:
     replay, so a replay never pairs one tier's code with the other's pool."""
 
     _direct = None
-    """``(ints, checks, one, entry)`` when :meth:`gradient` can replay in one compiled call (a
-    compiled tape with a scalar output and gradients in the arena dtype), else ``None``: the
-    tape's integer arrays end to end, the arguments' ``(ndim, dtype)``, the only one's
-    (``None`` for several) and the entry point of ``gradient_args`` for arguments of those
-    dtypes and numbers of axes in any layout (:mod:`tape.compiler.args`, :func:`_direct_ok`)."""
+    """``(ints, checks, one, entry, gshape)`` when :meth:`gradient` can replay in one compiled
+    call (a compiled tape with a scalar output and gradients in the arena dtype), else
+    ``None``: the tape's integer arrays end to end, the arguments' ``(ndim, dtype)``, the
+    only one's (``None`` for several), the entry point of ``gradient_args`` for arguments of
+    those dtypes and numbers of axes in any layout (:mod:`tape.compiler.args`,
+    :func:`_direct_ok`) and the shape of the gradient where there is one (``None`` for
+    several: ``out`` is then checked as a list)."""
 
     # Immutable defaults live on the class (an instance assignment replaces them): eager mode
     # makes a tape per training step, and each attribute set here costs it time.
@@ -894,7 +896,7 @@ class Tape:
         d = self._direct
         if d is not None and not self._variants and not _anomaly.ON:
             # a compiled tape's common call, inlined: one compiled call (see _run_direct)
-            ints, _, one, entry = d
+            ints, _, one, entry, gshape = d
             if one is not None and len(args) == 1:  # the arguments' checks cost as much as
                 a = args[0]  # the sweeps of a small tape: one array's are written out
                 ok = type(a) is _ndarray and a.dtype is one[1] and a.ndim == one[0]
@@ -908,7 +910,7 @@ class Tape:
                 v = ws.grad_views
                 if out is None:
                     outs = None
-                elif type(out) is _ndarray and len(v) == 1 and out.shape == v[0].shape:
+                elif type(out) is _ndarray and out.shape == gshape:
                     outs = out  # one array, of its gradient's shape: the common call
                 else:  # checked before anything runs: no replay is half done
                     outs = self._check_out(out, v)
@@ -1123,7 +1125,9 @@ class Tape:
             entry = entry_point(mod.gradient_args, args, gradient_signature(self.dtype, fast))
             entry(ints, ws.arena, *args)
             checks = tuple((len(shape), np.dtype(d)) for shape, d in fast)
-            self._direct = (ints, checks, checks[0] if len(checks) == 1 else None, entry)
+            one = checks[0] if len(checks) == 1 else None
+            gshape = ws.grad_views[0].shape if len(self.wrt) == 1 else None
+            self._direct = (ints, checks, one, entry, gshape)
         else:
             mod.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
