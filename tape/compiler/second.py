@@ -304,6 +304,17 @@ def hvp_args(ints, data, scratch, x, v, out):
     return -1
 
 
+@njit(inline="always")
+def _seed_directions(scratch, nd, off, n, d0, m):
+    """The argument's tangents (``n`` at ``off``) in the ``m`` arenas of ``T`` that follow
+    ``grad`` in ``scratch`` (``nd`` each): the directions ``e_d0 .. e_{d0 + m - 1}``."""
+    for j in range(m):
+        t = _span(scratch, (1 + j) * nd + off, n)
+        for q in range(n):
+            t[q] = 0.0
+        t[d0 + j] = 1.0
+
+
 @njit(**SWEEP_JIT)
 def hessian_args(ints, data, scratch, x, H, k):
     """A compiled tape's dense Hessian for its one argument ``x`` (flat, of the arena's
@@ -323,11 +334,7 @@ def hessian_args(ints, data, scratch, x, H, k):
         m = min(k, n - d0)
         T = _table(scratch, nd, m, nd)  # zero outside the argument (see Plan.arenas)
         GT = _table(scratch, (1 + k) * nd, m, nd)
-        for j in range(m):
-            t = _span(scratch, (1 + j) * nd + off, n)
-            for q in range(n):
-                t[q] = 0.0
-            t[d0 + j] = 1.0
+        _seed_directions(scratch, nd, off, n, d0, m)
         hvp_pass(entries, bufs, pool, data, grad, T, GT, seeds, prog, addr)
         for j in range(m):
             g = _span(scratch, (1 + k + j) * nd + off, n)
@@ -353,11 +360,7 @@ def jacobian_args(ints, data, scratch, x, J, k, oo):
     for d0 in range(0, n, k):
         m = min(k, n - d0)
         T = _table(scratch, nd, m, nd)  # zero outside the argument (see Plan.arenas)
-        for j in range(m):
-            t = _span(scratch, (1 + j) * nd + off, n)
-            for q in range(n):
-                t[q] = 0.0
-            t[d0 + j] = 1.0
+        _seed_directions(scratch, nd, off, n, d0, m)
         tangent_pass(entries, bufs, pool, data, T, prog, addr)
         for j in range(m):
             y = _span(scratch, (1 + j) * nd + oo, no)

@@ -51,14 +51,11 @@ def array_type(dtype, ndim):
     return types.Array(from_dtype(np.dtype(dtype)), ndim, "A" if ndim else "C")
 
 
-def gradient_signature(dtype, specs, out=None):
+def gradient_signature(dtype, specs):
     """The types a compiled tape's ``gradient_args`` (:mod:`tape.compiler.args`) is compiled
     for: the tape's integer array, its arena of ``dtype``, and one argument per ``(shape,
-    dtype)`` of ``specs`` in any layout; with ``out = (ndim, dtype)``, ``gradient_into``'s
-    (``ints, arena, k, out, *args``)."""
+    dtype)`` of ``specs`` in any layout."""
     head = [types.Array(types.int64, 1, "C"), types.Array(from_dtype(np.dtype(dtype)), 1, "C")]
-    if out is not None:
-        head += [types.int64, array_type(out[1], out[0])]
     return tuple(head + [array_type(dt, len(shape)) for shape, dt in specs])
 
 

@@ -405,14 +405,12 @@ def jacobian(t, *args, mode="auto", sparse=False):
     fast = st.get("jacobian") if st is not None and not sparse else None
     if fast is not None and len(args) == 1 and mode in fast[3]:
         # a compiled tape's dense forward-mode Jacobian in one compiled call (see hessian)
-        sw, call, (shape, dt), _, oo, out_shape = fast
-        a = args[0]
-        if t.run_with[0] is sw and type(a) is np.ndarray and a.shape == shape and a.dtype is dt:
-            ws = t.fast_workspace()
-            if ws is not None:
-                J = np.empty((math.prod(out_shape), shape[0]), dt)
-                if call.jacobian(ws.data, a, J, oo) < 0:
-                    return J.reshape(out_shape + shape)
+        _, call, (shape, dt), _, oo, out_shape = fast
+        ws = _one_call_workspace(t, fast, args[0])
+        if ws is not None:
+            J = np.empty((math.prod(out_shape), shape[0]), dt)
+            if call.jacobian(ws.data, args[0], J, oo) < 0:
+                return J.reshape(out_shape + shape)
     plan, data = _forward(t, args)
     if sparse:
         from tape.transforms import sparse as SP
@@ -475,15 +473,13 @@ def hessian(t, *args, sparse=False):
     st = t.extension_state
     fast = st.get("hessian") if st is not None and not sparse else None
     if fast is not None and len(args) == 1:
-        sw, call, (shape, dt) = fast
-        a = args[0]
-        if t.run_with[0] is sw and type(a) is np.ndarray and a.shape == shape and a.dtype is dt:
-            ws = t.fast_workspace()
-            if ws is not None:
-                H = np.empty(shape + shape, dt)
-                if call.hessian(ws.data, a, H) < 0:
-                    return H
-                # the sweep stopped (a failed guard, a rejected index): the checked path
+        _, call, (shape, dt) = fast
+        ws = _one_call_workspace(t, fast, args[0])
+        if ws is not None:
+            H = np.empty(shape + shape, dt)
+            if call.hessian(ws.data, args[0], H) < 0:
+                return H
+            # the sweep stopped (a failed guard, a rejected index): the checked path
     plan, data = _forward(t, args)
     _second(plan, "hessian()")
     if sparse:
@@ -509,6 +505,17 @@ def hessian(t, *args, sparse=False):
         for ci, ni, si in zip(plan.in_col, plan.in_size, plan.in_shapes)
     ]
     return blocks[0][0] if len(blocks) == 1 else tuple(blocks)
+
+
+def _one_call_workspace(t, fast, a):
+    """This thread's workspace for a one call ``fast`` (``(sweeps, call, (shape, dtype),
+    ...)``, as :func:`hessian` and :func:`jacobian` keep it) at argument ``a``, or ``None``
+    where the checked path runs: the tape compiled again since, ``a`` not an array of the
+    recorded shape and dtype, a retraced variant or anomaly mode."""
+    sw, _, (shape, dt) = fast[:3]
+    if t.run_with[0] is sw and type(a) is np.ndarray and a.shape == shape and a.dtype is dt:
+        return t.fast_workspace()
+    return None
 
 
 def _one_call_jacobian(t, plan, fast):
