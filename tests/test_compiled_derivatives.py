@@ -218,7 +218,7 @@ def test_hvp_in_one_call_matches_the_interpreter():
     address, then the passes) from its second call on: a forward with an entry the
     interpreter runs (a matrix product) before the fused loops, several calls at other
     arguments (nothing stale in the arenas), and a failed guard, which takes the checked
-    path and retraces."""
+    path and retraces; a strided argument and direction."""
     x = np.linspace(-1.0, 1.0, 6)
     ti, tc = both(through_product, x)
     rng = np.random.default_rng(4)
@@ -226,6 +226,9 @@ def test_hvp_in_one_call_matches_the_interpreter():
         x2, v = x + 0.3 * k, rng.normal(size=6)
         close(tc.hvp(x2, v=v), ti.hvp(x2, v=v))
     assert tc.extension_state.get("hvp") is not None  # the one call ran
+    # strided argument and direction: the one call's entry takes any layout
+    xs, vs = np.linspace(-1.0, 1.4, 12)[::2], rng.normal(size=(6, 3))[:, 1]
+    close(tc.hvp(xs, v=vs), ti.hvp(xs.copy(), v=vs.copy()))
     xp = np.array([0.5, 1.0, -0.2, 0.3])
     tb = tp.record(branching, xp, compile=True)
     v = rng.normal(size=4)
