@@ -49,8 +49,8 @@ from tape.compiler.emit import Gen, rule_names
 from tape.compiler.params import BLOCK, BLOCK_MIN
 from tape.interpreter import dispatch as _dispatch
 from tape.interpreter.generated import sweeps as interp_sweeps
-from tape.layout.columns import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT
 from tape.layout.calls import array_type, entry_point
+from tape.layout.columns import ACTIVE, B_ALIAS, B_KIND, B_OFF, B_SIZE, CONST, E_OUT
 from tape.layout.config import SWEEP_JIT
 from tape.layout.views import borrow as _borrow
 from tape.layout.views import span as _span
