@@ -509,7 +509,7 @@ def hessian(t, *args, sparse=False):
 
 def _one_call_workspace(t, fast, a):
     """This thread's workspace for a one call ``fast`` (``(sweeps, call, (shape, dtype),
-    ...)``, as :func:`hessian` and :func:`jacobian` keep it) at argument ``a``, or ``None``
+    ...)``, as :func:`hvp`, :func:`hessian` and :func:`jacobian` keep it) at argument ``a``, or ``None``
     where the checked path runs: the tape compiled again since, ``a`` not an array of the
     recorded shape and dtype, a retraced variant or anomaly mode."""
     sw, _, (shape, dt) = fast[:3]
@@ -577,23 +577,14 @@ def hvp(t, *args, v):
         # a compiled tape's common call: one argument, differentiated, 1-d, and ``v`` arrays
         # of its recorded shape and dtype, which is the arena's (checked as the one-call
         # gradient checks its argument): one compiled call (tape.compiler.second.OneCall)
-        sw, call, (shape, dt) = fast
-        a = args[0]
+        _, call, (shape, dt) = fast
         if type(v) is tuple and len(v) == 1:
             v = v[0]
-        if (
-            t.run_with[0] is sw
-            and type(a) is np.ndarray
-            and a.shape == shape
-            and a.dtype is dt
-            and type(v) is np.ndarray
-            and v.shape == shape
-            and v.dtype is dt
-        ):
-            ws = t.fast_workspace()
+        if type(v) is np.ndarray and v.shape == shape and v.dtype is dt:
+            ws = _one_call_workspace(t, fast, args[0])
             if ws is not None:
                 out = np.empty(shape, dt)
-                if call(ws.data, a, v, out) < 0:
+                if call(ws.data, args[0], v, out) < 0:
                     return out
                 # the sweep stopped (a failed guard, a rejected index): the checked path
     plan, data = _forward(t, args, compiled=True)
