@@ -313,3 +313,54 @@ def test_eager_steps_pass_the_types_their_entry_point_was_compiled_for(monkeypat
     np.testing.assert_allclose(t2.gradient(v), g, rtol=1e-12)
     np.testing.assert_allclose(t.compile().gradient(v), g, rtol=1e-12)
     assert {np.dtype(np.float64), np.dtype(np.float32)} <= {np.dtype(str(d)) for d in calls}
+
+
+def _broadcasting_objective(x, b, w):
+    z = (x - b) * w.reshape((1, -1)) + tape.exp(b / 4.0)
+    return tape.logsumexp(z, axis=1).sum() + (z**2).mean(axis=0).sum()
+
+
+def test_recording_from_an_empty_cache_puts_entries_as_eager_steps_do(monkeypatch):
+    """A recording whose process lacks eager mode's compiled step (an empty cache) puts its
+    entries and runs their kernels from Python (Tape._emit_cold): the same tape, values and
+    gradients as the compiled step, and gradients that match finite differences."""
+    from tape.program import core
+
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal((6, 5)), rng.standard_normal(5), rng.standard_normal(5)]
+    warm = tape.record(_broadcasting_objective, *args, compile=False)
+    calls = []
+    real = core.Tape._emit_cold
+    monkeypatch.setattr(core, "_emit_cached", lambda: False)
+    monkeypatch.setattr(core, "_EMIT", {})  # as in a process that has not compiled it
+    monkeypatch.setattr(core.Tape, "_emit_cold", lambda t, a: calls.append(1) or real(t, a))
+    cold = tape.record(_broadcasting_objective, *args, compile=False)
+    assert len(calls) == cold.n_entries > 10
+    n, m = cold.n_entries, cold.n_bufs
+    np.testing.assert_array_equal(cold.entries[:n], warm.entries[:n])
+    np.testing.assert_array_equal(cold.bufs[:m], warm.bufs[:m])
+    np.testing.assert_array_equal(cold.data[: cold.n_data], warm.data[: warm.n_data])
+    for gc, gw in zip(cold.gradient(*args), warm.gradient(*args)):
+        np.testing.assert_array_equal(gc, gw)
+    for k in range(3):
+
+        def f(v, k=k):
+            a = list(args)
+            a[k] = v
+            return float(_broadcasting_objective(*[tape.tensor(u) for u in a]).item())
+
+        np.testing.assert_allclose(cold.gradient(*args)[k], fd(f, args[k]), rtol=1e-6, atol=1e-7)
+
+
+def test_entry_classes_from_numpy_match_the_compiled_ones():
+    """``dispatch.classes_of`` (NumPy, for the Python paths) gives every entry the class that
+    the sweeps' compiled ``entry_class`` gives it."""
+    from tape.interpreter import dispatch
+
+    rng = np.random.default_rng(5)
+    args = [rng.standard_normal((6, 5)), rng.standard_normal(5), rng.standard_normal(5)]
+    t = tape.record(_broadcasting_objective, *args, compile=False)
+    rows = np.arange(t.n_entries)
+    got = dispatch.classes_of(t.entries, t.bufs, rows)
+    np.testing.assert_array_equal(got, dispatch.entry_classes(t.entries, t.bufs, rows))
+    assert len(set(got.tolist())) >= 4  # same-size, one-value, whole and other inputs all occur

@@ -161,6 +161,23 @@ def entry_classes(entries, bufs, rows):
     return cls
 
 
+def classes_of(entries, bufs, rows):
+    """:func:`entry_class` of the entries ``rows`` (an int array), as an int64 array, computed
+    with NumPy: for the Python paths that need the classes once (a tape's preparation, a
+    recording's entries from an empty cache), where compiling :func:`entry_classes` would
+    cost more than it saves. ``tests/test_codegen.py`` checks that the two agree."""
+    rows = np.asarray(rows, np.int64)
+    out = entries[rows, E_OUT]
+    n = np.where(out >= 0, bufs[np.maximum(out, 0), B_SIZE], 0)
+    cls = np.zeros(rows.shape[0], np.int64)
+    for k, col in enumerate((E_IN0, E_IN1, E_IN2)):
+        b = entries[rows, col]
+        s = bufs[np.maximum(b, 0), B_SIZE]
+        c = np.where(n == 1, WHOLE, np.where(s == 1, ONE, OTHER))
+        cls += (4**k) * np.where((b < 0) | (s == n), SAME_SIZE, c)
+    return np.where(out >= 0, cls, 0)
+
+
 TABLES = {dt: np.zeros((N_KINDS, MAX_OPS * NCLS), np.int64) for dt in DTYPES}
 """The address tables, per arena dtype: slot ``(kind, op * NCLS + class)`` (see the module
 docstring)."""
@@ -611,7 +628,7 @@ def prepare_tape(t, kinds=(FWD, REV), dtype=None, meanwhile=None):
     n = t.n_entries
     ops = t.entries[:n, 0]
     rows = np.flatnonzero(ops >= 0)
-    keys = np.unique(ops[rows] * NCLS + entry_classes(t.entries, t.bufs, rows))
+    keys = np.unique(ops[rows] * NCLS + classes_of(t.entries, t.bufs, rows))
     prepare(
         keys // NCLS, t.dtype if dtype is None else dtype, kinds, meanwhile, classes=keys % NCLS
     )

@@ -32,7 +32,7 @@ from tape.layout.views import borrow as _borrow
 
 
 # ---- interpreter drivers: copied into tape/interpreter/generated/sweeps.py ----
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def reach(entries, bufs, n_entries, roots):
     """Entries and buffers the ``roots`` depend on: ``(entry_mask, buf_mask)``.
 
@@ -58,7 +58,7 @@ def reach(entries, bufs, n_entries, roots):
     return emask, need
 
 
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def zero_adjoints(bufs, grad, need, n_bufs, zero_leaves):
     """Zero the adjoints of the needed intermediates (and of the leaves if ``zero_leaves``).
     Writes ``grad``."""
@@ -71,7 +71,7 @@ def zero_adjoints(bufs, grad, need, n_bufs, zero_leaves):
             grad[o : o + bufs[b, B_SIZE]] = 0.0
 
 
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def add_seeds(bufs, grad, roots, seeds):
     """Add ``seeds`` (the roots' adjoints, concatenated) to the roots' adjoints. Writes
     ``grad``."""
@@ -162,7 +162,7 @@ def emit(
     )
 
 
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def reverse_pass(
     entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves
 ):
@@ -206,7 +206,7 @@ def vjp_rows(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs
 
 
 # ---- shared drivers: copied into the generated sweeps and every compiled tape ----
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
     """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
     concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer

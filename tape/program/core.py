@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import threading
 import warnings
 from time import perf_counter as _now
@@ -116,6 +117,22 @@ class _Workspace:
 
 
 _ndarray = np.ndarray  # a global, not an attribute lookup, on the hot path
+
+def _emit_cached() -> bool:
+    """Whether Numba's cache holds eager mode's step (``sweeps.emit``) or this process has
+    it: where it does not, recordings put their entries from Python (:meth:`Tape._emit_cold`)."""
+    if _EMIT_CACHED:
+        return True
+    try:
+        found = os.path.exists(sweeps.emit._cache._cache_file._index_path)
+    except AttributeError:  # caching off, or another Numba: compile it, as eager mode does
+        found = True
+    if found or sweeps.emit.signatures:
+        _EMIT_CACHED.append(True)
+    return bool(_EMIT_CACHED)
+
+
+_EMIT_CACHED: list = []
 
 _EMIT = {}
 """Eager mode's step (``sweeps.emit``) by the dtype of the value arena, called without
@@ -404,14 +421,15 @@ class Tape:
             code, ins[0] if n > 0 else -1, ins[1] if n > 1 else -1, ins[2] if n > 2 else -1, p,
         )  # fmt: skip
         step = _EMIT.get(self.data.dtype)
-        if step is None:  # the tape's arrays are always C-ordered, of int64 and one dtype
-            step = _EMIT[self.data.dtype] = entry_point(sweeps.emit, args)
-        status = step(*args)
-        if status == _dispatch.UNPREPARED:  # the op's first use in this process (this class)
-            cls = _dispatch.entry_classes(self.entries, self.bufs, np.array([i]))
-            _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
-                              also=self.cold_jobs, classes=cls)  # fmt: skip
+        if step is None and self.recording and not _emit_cached():
+            status = self._emit_cold(args)  # a recording from an empty cache: no eager step
+        else:
+            if step is None:  # the tape's arrays are always C-ordered, of int64 and one dtype
+                step = _EMIT[self.data.dtype] = entry_point(sweeps.emit, args)
             status = step(*args)
+            if status == _dispatch.UNPREPARED:  # the op's first use in this process (class)
+                self._prepare_forward(code, i)
+                status = step(*args)
         self.n_data = off + size
         self.n_bufs = b + 1
         self.n_entries = i + 1
@@ -419,6 +437,30 @@ class Tape:
         if status >= 0:
             raise failure(self, status, buffer_reader(self, self.data))
         return b
+
+    def _prepare_forward(self, code, i):
+        """Prepare the forward kernel of entry ``i`` (op ``code``) for its entry class."""
+        cls = _dispatch.classes_of(self.entries, self.bufs, np.array([i]))
+        _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
+                          also=self.cold_jobs, classes=cls)  # fmt: skip
+
+    def _emit_cold(self, args):
+        """:func:`sweeps.emit`'s work done from Python: put the entry and run its forward
+        kernel through the table. A recording takes this path while Numba's cache lacks eager
+        mode's step, whose compile (0.5-0.6 s) would otherwise delay the recording's first
+        op kernel; the per-op cost of the Python path, a few microseconds, is a recording's
+        once. Returns the entry's status, as ``emit`` does."""
+        entries, bufs, ipool, data, i, b, off, size, nd, sp, kind, code, in0, in1, in2, p = args
+        if not 0 <= code < _dispatch.MAX_OPS:
+            raise ValueError("tape sweeps: an entry's op code is outside the instruction set")
+        bufs[b, : B_ALIAS + 1] = (off, size, nd, sp, kind, -1)
+        entries[i, : E_ATTR + 1] = (code, in0, in1, in2, b, p)
+        self._prepare_forward(code, i)
+        cls = int(_dispatch.classes_of(entries, bufs, np.array([i]))[0])
+        a = _dispatch.TABLES[data.dtype][_dispatch.FWD, code * _dispatch.NCLS + cls]
+        if a == _dispatch.NOTHING:
+            return -1
+        return sweeps.fwd_at(a, i, entries, bufs, ipool, data)
 
     def run_forward(self, start, stop):
         """Eager: run entries ``start .. stop-1`` on the tape's own arena, entry by entry."""

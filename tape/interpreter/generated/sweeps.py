@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "957db2168b97a795adbbdc3cd859ef3e901ea00b7327641ea34d2bf49865e894"
+FINGERPRINT = "e93d6435ae3f8d6be1018e78ee22aade22de35c394d27aba460d1b33692a0aea"
 
 import numpy as np
 from numba import njit, prange
@@ -172,7 +172,7 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
             dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 
 
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def reach(entries, bufs, n_entries, roots):
     """Entries and buffers the ``roots`` depend on: ``(entry_mask, buf_mask)``.
 
@@ -198,7 +198,7 @@ def reach(entries, bufs, n_entries, roots):
     return emask, need
 
 
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def zero_adjoints(bufs, grad, need, n_bufs, zero_leaves):
     """Zero the adjoints of the needed intermediates (and of the leaves if ``zero_leaves``).
     Writes ``grad``."""
@@ -211,7 +211,7 @@ def zero_adjoints(bufs, grad, need, n_bufs, zero_leaves):
             grad[o : o + bufs[b, B_SIZE]] = 0.0
 
 
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def add_seeds(bufs, grad, roots, seeds):
     """Add ``seeds`` (the roots' adjoints, concatenated) to the roots' adjoints. Writes
     ``grad``."""
@@ -302,7 +302,7 @@ def emit(
     )
 
 
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def reverse_pass(
     entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots, seeds, zero_leaves
 ):
@@ -346,7 +346,7 @@ def vjp_rows(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs
 
 
 # ---- shared drivers: copied into the generated sweeps and every compiled tape ----
-@njit(**SWEEP_JIT)
+@njit(inline="always", **SWEEP_JIT)
 def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
     """One reverse pass: zero the intermediates, add ``seeds`` (the roots' adjoints,
     concatenated) and sweep. Leaf adjoints accumulate. Writes ``grad``; returns the buffer
