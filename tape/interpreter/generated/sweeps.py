@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit, prange
 
 from tape.interpreter import dispatch
-from tape.layout.config import SWEEP_JIT
+from tape.layout.config import KERNEL_JIT, SWEEP_JIT
 from tape.layout.views import borrow as _borrow
 from tape.layout.columns import (
     ACTIVE,
@@ -34,6 +34,13 @@ from tape.layout.columns import (
 
 @njit(inline="always", **SWEEP_JIT)
 def _kernel(kind, op, i, entries, bufs, data):
+    """:func:`kernel_slot` (``kind`` as a plain int64: a constant would be typed as its value,
+    and compile the function once more per kind)."""
+    return kernel_slot(np.int64(kind), op, i, entries, bufs, data)
+
+
+@njit(**KERNEL_JIT)
+def kernel_slot(kind, op, i, entries, bufs, data):
     """The table slot of the ``kind`` kernel of entry ``i`` (op ``op``, its class from its
     buffers' sizes) for ``data``'s dtype: an address, or ``dispatch.NOTHING`` (skip the entry).
     Raises for an op code outside the table and for an op whose kernel this process has not
