@@ -225,11 +225,9 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 FINGERPRINT = "{fingerprint}"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 {imports}
 
 {rules}

@@ -39,8 +39,10 @@ def reach(entries, bufs, n_entries, roots):
     Entries outside the mask are skipped by the reverse sweep, so other heads recorded on the
     same tape (and their ``0 * inf``) never touch these gradients.
     """
-    need = np.zeros(bufs.shape[0], np.bool_)
-    emask = np.zeros(n_entries, np.bool_)
+    need = np.empty(bufs.shape[0], np.bool_)  # (np.zeros compiles a fill of its own: 0.15 s)
+    need[:] = False
+    emask = np.empty(n_entries, np.bool_)
+    emask[:] = False
     for r in roots:
         need[r] = True
         if bufs[r, B_ALIAS] >= 0:

@@ -26,18 +26,15 @@ from tape.ops import loops as _loops
 JIT = "@compiled_only"
 """The decorator of a specialised copy: not cached by itself (the op's entry functions that
 call it are, with it compiled in), and compiled without entries for calls from Python
-(:func:`tape.layout.calls.compiled_only`)."""
+(:func:`tape.layout.calls.compiled_only`). Copies without loops (one element's rule, masked)
+too: LLVM inlines them into the loops that call them. Inlined in Numba's IR instead, each
+call site was a copy of the function's IR, typed and lowered again: a binary op's reverse
+kernel, whose broadcasting rows call one ten times, compiled in a quarter more time."""
 KERNEL = "@op_kernel"
 """The decorator of an op's kernels (its entry functions, ``_fwd_<op>`` and the others): cached,
 and without entries for calls from Python (:func:`tape.layout.calls.op_kernel`): the
 sweeps call them at their addresses, and Python through
 :class:`tape.interpreter.dispatch.Kernel`."""
-JIT_INLINE = '@njit(inline="always", **UNCACHED_JIT)'
-"""The decorator of a copy without loops (one element's rule, masked): inlined where it is
-called, at Numba's IR level, which costs little for a function this small and spares a
-compiled function of its own."""
-
-
 def _dispatcher(name):
     return getattr(_loops, name, None)
 
@@ -125,8 +122,7 @@ class Specializer:
         body = _Rewrite(self, binding, local, top=False).visit(fdef)
         text = ast.unparse(ast.fix_missing_locations(body))
         if decorator is None:
-            loops = any(isinstance(n, (ast.For, ast.While)) for n in ast.walk(fdef))
-            decorator = JIT if loops else JIT_INLINE
+            decorator = JIT
         return f"{decorator}\n{text}\n"
 
 

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "bd921bf77a6978561d485609a79b89f7c6589c94edf53cf11951b6405ff6c616"
+FINGERPRINT = "5f47e1ad696451a20c0c97cf202335bfe5b54e1d06a6cb9a63cab271cd7de71a"
 
 from numba import cuda, float64
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "518604e7ea5605f994a6154f7e3eebab298407dcbdfeb564e3b42d87f4ed35f6"
+FINGERPRINT = "1eacc0bd4b17d0ecadc3abb1fb1c8cd418ef8e444080e3f412591f7a8819708a"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
 

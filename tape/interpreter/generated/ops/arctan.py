@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f2c6afc7fda43a9df80fa76387de56301f4c3eb5158f04a7f8764a38a263c557"
+FINGERPRINT = "c7a3d5fbfebbc79685fcbfbcf60ab3f0a41667d796d286c71411d7c1a67e273d"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
 

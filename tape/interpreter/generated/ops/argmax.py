@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4657f23fd9db4edd65fc29c3a98dd3c5a186bb374dea6348b795068a2848e9f1"
+FINGERPRINT = "e4217c710215b99722e80b26e057e28d766bd50e16b971b8a5f5e1fc64ad48ae"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmax_fwd
 
 

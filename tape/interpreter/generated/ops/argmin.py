@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3ae03a7bca8611a48361f004665cd0577fe1969b1e23c4d5155fce07ca58f35f"
+FINGERPRINT = "14ca366abd73858dbf1bc484efaf26c720d12b4577edbe53fce5da7b4bc1c8e1"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argmin_fwd
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6b55fa6bfc2d933a9acb1dfb8e3a47d4a5f31cb71900f896c4b49e74ec7a8013"
+FINGERPRINT = "82472d3f2721944fa2f960807e4727f93b51fda068224f6be3f3e5fe6698715c"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import argsort_fwd
 
 

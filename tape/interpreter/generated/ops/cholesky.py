@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4418639a578425d2fde5fe83c6a1fad8b4615e274ea4c2ccdf93e534cefdb3d3"
+FINGERPRINT = "bb00b8036d239c4377abcb8d9422650e20514fb7e1807ec1aa27cf1f9e645c8f"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import cholesky_fwd, cholesky_rev, cholesky_jvp, cholesky_hvp
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7bca238088312bcc7a865661b3ed79e94df95f1b8c6dc8cb6607fa2f4e7be0d7"
+FINGERPRINT = "4798264d35756e09b540b2961f4f959386d0b94b2390273949c5eced260b0032"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.ops.registry import BY_NAME
 
@@ -77,7 +75,7 @@ def _ternary_rev_one_2(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _ternary_rev_3(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]

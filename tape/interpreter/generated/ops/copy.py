@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "138754d37e17c1496f222b40e336e47183d495996c0deda34b2ba613c42ea47a"
+FINGERPRINT = "bbeb0ee3b91977203aad44c5bc00b8085d13c3a1360a1fc5f83eb65b5b793e33"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import copy_fwd, copy_rev
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6867689c47cef708b1b2671be17b6ee2bdd1f2573f719aa1bfb274bdb76c396"
+FINGERPRINT = "f8b6384d4bc608d5b8ea3903ebe5e6d004dfc443906dd2083aaab854a2dbb8ca"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
 

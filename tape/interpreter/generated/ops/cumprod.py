@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d7aef010167ed58e9e4677f56d95a0106b9a9e94661356cd4d026e9eb6ddce71"
+FINGERPRINT = "6fa89d7e1469d7d054f83d496388077a9072be55d4a3cb47ded800ed75b3b429"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumprod_fwd, cumprod_rev, cumprod_jvp, cumprod_hvp
 
 

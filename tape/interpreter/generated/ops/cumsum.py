@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ab30969108e38f4c7828daeea0d9abb61574b86c2ae77ff49ee2963ea56f1ec5"
+FINGERPRINT = "f388593cf2410ed55268384e33c526d4ab930d0110498e6f999986fd1587285f"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scan import cumsum_fwd, cumsum_rev
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1833842cc077aa766965a37fad9322d20988029af6b991e8b50a93a4f7bf7fa6"
+FINGERPRINT = "f4fa0f1b1794bfa3bbe4ca0054feb26e405972242cbbdaa89aa0a809b9b538a4"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import eigh_fwd, eigh_rev, eigh_jvp, eigh_hvp
 
 

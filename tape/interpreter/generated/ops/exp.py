@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7784c8a61d88f52a71ff44726ad093c03325b6b0f63d2584e82a28d1bddd560e"
+FINGERPRINT = "f2ffc3dae3d619c6ef5f497f25003611691150252b235d2689c2ec393b923fda"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a5f29bdb65de1bf5e192573267dc6d93b77e501dfd4f58a811f57f3cc0e2cccf"
+FINGERPRINT = "0d7b565d41cb9495976b44ecbaf3bf7166cefe30b6f1bd325a20fb8d059de0a1"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
 

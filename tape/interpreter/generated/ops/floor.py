@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0da9e5f6ce7a78e3989b4cdf16c1c8e5bff0f49aab249d54aaf6cd0bcf5fac3b"
+FINGERPRINT = "5c59947924ea66800b12b27dad286d76aa0feecc472b644fdaa1f295549e0488"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d7eff27c24cb4d7b7e8ac6c4d09723a9559225e28efba4a3ea22afe4071dc4aa"
+FINGERPRINT = "a738a633d667af8c44585d51b8363644e2f4aabd50930c3d2390936418c9ad74"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
 
@@ -25,7 +23,7 @@ fmod_rev0 = BY_NAME["fmod"].rev[0]
 fmod_rev1 = BY_NAME["fmod"].rev[1]
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(fmod_rev0(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
@@ -96,7 +94,7 @@ def _bcast_rev_rows_0(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
                 g[bk + j * sk] += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(fmod_rev1(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
@@ -195,7 +193,7 @@ def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
                 ty[e + j] = acc
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _tan2_5(u, w, y, t0, t1):
     acc = masked(fmod_rev0(u, w, y, t0), t0)
     acc += masked(fmod_rev1(u, w, y, t1), t1)
@@ -256,7 +254,7 @@ def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
                     g1[k1] += v
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _hrev_one_7(u, w, y, g, dg, ta, tb):
     v = masked(fmod_rev0(u, w, y, dg), dg)
     if g != 0.0:
@@ -267,7 +265,7 @@ def _hrev_one_7(u, w, y, g, dg, ta, tb):
     return v
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _hrev_one_8(u, w, y, g, dg, ta, tb):
     v = masked(fmod_rev1(u, w, y, dg), dg)
     if g != 0.0:

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "20a5669dfa24ed2f9df86ab594687545369a22de06cc0532058dba83030feaa9"
+FINGERPRINT = "1dde2b969113696d90e0e1ad792d80bccd09881fc7b8a5f869f12c908124ff4d"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbb2aea3ba5e7c58ee7ca6d49084bbdcad2ce1c7d528d507d0e72690b26acfc1"
+FINGERPRINT = "18dfdc5c563642a42f662b1ade1b5fe09d2bc0a13d9faa074c6c3a05bef5a09e"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.guard import guard_fwd
 
 

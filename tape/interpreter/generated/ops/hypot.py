@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "85f21c26ad187bcc4bb6008a5c32f260b30ddd6726f6e7a94f11f959eb19ce2f"
+FINGERPRINT = "239f8f7e896ec129aa6a0c5adbe48868ec49539e0cb9e01547bb41d2c197e77e"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, SHORT_ROW, _rows, active, masked, span, view
 from tape.ops.registry import BY_NAME
 
@@ -28,7 +26,7 @@ hypot_h1 = BY_NAME["hypot"].hess[1]
 hypot_h2 = BY_NAME["hypot"].hess[2]
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(hypot_rev0(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
@@ -99,7 +97,7 @@ def _bcast_rev_rows_0(first, x0, x1, g, y, gy, nd, m, s0, s1, o0, o1):
                 g[bk + j * sk] += _bcast_rev_at_1(x0, x1, b0, b1, s0, s1, yr, gyr, j)
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _bcast_rev_at_3(x0, x1, b0, b1, s0, s1, yr, gyr, j):
     """Element ``j`` of a GENERAL row's reverse rule ``r``, masked."""
     return masked(hypot_rev1(x0[b0 + j * s0], x1[b1 + j * s1], yr[j], gyr[j]), gyr[j])
@@ -198,7 +196,7 @@ def _binary_tan_partials_4(x0, x1, y, a, b, o, bufs, T, nd, m, s0, s1, o0, o1):
                 ty[e + j] = acc
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _tan2_5(u, w, y, t0, t1):
     acc = masked(hypot_rev0(u, w, y, t0), t0)
     acc += masked(hypot_rev1(u, w, y, t1), t1)
@@ -259,7 +257,7 @@ def _binary_hrev_partials_6(act0, act1, x0, x1, y, gy, a, b, o, bufs, T, GT, nd,
                     g1[k1] += v
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _hrev_one_7(u, w, y, g, dg, ta, tb):
     v = masked(hypot_rev0(u, w, y, dg), dg)
     if g != 0.0:
@@ -272,7 +270,7 @@ def _hrev_one_7(u, w, y, g, dg, ta, tb):
     return v
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _hrev_one_8(u, w, y, g, dg, ta, tb):
     v = masked(hypot_rev1(u, w, y, dg), dg)
     if g != 0.0:

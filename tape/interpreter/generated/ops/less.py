@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6f34652c8ef6b537f47ab3a32780528a1112ab2d43a0c4ced6bdf1775f33775"
+FINGERPRINT = "32c35e0b06695fda549a288bab6955b6ef5df9531c18a9b35b3593fe448e3783"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, span, view
 from tape.ops.registry import BY_NAME
 

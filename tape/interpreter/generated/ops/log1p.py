@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b1ebf8b960d33eb3f445e3645f171cd1bad4c7aa0224e6d5ccc2be59a58ab571"
+FINGERPRINT = "d8e48a56efd033a0a22fae1fdcddfbaf52c3b773962dfbe859cfa036c053a14c"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3276a358c10fd54992b7e3d1a903da2ac3f30848ad5cae6b0a09500ec20786b4"
+FINGERPRINT = "72d4eb281bf4041c4e0c1e1a95e0a6693d0bfa78a8fe201b4245772629824e9a"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, active, masked, view
 from tape.ops.registry import BY_NAME
 

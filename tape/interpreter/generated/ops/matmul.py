@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fff984c69f216f02513c7ef8750a1e5443675ae013eadb752eb9d71f5227c53c"
+FINGERPRINT = "528e254d94cfe39979c6483f47a8f8ed78ea70e067954d159a365a717fb01401"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.linalg import matmul_fwd, matmul_rev, matmul_jvp, matmul_hvp
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1cfb2a90bda9b9cbcffc6bdb1805aa4c635c14f4cb1af14342c548399735ad67"
+FINGERPRINT = "ef3ad317e858d286a30eea6ff4723d2ca239d480e9ca64b28e4726e32d075e9c"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.linalg import matmul_nt_fwd, matmul_nt_rev, matmul_nt_jvp, matmul_nt_hvp
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "67071429a3ba550f08df9bea54486167e2dda643131cb364a041a27c42d72311"
+FINGERPRINT = "0b6a7da52c5c219c0b942c15c748c2a398496278fb9718631a5bfc4a871e3964"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import max_fwd, max_rev, extreme_jvp
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8badc7fe619e1b2920fda237387c0f1bffc850259b9e6737477f36b0e5547324"
+FINGERPRINT = "e02f11c985b2bd385c84b8914283e8f06b1ba1e00014a3e3cf6b71ef519bcf20"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import prod_fwd, prod_rev, prod_jvp, prod_hvp
 
 

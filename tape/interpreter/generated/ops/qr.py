@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "24b5788ebbb13c10d1f0b021d2afebbd516aacf880704fb3a28890d6cd3a5cad"
+FINGERPRINT = "7cfc957a86615631ecf3d38d1286133eb9fb10a741c3adfd9470fa5c0dd242bb"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.spectral import qr_fwd, qr_rev, qr_jvp, qr_hvp
 
 

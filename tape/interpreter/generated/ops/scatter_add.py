@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c75f22dbae111b02c562ceed0e8eda138f6a678f6bf7af89d9df28c42c7c80d4"
+FINGERPRINT = "99973a9bef9b51af79b242f09958649a793b6480cc6cb4631a2eefddf1d5707f"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.scatter import scatter_add_fwd, scatter_add_rev, scatter_add_jvp
 
 

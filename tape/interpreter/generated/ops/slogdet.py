@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "63659a6a5023a697eb1496efdccec1b0703f6f1f24ba97513f8a2e2b3d073ebf"
+FINGERPRINT = "0194c5f7b89ac5f2a6af8fc696877f24d751b358eefda8401074ce85e299711d"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import slogdet_fwd, slogdet_rev, slogdet_jvp, slogdet_hvp
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc3f1f20a5111fd6c1b6c5520211a98a74c13a0ffa0a703862fa1d6b365a6f98"
+FINGERPRINT = "9f7f5661702df061e7b36e55238c2c457162909e1c5afa57375aef5c04eec05a"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.factor import solve_fwd, solve_rev, solve_jvp, solve_hvp
 
 

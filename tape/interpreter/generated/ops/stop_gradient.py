@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b89e8a073af32d0356cf7eb665988e6f1601a572a5884b54e51b5878d19c95ae"
+FINGERPRINT = "8114b23e43c88a45ed180b96121b10e6e5c0bbb77fc11063575d75fac3e61ffc"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_IN0, E_OUT, view
 from tape.ops.registry import BY_NAME
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b916758b6c2f6faa3cd79606c99d0922e50fe3b698c15fe7c1f407da5c041020"
+FINGERPRINT = "c25fc95ddff8a1804d576219294d55226767021e1c3d6784dfe9624b23fe6368"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.reduce import sum_fwd, sum_rev, sum_fwd_all, sum_rev_all
 
 

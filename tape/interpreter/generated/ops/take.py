@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "33e553fabb870be75604e1d61f894abebf9c87993ccfaaa235593a275c4fde07"
+FINGERPRINT = "c1b16397ee1fb21fce7f13d0c6a38911137e7d77614e6046cbd9681fbb05259d"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.movement import take_fwd, take_rev, take_jvp
 
 

@@ -9,14 +9,12 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7424b7b762c867239444293ff8e4e473e12a4c69620abaadca123f03ca7ed9c1"
+FINGERPRINT = "4fd2a3117f4fe743bd6199840d7a1a8a362df36761527f167769d39d43f1a832"
 
 import numpy as np
-from numba import njit
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.layout.config import UNCACHED_JIT, SWEEP_JIT
 from tape.ops.loops import E_ATTR, E_IN0, E_IN1, E_IN2, E_OUT, SAME, active, bcast_offsets, masked, view
 from tape.ops.registry import BY_NAME
 
@@ -59,7 +57,7 @@ def _ternary_rev_one_1(k, x0, x1, x2, y, gy, gk, ipool, p):
             gk[ok[j]] += masked(v, gy[j])
 
 
-@njit(inline="always", **UNCACHED_JIT)
+@compiled_only
 def _ternary_rev_2(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
