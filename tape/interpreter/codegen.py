@@ -280,31 +280,30 @@ def generate_op(op) -> str:
     """The text of op ``op``'s module."""
     imports, rules, entry_fns = [], [], []
     if op.kind == "structural":
-        names = [op.fwd_name] + [n for n in op.rev_names if n]
-        entry_fns.append(
-            f"{KERNEL}\ndef _fwd_{op.name}(i, entries, bufs, ipool, data):\n"
-            f"    return np.int64({op.fwd_name}(i, entries, bufs, ipool, data))\n"
-        )
-        if op.rev_names[0]:
-            entry_fns.append(
-                f"{KERNEL}\ndef _rev_{op.name}(i, entries, bufs, ipool, data, grad):\n"
-                f"    {op.rev_names[0]}(i, entries, bufs, ipool, data, grad)\n"
-            )
+        names = []  # the op module's names that the entries call or read
+        kernels = [(op.fwd, "_fwd", FWD_ARGS), (op.rev[0], "_rev", REV_ARGS)]
         for cls, f, r in op.classes:  # kernels of one entry class (tape.ops.registry.Op)
-            names.append(f.py_func.__name__)
-            entry_fns.append(
-                f"{KERNEL}\ndef _fwd_{op.name}_c{cls}(i, entries, bufs, ipool, data):\n"
-                f"    return np.int64({names[-1]}(i, entries, bufs, ipool, data))\n"
-            )
-            if r is not None:
-                names.append(r.py_func.__name__)
-                entry_fns.append(
-                    f"{KERNEL}\ndef _rev_{op.name}_c{cls}(i, entries, bufs, ipool, data, "
-                    f"grad):\n    {names[-1]}(i, entries, bufs, ipool, data, grad)\n"
-                )
-            _class_derivatives(op, cls, f, r, entry_fns)
+            kernels += [
+                (f, f"_fwd_{op.name}_c{cls}", FWD_ARGS),
+                (r, f"_rev_{op.name}_c{cls}", REV_ARGS),
+            ]
+        for fn, name, params in kernels:
+            if fn is None:
+                continue
+            name = f"{name}_{op.name}" if name in ("_fwd", "_rev") else name
+            status = params is FWD_ARGS
+            text = _written_out(fn, name, params, status, names)
+            if text is None:  # the op's function, called
+                names.append(fn.py_func.__name__)
+                call = f"{names[-1]}({', '.join(params)})"
+                text = (f"{KERNEL}\ndef {name}({', '.join(params)}):\n"
+                        f"    {'return np.int64(' + call + ')' if status else call}\n")  # fmt: skip
+            entry_fns.append(text)
+        for cls, f, r in op.classes:
+            _class_derivatives(op, cls, f, r, entry_fns, names)
         names += _kernel_derivatives(op, entry_fns)
-        imports.append(f"from {op.module} import {', '.join(dict.fromkeys(names))}")
+        if names:
+            imports.append(f"from {op.module} import {', '.join(dict.fromkeys(names))}")
     else:
         n = op.arity
         rules.append(f'{op.fwd_name} = BY_NAME["{op.name}"].fwd')
@@ -360,6 +359,82 @@ def generate_op(op) -> str:
     return body.rstrip("\n") + "\n\n\n" + "\n\n".join(entry_fns)
 
 
+_PLAIN_OPTIONS = {
+    "boundscheck",
+    "error_model",
+    "no_cfunc_wrapper",
+    "no_cpython_wrapper",
+    "nogil",
+    "nopython",
+}
+"""The options of a function that a written-out kernel compiles like (the kernels' own, which
+differ in the cache only): one with others (``fastmath``) is called instead."""
+
+_HEADER_NAMES = {"np": "numpy", "loops": "tape.ops.loops"}
+"""Names an op module's header binds (module names), which a written-out kernel may share."""
+
+
+def _written_out(fn, name, params, status, names):
+    """The source of op kernel ``name``: the compiled function ``fn`` of a structural op's
+    module written out under that name (returns wrapped in ``np.int64`` where ``status``), so
+    that the kernel is one compiled function, not a cached entry that calls a second one:
+    Numba generated machine code for both, which cost the kernels of GMM's structural ops
+    about a fifth of their compile (benchmarks/MEASURED.md). The globals it reads are added to
+    ``names`` (imported from its module). ``None`` where it cannot be written out: a closure,
+    other parameters, or a global whose name the module already binds to something else."""
+    import ast
+    import inspect
+    import textwrap
+    import types
+
+    py = getattr(fn, "py_func", None)
+    if py is None or py.__code__.co_freevars or set(fn.targetoptions) - _PLAIN_OPTIONS:
+        return None
+    if fn.targetoptions.get("error_model") != "numpy" or fn.targetoptions.get("boundscheck"):
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(py)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    fdef = tree.body[0] if len(tree.body) == 1 else None
+    a = fdef.args if isinstance(fdef, ast.FunctionDef) else None
+    if a is None or [x.arg for x in a.args] != list(params) or a.vararg or a.kwarg or \
+            a.kwonlyargs or a.defaults or a.posonlyargs:  # fmt: skip
+        return None
+    read, codes = set(), [py.__code__]
+    while codes:  # the names its code (and any code nested in it) reads
+        c = codes.pop()
+        read |= set(c.co_names)
+        codes += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    glb = py.__globals__
+    need = sorted(n for n in read if n in glb)
+    for n in need:
+        mod = getattr(glb[n], "__name__", None)
+        if n.startswith(("_fwd_", "_rev_", "_tan_", "_hrev_")) or n in (
+            "compiled_only",
+            "op_kernel",
+        ):
+            return None
+        if n in _HEADER_NAMES and mod != _HEADER_NAMES[n]:
+            return None
+    fdef.decorator_list, fdef.name = [], name
+
+    class _Status(ast.NodeTransformer):
+        def visit_Return(self, node):  # every status as int64: the kernels' signature
+            if node.value is not None:
+                node.value = ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "int64",
+                                                    ast.Load()), [node.value], [])  # fmt: skip
+            return node
+
+        def visit_FunctionDef(self, node):  # (a nested function keeps its returns)
+            return node if node is not fdef else self.generic_visit(node)
+
+    if status:
+        _Status().visit(fdef)
+    names += [n for n in need if n not in _HEADER_NAMES]
+    return f"{KERNEL}\n{ast.unparse(ast.fix_missing_locations(fdef))}\n"
+
+
 def _kernel_derivatives(op, entry_fns):
     """A structural op's tangent and forward-over-reverse entries (registry.LINEAR: its own
     kernels run on tangents). Returns the names to import from the op's module."""
@@ -371,11 +446,15 @@ def _kernel_derivatives(op, entry_fns):
     # LINEAR: the op's own kernel, once per direction; else the op's kernel over T / GT
     loop = "for d in range(T.shape[0]):\n        "
     jvp = loop + f"{op.fwd_name}(i, entries, bufs, ipool, T[d])"
-    if op.jvp != LINEAR:
+    if op.jvp == LINEAR:
+        names.append(op.fwd_name)
+    else:
         names.append(op.jvp.py_func.__name__)
         jvp = f"{names[-1]}(i, entries, bufs, ipool, data, T)"
     hvp = loop + f"{op.rev_names[0]}(i, entries, bufs, ipool, data, GT[d])"
-    if op.hvp != LINEAR:
+    if op.hvp == LINEAR:
+        names.append(op.rev_names[0])
+    else:
         names.append(op.hvp.py_func.__name__)
         hvp = f"{names[-1]}(i, entries, bufs, ipool, data, grad, T, GT)"
     _derivative_entries(op, entry_fns, jvp, hvp)
@@ -399,18 +478,21 @@ def _class_tangents(op, spec, cls, flags, rs, ds):
     ]
 
 
-def _class_derivatives(op, cls, f, r, entry_fns):
+def _class_derivatives(op, cls, f, r, entry_fns, names):
     """A linear structural op's tangent and forward-over-reverse entries for entry class
-    ``cls``: its class kernels ``f`` and ``r`` once per direction."""
+    ``cls``: its class kernels ``f`` and ``r`` once per direction (their names added to
+    ``names``, the op module's names to import)."""
     from tape.ops.registry import LINEAR
 
     loop = "    for d in range(T.shape[0]):\n        "
     if op.jvp == LINEAR:
+        names.append(f.py_func.__name__)
         entry_fns.append(
             f"{KERNEL}\ndef _tan_{op.name}_c{cls}(i, entries, bufs, ipool, data, T):\n"
             f"{loop}{f.py_func.__name__}(i, entries, bufs, ipool, T[d])\n"
         )
     if op.hvp == LINEAR and r is not None:
+        names.append(r.py_func.__name__)
         entry_fns.append(
             f"{KERNEL}\ndef _hrev_{op.name}_c{cls}(i, entries, bufs, ipool, data, grad, "
             f"T, GT):\n{loop}{r.py_func.__name__}(i, entries, bufs, ipool, data, GT[d])\n"

@@ -15,9 +15,9 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.scan import argmax_fwd
+from tape.ops.scan import _arg_extreme
 
 
 @op_kernel
 def _fwd_argmax(i, entries, bufs, ipool, data):
-    return np.int64(argmax_fwd(i, entries, bufs, ipool, data))
+    return np.int64(_arg_extreme(True, i, entries, bufs, ipool, data))

@@ -15,9 +15,28 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.scan import argsort_fwd
+from tape.ops.scan import E_ATTR, E_IN0, E_OUT, _block, _merge_sort, _row, sc, view
 
 
 @op_kernel
 def _fwd_argsort(i, entries, bufs, ipool, data):
-    return np.int64(argsort_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    outer, n, inner = _block(ipool, p)
+    descending = ipool[p + sc.DESCENDING] != 0
+    if n == 0:
+        return np.int64(-1)
+    keys = np.empty(n, data.dtype)
+    idx = np.empty(n, np.int64)
+    tmp = np.empty(n, np.int64)
+    for o in range(outer):
+        for q in range(inner):
+            row = _row(x, o, q, n, inner)
+            for k in range(n):
+                keys[k] = row[k]
+            perm = _merge_sort(keys, descending, idx, tmp)
+            ys = _row(y, o, q, n, inner)
+            for k in range(n):
+                ys[k] = perm[k]
+    return np.int64(-1)

@@ -15,17 +15,36 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.factor import cholesky_fwd, cholesky_rev, cholesky_jvp, cholesky_hvp
+from tape.ops.factor import E_ATTR, E_IN0, E_OUT, mat, potrf, put2, sq, view, _cholesky_adjoint, active, add2, cholesky_jvp, cholesky_hvp
 
 
 @op_kernel
 def _fwd_cholesky(i, entries, bufs, ipool, data):
-    return np.int64(cholesky_fwd(i, entries, bufs, ipool, data))
+    A = view(bufs, data, entries[i, E_IN0])
+    Y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    nb, n = (ipool[p + sq.BATCH], ipool[p + sq.N])
+    for b in range(nb):
+        low, ok = potrf(mat(A, b * n * n, n, n))
+        if not ok:
+            return np.int64(i)
+        for r in range(n):
+            if not (low[r, r] > 0.0 and np.isfinite(low[r, r])):
+                return np.int64(i)
+        put2(mat(Y, b * n * n, n, n), low)
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_cholesky(i, entries, bufs, ipool, data, grad):
-    cholesky_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    L, gL, gA = (view(bufs, data, entries[i, E_OUT]), view(bufs, grad, entries[i, E_OUT]), view(bufs, grad, a))
+    p = entries[i, E_ATTR]
+    nb, n = (ipool[p + sq.BATCH], ipool[p + sq.N])
+    for b in range(nb):
+        add2(mat(gA, b * n * n, n, n), _cholesky_adjoint(mat(L, b * n * n, n, n), mat(gL, b * n * n, n, n)))
 
 
 @op_kernel

@@ -15,17 +15,29 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.movement import copy_fwd, copy_rev
+from tape.ops.movement import E_ATTR, E_IN0, E_OUT, _copy_offsets, view, active, copy_fwd, copy_rev
 
 
 @op_kernel
 def _fwd_copy(i, entries, bufs, ipool, data):
-    return np.int64(copy_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    src, dst = _copy_offsets(ipool, entries[i, E_ATTR])
+    for j in range(src.shape[0]):
+        y[dst[j]] = x[src[j]]
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_copy(i, entries, bufs, ipool, data, grad):
-    copy_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    src, dst = _copy_offsets(ipool, entries[i, E_ATTR])
+    for j in range(src.shape[0]):
+        gx[src[j]] += gy[dst[j]]
 
 
 @op_kernel

@@ -15,17 +15,54 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.nn import cross_entropy_fwd, cross_entropy_rev, cross_entropy_jvp, cross_entropy_hvp
+from tape.ops.nn import E_ATTR, E_IN0, E_IN1, E_OUT, _block, _shift_sum, _target, math, view, _exps, active, cross_entropy_jvp, cross_entropy_hvp
 
 
 @op_kernel
 def _fwd_cross_entropy(i, entries, bufs, ipool, data):
-    return np.int64(cross_entropy_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    idx = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    for r in range(idx.shape[0]):
+        v = idx[r]
+        if not (v >= -n and v < n):
+            return np.int64(i)
+        if int(v) != v:
+            return np.int64(i)
+    for o in range(outer):
+        for q in range(inner):
+            r = o * inner + q
+            s = o * n * inner + q
+            m, total = _shift_sum(x, s, n, inner)
+            t = _target(idx, r, n)
+            y[r] = math.log(total) - (x[s + t * inner] - m)
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_cross_entropy(i, entries, bufs, ipool, data, grad):
-    cross_entropy_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    x = view(bufs, data, a)
+    idx = view(bufs, data, entries[i, E_IN1])
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    ex = np.empty(n, np.float64)
+    for o in range(outer):
+        for q in range(inner):
+            r = o * inner + q
+            g = gy[r]
+            if g == 0.0:
+                continue
+            s = o * n * inner + q
+            w = g / _exps(x, s, n, inner, ex)
+            t = _target(idx, r, n)
+            for j in range(n):
+                v = ex[j] * w
+                gx[s + j * inner] += v - g if j == t else v
 
 
 @op_kernel

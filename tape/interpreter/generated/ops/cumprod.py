@@ -15,17 +15,17 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.scan import cumprod_fwd, cumprod_rev, cumprod_jvp, cumprod_hvp
+from tape.ops.scan import cumprod_lanes, lanes_fwd, cumprod_rev_lanes, lanes_rev, cumprod_jvp, cumprod_hvp
 
 
 @op_kernel
 def _fwd_cumprod(i, entries, bufs, ipool, data):
-    return np.int64(cumprod_fwd(i, entries, bufs, ipool, data))
+    return np.int64(lanes_fwd(cumprod_lanes, i, entries, bufs, ipool, data))
 
 
 @op_kernel
 def _rev_cumprod(i, entries, bufs, ipool, data, grad):
-    cumprod_rev(i, entries, bufs, ipool, data, grad)
+    lanes_rev(cumprod_rev_lanes, i, entries, bufs, ipool, data, grad)
 
 
 @op_kernel

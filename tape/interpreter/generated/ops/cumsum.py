@@ -15,17 +15,17 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.scan import cumsum_fwd, cumsum_rev
+from tape.ops.scan import cumsum_lanes, lanes_fwd, cumsum_rev_lanes, lanes_rev, cumsum_fwd, cumsum_rev
 
 
 @op_kernel
 def _fwd_cumsum(i, entries, bufs, ipool, data):
-    return np.int64(cumsum_fwd(i, entries, bufs, ipool, data))
+    return np.int64(lanes_fwd(cumsum_lanes, i, entries, bufs, ipool, data))
 
 
 @op_kernel
 def _rev_cumsum(i, entries, bufs, ipool, data, grad):
-    cumsum_rev(i, entries, bufs, ipool, data, grad)
+    lanes_rev(cumsum_rev_lanes, i, entries, bufs, ipool, data, grad)
 
 
 @op_kernel

@@ -15,17 +15,54 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.spectral import eigh_fwd, eigh_rev, eigh_jvp, eigh_hvp
+from tape.ops.spectral import E_ATTR, E_IN0, E_OUT, _finite, _from_lower, _normalise_signs, _try_eigh, mat, put2, sq, view, _dot, _eigh_core, _phi, _poison, active, add2, eigh_jvp, eigh_hvp
 
 
 @op_kernel
 def _fwd_eigh(i, entries, bufs, ipool, data):
-    return np.int64(eigh_fwd(i, entries, bufs, ipool, data))
+    A = view(bufs, data, entries[i, E_IN0])
+    Y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    nb, n = (ipool[p + sq.BATCH], ipool[p + sq.N])
+    if n == 0:
+        return np.int64(-1)
+    for b in range(nb):
+        s = _from_lower(mat(A, b * n * n, n, n))
+        if not _finite(s):
+            return np.int64(i)
+        w, v, ok = _try_eigh(s)
+        if not (ok and _finite(w) and _finite(v)):
+            return np.int64(i)
+        v = np.ascontiguousarray(v)
+        _normalise_signs(v)
+        for r in range(n):
+            Y[b * n + r] = w[r]
+        put2(mat(Y, nb * n + b * n * n, n, n), v)
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_eigh(i, entries, bufs, ipool, data, grad):
-    eigh_rev(i, entries, bufs, ipool, data, grad)
+    a, o = (entries[i, E_IN0], entries[i, E_OUT])
+    if not active(bufs, a):
+        return
+    Y, gY, gA = (view(bufs, data, o), view(bufs, grad, o), view(bufs, grad, a))
+    p = entries[i, E_ATTR]
+    nb, n = (ipool[p + sq.BATCH], ipool[p + sq.N])
+    if n == 0:
+        return
+    for b in range(nb):
+        w = Y[b * n:(b + 1) * n]
+        v = mat(Y, nb * n + b * n * n, n, n)
+        gw = gY[b * n:(b + 1) * n]
+        gv = mat(gY, nb * n + b * n * n, n, n)
+        C, _, _, _, _, bad = _eigh_core(w, v, gw, gv)
+        g = _dot(_dot(v, C), v.T)
+        ga = mat(gA, b * n * n, n, n)
+        if bad:
+            _poison(ga)
+        else:
+            add2(ga, _phi(g + g.T))
 
 
 @op_kernel

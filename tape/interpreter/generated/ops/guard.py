@@ -15,9 +15,24 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.guard import guard_fwd
+from tape.ops.guard import E_ATTR, E_IN0, E_IN1, INT, TRUTH, view
 
 
 @op_kernel
 def _fwd_guard(i, entries, bufs, ipool, data):
-    return np.int64(guard_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    ref = view(bufs, data, entries[i, E_IN1])
+    mode = ipool[entries[i, E_ATTR]]
+    if mode == TRUTH:
+        if (x[0] != 0.0) != (ref[0] != 0.0):
+            return np.int64(i)
+        return np.int64(-1)
+    for j in range(x.shape[0]):
+        v = x[j]
+        r = ref[j]
+        if mode == INT:
+            if not (v == v and abs(v) < 9.2e+18) or int(v) != r:
+                return np.int64(i)
+        elif v != r and (not (v != v and r != r)):
+            return np.int64(i)
+    return np.int64(-1)

@@ -15,17 +15,17 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.scan import logcumsumexp_fwd, logcumsumexp_rev, logcumsumexp_jvp, logcumsumexp_hvp
+from tape.ops.scan import lanes_fwd, logcumsumexp_lanes, lanes_rev, logcumsumexp_rev_lanes, logcumsumexp_jvp, logcumsumexp_hvp
 
 
 @op_kernel
 def _fwd_logcumsumexp(i, entries, bufs, ipool, data):
-    return np.int64(logcumsumexp_fwd(i, entries, bufs, ipool, data))
+    return np.int64(lanes_fwd(logcumsumexp_lanes, i, entries, bufs, ipool, data))
 
 
 @op_kernel
 def _rev_logcumsumexp(i, entries, bufs, ipool, data, grad):
-    logcumsumexp_rev(i, entries, bufs, ipool, data, grad)
+    lanes_rev(logcumsumexp_rev_lanes, i, entries, bufs, ipool, data, grad)
 
 
 @op_kernel

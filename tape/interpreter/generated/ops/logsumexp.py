@@ -15,17 +15,85 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.nn import logsumexp_fwd, logsumexp_rev, logsumexp_jvp, logsumexp_hvp
+from tape.ops.nn import E_ATTR, E_IN0, E_OUT, ROW_BLOCK, SHORT_ROWS, _block, _row_block, _shift_sums, math, span, view, vm, active, logsumexp_jvp, logsumexp_hvp
 
 
 @op_kernel
 def _fwd_logsumexp(i, entries, bufs, ipool, data):
-    return np.int64(logsumexp_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        for r in range(y.shape[0]):
+            y[r] = -math.inf
+        return np.int64(-1)
+    if inner == 1 and n < SHORT_ROWS and (outer > 1):
+        m, tot, ex = (np.empty(ROW_BLOCK), np.empty(ROW_BLOCK), np.empty(n))
+        rows = np.empty(n * ROW_BLOCK)
+        for o0 in range(0, outer, ROW_BLOCK):
+            k = _row_block(x, o0, n, outer, rows, m, tot, ex)
+            for r in range(k):
+                y[o0 + r] = vm.log(tot[r]) + m[r]
+        return np.int64(-1)
+    m, tot, ex = (np.empty(inner), np.empty(inner), np.empty(n))
+    for o in range(outer):
+        _shift_sums(x, o, n, inner, m, tot, ex)
+        yo = span(y, o * inner, inner)
+        for q in range(inner):
+            yo[q] = vm.log(tot[q]) + m[q]
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_logsumexp(i, entries, bufs, ipool, data, grad):
-    logsumexp_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    x = view(bufs, data, a)
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    outer, n, inner = _block(ipool, entries[i, E_ATTR])
+    if n == 0:
+        return
+    if inner == 1 and n < SHORT_ROWS and (outer > 1):
+        m, tot, ex = (np.empty(ROW_BLOCK), np.empty(ROW_BLOCK), np.empty(n))
+        rows = np.empty(n * ROW_BLOCK)
+        for o0 in range(0, outer, ROW_BLOCK):
+            k = _row_block(x, o0, n, outer, rows, m, tot, ex)
+            g = span(gy, o0, k)
+            for r in range(k):
+                tot[r] = g[r] / tot[r]
+            for j in range(n):
+                pj = span(rows, j * k, k)
+                for r in range(k):
+                    pj[r] = vm.exp(pj[r] - m[r]) * tot[r]
+            for r in range(k):
+                if g[r] != 0.0:
+                    gr = span(gx, (o0 + r) * n, n)
+                    for j in range(n):
+                        gr[j] += rows[j * k + r]
+        return
+    m, tot, ex = (np.empty(inner), np.empty(inner), np.empty(n))
+    w = np.empty(inner)
+    for o in range(outer):
+        gyo = span(gy, o * inner, inner)
+        if inner == 1 and gyo[0] == 0.0:
+            continue
+        _shift_sums(x, o, n, inner, m, tot, ex)
+        if inner == 1:
+            g = gyo[0] / tot[0]
+            go = span(gx, o * n, n)
+            for j in range(n):
+                go[j] += ex[j] * g
+            continue
+        for q in range(inner):
+            w[q] = gyo[q] / tot[q]
+        for j in range(n):
+            xs = span(x, (o * n + j) * inner, inner)
+            gs = span(gx, (o * n + j) * inner, inner)
+            for q in range(inner):
+                v = vm.exp(xs[q] - m[q]) * w[q]
+                gs[q] += v if gyo[q] != 0.0 else 0.0
 
 
 @op_kernel

@@ -15,17 +15,17 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.linalg import matmul_fwd, matmul_rev, matmul_jvp, matmul_hvp
+from tape.ops.linalg import _fwd, _rev, matmul_jvp, matmul_hvp
 
 
 @op_kernel
 def _fwd_matmul(i, entries, bufs, ipool, data):
-    return np.int64(matmul_fwd(i, entries, bufs, ipool, data))
+    return np.int64(_fwd(False, i, entries, bufs, ipool, data))
 
 
 @op_kernel
 def _rev_matmul(i, entries, bufs, ipool, data, grad):
-    matmul_rev(i, entries, bufs, ipool, data, grad)
+    _rev(False, i, entries, bufs, ipool, data, grad)
 
 
 @op_kernel

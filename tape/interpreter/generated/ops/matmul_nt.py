@@ -15,17 +15,17 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.linalg import matmul_nt_fwd, matmul_nt_rev, matmul_nt_jvp, matmul_nt_hvp
+from tape.ops.linalg import _fwd, _rev, matmul_nt_jvp, matmul_nt_hvp
 
 
 @op_kernel
 def _fwd_matmul_nt(i, entries, bufs, ipool, data):
-    return np.int64(matmul_nt_fwd(i, entries, bufs, ipool, data))
+    return np.int64(_fwd(True, i, entries, bufs, ipool, data))
 
 
 @op_kernel
 def _rev_matmul_nt(i, entries, bufs, ipool, data, grad):
-    matmul_nt_rev(i, entries, bufs, ipool, data, grad)
+    _rev(True, i, entries, bufs, ipool, data, grad)
 
 
 @op_kernel

@@ -15,17 +15,17 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.reduce import max_fwd, max_rev, extreme_jvp
+from tape.ops.reduce import _extreme_fwd, _extreme_rev, extreme_jvp, max_rev
 
 
 @op_kernel
 def _fwd_max(i, entries, bufs, ipool, data):
-    return np.int64(max_fwd(i, entries, bufs, ipool, data))
+    return np.int64(_extreme_fwd(True, i, entries, bufs, ipool, data))
 
 
 @op_kernel
 def _rev_max(i, entries, bufs, ipool, data, grad):
-    max_rev(i, entries, bufs, ipool, data, grad)
+    _extreme_rev(i, entries, bufs, ipool, data, grad)
 
 
 @op_kernel

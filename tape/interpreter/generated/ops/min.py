@@ -15,17 +15,17 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.reduce import min_fwd, min_rev, extreme_jvp
+from tape.ops.reduce import _extreme_fwd, _extreme_rev, extreme_jvp, min_rev
 
 
 @op_kernel
 def _fwd_min(i, entries, bufs, ipool, data):
-    return np.int64(min_fwd(i, entries, bufs, ipool, data))
+    return np.int64(_extreme_fwd(False, i, entries, bufs, ipool, data))
 
 
 @op_kernel
 def _rev_min(i, entries, bufs, ipool, data, grad):
-    min_rev(i, entries, bufs, ipool, data, grad)
+    _extreme_rev(i, entries, bufs, ipool, data, grad)
 
 
 @op_kernel

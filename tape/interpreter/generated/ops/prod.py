@@ -15,17 +15,35 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.reduce import prod_fwd, prod_rev, prod_jvp, prod_hvp
+from tape.ops.reduce import E_ATTR, E_IN0, E_OUT, _out_offsets, view, _prod_groups, _prod_others, active, prod_jvp, prod_hvp
 
 
 @op_kernel
 def _fwd_prod(i, entries, bufs, ipool, data):
-    return np.int64(prod_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    y[:] = 1.0
+    for j in range(x.shape[0]):
+        y[off[j]] *= x[j]
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_prod(i, entries, bufs, ipool, data, grad):
-    prod_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    o = entries[i, E_OUT]
+    x = view(bufs, data, a)
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, o)
+    off = _out_offsets(ipool, entries[i, E_ATTR])
+    zeros, nz_prod, _, _ = _prod_groups(x, x, off, gy.shape[0])
+    for j in range(x.shape[0]):
+        k = off[j]
+        if zeros[k] == 0 or (zeros[k] == 1 and x[j] == 0.0):
+            gx[j] += gy[k] * _prod_others(zeros[k], nz_prod[k], x[j])
 
 
 @op_kernel

@@ -15,17 +15,58 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.spectral import qr_fwd, qr_rev, qr_jvp, qr_hvp
+from tape.ops.spectral import E_ATTR, E_IN0, E_OUT, _eps, _finite, _qr_parts, mat, put2, qr_block, tri, view, _qr_grad, active, add2, qr_jvp, qr_hvp
 
 
 @op_kernel
 def _fwd_qr(i, entries, bufs, ipool, data):
-    return np.int64(qr_fwd(i, entries, bufs, ipool, data))
+    A = view(bufs, data, entries[i, E_IN0])
+    Y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    nb, m, n = (ipool[p + qr_block.BATCH], ipool[p + qr_block.M], ipool[p + qr_block.N])
+    if n == 0:
+        return np.int64(-1)
+    eps = _eps(A)
+    for b in range(nb):
+        a = mat(A, b * m * n, m, n)
+        if not _finite(a):
+            return np.int64(i)
+        q, r = np.linalg.qr(a)
+        q = np.ascontiguousarray(q)
+        r = tri(r, False, 0)
+        big = 0.0
+        for k in range(n):
+            if r[k, k] < 0.0:
+                for c in range(n):
+                    r[k, c] = -r[k, c]
+                for c in range(m):
+                    q[c, k] = -q[c, k]
+            big = max(big, r[k, k])
+        tol = max(m, n) * eps * big
+        for k in range(n):
+            if not r[k, k] > tol:
+                return np.int64(i)
+        yq, yr = _qr_parts(Y, b, nb, m, n)
+        put2(yq, q)
+        put2(yr, r)
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_qr(i, entries, bufs, ipool, data, grad):
-    qr_rev(i, entries, bufs, ipool, data, grad)
+    a, o = (entries[i, E_IN0], entries[i, E_OUT])
+    if not active(bufs, a):
+        return
+    Y, gY, gA = (view(bufs, data, o), view(bufs, grad, o), view(bufs, grad, a))
+    p = entries[i, E_ATTR]
+    nb, m, n = (ipool[p + qr_block.BATCH], ipool[p + qr_block.M], ipool[p + qr_block.N])
+    if n == 0:
+        return
+    for b in range(nb):
+        q, r = _qr_parts(Y, b, nb, m, n)
+        gq, gr = _qr_parts(gY, b, nb, m, n)
+        g, _ = _qr_grad(q, r, gq, gr)
+        add2(mat(gA, b * m * n, m, n), g)
 
 
 @op_kernel

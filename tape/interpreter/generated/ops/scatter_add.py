@@ -15,17 +15,46 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.scatter import scatter_add_fwd, scatter_add_rev, scatter_add_jvp
+from tape.ops.scatter import E_ATTR, E_IN0, E_IN1, E_OUT, _rows, inner_at, n_rows_at, view, active, scatter_add_jvp, scatter_add_rev
 
 
 @op_kernel
 def _fwd_scatter_add(i, entries, bufs, ipool, data):
-    return np.int64(scatter_add_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    idx = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
+    for j in range(idx.shape[0]):
+        v = idx[j]
+        if not (v >= -n_rows and v < n_rows):
+            return np.int64(i)
+        if int(v) != v:
+            return np.int64(i)
+    y[:] = 0.0
+    for j in range(idx.shape[0]):
+        r = _rows(idx[j], n_rows)
+        for t in range(inner):
+            y[r * inner + t] += x[j * inner + t]
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_scatter_add(i, entries, bufs, ipool, data, grad):
-    scatter_add_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    idx = view(bufs, data, entries[i, E_IN1])
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
+    for j in range(idx.shape[0]):
+        r = _rows(idx[j], n_rows)
+        for t in range(inner):
+            gx[j * inner + t] += gy[r * inner + t]
 
 
 @op_kernel

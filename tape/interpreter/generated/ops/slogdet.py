@@ -15,17 +15,40 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.factor import slogdet_fwd, slogdet_rev, slogdet_jvp, slogdet_hvp
+from tape.ops.factor import E_ATTR, E_IN0, E_OUT, mat, sq, view, _inv_t, active, slogdet_jvp, slogdet_hvp
 
 
 @op_kernel
 def _fwd_slogdet(i, entries, bufs, ipool, data):
-    return np.int64(slogdet_fwd(i, entries, bufs, ipool, data))
+    A = view(bufs, data, entries[i, E_IN0])
+    Y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    nb, n = (ipool[p + sq.BATCH], ipool[p + sq.N])
+    for b in range(nb):
+        a = mat(A, b * n * n, n, n)
+        if not np.all(np.isfinite(a)):
+            return np.int64(i)
+        sign, lad = np.linalg.slogdet(a)
+        if sign == 0.0 or not np.isfinite(lad):
+            return np.int64(i)
+        Y[2 * b] = sign
+        Y[2 * b + 1] = lad
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_slogdet(i, entries, bufs, ipool, data, grad):
-    slogdet_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    A, gA, gY = (view(bufs, data, a), view(bufs, grad, a), view(bufs, grad, entries[i, E_OUT]))
+    p = entries[i, E_ATTR]
+    nb, n = (ipool[p + sq.BATCH], ipool[p + sq.N])
+    for b in range(nb):
+        g = gY[2 * b + 1]
+        if g != 0.0:
+            ga = mat(gA, b * n * n, n, n)
+            ga += g * _inv_t(mat(A, b * n * n, n, n))
 
 
 @op_kernel

@@ -15,17 +15,49 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.factor import solve_fwd, solve_rev, solve_jvp, solve_hvp
+from tape.ops.factor import E_ATTR, E_IN0, E_IN1, E_OUT, GENERAL, LOWER, _singular, _solve_block, _tri_solve, _try_solve, mat, put2, view, _solve, _sub_outer, active, add2, solve_jvp, solve_hvp
 
 
 @op_kernel
 def _fwd_solve(i, entries, bufs, ipool, data):
-    return np.int64(solve_fwd(i, entries, bufs, ipool, data))
+    A = view(bufs, data, entries[i, E_IN0])
+    B = view(bufs, data, entries[i, E_IN1])
+    Y = view(bufs, data, entries[i, E_OUT])
+    nb, n, k, sa, sb, mode = _solve_block(ipool, entries[i, E_ATTR])
+    if n * k == 0:
+        return np.int64(-1)
+    for b in range(nb):
+        a = mat(A, b * sa, n, n)
+        rhs = mat(B, b * sb, n, k)
+        y = mat(Y, b * n * k, n, k)
+        if mode == GENERAL:
+            x, ok = _try_solve(a, rhs)
+            if not ok:
+                return np.int64(i)
+        else:
+            if _singular(a, mode):
+                return np.int64(i)
+            x = _tri_solve(a, rhs, mode == LOWER, False)
+        put2(y, x)
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_solve(i, entries, bufs, ipool, data, grad):
-    solve_rev(i, entries, bufs, ipool, data, grad)
+    ia, ib = (entries[i, E_IN0], entries[i, E_IN1])
+    act_a, act_b = (active(bufs, ia), active(bufs, ib))
+    A, X = (view(bufs, data, ia), view(bufs, data, entries[i, E_OUT]))
+    gA, gB, gX = (view(bufs, grad, ia), view(bufs, grad, ib), view(bufs, grad, entries[i, E_OUT]))
+    nb, n, k, sa, sb, mode = _solve_block(ipool, entries[i, E_ATTR])
+    if n * k == 0:
+        return
+    for b in range(nb):
+        a = mat(A, b * sa, n, n)
+        g = _solve(a, mat(gX, b * n * k, n, k), mode, True)
+        if act_b:
+            add2(mat(gB, b * sb, n, k), g)
+        if act_a:
+            _sub_outer(mat(gA, b * sa, n, n), g, mat(X, b * n * k, n, k), mode)
 
 
 @op_kernel

@@ -15,27 +15,80 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.reduce import sum_fwd, sum_rev, sum_fwd_all, sum_rev_all
+from tape.ops.reduce import E_ATTR, E_IN0, E_OUT, _rows, span, total, view, active, sum_fwd_all, sum_rev_all, sum_fwd, sum_rev
 
 
 @op_kernel
 def _fwd_sum(i, entries, bufs, ipool, data):
-    return np.int64(sum_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    y = view(bufs, data, entries[i, E_OUT])
+    if y.shape[0] == 1:
+        y[0] = total(x)
+        return np.int64(-1)
+    m, inner, starts = _rows(ipool, entries[i, E_ATTR])
+    y[:] = 0.0
+    for r in range(starts.shape[0]):
+        xr = span(x, r * m, m)
+        b = starts[r]
+        if inner == 1:
+            yr = span(y, b, m)
+            for j in range(m):
+                yr[j] += xr[j]
+        elif inner == 0:
+            y[b] += total(xr)
+        else:
+            for j in range(m):
+                y[b + j * inner] += xr[j]
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_sum(i, entries, bufs, ipool, data, grad):
-    sum_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    if gy.shape[0] == 1:
+        g = gy[0]
+        for j in range(gx.shape[0]):
+            gx[j] += g
+        return
+    m, inner, starts = _rows(ipool, entries[i, E_ATTR])
+    for r in range(starts.shape[0]):
+        gxr = span(gx, r * m, m)
+        b = starts[r]
+        if inner == 1:
+            gyr = span(gy, b, m)
+            for j in range(m):
+                gxr[j] += gyr[j]
+        elif inner == 0:
+            g = gy[b]
+            for j in range(m):
+                gxr[j] += g
+        else:
+            for j in range(m):
+                gxr[j] += gy[b + j * inner]
 
 
 @op_kernel
 def _fwd_sum_c2(i, entries, bufs, ipool, data):
-    return np.int64(sum_fwd_all(i, entries, bufs, ipool, data))
+    """:func:`sum_fwd` of an entry whose output has one element: the total."""
+    x = view(bufs, data, entries[i, E_IN0])
+    view(bufs, data, entries[i, E_OUT])[0] = total(x)
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_sum_c2(i, entries, bufs, ipool, data, grad):
-    sum_rev_all(i, entries, bufs, ipool, data, grad)
+    """:func:`sum_rev` of an entry whose output has one element."""
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    gx = view(bufs, grad, a)
+    g = view(bufs, grad, entries[i, E_OUT])[0]
+    for j in range(gx.shape[0]):
+        gx[j] += g
 
 
 @op_kernel

@@ -15,17 +15,49 @@ import numpy as np
 
 from tape.ops import loops
 from tape.layout.calls import compiled_only, op_kernel
-from tape.ops.movement import take_fwd, take_rev, take_jvp
+from tape.ops.movement import E_ATTR, E_IN0, E_IN1, E_OUT, inner_at, n_rows_at, view, active, take_jvp, take_rev
 
 
 @op_kernel
 def _fwd_take(i, entries, bufs, ipool, data):
-    return np.int64(take_fwd(i, entries, bufs, ipool, data))
+    x = view(bufs, data, entries[i, E_IN0])
+    idx = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
+    for j in range(idx.shape[0]):
+        v = idx[j]
+        if not (v >= -n_rows and v < n_rows):
+            return np.int64(i)
+        if int(v) != v:
+            return np.int64(i)
+    for j in range(idx.shape[0]):
+        r = int(idx[j])
+        if r < 0:
+            r += n_rows
+        for k in range(inner):
+            y[j * inner + k] = x[r * inner + k]
+    return np.int64(-1)
 
 
 @op_kernel
 def _rev_take(i, entries, bufs, ipool, data, grad):
-    take_rev(i, entries, bufs, ipool, data, grad)
+    a = entries[i, E_IN0]
+    if not active(bufs, a):
+        return
+    idx = view(bufs, data, entries[i, E_IN1])
+    gx = view(bufs, grad, a)
+    gy = view(bufs, grad, entries[i, E_OUT])
+    p = entries[i, E_ATTR]
+    n_rows = ipool[n_rows_at(p)]
+    inner = ipool[inner_at(p)]
+    for j in range(idx.shape[0]):
+        r = int(idx[j])
+        if r < 0:
+            r += n_rows
+        for t in range(inner):
+            gx[r * inner + t] += gy[j * inner + t]
 
 
 @op_kernel
