@@ -165,7 +165,7 @@ def classes_of(entries, bufs, rows):
     """:func:`entry_class` of the entries ``rows`` (an int array), as an int64 array, computed
     with NumPy: for the Python paths that need the classes once (a tape's preparation, a
     recording's entries from an empty cache), where compiling :func:`entry_classes` would
-    cost more than it saves. ``tests/test_codegen.py`` checks that the two agree."""
+    cost more than it saves. ``tests/test_eager_paths.py`` checks that the two agree."""
     rows = np.asarray(rows, np.int64)
     out = entries[rows, E_OUT]
     n = np.where(out >= 0, bufs[np.maximum(out, 0), B_SIZE], 0)

@@ -29,12 +29,14 @@ call it are, with it compiled in), and compiled without entries for calls from P
 (:func:`tape.layout.calls.compiled_only`). Copies without loops (one element's rule, masked)
 too: LLVM inlines them into the loops that call them. Inlined in Numba's IR instead, each
 call site was a copy of the function's IR, typed and lowered again: a binary op's reverse
-kernel, whose broadcasting rows call one ten times, compiled in a quarter more time."""
+kernel, whose broadcasting rows call one ten times, compiled in about a tenth more time."""
 KERNEL = "@op_kernel"
 """The decorator of an op's kernels (its entry functions, ``_fwd_<op>`` and the others): cached,
 and without entries for calls from Python (:func:`tape.layout.calls.op_kernel`): the
 sweeps call them at their addresses, and Python through
 :class:`tape.interpreter.dispatch.Kernel`."""
+
+
 def _dispatcher(name):
     return getattr(_loops, name, None)
 

@@ -118,6 +118,7 @@ class _Workspace:
 
 _ndarray = np.ndarray  # a global, not an attribute lookup, on the hot path
 
+
 def _emit_cached() -> bool:
     """Whether Numba's cache holds eager mode's step (``sweeps.emit``) or this process has
     it: where it does not, recordings put their entries from Python (:meth:`Tape._emit_cold`)."""

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e93d6435ae3f8d6be1018e78ee22aade22de35c394d27aba460d1b33692a0aea"
+FINGERPRINT = "9e5ef53ebbe7564e291726b4c7bd28d0515e06a6fe54a7d582c9424a8bb10d53"
 
 import numpy as np
 from numba import njit, prange
