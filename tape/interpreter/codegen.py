@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import sys
 
-from tape.interpreter.specialize import KERNEL, Specializer
+from tape.interpreter.specialize import KERNEL, Specializer, written_out
 from tape.layout.fingerprint import PKG, op_fingerprint, sweeps_fingerprint, write_or_check
 
 TARGET = PKG / "interpreter" / "generated" / "sweeps.py"
@@ -292,7 +292,7 @@ def generate_op(op) -> str:
                 continue
             name = f"{name}_{op.name}" if name in ("_fwd", "_rev") else name
             status = params is FWD_ARGS
-            text = _written_out(fn, name, params, status, names)
+            text = written_out(fn, name, params, status, names)
             if text is None:  # the op's function, called
                 names.append(fn.py_func.__name__)
                 call = f"{names[-1]}({', '.join(params)})"
@@ -357,82 +357,6 @@ def generate_op(op) -> str:
         rules="\n".join(rules),
     )
     return body.rstrip("\n") + "\n\n\n" + "\n\n".join(entry_fns)
-
-
-_PLAIN_OPTIONS = {
-    "boundscheck",
-    "error_model",
-    "no_cfunc_wrapper",
-    "no_cpython_wrapper",
-    "nogil",
-    "nopython",
-}
-"""The options of a function that a written-out kernel compiles like (the kernels' own, which
-differ in the cache only): one with others (``fastmath``) is called instead."""
-
-_HEADER_NAMES = {"np": "numpy", "loops": "tape.ops.loops"}
-"""Names an op module's header binds (module names), which a written-out kernel may share."""
-
-
-def _written_out(fn, name, params, status, names):
-    """The source of op kernel ``name``: the compiled function ``fn`` of a structural op's
-    module written out under that name (returns wrapped in ``np.int64`` where ``status``), so
-    that the kernel is one compiled function, not a cached entry that calls a second one:
-    Numba generated machine code for both, which cost the kernels of GMM's structural ops
-    about a fifth of their compile (benchmarks/MEASURED.md). The globals it reads are added to
-    ``names`` (imported from its module). ``None`` where it cannot be written out: a closure,
-    other parameters, or a global whose name the module already binds to something else."""
-    import ast
-    import inspect
-    import textwrap
-    import types
-
-    py = getattr(fn, "py_func", None)
-    if py is None or py.__code__.co_freevars or set(fn.targetoptions) - _PLAIN_OPTIONS:
-        return None
-    if fn.targetoptions.get("error_model") != "numpy" or fn.targetoptions.get("boundscheck"):
-        return None
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(py)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    fdef = tree.body[0] if len(tree.body) == 1 else None
-    a = fdef.args if isinstance(fdef, ast.FunctionDef) else None
-    if a is None or [x.arg for x in a.args] != list(params) or a.vararg or a.kwarg or \
-            a.kwonlyargs or a.defaults or a.posonlyargs:  # fmt: skip
-        return None
-    read, codes = set(), [py.__code__]
-    while codes:  # the names its code (and any code nested in it) reads
-        c = codes.pop()
-        read |= set(c.co_names)
-        codes += [k for k in c.co_consts if isinstance(k, types.CodeType)]
-    glb = py.__globals__
-    need = sorted(n for n in read if n in glb)
-    for n in need:
-        mod = getattr(glb[n], "__name__", None)
-        if n.startswith(("_fwd_", "_rev_", "_tan_", "_hrev_")) or n in (
-            "compiled_only",
-            "op_kernel",
-        ):
-            return None
-        if n in _HEADER_NAMES and mod != _HEADER_NAMES[n]:
-            return None
-    fdef.decorator_list, fdef.name = [], name
-
-    class _Status(ast.NodeTransformer):
-        def visit_Return(self, node):  # every status as int64: the kernels' signature
-            if node.value is not None:
-                node.value = ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "int64",
-                                                    ast.Load()), [node.value], [])  # fmt: skip
-            return node
-
-        def visit_FunctionDef(self, node):  # (a nested function keeps its returns)
-            return node if node is not fdef else self.generic_visit(node)
-
-    if status:
-        _Status().visit(fdef)
-    names += [n for n in need if n not in _HEADER_NAMES]
-    return f"{KERNEL}\n{ast.unparse(ast.fix_missing_locations(fdef))}\n"
 
 
 def _kernel_derivatives(op, entry_fns):

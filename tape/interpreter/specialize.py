@@ -9,6 +9,9 @@ uses with the rule parameters replaced by the op's rule functions (module global
 calls between templates replaced by calls to their specialised copies. The copies are
 ordinary compiled functions: Numba types each once, LLVM inlines the rules.
 
+:func:`written_out` writes a structural op's kernel function out whole in the same way, under
+the kernel's name, so that the generated module holds it as one compiled function.
+
 A template is a function of :mod:`tape.ops.loops` compiled with ``inline="always"``; an argument
 is a rule when it names a rule of the caller (a rule parameter already bound, a global rule
 function of the op's module, or a function of :mod:`tape.ops.loops` such as ``no_rule4``).
@@ -20,6 +23,7 @@ import ast
 import builtins
 import inspect
 import textwrap
+import types
 
 from tape.ops import loops as _loops
 
@@ -241,3 +245,73 @@ class _Rewrite(ast.NodeTransformer):
             self.spec.imports.add(node.id)
             return node
         raise NameError(f"tape.ops.loops template uses {node.id!r}, which it does not define")
+
+
+_PLAIN_OPTIONS = {
+    "boundscheck",
+    "error_model",
+    "no_cfunc_wrapper",
+    "no_cpython_wrapper",
+    "nogil",
+    "nopython",
+}
+"""The options of a function that a written-out kernel compiles like (the kernels' own, which
+differ in the cache only): one with others (``fastmath``) is called instead."""
+
+_HEADER_NAMES = {"np": "numpy", "loops": "tape.ops.loops"}
+"""Names an op module's header binds (module names), which a written-out kernel may share."""
+
+
+def written_out(fn, name, params, status, names):
+    """The source of op kernel ``name``: the compiled function ``fn`` of a structural op's
+    module written out under that name (returns wrapped in ``np.int64`` where ``status``), so
+    that the kernel is one compiled function, not a cached entry that calls a second one:
+    Numba generated machine code for both, which cost the kernels of GMM's structural ops
+    about a fifth of their compile (benchmarks/MEASURED.md). The globals it reads are added to
+    ``names`` (imported from its module). ``None`` where it cannot be written out: a closure,
+    other parameters or Numba options, or a global named as the generated module's own names."""
+    py = getattr(fn, "py_func", None)
+    if py is None or py.__code__.co_freevars or set(fn.targetoptions) - _PLAIN_OPTIONS:
+        return None
+    if fn.targetoptions.get("error_model") != "numpy" or fn.targetoptions.get("boundscheck"):
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(py)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    fdef = tree.body[0] if len(tree.body) == 1 else None
+    a = fdef.args if isinstance(fdef, ast.FunctionDef) else None
+    if a is None or [x.arg for x in a.args] != list(params) or a.vararg or a.kwarg or \
+            a.kwonlyargs or a.defaults or a.posonlyargs:  # fmt: skip
+        return None
+    read, codes = set(), [py.__code__]
+    while codes:  # the names its code (and any code nested in it) reads
+        c = codes.pop()
+        read |= set(c.co_names)
+        codes += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    glb = py.__globals__
+    need = sorted(n for n in read if n in glb)
+    for n in need:  # names the generated module binds itself
+        if n.startswith(("_fwd_", "_rev_", "_tan_", "_hrev_")) or n in (
+            "compiled_only",
+            "op_kernel",
+        ):
+            return None
+        if n in _HEADER_NAMES and getattr(glb[n], "__name__", None) != _HEADER_NAMES[n]:
+            return None
+    fdef.decorator_list, fdef.name = [], name
+
+    class _Status(ast.NodeTransformer):
+        def visit_Return(self, node):  # every status as int64: the kernels' signature
+            if node.value is not None:
+                node.value = ast.Call(ast.Attribute(ast.Name("np", ast.Load()), "int64",
+                                                    ast.Load()), [node.value], [])  # fmt: skip
+            return node
+
+        def visit_FunctionDef(self, node):  # (a nested function keeps its returns)
+            return node if node is not fdef else self.generic_visit(node)
+
+    if status:
+        _Status().visit(fdef)
+    names += [n for n in need if n not in _HEADER_NAMES]
+    return f"{KERNEL}\n{ast.unparse(ast.fix_missing_locations(fdef))}\n"

@@ -440,10 +440,12 @@ class Tape:
         return b
 
     def _prepare_forward(self, code, i):
-        """Prepare the forward kernel of entry ``i`` (op ``code``) for its entry class."""
+        """Prepare the forward kernel of entry ``i`` (op ``code``) for its entry class;
+        returns the class."""
         cls = _dispatch.classes_of(self.entries, self.bufs, np.array([i]))
         _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
                           also=self.cold_jobs, classes=cls)  # fmt: skip
+        return int(cls[0])
 
     def _emit_cold(self, args):
         """:func:`sweeps.emit`'s work done from Python: put the entry and run its forward
@@ -456,8 +458,7 @@ class Tape:
             raise ValueError("tape sweeps: an entry's op code is outside the instruction set")
         bufs[b, : B_ALIAS + 1] = (off, size, nd, sp, kind, -1)
         entries[i, : E_ATTR + 1] = (code, in0, in1, in2, b, p)
-        self._prepare_forward(code, i)
-        cls = int(_dispatch.classes_of(entries, bufs, np.array([i]))[0])
+        cls = self._prepare_forward(code, i)
         a = _dispatch.TABLES[data.dtype][_dispatch.FWD, code * _dispatch.NCLS + cls]
         if a == _dispatch.NOTHING:
             return -1
