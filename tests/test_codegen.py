@@ -168,7 +168,7 @@ def test_the_specialiser_drops_the_branches_constant_flags_rule_out():
     # calls (_hrev_one) per input's rules
     spec = Specializer(["mul_rev0", "mul_rev1", "mul_h0", "mul_h1", "mul_h2"])
     text = spec.entry(
-        "_hrev_mul_c4",
+        "_hrev_mul_c5",
         "loops.binary_hrev_flat(mul_rev0, mul_rev1, mul_h0, mul_h1, mul_h2, True, True, True, "
         "True, True, False, True, i, entries, bufs, ipool, data, grad, T, GT)",
         HREV_ARGS,
@@ -477,21 +477,29 @@ CLASS_OPS = [registry.BY_NAME[n] for n in ("mul", "div", "pow", "maximum", "less
 @pytest.mark.parametrize("op", CLASS_OPS, ids=lambda o: o.name)
 def test_class_kernels_give_the_general_kernels_numbers(op, rng):
     """A binary op's kernels of one entry class (equal sizes, a one-element first or second
-    input) compute, element for element, what its general kernel does: forward values, input
-    adjoints, tangents (one and three directions) and tangent adjoints compared bit for bit,
-    on the same entry."""
+    input, a first or second input that is a row of the output) compute, element for element,
+    what its general kernel does: forward values, input adjoints, tangents (one and three
+    directions) and tangent adjoints compared bit for bit, on the same entry."""
     from tape.frontend.testing import sample_inputs
+    from tape.layout.columns import CLASS_BASE, ONE, ROW
 
     fn = getattr(tp, op.name)
-    for cls, shapes in ((0, ((6,), (6,))), (1, ((), (9,))), (4, ((9,), ()))):
+    cases = [(0, ((6,), (6,))), (ONE, ((), (9,))), (CLASS_BASE * ONE, ((9,), ()))]
+    # rows: long (vector loops) and short ones, leading unit axes, a unit axis inside
+    cases += [(ROW, ((1, 9), (3, 9))), (CLASS_BASE * ROW, ((4, 2, 5), (2, 5))),
+              (CLASS_BASE * ROW, ((3, 1, 3), (1, 3))), (ROW, ((3,), (2, 5, 3)))]  # fmt: skip
+    for cls, shapes in cases:
         xs = sample_inputs(op, shapes, rng)
         wrt = [k for k, d in enumerate(op.differentiable) if d]
         t = tp.record(lambda a, b: fn(a, b), *xs, wrt=wrt or None)
         n = t.n_entries
         (i,) = np.flatnonzero(t.entries[:n, 0] == op.code)
         e, bufs, ipool = t.entries, t.bufs, t.ipool
-        assert _dispatch.entry_classes(e, bufs, np.array([i]))[0] == cls
-        for kind, k in (("fwd", 1), ("rev", 1), ("tan", 1), ("tan", 3), ("hrev", 1), ("hrev", 3)):
+        assert _dispatch.entry_classes(e, bufs, ipool, np.array([i]))[0] == cls
+        kinds = [("fwd", 1), ("rev", 1)]
+        if cls in (0, ONE, CLASS_BASE * ONE):  # the rows' derivative entries are the general ones
+            kinds += [("tan", 1), ("tan", 3), ("hrev", 1), ("hrev", 3)]
+        for kind, k in kinds:
             general = _dispatch.function(kind, op.code)
             own = _dispatch.function(kind, op.code, cls)
             if general is None:

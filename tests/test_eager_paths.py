@@ -356,11 +356,14 @@ def test_entry_classes_from_numpy_match_the_compiled_ones():
     """``dispatch.classes_of`` (NumPy, for the Python paths) gives every entry the class that
     the sweeps' compiled ``entry_class`` gives it."""
     from tape.interpreter import dispatch
+    from tape.layout.columns import ALL, ONE, OTHER, ROW, SAME_SIZE
 
     rng = np.random.default_rng(5)
     args = [rng.standard_normal((6, 5)), rng.standard_normal(5), rng.standard_normal(5)]
     t = tape.record(_broadcasting_objective, *args, compile=False)
     rows = np.arange(t.n_entries)
-    got = dispatch.classes_of(t.entries, t.bufs, rows)
-    np.testing.assert_array_equal(got, dispatch.entry_classes(t.entries, t.bufs, rows))
-    assert len(set(got.tolist())) >= 4  # same-size, one-value, whole and other inputs all occur
+    got = dispatch.classes_of(t.entries, t.bufs, t.ipool, rows)
+    np.testing.assert_array_equal(got, dispatch.entry_classes(t.entries, t.bufs, t.ipool, rows))
+    # same-size, one-value, whole, row and other inputs all occur
+    inputs = {int(c) // dispatch.CLASS_BASE**k % dispatch.CLASS_BASE for c in got for k in range(3)}
+    assert inputs == {SAME_SIZE, ONE, ALL, OTHER, ROW}, inputs

@@ -364,6 +364,19 @@ def test_binary_broadcast_block():
     )
 
 
+def test_a_rows_block_must_walk_it_as_a_row():
+    # (3, 4) * (4,): the kernels of the ROW class read input 1 run after run; a block that
+    # walks it otherwise (here down the columns) stays inside the buffer but is refused
+    st = _state(tp.record(_broadcast, np.ones((3, 4)), np.arange(4.0)))
+    i = _entry(st, "mul")  # [GENERAL, 2, 3, 4, strides_0 (4, 1), strides_1 (0, 1)]
+    _rejects(
+        _attr(_attr(st, i, 2 + 4, 1), i, 2 + 5, 0),
+        r"input 1 is a row of the output \(\(4,\) of \(3, 4\)\) but has broadcast strides "
+        r"\(1, 0\)",
+    )
+    _load(_state(tp.record(_broadcast, np.ones((3, 4)), np.arange(4.0))))  # as recorded: fine
+
+
 def test_empty_broadcast_cannot_loop_without_bound():
     x, y = np.zeros((3, 0)), np.ones((3, 1))
     st = _state(tp.record(_broadcast, x, y))

@@ -192,7 +192,7 @@ def _tangent_rows(entries, bufs, ipool, data, T, prog, addr, n):
             _call_tan(addr[prog[r + 1]], (data, T))
             continue
         i = prog[r + 2]
-        a = interp_sweeps._kernel(_dispatch.TAN, prog[r + 1], i, entries, bufs, data)
+        a = interp_sweeps._kernel(_dispatch.TAN, prog[r + 1], i, entries, bufs, ipool, data)
         if a != _dispatch.NOTHING:
             _dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))
 
@@ -228,10 +228,10 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr):
             _call_hrev(addr[prog[r + 1]], (data, grad, T, GT))
             continue
         op, i = prog[r + 1], prog[r + 2]
-        a = interp_sweeps._kernel(_dispatch.REV, op, i, entries, bufs, data)
+        a = interp_sweeps._kernel(_dispatch.REV, op, i, entries, bufs, ipool, data)
         if a != _dispatch.NOTHING:
             _dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
-        a = interp_sweeps._kernel(_dispatch.HREV, op, i, entries, bufs, data)
+        a = interp_sweeps._kernel(_dispatch.HREV, op, i, entries, bufs, ipool, data)
         if a != _dispatch.NOTHING:
             _dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 

@@ -63,14 +63,14 @@ from tape.layout.columns import (
 
 
 @njit(inline="always", **SWEEP_JIT)
-def _kernel(kind, op, i, entries, bufs, data):
+def _kernel(kind, op, i, entries, bufs, ipool, data):
     """:func:`kernel_slot` (``kind`` as a plain int64: a constant would be typed as its value,
     and compile the function once more per kind)."""
-    return kernel_slot(np.int64(kind), op, i, entries, bufs, data)
+    return kernel_slot(np.int64(kind), op, i, entries, bufs, ipool, data)
 
 
 @njit(**KERNEL_JIT)
-def kernel_slot(kind, op, i, entries, bufs, data):
+def kernel_slot(kind, op, i, entries, bufs, ipool, data):
     """The table slot of the ``kind`` kernel of entry ``i`` (op ``op``, its class from its
     buffers' sizes) for ``data``'s dtype: an address, or ``dispatch.NOTHING`` (skip the entry).
     Raises for an op code outside the table and for an op whose kernel this process has not
@@ -79,7 +79,7 @@ def kernel_slot(kind, op, i, entries, bufs, data):
         return dispatch.NOTHING
     if op < 0 or op >= dispatch.MAX_OPS:
         raise ValueError("tape sweeps: an entry's op code is outside the instruction set")
-    a = dispatch.slot(kind, op * dispatch.NCLS + dispatch.entry_class(entries, bufs, i), data)
+    a = dispatch.slot(kind, op * dispatch.NCLS + dispatch.entry_class(entries, bufs, ipool, i), data)
     if a == dispatch.NOT_PREPARED:
         raise RuntimeError(
             "tape sweeps: an entry's op kernel is not prepared in this process (get the "
@@ -95,7 +95,7 @@ def run_fwd(op, i, entries, bufs, ipool, data):
     does not fuse, without the op's kernel compiled into its own code. Returns the status."""
     entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     return dispatch.call_fwd(
-        _kernel(dispatch.FWD, op, i, entries, bufs, data), (i, entries, bufs, ipool, data)
+        _kernel(dispatch.FWD, op, i, entries, bufs, ipool, data), (i, entries, bufs, ipool, data)
     )
 
 
@@ -104,7 +104,7 @@ def run_rev(op, i, entries, bufs, ipool, data, grad):
     """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
     entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     grad = _borrow(grad)
-    a = _kernel(dispatch.REV, op, i, entries, bufs, data)
+    a = _kernel(dispatch.REV, op, i, entries, bufs, ipool, data)
     if a != dispatch.NOTHING:
         dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
@@ -153,7 +153,7 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
     first entry that rejected its data (an out-of-range gather index, a failed guard)."""
     entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     for i in range(start, stop):
-        a = _kernel(dispatch.FWD, entries[i, 0], i, entries, bufs, data)
+        a = _kernel(dispatch.FWD, entries[i, 0], i, entries, bufs, ipool, data)
         if a == dispatch.NOTHING:
             continue
         status = dispatch.call_fwd(a, (i, entries, bufs, ipool, data))
@@ -171,7 +171,7 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(dispatch.REV, entries[i, 0], i, entries, bufs, data)
+        a = _kernel(dispatch.REV, entries[i, 0], i, entries, bufs, ipool, data)
         if a != dispatch.NOTHING:
             dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
@@ -187,7 +187,7 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
     for i in range(start, stop):
         if bufs[entries[i, E_OUT], B_KIND] == CONST:
             continue
-        a = _kernel(dispatch.TAN, entries[i, 0], i, entries, bufs, data)
+        a = _kernel(dispatch.TAN, entries[i, 0], i, entries, bufs, ipool, data)
         if a != dispatch.NOTHING:
             dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))
 
@@ -204,7 +204,7 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(dispatch.HREV, entries[i, 0], i, entries, bufs, data)
+        a = _kernel(dispatch.HREV, entries[i, 0], i, entries, bufs, ipool, data)
         if a != dispatch.NOTHING:
             dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 
@@ -331,7 +331,7 @@ def generate_op(op) -> str:
             entries.append(spec.entry(f"_rev_{op.name}", rev_call, REV_ARGS))
             entries += _elementwise_derivatives(op, spec)
         if n == 2:  # kernels of one entry class each (tape.ops.loops.BINARY_CLASSES)
-            from tape.ops.loops import BINARY_CLASSES
+            from tape.ops.loops import BINARY_CLASSES, ROW_CLASSES
 
             for cls, case in BINARY_CLASSES.items():
                 flags = f"{case == 'one0'}, {case == 'one1'}"  # which input is one value
@@ -346,6 +346,16 @@ def generate_op(op) -> str:
                             "data, grad)")  # fmt: skip
                     entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
                     entries += _class_tangents(op, spec, cls, flags, rs, ds)
+            for cls, case in ROW_CLASSES.items():  # one input a row (tape.ops.loops)
+                row0 = case == "row0"
+                call = f"loops.binary_fwd_row({op.fwd_name}, {row0}, i, entries, bufs, ipool, data)"
+                entries.append(
+                    spec.entry(f"_fwd_{op.name}_c{cls}", call, FWD_ARGS, returns="np.int64(-1)")
+                )
+                if any(op.differentiable):
+                    call = (f"loops.binary_rev_row({rs}, {ds}, {row0}, i, entries, bufs, ipool, "
+                            "data, grad)")  # fmt: skip
+                    entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
         entry_fns += spec.sources + entries
         if spec.imports:
             imports.insert(0, f"from tape.ops.loops import {', '.join(sorted(spec.imports))}")

@@ -24,11 +24,12 @@ A slot holds:
   compile time, arguments of any other type.
 
 Each op has one slot per *entry class* (:data:`NCLS` of them, :func:`entry_class`): how each
-input's size compares with the output's (the same, one element, the whole input to one value,
-other). The sweeps compute an entry's class from the buffer table, so they stay op-agnostic;
-a slot holds the op's general kernel, or a kernel generated for that class alone where the op
-has one (``_fwd_mul_c0``: equal sizes; ``_fwd_mul_c1``: a one-element first input; ``_fwd_sum_c2``:
-a full sum). A class kernel has none of the general kernel's other paths, so it compiles in a
+input compares with the output (the same size, one element, the whole input to one value, a
+row: the output's trailing shape, repeated along its leading axes; other). The sweeps compute
+an entry's class from the buffer table, so they stay op-agnostic; a slot holds the op's general
+kernel, or a kernel generated for that class alone where the op has one (``_fwd_mul_c0``:
+equal sizes; ``_fwd_mul_c1``: a one-element first input; ``_fwd_sub_c20``: a second input
+that is a row, as a bias; ``_fwd_sum_c2``: a full sum). A class kernel has none of the general kernel's other paths, so it compiles in a
 fraction of the time: a tape compiles only the paths its entries take.
 
 The compiled tier calls its fused loops the same way: each loop (a unit module's ``unit``,
@@ -54,9 +55,13 @@ from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
 from tape.interpreter import warm as _warm
+from tape.layout.calls import compiled_only
 from tape.layout.columns import ALL as WHOLE  # ALL: the sweep kinds, below
 from tape.layout.columns import (
+    B_NDIM,
+    B_SHAPE,
     B_SIZE,
+    CLASS_BASE,
     E_IN0,
     E_IN1,
     E_IN2,
@@ -64,9 +69,11 @@ from tape.layout.columns import (
     N_CLASSES,
     ONE,
     OTHER,
+    ROW,
     SAME_SIZE,
 )
 from tape.layout.fingerprint import op_fingerprint
+from tape.ops.blocks.broadcast import is_row
 from tape.ops.registry import OPS
 
 MAX_OPS = 256
@@ -119,12 +126,17 @@ if len(OPS) > MAX_OPS:  # pragma: no cover
 # ---------------------------------------------------------------- entry classes
 
 NCLS = N_CLASSES
-"""Entry classes (:mod:`tape.layout.columns`): ``c0 + 4 * c1 + 16 * c2`` for the classes ``ck``
-of inputs 0, 1, 2."""
+"""Entry classes (:mod:`tape.layout.columns`): ``c0 + CLASS_BASE * c1 + CLASS_BASE**2 * c2``
+for the classes ``ck`` of inputs 0, 1, 2."""
+
+
+_CLASS_BASE2 = CLASS_BASE * CLASS_BASE
 
 
 @njit(inline="always")
-def _input_class(bufs, b, n):
+def _size_class(bufs, b, n):
+    """The class of input buffer ``b`` of an entry whose output has ``n`` elements, by their
+    sizes: OTHER stands for rows too (:func:`_rows_in`)."""
     if b < 0:
         return SAME_SIZE
     s = bufs[b, B_SIZE]
@@ -137,31 +149,69 @@ def _input_class(bufs, b, n):
     return OTHER
 
 
+@compiled_only
+def _rows_in(entries, bufs, ipool, i, cls):
+    """Class ``cls`` of entry ``i`` with each OTHER input that is a row of the output (its
+    shape, less leading unit axes, is the output's trailing shape) made ROW (checked tapes:
+    the shapes lie in ``ipool``). Compiled once and called only for entries with an OTHER
+    input: inlined into :func:`entry_class`, its loops cost the sweeps 0.8 s more to
+    compile, and a call for every entry 20% more time per entry."""
+    o = entries[i, E_OUT]
+    no = bufs[o, B_NDIM]
+    out = bufs[o, B_SHAPE]
+    scale = 1
+    for col in (E_IN0, E_IN1, E_IN2):
+        if cls // scale % CLASS_BASE == OTHER:
+            b = entries[i, col]
+            nb = bufs[b, B_NDIM]
+            pb = bufs[b, B_SHAPE]
+            k = 0
+            while k < nb and ipool[pb + k] == 1:
+                k += 1
+            rest = nb - k
+            row = rest <= no
+            for j in range(rest if row else 0):
+                if ipool[pb + k + j] != ipool[out + no - rest + j]:
+                    row = False
+                    break
+            if row:
+                cls += (ROW - OTHER) * scale
+        scale *= CLASS_BASE
+    return cls
+
+
 @njit(inline="always")
-def entry_class(entries, bufs, i):
-    """The class of entry ``i`` (``0 .. NCLS-1``), from its buffers' sizes alone."""
+def entry_class(entries, bufs, ipool, i):
+    """The class of entry ``i`` (``0 .. NCLS-1``), from its buffers' sizes and shapes alone."""
     o = entries[i, E_OUT]
     if o < 0:
         return 0
     n = bufs[o, B_SIZE]
-    return (
-        _input_class(bufs, entries[i, E_IN0], n)
-        + 4 * _input_class(bufs, entries[i, E_IN1], n)
-        + 16 * _input_class(bufs, entries[i, E_IN2], n)
-    )
+    c0 = _size_class(bufs, entries[i, E_IN0], n)
+    c1 = _size_class(bufs, entries[i, E_IN1], n)
+    c2 = _size_class(bufs, entries[i, E_IN2], n)
+    cls = c0 + CLASS_BASE * c1 + _CLASS_BASE2 * c2
+    if c0 == OTHER or c1 == OTHER or c2 == OTHER:
+        return _rows_in(entries, bufs, ipool, i, cls)
+    return cls
 
 
 @njit(cache=True, nogil=True)
-def entry_classes(entries, bufs, rows):
+def entry_classes(entries, bufs, ipool, rows):
     """:func:`entry_class` of the entries ``rows`` (an int array), as an int64 array (compiled:
     eager ``backward`` asks for every entry's class at each step)."""
     cls = np.empty(rows.shape[0], np.int64)
     for j in range(rows.shape[0]):
-        cls[j] = entry_class(entries, bufs, rows[j])
+        cls[j] = entry_class(entries, bufs, ipool, rows[j])
     return cls
 
 
-def classes_of(entries, bufs, rows):
+def _shape(bufs, ipool, b):
+    p, nd = int(bufs[b, B_SHAPE]), int(bufs[b, B_NDIM])
+    return ipool[p : p + nd].tolist()
+
+
+def classes_of(entries, bufs, ipool, rows):
     """:func:`entry_class` of the entries ``rows`` (an int array), as an int64 array, computed
     with NumPy: for the Python paths that need the classes once (a tape's preparation, a
     recording's entries from an empty cache), where compiling :func:`entry_classes` would
@@ -174,7 +224,11 @@ def classes_of(entries, bufs, rows):
         b = entries[rows, col]
         s = bufs[np.maximum(b, 0), B_SIZE]
         c = np.where(n == 1, WHOLE, np.where(s == 1, ONE, OTHER))
-        cls += (4**k) * np.where((b < 0) | (s == n), SAME_SIZE, c)
+        c = np.where((b < 0) | (s == n), SAME_SIZE, c)
+        for j in np.flatnonzero((c == OTHER) & (out >= 0)):  # rows or other broadcasts
+            if is_row(_shape(bufs, ipool, b[j]), _shape(bufs, ipool, out[j])):
+                c[j] = ROW
+        cls += CLASS_BASE**k * c
     return np.where(out >= 0, cls, 0)
 
 
@@ -628,7 +682,7 @@ def prepare_tape(t, kinds=(FWD, REV), dtype=None, meanwhile=None):
     n = t.n_entries
     ops = t.entries[:n, 0]
     rows = np.flatnonzero(ops >= 0)
-    keys = np.unique(ops[rows] * NCLS + classes_of(t.entries, t.bufs, rows))
+    keys = np.unique(ops[rows] * NCLS + classes_of(t.entries, t.bufs, t.ipool, rows))
     prepare(
         keys // NCLS, t.dtype if dtype is None else dtype, kinds, meanwhile, classes=keys % NCLS
     )

@@ -106,7 +106,7 @@ def eager_reverse(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, se
             if op < 0 or op >= dispatch.MAX_OPS:  # a callback (or a code _kernel refuses)
                 swept = False
             elif swept:
-                key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, i)
+                key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, ipool, i)
                 swept = dispatch.slot(dispatch.REV, key, data) != dispatch.NOT_PREPARED
     order = np.empty(k, np.int64)
     j = 0
@@ -155,11 +155,11 @@ def emit(
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
               attr)  # fmt: skip
     if 0 <= op < dispatch.MAX_OPS:  # (else _kernel raises)
-        key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, n_entries)
+        key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, ipool, n_entries)
         if dispatch.slot(dispatch.FWD, key, data) == dispatch.NOT_PREPARED:
             return dispatch.UNPREPARED
     return dispatch.call_fwd(
-        _kernel(dispatch.FWD, op, n_entries, entries, bufs, data),
+        _kernel(dispatch.FWD, op, n_entries, entries, bufs, ipool, data),
         (n_entries, entries, bufs, ipool, data),
     )
 

@@ -46,10 +46,13 @@ GENERAL = 3  # strided: block is [mode, nd, shape[nd], strides_0[nd], strides_1[
 # one row of stride 1, a scalar operand has stride 0); the kernels loop over the innermost
 # axis, so broadcasting costs no index arithmetic per element.
 
-# entry classes: how each input's size compares with its entry's output's (the dispatch
-# tables of tape.interpreter.dispatch have a slot per op and class; an op may have a kernel of
-# its own for a class). Per input: the output's size (an elementwise operand; also an unused
-# input), one element broadcast over a larger output, a larger input going to a one-element
-# output (a full reduction), anything else. An entry's class is c0 + 4 * c1 + 16 * c2.
-SAME_SIZE, ONE, ALL, OTHER = range(4)
-N_CLASSES = 64
+# entry classes: how each input compares with its entry's output (the dispatch tables of
+# tape.interpreter.dispatch have a slot per op and class; an op may have a kernel of its own
+# for a class). Per input: the output's size (an elementwise operand; also an unused input),
+# one element broadcast over a larger output, a larger input going to a one-element output (a
+# full reduction), a row: an input whose shape (less leading unit axes) is the output's
+# trailing shape, repeated along the output's leading axes (a bias added to every row), or
+# anything else. An entry's class is c0 + CLASS_BASE * c1 + CLASS_BASE**2 * c2.
+SAME_SIZE, ONE, ALL, OTHER, ROW = range(5)
+CLASS_BASE = 5
+N_CLASSES = CLASS_BASE**3

@@ -21,12 +21,15 @@ from tape.layout.columns import (
     B_OFF,
     B_SHAPE,
     B_SIZE,
+    CLASS_BASE,
     CONST,
     E_ATTR,
     E_IN0,
     E_IN1,
     E_IN2,
     E_OUT,
+    ONE,
+    ROW,
     SAME,
 )
 from tape.layout.config import UNCACHED_JIT
@@ -339,11 +342,11 @@ def _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j):
 
 # ---------------------------------------------------------------- binary, by entry class
 # Kernels of one entry class (tape.interpreter.dispatch.entry_class), for the cases that most
-# entries are: both inputs of the output's size (``same``), or one of them a single value
-# (``one0``, ``one1``). Each runs the loop that the general kernel's path for that case runs,
-# element for element and in the same order (the same numbers), and compiles nothing else: a
-# tape compiles only the paths its entries take. They read no attribute block: the sizes
-# (the class) say all.
+# entries are: both inputs of the output's size (``same``), one of them a single value
+# (``one0``, ``one1``) or a row of the output (``row0``, ``row1``: a bias). Each runs the loop
+# that the general kernel's path for that case runs, element for element and in the same
+# order (the same numbers), and compiles nothing else: a tape compiles only the paths its
+# entries take. They read no attribute block: the sizes and shapes (the class) say all.
 
 
 @_loop
@@ -544,10 +547,69 @@ def binary_hrev_flat(r0, r1, h00, h01, h11, d0, d1, n00, n01, n11, sc0, sc1, i, 
             g1[k1] += _hrev_one(r1, h01, h11, n01, n11, u, w, yv, g, dg, t0[k0], t1[k1])
 
 
-BINARY_CLASSES = {0: "same", 1: "one0", 4: "one1"}
+@_loop
+def binary_fwd_row(f, row0, i, entries, bufs, ipool, data):
+    # binary_fwd for an entry whose input 1 (input 0 where row0, a constant) is a row: its
+    # s elements are every run of s in the output, which the other input has the size of.
+    # The general kernel's block merges such an entry into rows of s (both inputs walk
+    # them with stride 1), so this runs its loop, element for element.
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x0.shape[0] if row0 else x1.shape[0]
+    for r in range(y.shape[0] // s):
+        yr = span(y, r * s, s)
+        a0 = x0 if row0 else span(x0, r * s, s)
+        a1 = span(x1, r * s, s) if row0 else x1
+        for j in range(s):
+            yr[j] = f(a0[j], a1[j])
+
+
+@_loop
+def binary_rev_row(r0, r1, d0, d1, row0, i, entries, bufs, ipool, data, grad):
+    # binary_rev for the entries of binary_fwd_row: the row's adjoint gets each run's
+    # contributions, run after run, as the general kernel's rows of s add them (the same
+    # numbers); the other input's adjoint one per element
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    s = x0.shape[0] if row0 else x1.shape[0]
+    if d0 and active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for r in range(y.shape[0] // s):
+            yr = span(y, r * s, s)
+            gyr = span(gy, r * s, s)
+            a0 = x0 if row0 else span(x0, r * s, s)
+            a1 = span(x1, r * s, s) if row0 else x1
+            h0 = g0 if row0 else span(g0, r * s, s)
+            for j in range(s):
+                h0[j] += masked(r0(a0[j], a1[j], yr[j], gyr[j]), gyr[j])
+    if d1 and active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for r in range(y.shape[0] // s):
+            yr = span(y, r * s, s)
+            gyr = span(gy, r * s, s)
+            a0 = x0 if row0 else span(x0, r * s, s)
+            a1 = span(x1, r * s, s) if row0 else x1
+            h1 = span(g1, r * s, s) if row0 else g1
+            for j in range(s):
+                h1[j] += masked(r1(a0[j], a1[j], yr[j], gyr[j]), gyr[j])
+
+
+BINARY_CLASSES = {0: "same", ONE: "one0", CLASS_BASE * ONE: "one1"}
 """The entry classes (:func:`tape.interpreter.dispatch.entry_class`) that binary ops have
 kernels of their own for: ``binary_fwd_flat``, ``binary_rev_flat``, ``binary_tan_flat`` and
 ``binary_hrev_flat`` with the one-value flags of the case (``one0``: input 0 is one value)."""
+
+ROW_CLASSES = {ROW: "row0", CLASS_BASE * ROW: "row1"}
+"""The entry classes that binary ops have forward and reverse kernels of their own for, where
+one input is a row (``row0``: input 0) and the other has the output's size:
+``binary_fwd_row`` and ``binary_rev_row``. Their tangent and forward-over-reverse entries
+are the general kernels'."""
 
 
 @_loop

@@ -225,8 +225,9 @@ def check_broadcast(t, i, e):
             fail(t, i, f"input {k} has broadcast strides {tuple(st)}; strides must be >= 0")
     if n_in == 2:
         # the kernels of one entry class (tape.interpreter.dispatch.entry_class) read an input
-        # of the output's size element by element and a one-element input as one value, as
-        # the recorder's blocks say; a block that says otherwise is refused
+        # of the output's size element by element, a one-element input as one value and a
+        # row of the output run after run, as the recorder's blocks say; a block that says
+        # otherwise is refused
         contiguous, step = [0] * nd, 1
         for ax in range(nd - 1, -1, -1):
             contiguous[ax] = step
@@ -240,6 +241,14 @@ def check_broadcast(t, i, e):
             if sk == 1 and n > 1 and any(st[ax] != 0 for ax in long):
                 fail(t, i, f"input {k} has one element but broadcast strides {tuple(st)}, "
                      "not zeros")  # fmt: skip
+            # a row (an input of the output's trailing shape; tape.layout.columns.ROW):
+            # its kernels read run after run of the output against the whole input
+            b = int(e[E_IN0 + k])
+            if 1 < sk < n and broadcast.is_row(t.shapes[b], t.shapes[out]):
+                want = broadcast.row_strides(ds, sk)
+                if want is None or any(st[ax] != want[ax] for ax in long):
+                    fail(t, i, f"input {k} is a row of the output ({t.shapes[b]} of "
+                         f"{t.shapes[out]}) but has broadcast strides {tuple(st)}")  # fmt: skip
     if n_in == 3:
         # ternary loops index each input through its full table of strided offsets
         for k, st in enumerate(strides):

@@ -442,7 +442,7 @@ class Tape:
     def _prepare_forward(self, code, i):
         """Prepare the forward kernel of entry ``i`` (op ``code``) for its entry class;
         returns the class."""
-        cls = _dispatch.classes_of(self.entries, self.bufs, np.array([i]))
+        cls = _dispatch.classes_of(self.entries, self.bufs, self.ipool, np.array([i]))
         _dispatch.prepare((code,), self.dtype, (_dispatch.FWD,), speculate=self.speculate,
                           also=self.cold_jobs, classes=cls)  # fmt: skip
         return int(cls[0])
@@ -519,7 +519,7 @@ class Tape:
         codes = entries[order, E_OP]
         ops = codes != CALLBACK
         if ops.any():
-            classes = _dispatch.entry_classes(entries, bufs, order[ops])
+            classes = _dispatch.entry_classes(entries, bufs, ipool, order[ops])
             pairs = sorted(set(zip(codes[ops].tolist(), classes.tolist())))
             _dispatch.prepare([c for c, _ in pairs], self.dtype, (_dispatch.REV,),
                               speculate=False, classes=[q for _, q in pairs])  # fmt: skip

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "5f47e1ad696451a20c0c97cf202335bfe5b54e1d06a6cb9a63cab271cd7de71a"
+FINGERPRINT = "5812e80b44e7ca892f76f2c8290b2d84b1d9435785a120940dbe710efa7c8c83"
 
 from numba import cuda, float64
 

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9e5ef53ebbe7564e291726b4c7bd28d0515e06a6fe54a7d582c9424a8bb10d53"
+FINGERPRINT = "0c2c7fa0a5683ada0596ace6722fb8bccb88692f86fb8aaa8b3c66af49b8a15e"
 
 import numpy as np
 from numba import njit, prange
@@ -33,14 +33,14 @@ from tape.layout.columns import (
 
 
 @njit(inline="always", **SWEEP_JIT)
-def _kernel(kind, op, i, entries, bufs, data):
+def _kernel(kind, op, i, entries, bufs, ipool, data):
     """:func:`kernel_slot` (``kind`` as a plain int64: a constant would be typed as its value,
     and compile the function once more per kind)."""
-    return kernel_slot(np.int64(kind), op, i, entries, bufs, data)
+    return kernel_slot(np.int64(kind), op, i, entries, bufs, ipool, data)
 
 
 @njit(**KERNEL_JIT)
-def kernel_slot(kind, op, i, entries, bufs, data):
+def kernel_slot(kind, op, i, entries, bufs, ipool, data):
     """The table slot of the ``kind`` kernel of entry ``i`` (op ``op``, its class from its
     buffers' sizes) for ``data``'s dtype: an address, or ``dispatch.NOTHING`` (skip the entry).
     Raises for an op code outside the table and for an op whose kernel this process has not
@@ -49,7 +49,7 @@ def kernel_slot(kind, op, i, entries, bufs, data):
         return dispatch.NOTHING
     if op < 0 or op >= dispatch.MAX_OPS:
         raise ValueError("tape sweeps: an entry's op code is outside the instruction set")
-    a = dispatch.slot(kind, op * dispatch.NCLS + dispatch.entry_class(entries, bufs, i), data)
+    a = dispatch.slot(kind, op * dispatch.NCLS + dispatch.entry_class(entries, bufs, ipool, i), data)
     if a == dispatch.NOT_PREPARED:
         raise RuntimeError(
             "tape sweeps: an entry's op kernel is not prepared in this process (get the "
@@ -65,7 +65,7 @@ def run_fwd(op, i, entries, bufs, ipool, data):
     does not fuse, without the op's kernel compiled into its own code. Returns the status."""
     entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     return dispatch.call_fwd(
-        _kernel(dispatch.FWD, op, i, entries, bufs, data), (i, entries, bufs, ipool, data)
+        _kernel(dispatch.FWD, op, i, entries, bufs, ipool, data), (i, entries, bufs, ipool, data)
     )
 
 
@@ -74,7 +74,7 @@ def run_rev(op, i, entries, bufs, ipool, data, grad):
     """The reverse of entry ``i`` (op ``op``) through the table (see :func:`run_fwd`)."""
     entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     grad = _borrow(grad)
-    a = _kernel(dispatch.REV, op, i, entries, bufs, data)
+    a = _kernel(dispatch.REV, op, i, entries, bufs, ipool, data)
     if a != dispatch.NOTHING:
         dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
@@ -123,7 +123,7 @@ def forward_sweep(entries, bufs, ipool, data, start, stop):
     first entry that rejected its data (an out-of-range gather index, a failed guard)."""
     entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     for i in range(start, stop):
-        a = _kernel(dispatch.FWD, entries[i, 0], i, entries, bufs, data)
+        a = _kernel(dispatch.FWD, entries[i, 0], i, entries, bufs, ipool, data)
         if a == dispatch.NOTHING:
             continue
         status = dispatch.call_fwd(a, (i, entries, bufs, ipool, data))
@@ -141,7 +141,7 @@ def reverse_sweep(entries, bufs, ipool, data, grad, emask, start, stop):
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(dispatch.REV, entries[i, 0], i, entries, bufs, data)
+        a = _kernel(dispatch.REV, entries[i, 0], i, entries, bufs, ipool, data)
         if a != dispatch.NOTHING:
             dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
 
@@ -157,7 +157,7 @@ def tangent_sweep(entries, bufs, ipool, data, T, start, stop):
     for i in range(start, stop):
         if bufs[entries[i, E_OUT], B_KIND] == CONST:
             continue
-        a = _kernel(dispatch.TAN, entries[i, 0], i, entries, bufs, data)
+        a = _kernel(dispatch.TAN, entries[i, 0], i, entries, bufs, ipool, data)
         if a != dispatch.NOTHING:
             dispatch.call_tan(a, (i, entries, bufs, ipool, data, T))
 
@@ -174,7 +174,7 @@ def tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, start,
     for i in range(stop - 1, start - 1, -1):
         if not emask[i]:
             continue
-        a = _kernel(dispatch.HREV, entries[i, 0], i, entries, bufs, data)
+        a = _kernel(dispatch.HREV, entries[i, 0], i, entries, bufs, ipool, data)
         if a != dispatch.NOTHING:
             dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
 
@@ -253,7 +253,7 @@ def eager_reverse(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, se
             if op < 0 or op >= dispatch.MAX_OPS:  # a callback (or a code _kernel refuses)
                 swept = False
             elif swept:
-                key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, i)
+                key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, ipool, i)
                 swept = dispatch.slot(dispatch.REV, key, data) != dispatch.NOT_PREPARED
     order = np.empty(k, np.int64)
     j = 0
@@ -302,11 +302,11 @@ def emit(
     put_entry(entries, bufs, n_entries, n_bufs, off, size, ndim, shape, kind, op, in0, in1, in2,
               attr)  # fmt: skip
     if 0 <= op < dispatch.MAX_OPS:  # (else _kernel raises)
-        key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, n_entries)
+        key = op * dispatch.NCLS + dispatch.entry_class(entries, bufs, ipool, n_entries)
         if dispatch.slot(dispatch.FWD, key, data) == dispatch.NOT_PREPARED:
             return dispatch.UNPREPARED
     return dispatch.call_fwd(
-        _kernel(dispatch.FWD, op, n_entries, entries, bufs, data),
+        _kernel(dispatch.FWD, op, n_entries, entries, bufs, ipool, data),
         (n_entries, entries, bufs, ipool, data),
     )
 

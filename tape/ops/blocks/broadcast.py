@@ -107,6 +107,30 @@ def encode(name, shapes):
     return out, ints
 
 
+def is_row(shape, out):
+    """Whether an input of ``shape`` is a *row* of an elementwise output of shape ``out``: its
+    shape, less leading unit axes, is ``out``'s trailing shape, so that it repeats along
+    ``out``'s leading axes (:data:`tape.layout.columns.ROW`; the compiled test is
+    :func:`tape.interpreter.dispatch.entry_class`'s)."""
+    shape = list(shape)
+    while shape and shape[0] == 1:
+        shape.pop(0)
+    return len(shape) <= len(out) and list(out[len(out) - len(shape) :]) == shape
+
+
+def row_strides(dims, size):
+    """The strides that a row of ``size`` elements has along the merged axes ``dims`` of a
+    block: its elements along the trailing axes that hold ``size`` elements, 0 along the rest
+    (``None`` if no trailing axes hold exactly ``size``)."""
+    st, step = [0] * len(dims), 1
+    for ax in range(len(dims) - 1, -1, -1):
+        if step >= size:
+            break
+        st[ax] = step
+        step *= dims[ax]
+    return st if step == size else None
+
+
 def coalesce(dims, strides):
     """Drop unit axes and merge neighbours that every operand walks contiguously, so the
     kernels' innermost rows are as long as possible: (25, 10, 1000) - (25, 10, 1) becomes

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "64a1042945be67dbaeb656f729f741430643fac7d555f62b55536519e28b8c85"
+FINGERPRINT = "0deae238e072dcc271a38644f82134f73241ce4c4b01a848b9b4c1e55f289559"
 
 import numpy as np
 

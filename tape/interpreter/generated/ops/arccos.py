@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1eacc0bd4b17d0ecadc3abb1fb1c8cd418ef8e444080e3f412591f7a8819708a"
+FINGERPRINT = "709f7fa15e2d7669dcc906ceabcaa6390cb3d4c4a2280436f97283edb7098ecb"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b7a5de7790ee523731af87c8f7a4197e0ca669175f4600c4468428ded05ac6b4"
+FINGERPRINT = "1a5aef2cad9a820c83ee4b172f0f88be2d4851a06ca32b9a2d18e29175fbf47e"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d3c8e65fbfa18b26192b04891bd7f6b0fa013570ee0cd098f2915ba2371a55d7"
+FINGERPRINT = "28bc251ac2cabe727b02bfee3b5c582667465bdfbc3f1314f7c1b14d89f1786d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4d4a63386286f06cac7488d888fabea6d9f8a0b7944ccfecae8f8f6ae8893176"
+FINGERPRINT = "070a32979d5ff1aa704cbe2420981ee61c23e6883ef6668b0c93aa68d69279cb"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c7a3d5fbfebbc79685fcbfbcf60ab3f0a41667d796d286c71411d7c1a67e273d"
+FINGERPRINT = "23b7a4376afc8718fb042a192818d2e037dac747c02f57fff2eb0750209ec651"
 
 import numpy as np
 

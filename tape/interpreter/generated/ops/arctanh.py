@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "61c845c5b1273771bbd0e2c4c9097cc1de4f8a9d08f57b3540b471b85f440ab0"
+FINGERPRINT = "47fd3a16f4aba064978543fbc448f9389914f1ab42c9f7f6e74685d05cf0ca6b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e4217c710215b99722e80b26e057e28d766bd50e16b971b8a5f5e1fc64ad48ae"
+FINGERPRINT = "61cb39232b067f8e3e4ebb3c97b18acd32d3f15f5c0e90e14f7d3c9e38b096cb"
 
 import numpy as np
 

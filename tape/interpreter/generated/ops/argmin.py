@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "14ca366abd73858dbf1bc484efaf26c720d12b4577edbe53fce5da7b4bc1c8e1"
+FINGERPRINT = "253a5a40be5b4dc0f520ea8c74cdd79844ca9e53b0f804b9e418612dde585aa1"
 
 import numpy as np
 

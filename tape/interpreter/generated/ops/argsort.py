@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "82472d3f2721944fa2f960807e4727f93b51fda068224f6be3f3e5fe6698715c"
+FINGERPRINT = "6735e8ea1afc5046a5bd4016a4b93e899c6a89a92f619af6cc9424630d0dafb6"
 
 import numpy as np
 

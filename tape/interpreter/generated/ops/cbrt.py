@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "72c314096b5be5088c23dc2efff20a658d0fb1a18d29d066b3b9264d157e10bf"
+FINGERPRINT = "79e6a2d13e6a3b31db8a2136efa6e67641e2243763593c7e1ee5d7b4bcb55237"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2d670515a83c8af65818453a49040cdb19902c6bd71bcc976fffb2f10109202d"
+FINGERPRINT = "093281e52c2badabb39773fbdf086f198f02b34625ad35ead80434731e30b5d9"
 
 import numpy as np
 

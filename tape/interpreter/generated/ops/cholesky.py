@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bb00b8036d239c4377abcb8d9422650e20514fb7e1807ec1aa27cf1f9e645c8f"
+FINGERPRINT = "100ea6beef5f4230927b350d50b3fa19d327541d4855fc0e99156647ceb3d6ed"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4798264d35756e09b540b2961f4f959386d0b94b2390273949c5eced260b0032"
+FINGERPRINT = "98e628e783247cfd7dee5b417b7ec1f3bc437a6323e98406d157d5f1a44cda73"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbeb0ee3b91977203aad44c5bc00b8085d13c3a1360a1fc5f83eb65b5b793e33"
+FINGERPRINT = "b4b448a63321bc4ff8e45bae9c4a534dc671c3616252da81560d81c3469bae88"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f8b6384d4bc608d5b8ea3903ebe5e6d004dfc443906dd2083aaab854a2dbb8ca"
+FINGERPRINT = "90437875941a018f54293fcd17a08a2b844ccf5e5404ba733049a989348aa19b"
 
 import numpy as np
 

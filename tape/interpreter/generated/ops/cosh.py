@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fb687f7f7c4faa7d9a29093107978f586731497d62488094ad7ef285d1b7abc7"
+FINGERPRINT = "451585ec859de4ae04657d2d5bbed1fc0e28553ea7c104fba0c5e601e8d56796"
 
 import numpy as np
 

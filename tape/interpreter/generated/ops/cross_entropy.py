@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "21b31693cf9c46de44c4667c8c4e4dbffadeeb8b2f67151ef70090951ca8af09"
+FINGERPRINT = "efdf0e466b17c514312e275f1a78a26fdba83ad7ba599d1bfdfe6d4d53822896"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6fa89d7e1469d7d054f83d496388077a9072be55d4a3cb47ded800ed75b3b429"
+FINGERPRINT = "948044d4de3512a085397e46548559bf1256e09146b5605e53f547bc73ab8726"
 
 import numpy as np
 

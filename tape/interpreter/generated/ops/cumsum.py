@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f388593cf2410ed55268384e33c526d4ab930d0110498e6f999986fd1587285f"
+FINGERPRINT = "f9297e863760a7a8f58f4fb4b2f1f8fd5e3511148515a67b530c10ee77d1aa92"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9c84d8864722f3d324a994eaa74a846c0136300d489659d88ce92094527f256a"
+FINGERPRINT = "cf2b5d9e91aac7dc7ba3b8471b823394811609aa2eae8a6e4269dfd04548efbf"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f4fa0f1b1794bfa3bbe4ca0054feb26e405972242cbbdaa89aa0a809b9b538a4"
+FINGERPRINT = "ebf9b966be3a2fec56734d230ea3b1f3d7938eb469de11a259cc065d5f95dd69"
 
 import numpy as np
 

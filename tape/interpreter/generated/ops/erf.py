@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a735b43b34ff6f2e04d2fcba0c899017754fbfa04a0bd297c027d3c956bf7717"
+FINGERPRINT = "e1f5e45f1b236d204db48a522aeff78f88f2244009560aa1e3edd16ee44da422"
 
 import numpy as np
 

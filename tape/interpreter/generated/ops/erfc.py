@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "12664c7102eaa79badf8ca81e03e8d85ad5dd7d01a4f40096f17bcc1bfe025b4"
+FINGERPRINT = "301343e42714486121fd9b8cad38943a84de2c4bb73656a54eb7e3898ac3426b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f2ffc3dae3d619c6ef5f497f25003611691150252b235d2689c2ec393b923fda"
+FINGERPRINT = "eda5af7ea5a36e55f0136cd42606cae2f348ce6cd7f1ae9be247870c7efca753"
 
 import numpy as np
 

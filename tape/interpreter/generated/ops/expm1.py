@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "52a951b1f05b12a391167f8ddc27acdecd88a1790d6ce8462c698b28c0cdff39"
+FINGERPRINT = "bcbbcaf1c66a45632876814424660ca94800fd7cca2b7f01a3683d9c1efe6375"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5c59947924ea66800b12b27dad286d76aa0feecc472b644fdaa1f295549e0488"
+FINGERPRINT = "0ab5ee7df0100ca655c78c3f0b1f1c6ffb1745b953c4811b7cc11d5a805dc83b"
 
 import numpy as np
 

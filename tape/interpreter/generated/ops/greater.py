@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1dde2b969113696d90e0e1ad792d80bccd09881fc7b8a5f869f12c908124ff4d"
+FINGERPRINT = "4f286d574d28b7c2353b7f3137b75c5e333a088929267a4fc23a54f913d858f9"
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def _fwd_greater_c1(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _fwd_greater_c4(i, entries, bufs, ipool, data):
+def _fwd_greater_c5(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -85,4 +85,34 @@ def _fwd_greater_c4(i, entries, bufs, ipool, data):
     c1 = x1[0]
     for j in range(y.shape[0]):
         y[j] = greater_fwd(x0[j], c1)
+    return np.int64(-1)
+
+
+@op_kernel
+def _fwd_greater_c4(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x0.shape[0]
+    for r in range(y.shape[0] // s):
+        yr = span(y, r * s, s)
+        a0 = x0
+        a1 = span(x1, r * s, s)
+        for j in range(s):
+            yr[j] = greater_fwd(a0[j], a1[j])
+    return np.int64(-1)
+
+
+@op_kernel
+def _fwd_greater_c20(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x1.shape[0]
+    for r in range(y.shape[0] // s):
+        yr = span(y, r * s, s)
+        a0 = span(x0, r * s, s)
+        a1 = x1
+        for j in range(s):
+            yr[j] = greater_fwd(a0[j], a1[j])
     return np.int64(-1)

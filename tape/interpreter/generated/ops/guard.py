@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "18dfdc5c563642a42f662b1ade1b5fe09d2bc0a13d9faa074c6c3a05bef5a09e"
+FINGERPRINT = "bd022a5786f89887de74f59b3336340d0015511dc20535d7b4aaa975c9d97228"
 
 import numpy as np
 

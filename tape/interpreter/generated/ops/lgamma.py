@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d9728cce4167eb3c1ac41fa1ad1a252dc3269188e3c51b07eaa12bb5c0205887"
+FINGERPRINT = "0aac4db26913b6614deea545e702a48037e99ce223880030c130e2f305dfba0e"
 
 import numpy as np
 

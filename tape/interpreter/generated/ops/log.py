@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c092c1147d5bc17eda668449d31804b02cf6ff61d5488ca470a15c975ae9113f"
+FINGERPRINT = "d06f3e0eb0dc14a59d5a5fadf72f6371612525847286a906a019c353fa7d1808"
 
 import numpy as np
 

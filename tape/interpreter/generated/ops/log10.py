@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "079020a73fd8b1ed9533a77a56059cb44f441530b680f428cd04b429448f3832"
+FINGERPRINT = "4dcb055770321298c9d52ee03ed186c1fb27dd39efbc0a4aa66cb18b990005e4"
 
 import numpy as np
 

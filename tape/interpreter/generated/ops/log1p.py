@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d8e48a56efd033a0a22fae1fdcddfbaf52c3b773962dfbe859cfa036c053a14c"
+FINGERPRINT = "8b8cf089ee301803be17f6571d41d0f4933a14ded5ec05c394a6255fb8844249"
 
 import numpy as np
 

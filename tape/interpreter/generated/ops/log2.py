@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "72d4eb281bf4041c4e0c1e1a95e0a6693d0bfa78a8fe201b4245772629824e9a"
+FINGERPRINT = "ecacd4e3d5e5fd08d27f0681abc66609c1787819a8213e9e9bc794667067dcc7"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eead2b6afdcdfbc6bb8249911968d9a663561fc297f753d8c2bc2d0220de71d0"
+FINGERPRINT = "2ef96f1e5739355835a7bf95d383e2de8c91117037c7f551d08068aa62b4d6a2"
 
 import numpy as np
 

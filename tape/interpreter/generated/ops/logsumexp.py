@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c4124826784a48a1a58f595d9e9074ee65596226414856358decb39cf932a0f"
+FINGERPRINT = "d402a85735768d69fe95d2f452b9b56c3092b65f00b645ac313f5dfdc8f68e6d"
 
 import numpy as np
 

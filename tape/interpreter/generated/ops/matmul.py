@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "528e254d94cfe39979c6483f47a8f8ed78ea70e067954d159a365a717fb01401"
+FINGERPRINT = "692afbd6a5a667bb817f13c05e0494dba17d41f6201e3123b20af75fa2428092"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ef3ad317e858d286a30eea6ff4723d2ca239d480e9ca64b28e4726e32d075e9c"
+FINGERPRINT = "7445a7a66d68b27b2010ffc243e9c7ae40bfe8d120cfa928b5db93a6c4c0e68e"
 
 import numpy as np
 

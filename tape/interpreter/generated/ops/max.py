@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0b6a7da52c5c219c0b942c15c748c2a398496278fb9718631a5bfc4a871e3964"
+FINGERPRINT = "f4aa79b93e1ebbd454ad65d5ed35b2e15b328ba55199f7983dd7f0c89da3255a"
 
 import numpy as np
 

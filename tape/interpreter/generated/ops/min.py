@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e19e6e2868413b2f510ab74832f43104ddf51a304e764ac8bcd55d8513111470"
+FINGERPRINT = "b3dc2c452d359deaa2a4836268fbd878056d8ba6b42cdd102b71d1039e7a084a"
 
 import numpy as np
 

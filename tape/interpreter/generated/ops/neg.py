@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "66a20fdfcc7521e0f753e443edd8765fc4479542df208bdbd6b46d21555eb26d"
+FINGERPRINT = "0202e5fd3591b45b1399655aa82041581ddea55ab7ef4b90be8f70415647dc00"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e02f11c985b2bd385c84b8914283e8f06b1ba1e00014a3e3cf6b71ef519bcf20"
+FINGERPRINT = "8732c8ed2a581c7f80ed61b8eec29d38adf216c0a74c9579e3563e585ea60141"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7cfc957a86615631ecf3d38d1286133eb9fb10a741c3adfd9470fa5c0dd242bb"
+FINGERPRINT = "a3848810306e5d7a2ab202824bb4e9cfa1cb80705050157694f18db45a473355"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e854429f37f52cdc70f96e2cedfa574affae01e411bc69ee9aac04f19f3c15fc"
+FINGERPRINT = "42257433567a84c6c9b6065ee289c9b3fdca9f0fb11fdfc7da034df15503b837"
 
 import numpy as np
 

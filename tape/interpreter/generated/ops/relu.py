@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9acfdd608ba7e13815409655a64403bb0a5b693982d065a7c978c1ea7cd040d5"
+FINGERPRINT = "6a46847e5449e0ec600671144681ab4bd49b6edd764522c5188a2ef0f8b16a0e"
 
 import numpy as np
 

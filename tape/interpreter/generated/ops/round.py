@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf44ab8e485ddaafe685d6adb6433447f4388d991c2589366fe58e116839f666"
+FINGERPRINT = "f063b7e06edc6e2405b4b91c95e72ef4055d9b162a285d741b241669ce274750"
 
 import numpy as np
 

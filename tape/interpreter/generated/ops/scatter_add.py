@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "99973a9bef9b51af79b242f09958649a793b6480cc6cb4631a2eefddf1d5707f"
+FINGERPRINT = "83dc2971c483e4e69f92fcce127352bbb7e47e56e72c8ec39671ed20103275d2"
 
 import numpy as np
 

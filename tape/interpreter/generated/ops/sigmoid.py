@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "09b714857d5647e850acf785dffb932bbd33243697867b51f415358d5e349e20"
+FINGERPRINT = "f2cd2d71070209c70d582d4242a96625ad847b6551ff0b6bdb577cf9ed85d9f9"
 
 import numpy as np
 

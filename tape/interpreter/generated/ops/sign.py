@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9e319af7ed93723f1a389fdfda050717e92dde570e72598939bbf75f45345489"
+FINGERPRINT = "f4dc4f7577249d88783313fbf2554fb4d14d059506b6d5d9bea9a1658907fd75"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "00606461df86f02685d7dede2752666dc85de27b2b7c3775ff1b1a0191e93180"
+FINGERPRINT = "42c79fc72d8a8a9f8b9ccd312c1fece8404017b1f62d4df3c30fcd08c59162d0"
 
 import numpy as np
 

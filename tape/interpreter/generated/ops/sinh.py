@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "938ccb0049e5542959002c89b8127677b646a001cf2cd15b89f29d07ae4f5693"
+FINGERPRINT = "098ea5142deb21760b9016093ae49100819b3e72cfa983d3f0b4e7c4f363a4df"
 
 import numpy as np
 

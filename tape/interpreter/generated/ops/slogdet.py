@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0194c5f7b89ac5f2a6af8fc696877f24d751b358eefda8401074ce85e299711d"
+FINGERPRINT = "0d8e3a3930e3689ff991259a98e3499fdd431d970ee7e20929a94272578fcccf"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "df040d857f6328decdfbf86e0a59fb89ba4723961019862e30c4fe3696ff8f49"
+FINGERPRINT = "942dfaf49c0904acea09ea0a7c8e392ce586911794ee20343ddf619bb6902108"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9f7f5661702df061e7b36e55238c2c457162909e1c5afa57375aef5c04eec05a"
+FINGERPRINT = "fcc7e89d395fcfdb06311545e68c02d565f55109e4b347d7ffbadd38b441d152"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a35a6e6687af2af372a428ff374847e7bf0cdd1c75e829b5389024ea73faa051"
+FINGERPRINT = "2f27d49933e2fe0e49e7a249e2442c721b4255de7615d0c6d0e2d3525de29415"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc67783fdefb861567dfc14fa66c2229cdda7a4445a57b7d90227104ead26910"
+FINGERPRINT = "037e207df05cb3fa4155cc14f773c3aebfc88e4b9109c12a0147ed67bf91ee08"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8114b23e43c88a45ed180b96121b10e6e5c0bbb77fc11063575d75fac3e61ffc"
+FINGERPRINT = "cf7795ef7b98c807b375cc71a6d9ab1ac79b57014ca0d770c22183f4bda8b97c"
 
 import numpy as np
 

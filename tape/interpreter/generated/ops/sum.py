@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c25fc95ddff8a1804d576219294d55226767021e1c3d6784dfe9624b23fe6368"
+FINGERPRINT = "53762c3087e37506a1118980b5a469a885ce76370f278ed2aa2c5650588721aa"
 
 import numpy as np
 

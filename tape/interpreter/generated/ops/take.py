@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c1b16397ee1fb21fce7f13d0c6a38911137e7d77614e6046cbd9681fbb05259d"
+FINGERPRINT = "5d91434452ee9b649b8da7a7353657cbf11fff8b222efa0ffd8a8210e7fd5c71"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "09826882dab63bd336f8af82225eeba2d587084b2413fecc51a1302e7aa22852"
+FINGERPRINT = "839675698740493b9359735ab3783c56e117c9a2d2ce40e2ac4f507c187be607"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0a918c3472ffd635defae7148517800d9a6c3d2ac9589a4e2fe0869e12633861"
+FINGERPRINT = "472fdcdd4cfa221c76d75956f66b7ace2f31c0832cb6dbac20dec6ab3683f231"
 
 import numpy as np
 

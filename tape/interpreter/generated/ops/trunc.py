@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c545b7946d8377fda04cb257ff809f96f3fb82777aba80cec2d4c3ba7c1bf823"
+FINGERPRINT = "45316cf747ed510f2974f9728db2cbb9e3c5a3557b4bc07e80f1e96ea96438f3"
 
 import numpy as np
 

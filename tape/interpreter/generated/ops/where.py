@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4fd2a3117f4fe743bd6199840d7a1a8a362df36761527f167769d39d43f1a832"
+FINGERPRINT = "e08b4d4a19f158c2ed69c25716e79d3f5d7000408fb873fe6975dabcefff24e7"
 
 import numpy as np
 
