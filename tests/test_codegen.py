@@ -477,17 +477,20 @@ CLASS_OPS = [registry.BY_NAME[n] for n in ("mul", "div", "pow", "maximum", "less
 @pytest.mark.parametrize("op", CLASS_OPS, ids=lambda o: o.name)
 def test_class_kernels_give_the_general_kernels_numbers(op, rng):
     """A binary op's kernels of one entry class (equal sizes, a one-element first or second
-    input, a first or second input that is a row of the output) compute, element for element,
-    what its general kernel does: forward values, input adjoints, tangents (one and three
-    directions) and tangent adjoints compared bit for bit, on the same entry."""
+    input, a first or second input that is a row or a column of the output) compute, element
+    for element, what its general kernel does: forward values, input adjoints, tangents (one
+    and three directions) and tangent adjoints compared bit for bit, on the same entry."""
     from tape.frontend.testing import sample_inputs
-    from tape.layout.columns import CLASS_BASE, ONE, ROW
+    from tape.layout.columns import CLASS_BASE, COL, ONE, ROW
 
     fn = getattr(tp, op.name)
     cases = [(0, ((6,), (6,))), (ONE, ((), (9,))), (CLASS_BASE * ONE, ((9,), ()))]
     # rows: long (vector loops) and short ones, leading unit axes, a unit axis inside
     cases += [(ROW, ((1, 9), (3, 9))), (CLASS_BASE * ROW, ((4, 2, 5), (2, 5))),
               (CLASS_BASE * ROW, ((3, 1, 3), (1, 3))), (ROW, ((3,), (2, 5, 3)))]  # fmt: skip
+    # columns: runs in four running sums and in order, a unit axis inside, leading unit axes
+    cases += [(COL, ((3, 1), (3, 9))), (CLASS_BASE * COL, ((4, 2), (4, 1))),
+              (COL, ((2, 1, 1), (2, 3, 4))), (CLASS_BASE * COL, ((1, 6, 7), (6, 1)))]  # fmt: skip
     for cls, shapes in cases:
         xs = sample_inputs(op, shapes, rng)
         wrt = [k for k, d in enumerate(op.differentiable) if d]

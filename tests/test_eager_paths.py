@@ -317,6 +317,7 @@ def test_eager_steps_pass_the_types_their_entry_point_was_compiled_for(monkeypat
 
 def _broadcasting_objective(x, b, w):
     z = (x - b) * w.reshape((1, -1)) + tape.exp(b / 4.0)
+    z = z - z.mean(axis=1, keepdims=True)
     return tape.logsumexp(z, axis=1).sum() + (z**2).mean(axis=0).sum()
 
 
@@ -356,7 +357,7 @@ def test_entry_classes_from_numpy_match_the_compiled_ones():
     """``dispatch.classes_of`` (NumPy, for the Python paths) gives every entry the class that
     the sweeps' compiled ``entry_class`` gives it."""
     from tape.interpreter import dispatch
-    from tape.layout.columns import ALL, ONE, OTHER, ROW, SAME_SIZE
+    from tape.layout.columns import ALL, COL, ONE, OTHER, ROW, SAME_SIZE
 
     rng = np.random.default_rng(5)
     args = [rng.standard_normal((6, 5)), rng.standard_normal(5), rng.standard_normal(5)]
@@ -364,6 +365,6 @@ def test_entry_classes_from_numpy_match_the_compiled_ones():
     rows = np.arange(t.n_entries)
     got = dispatch.classes_of(t.entries, t.bufs, t.ipool, rows)
     np.testing.assert_array_equal(got, dispatch.entry_classes(t.entries, t.bufs, t.ipool, rows))
-    # same-size, one-value, whole, row and other inputs all occur
+    # same-size, one-value, whole, row, column and other inputs all occur
     inputs = {int(c) // dispatch.CLASS_BASE**k % dispatch.CLASS_BASE for c in got for k in range(3)}
-    assert inputs == {SAME_SIZE, ONE, ALL, OTHER, ROW}, inputs
+    assert inputs == {SAME_SIZE, ONE, ALL, OTHER, ROW, COL}, inputs

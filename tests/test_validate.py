@@ -364,7 +364,7 @@ def test_binary_broadcast_block():
     )
 
 
-def test_a_rows_block_must_walk_it_as_a_row():
+def test_a_rows_or_columns_block_must_walk_it_as_such():
     # (3, 4) * (4,): the kernels of the ROW class read input 1 run after run; a block that
     # walks it otherwise (here down the columns) stays inside the buffer but is refused
     st = _state(tp.record(_broadcast, np.ones((3, 4)), np.arange(4.0)))
@@ -375,6 +375,16 @@ def test_a_rows_block_must_walk_it_as_a_row():
         r"\(1, 0\)",
     )
     _load(_state(tp.record(_broadcast, np.ones((3, 4)), np.arange(4.0))))  # as recorded: fine
+    # (3, 4) * (3, 1): a column, one value per run; a block that reads its first value for
+    # every run
+    st = _state(tp.record(_broadcast, np.ones((3, 4)), np.arange(3.0).reshape(3, 1)))
+    i = _entry(st, "mul")  # [GENERAL, 2, 3, 4, strides_0 (4, 1), strides_1 (1, 0)]
+    _rejects(
+        _attr(st, i, 2 + 4, 0),
+        r"input 1 is a column of the output \(\(3, 1\) of \(3, 4\)\) but has broadcast "
+        r"strides \(0, 0\)",
+    )
+    _load(_state(tp.record(_broadcast, np.ones((3, 4)), np.arange(3.0).reshape(3, 1))))
 
 
 def test_empty_broadcast_cannot_loop_without_bound():

@@ -346,15 +346,16 @@ def generate_op(op) -> str:
                             "data, grad)")  # fmt: skip
                     entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
                     entries += _class_tangents(op, spec, cls, flags, rs, ds)
-            for cls, case in ROW_CLASSES.items():  # one input a row (tape.ops.loops)
-                row0 = case == "row0"
-                call = f"loops.binary_fwd_row({op.fwd_name}, {row0}, i, entries, bufs, ipool, data)"
+            for cls, case in ROW_CLASSES.items():  # one input a row or a column (tape.ops.loops)
+                kind, first = case[:3], case.endswith("0")
+                call = (f"loops.binary_fwd_{kind}({op.fwd_name}, {first}, i, entries, bufs, ipool, "
+                        "data)")  # fmt: skip
                 entries.append(
                     spec.entry(f"_fwd_{op.name}_c{cls}", call, FWD_ARGS, returns="np.int64(-1)")
                 )
                 if any(op.differentiable):
-                    call = (f"loops.binary_rev_row({rs}, {ds}, {row0}, i, entries, bufs, ipool, "
-                            "data, grad)")  # fmt: skip
+                    call = (f"loops.binary_rev_{kind}({rs}, {ds}, {first}, i, entries, bufs, "
+                            "ipool, data, grad)")  # fmt: skip
                     entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
         entry_fns += spec.sources + entries
         if spec.imports:

@@ -25,11 +25,13 @@ A slot holds:
 
 Each op has one slot per *entry class* (:data:`NCLS` of them, :func:`entry_class`): how each
 input compares with the output (the same size, one element, the whole input to one value, a
-row: the output's trailing shape, repeated along its leading axes; other). The sweeps compute
+row: the output's trailing shape, repeated along its leading axes; a column: the output's
+leading shape, each element repeated over a run; other). The sweeps compute
 an entry's class from the buffer table, so they stay op-agnostic; a slot holds the op's general
 kernel, or a kernel generated for that class alone where the op has one (``_fwd_mul_c0``:
-equal sizes; ``_fwd_mul_c1``: a one-element first input; ``_fwd_sub_c20``: a second input
-that is a row, as a bias; ``_fwd_sum_c2``: a full sum). A class kernel has none of the general kernel's other paths, so it compiles in a
+equal sizes; ``_fwd_mul_c1``: a one-element first input; ``_fwd_sub_c24``: a second input
+that is a row, as a bias; ``_fwd_sub_c30``: a second input that is a column;
+``_fwd_sum_c2``: a full sum). A class kernel has none of the general kernel's other paths, so it compiles in a
 fraction of the time: a tape compiles only the paths its entries take.
 
 The compiled tier calls its fused loops the same way: each loop (a unit module's ``unit``,
@@ -62,6 +64,7 @@ from tape.layout.columns import (
     B_SHAPE,
     B_SIZE,
     CLASS_BASE,
+    COL,
     E_IN0,
     E_IN1,
     E_IN2,
@@ -73,7 +76,7 @@ from tape.layout.columns import (
     SAME_SIZE,
 )
 from tape.layout.fingerprint import op_fingerprint
-from tape.ops.blocks.broadcast import is_row
+from tape.ops.blocks.broadcast import is_col, is_row
 from tape.ops.registry import OPS
 
 MAX_OPS = 256
@@ -136,7 +139,7 @@ _CLASS_BASE2 = CLASS_BASE * CLASS_BASE
 @njit(inline="always")
 def _size_class(bufs, b, n):
     """The class of input buffer ``b`` of an entry whose output has ``n`` elements, by their
-    sizes: OTHER stands for rows too (:func:`_rows_in`)."""
+    sizes: OTHER stands for rows and columns too (:func:`_rows_and_cols`)."""
     if b < 0:
         return SAME_SIZE
     s = bufs[b, B_SIZE]
@@ -150,12 +153,14 @@ def _size_class(bufs, b, n):
 
 
 @compiled_only
-def _rows_in(entries, bufs, ipool, i, cls):
+def _rows_and_cols(entries, bufs, ipool, i, cls):
     """Class ``cls`` of entry ``i`` with each OTHER input that is a row of the output (its
-    shape, less leading unit axes, is the output's trailing shape) made ROW (checked tapes:
-    the shapes lie in ``ipool``). Compiled once and called only for entries with an OTHER
-    input: inlined into :func:`entry_class`, its loops cost the sweeps 0.8 s more to
-    compile, and a call for every entry 20% more time per entry."""
+    shape, less leading unit axes, is the output's trailing shape) made ROW, and each that
+    is a column (its shape, with leading unit axes up to the output's number of axes and less
+    trailing unit axes, is the output's leading shape) made COL (checked tapes: the shapes
+    lie in ``ipool``). Compiled once and called only for entries with an OTHER input:
+    inlined into :func:`entry_class`, its loops cost the sweeps 0.8 s more to compile, and a
+    call for every entry 20% more time per entry."""
     o = entries[i, E_OUT]
     no = bufs[o, B_NDIM]
     out = bufs[o, B_SHAPE]
@@ -165,17 +170,32 @@ def _rows_in(entries, bufs, ipool, i, cls):
             b = entries[i, col]
             nb = bufs[b, B_NDIM]
             pb = bufs[b, B_SHAPE]
+            # a row: b's shape past its leading unit axes against o's last axes
             k = 0
             while k < nb and ipool[pb + k] == 1:
                 k += 1
-            rest = nb - k
-            row = rest <= no
-            for j in range(rest if row else 0):
-                if ipool[pb + k + j] != ipool[out + no - rest + j]:
-                    row = False
+            found = nb - k <= no
+            for j in range(nb - k if found else 0):
+                if ipool[pb + k + j] != ipool[out + no - (nb - k) + j]:
+                    found = False
                     break
-            if row:
+            if found:
                 cls += (ROW - OTHER) * scale
+            elif nb <= no:
+                # a column: b's shape, padded to o's axes with leading ones, against o's
+                # first axes, up to b's trailing unit axes
+                last = nb
+                while last > 0 and ipool[pb + last - 1] == 1:
+                    last -= 1
+                pad = no - nb
+                found = True
+                for j in range(pad + last):
+                    d = ipool[pb + j - pad] if j >= pad else 1
+                    if d != ipool[out + j]:
+                        found = False
+                        break
+                if found:
+                    cls += (COL - OTHER) * scale
         scale *= CLASS_BASE
     return cls
 
@@ -192,7 +212,7 @@ def entry_class(entries, bufs, ipool, i):
     c2 = _size_class(bufs, entries[i, E_IN2], n)
     cls = c0 + CLASS_BASE * c1 + _CLASS_BASE2 * c2
     if c0 == OTHER or c1 == OTHER or c2 == OTHER:
-        return _rows_in(entries, bufs, ipool, i, cls)
+        return _rows_and_cols(entries, bufs, ipool, i, cls)
     return cls
 
 
@@ -225,9 +245,9 @@ def classes_of(entries, bufs, ipool, rows):
         s = bufs[np.maximum(b, 0), B_SIZE]
         c = np.where(n == 1, WHOLE, np.where(s == 1, ONE, OTHER))
         c = np.where((b < 0) | (s == n), SAME_SIZE, c)
-        for j in np.flatnonzero((c == OTHER) & (out >= 0)):  # rows or other broadcasts
-            if is_row(_shape(bufs, ipool, b[j]), _shape(bufs, ipool, out[j])):
-                c[j] = ROW
+        for j in np.flatnonzero((c == OTHER) & (out >= 0)):  # rows, columns, other broadcasts
+            shape, of = _shape(bufs, ipool, b[j]), _shape(bufs, ipool, out[j])
+            c[j] = ROW if is_row(shape, of) else COL if is_col(shape, of) else OTHER
         cls += CLASS_BASE**k * c
     return np.where(out >= 0, cls, 0)
 

@@ -22,6 +22,7 @@ from tape.layout.columns import (
     B_SHAPE,
     B_SIZE,
     CLASS_BASE,
+    COL,
     CONST,
     E_ATTR,
     E_IN0,
@@ -343,7 +344,8 @@ def _bcast_rev_at(r, x0, x1, b0, b1, s0, s1, yr, gyr, j):
 # ---------------------------------------------------------------- binary, by entry class
 # Kernels of one entry class (tape.interpreter.dispatch.entry_class), for the cases that most
 # entries are: both inputs of the output's size (``same``), one of them a single value
-# (``one0``, ``one1``) or a row of the output (``row0``, ``row1``: a bias). Each runs the loop
+# (``one0``, ``one1``), a row of the output (``row0``, ``row1``: a bias) or a column of it
+# (``col0``, ``col1``: one value per run, as ``x - x.max(axis=1, keepdims=True)``). Each runs the loop
 # that the general kernel's path for that case runs, element for element and in the same
 # order (the same numbers), and compiles nothing else: a tape compiles only the paths its
 # entries take. They read no attribute block: the sizes and shapes (the class) say all.
@@ -600,16 +602,121 @@ def binary_rev_row(r0, r1, d0, d1, row0, i, entries, bufs, ipool, data, grad):
                 h1[j] += masked(r1(a0[j], a1[j], yr[j], gyr[j]), gyr[j])
 
 
+@_loop
+def binary_fwd_col(f, col0, i, entries, bufs, ipool, data):
+    # binary_fwd for an entry whose input 1 (input 0 where col0, a constant) is a column: its
+    # element q is one value over the output's run q (of n // s), and the other input has the
+    # output's size. The general kernel's block merges such an entry into rows of a run (the
+    # column's stride along them 0), so this runs its loop, element for element.
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x0.shape[0] if col0 else x1.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        if col0:
+            c0 = x0[q]
+            a1 = span(x1, q * m, m)
+            for j in range(m):
+                yr[j] = f(c0, a1[j])
+        else:
+            a0 = span(x0, q * m, m)
+            c1 = x1[q]
+            for j in range(m):
+                yr[j] = f(a0[j], c1)
+
+
+@_loop
+def binary_rev_col(r0, r1, d0, d1, col0, i, entries, bufs, ipool, data, grad):
+    # binary_rev for the entries of binary_fwd_col: the column's element q gets the sum of
+    # run q's contributions, added as the general kernel's rows add them (in order for runs
+    # shorter than SHORT_ROW, else in four running sums), the other input one per element.
+    # The sums are written out for each input, as in binary_rev_flat.
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    s = x0.shape[0] if col0 else x1.shape[0]
+    m = y.shape[0] // s
+    if d0 and active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            if col0:
+                c0 = x0[q]
+                a1 = span(x1, q * m, m)
+                if m < SHORT_ROW:
+                    acc = 0.0
+                    for j in range(m):
+                        acc += masked(r0(c0, a1[j], yr[j], gyr[j]), gyr[j])
+                else:
+                    p0 = p1 = p2 = p3 = 0.0
+                    j = 0
+                    while j + 4 <= m:
+                        p0 += masked(r0(c0, a1[j], yr[j], gyr[j]), gyr[j])
+                        p1 += masked(r0(c0, a1[j + 1], yr[j + 1], gyr[j + 1]), gyr[j + 1])
+                        p2 += masked(r0(c0, a1[j + 2], yr[j + 2], gyr[j + 2]), gyr[j + 2])
+                        p3 += masked(r0(c0, a1[j + 3], yr[j + 3], gyr[j + 3]), gyr[j + 3])
+                        j += 4
+                    acc = p0 + p1 + (p2 + p3)
+                    for k in range(j, m):
+                        acc += masked(r0(c0, a1[k], yr[k], gyr[k]), gyr[k])
+                g0[q] += acc
+            else:
+                a0 = span(x0, q * m, m)
+                c1 = x1[q]
+                h0 = span(g0, q * m, m)
+                for j in range(m):
+                    h0[j] += masked(r0(a0[j], c1, yr[j], gyr[j]), gyr[j])
+    if d1 and active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            if col0:
+                c0 = x0[q]
+                a1 = span(x1, q * m, m)
+                h1 = span(g1, q * m, m)
+                for j in range(m):
+                    h1[j] += masked(r1(c0, a1[j], yr[j], gyr[j]), gyr[j])
+            else:
+                a0 = span(x0, q * m, m)
+                c1 = x1[q]
+                if m < SHORT_ROW:
+                    acc = 0.0
+                    for j in range(m):
+                        acc += masked(r1(a0[j], c1, yr[j], gyr[j]), gyr[j])
+                else:
+                    p0 = p1 = p2 = p3 = 0.0
+                    j = 0
+                    while j + 4 <= m:
+                        p0 += masked(r1(a0[j], c1, yr[j], gyr[j]), gyr[j])
+                        p1 += masked(r1(a0[j + 1], c1, yr[j + 1], gyr[j + 1]), gyr[j + 1])
+                        p2 += masked(r1(a0[j + 2], c1, yr[j + 2], gyr[j + 2]), gyr[j + 2])
+                        p3 += masked(r1(a0[j + 3], c1, yr[j + 3], gyr[j + 3]), gyr[j + 3])
+                        j += 4
+                    acc = p0 + p1 + (p2 + p3)
+                    for k in range(j, m):
+                        acc += masked(r1(a0[k], c1, yr[k], gyr[k]), gyr[k])
+                g1[q] += acc
+
+
 BINARY_CLASSES = {0: "same", ONE: "one0", CLASS_BASE * ONE: "one1"}
 """The entry classes (:func:`tape.interpreter.dispatch.entry_class`) that binary ops have
 kernels of their own for: ``binary_fwd_flat``, ``binary_rev_flat``, ``binary_tan_flat`` and
 ``binary_hrev_flat`` with the one-value flags of the case (``one0``: input 0 is one value)."""
 
-ROW_CLASSES = {ROW: "row0", CLASS_BASE * ROW: "row1"}
+ROW_CLASSES = {ROW: "row0", CLASS_BASE * ROW: "row1", COL: "col0", CLASS_BASE * COL: "col1"}
 """The entry classes that binary ops have forward and reverse kernels of their own for, where
-one input is a row (``row0``: input 0) and the other has the output's size:
-``binary_fwd_row`` and ``binary_rev_row``. Their tangent and forward-over-reverse entries
-are the general kernels'."""
+one input is a row (``row0``: input 0) or a column (``col0``: input 0) and the other has the
+output's size: ``binary_fwd_row`` and ``binary_rev_row``, ``binary_fwd_col`` and
+``binary_rev_col``. Their tangent and forward-over-reverse entries are the general
+kernels'."""
 
 
 @_loop

@@ -225,8 +225,8 @@ def check_broadcast(t, i, e):
             fail(t, i, f"input {k} has broadcast strides {tuple(st)}; strides must be >= 0")
     if n_in == 2:
         # the kernels of one entry class (tape.interpreter.dispatch.entry_class) read an input
-        # of the output's size element by element, a one-element input as one value and a
-        # row of the output run after run, as the recorder's blocks say; a block that says
+        # of the output's size element by element and a one-element input as one value, as
+        # the recorder's blocks say (rows and columns: at the end); a block that says
         # otherwise is refused
         contiguous, step = [0] * nd, 1
         for ax in range(nd - 1, -1, -1):
@@ -241,14 +241,6 @@ def check_broadcast(t, i, e):
             if sk == 1 and n > 1 and any(st[ax] != 0 for ax in long):
                 fail(t, i, f"input {k} has one element but broadcast strides {tuple(st)}, "
                      "not zeros")  # fmt: skip
-            # a row (an input of the output's trailing shape; tape.layout.columns.ROW):
-            # its kernels read run after run of the output against the whole input
-            b = int(e[E_IN0 + k])
-            if 1 < sk < n and broadcast.is_row(t.shapes[b], t.shapes[out]):
-                want = broadcast.row_strides(ds, sk)
-                if want is None or any(st[ax] != want[ax] for ax in long):
-                    fail(t, i, f"input {k} is a row of the output ({t.shapes[b]} of "
-                         f"{t.shapes[out]}) but has broadcast strides {tuple(st)}")  # fmt: skip
     if n_in == 3:
         # ternary loops index each input through its full table of strided offsets
         for k, st in enumerate(strides):
@@ -258,13 +250,29 @@ def check_broadcast(t, i, e):
     # outer axes, starting at that multi-index . outer strides; along the row, element j at
     # start + j * inner stride. An input with inner stride 0 has its row start read (and,
     # reversed, its adjoint written) even when the row is empty.
-    if 0 in ds[:-1]:
-        return  # no rows at all
+    if 0 not in ds[:-1]:  # else no rows at all
+        for k, st in enumerate(strides):
+            if ds[-1]:
+                inside(t, i, f"input {k}", e[E_IN0 + k], span(ds, st))
+            if st[-1] == 0:
+                inside(t, i, f"input {k}", e[E_IN0 + k], span(ds[:-1], st[:-1]))
+    # A row (an input of the output's trailing shape; tape.layout.columns.ROW): the kernels of
+    # its entry class read run after run of the output against the whole input; a column
+    # (tape.layout.columns.COL): one value over each run. A block that walks it otherwise,
+    # inside the buffer or not, is refused.
+    long = [ax for ax in range(nd) if ds[ax] > 1]
     for k, st in enumerate(strides):
-        if ds[-1]:
-            inside(t, i, f"input {k}", e[E_IN0 + k], span(ds, st))
-        if st[-1] == 0:
-            inside(t, i, f"input {k}", e[E_IN0 + k], span(ds[:-1], st[:-1]))
+        b = int(e[E_IN0 + k])
+        sk = size(t, b)
+        if 1 < sk < n and broadcast.is_row(t.shapes[b], t.shapes[out]):
+            want, what = broadcast.row_strides(ds, sk), "row"
+        elif 1 < sk < n and broadcast.is_col(t.shapes[b], t.shapes[out]):
+            want, what = broadcast.col_strides(ds, sk, n), "column"
+        else:
+            continue
+        if want is None or any(st[ax] != want[ax] for ax in long):
+            fail(t, i, f"input {k} is a {what} of the output ({t.shapes[b]} of "
+                 f"{t.shapes[out]}) but has broadcast strides {tuple(st)}")  # fmt: skip
 
 
 ELEMENTWISE_CHECKS = {"unary": check_unary, "binary": check_broadcast, "ternary": check_broadcast}

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "5812e80b44e7ca892f76f2c8290b2d84b1d9435785a120940dbe710efa7c8c83"
+FINGERPRINT = "0ebfe071d9fb52c984b38f75fbd6230ce56b6e7fd0b79af29cd0e3633d4071f4"
 
 from numba import cuda, float64
 

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c2c7fa0a5683ada0596ace6722fb8bccb88692f86fb8aaa8b3c66af49b8a15e"
+FINGERPRINT = "6bb3b45dc2385b1589566d5630e1a9772bb829b0e2f19f150df60a9743b8af9f"
 
 import numpy as np
 from numba import njit, prange

@@ -118,6 +118,39 @@ def is_row(shape, out):
     return len(shape) <= len(out) and list(out[len(out) - len(shape) :]) == shape
 
 
+def is_col(shape, out):
+    """Whether an input of ``shape`` is a *column* of an elementwise output of shape ``out``:
+    its shape, with leading unit axes up to ``out``'s number of axes and less trailing unit
+    axes, is ``out``'s leading shape, so that each of its elements repeats over a run of
+    ``out`` (:data:`tape.layout.columns.COL`; the compiled test is
+    :func:`tape.interpreter.dispatch.entry_class`'s)."""
+    if len(shape) > len(out):
+        return False
+    shape = [1] * (len(out) - len(shape)) + list(shape)
+    while shape and shape[-1] == 1:
+        shape.pop()
+    return list(out[: len(shape)]) == shape
+
+
+def col_strides(dims, size, n):
+    """The strides that a column of ``size`` elements of an output of ``n`` has along the
+    merged axes ``dims`` of a block: 0 along the trailing axes that hold its runs of
+    ``n // size``, its elements along the rest (``None`` if no trailing axes hold exactly a
+    run)."""
+    run, ax = n // size, len(dims) - 1
+    tail = 1
+    while ax >= 0 and tail < run:
+        tail *= dims[ax]
+        ax -= 1
+    if tail != run:
+        return None
+    st, step = [0] * len(dims), 1
+    for k in range(ax, -1, -1):
+        st[k] = step
+        step *= dims[k]
+    return st
+
+
 def row_strides(dims, size):
     """The strides that a row of ``size`` elements has along the merged axes ``dims`` of a
     block: its elements along the trailing axes that hold ``size`` elements, 0 along the rest

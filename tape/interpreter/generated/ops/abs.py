@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0deae238e072dcc271a38644f82134f73241ce4c4b01a848b9b4c1e55f289559"
+FINGERPRINT = "4f1d57ccfb123dd941b2dfb426200a1435c35ca5fa65ad52c7cc1dbeb692cc28"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "709f7fa15e2d7669dcc906ceabcaa6390cb3d4c4a2280436f97283edb7098ecb"
+FINGERPRINT = "ce16686f613a4ac05f02c649ad047e44b76377cfe746bc3ae558b4fc40db974d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1a5aef2cad9a820c83ee4b172f0f88be2d4851a06ca32b9a2d18e29175fbf47e"
+FINGERPRINT = "c98c14ebb5624c30d42b8e12a9ef5f687e4ac2f879294bacb4ad0a39a6ec2794"
 
 import numpy as np
 

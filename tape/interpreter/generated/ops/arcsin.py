@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "28bc251ac2cabe727b02bfee3b5c582667465bdfbc3f1314f7c1b14d89f1786d"
+FINGERPRINT = "1df3eadc658dfc412cf5d1ed22d03c657d0b001bec2071a49e36de7ecda29d0c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "070a32979d5ff1aa704cbe2420981ee61c23e6883ef6668b0c93aa68d69279cb"
+FINGERPRINT = "d629abc063a776bea4cda1b9daadf36bf2eb0d2c3006b093f4ba1adc68cb2fdf"
 
 import numpy as np
 

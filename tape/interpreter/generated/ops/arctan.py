@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "23b7a4376afc8718fb042a192818d2e037dac747c02f57fff2eb0750209ec651"
+FINGERPRINT = "12bde34c7b68bc0e85c8303b0d332ee3e4ca0500b108604eca80173709a86e67"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "47fd3a16f4aba064978543fbc448f9389914f1ab42c9f7f6e74685d05cf0ca6b"
+FINGERPRINT = "b066280afa00e05fda3ff5ed7f8f455a43ed1c6c120c2f2754717f029cca0508"
 
 import numpy as np
 

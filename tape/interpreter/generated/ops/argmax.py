@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "61cb39232b067f8e3e4ebb3c97b18acd32d3f15f5c0e90e14f7d3c9e38b096cb"
+FINGERPRINT = "2e39a0b3732c1c5699ca6390ff42141b825c27aa594a2aae59626414819c99aa"
 
 import numpy as np
 

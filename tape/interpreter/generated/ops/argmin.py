@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "253a5a40be5b4dc0f520ea8c74cdd79844ca9e53b0f804b9e418612dde585aa1"
+FINGERPRINT = "8b828d5548ebd0c5cd0b5ce0a1c9332d7cc0fbb6d38fd8e14b601ccb5f397626"
 
 import numpy as np
 

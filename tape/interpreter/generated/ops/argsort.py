@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6735e8ea1afc5046a5bd4016a4b93e899c6a89a92f619af6cc9424630d0dafb6"
+FINGERPRINT = "80e07b7c5625f01fcbb59176843dd77708fc38c8e9be78db1236664fef179dd6"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "79e6a2d13e6a3b31db8a2136efa6e67641e2243763593c7e1ee5d7b4bcb55237"
+FINGERPRINT = "a8a870332a617e208b0e36c19acd63b6655b57537abfc946bc05e4eee439a11b"
 
 import numpy as np
 

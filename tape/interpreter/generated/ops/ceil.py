@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "093281e52c2badabb39773fbdf086f198f02b34625ad35ead80434731e30b5d9"
+FINGERPRINT = "c904db6e23ac7de9e80849e2d728eb71b4287e436b20954b12f78efbe5764447"
 
 import numpy as np
 

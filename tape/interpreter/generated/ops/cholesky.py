@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "100ea6beef5f4230927b350d50b3fa19d327541d4855fc0e99156647ceb3d6ed"
+FINGERPRINT = "10d3f7e1109838fed2b3dc2016e66a9583416f3744fa5dbc141f8302aff03386"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98e628e783247cfd7dee5b417b7ec1f3bc437a6323e98406d157d5f1a44cda73"
+FINGERPRINT = "fa7093c67de881549d829621f91fa2a90a8f16615c34e82ca931e46bbfa7cf44"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4b448a63321bc4ff8e45bae9c4a534dc671c3616252da81560d81c3469bae88"
+FINGERPRINT = "524c6326bba0bc5fefc21e32f57d78c0cd3133ddf3e31d64754bb8d42091057c"
 
 import numpy as np
 

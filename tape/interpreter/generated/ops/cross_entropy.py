@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "efdf0e466b17c514312e275f1a78a26fdba83ad7ba599d1bfdfe6d4d53822896"
+FINGERPRINT = "91ec75fa1977349536dff3af4af8fd79e638b58e44a8e7181a1beab261f6c58b"
 
 import numpy as np
 

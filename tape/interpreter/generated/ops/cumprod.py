@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "948044d4de3512a085397e46548559bf1256e09146b5605e53f547bc73ab8726"
+FINGERPRINT = "c06bfdeefded05a36a91902ebd917533db5ce04d8ee392e9c361f5723dd04683"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f9297e863760a7a8f58f4fb4b2f1f8fd5e3511148515a67b530c10ee77d1aa92"
+FINGERPRINT = "d4ddd86c10b9521c52f30a8443a67a960246b29e7bcd98a5fd8c62ab7c9c85c2"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf2b5d9e91aac7dc7ba3b8471b823394811609aa2eae8a6e4269dfd04548efbf"
+FINGERPRINT = "08900d1b90cc66c9ce6572d83eece532aa276527f8c664cc676f86b3a764654c"
 
 import numpy as np
 

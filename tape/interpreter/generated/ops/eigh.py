@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ebf9b966be3a2fec56734d230ea3b1f3d7938eb469de11a259cc065d5f95dd69"
+FINGERPRINT = "18998a7922b1cc646cfa68cdde50ce5ec2cc9d701cc3bd6c52896b4ef8453a59"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e1f5e45f1b236d204db48a522aeff78f88f2244009560aa1e3edd16ee44da422"
+FINGERPRINT = "0c779297c0dc7d5c17c66bb7e6aeec385033460b427a945d0f05dddb09d38ba4"
 
 import numpy as np
 

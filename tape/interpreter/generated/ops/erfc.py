@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "301343e42714486121fd9b8cad38943a84de2c4bb73656a54eb7e3898ac3426b"
+FINGERPRINT = "c30e0319658b7fa89009cb1c9ef3408a1bb14c88cd6325246dea8788aa7f2588"
 
 import numpy as np
 

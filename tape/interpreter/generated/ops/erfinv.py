@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "55756374c1748d15b7b4668252a809afd38b739ff8e53fdd95b7117f16d7dc8a"
+FINGERPRINT = "f382fcbb3016d79262fb413eb88bc462d6c4648a426619358a17ef083e38614e"
 
 import numpy as np
 

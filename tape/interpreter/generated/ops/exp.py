@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eda5af7ea5a36e55f0136cd42606cae2f348ce6cd7f1ae9be247870c7efca753"
+FINGERPRINT = "b4f6e128d65e77dabb3dfb42b7e5bb5047d5529c41cd8b5a71c3942a3813a60b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5205d1ec01f1bd4f9b08cd62b03b837ed33bf39251e5a4ca71546a2200f60c4f"
+FINGERPRINT = "9cadf1ce1522f392c9c88d49f53f839df09c77d788b16607a541f2088042b4db"
 
 import numpy as np
 

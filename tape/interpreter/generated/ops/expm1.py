@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bcbbcaf1c66a45632876814424660ca94800fd7cca2b7f01a3683d9c1efe6375"
+FINGERPRINT = "13995092044edbe7504c106065f968f7276a55327348003e9b87442daf5b6fcf"
 
 import numpy as np
 

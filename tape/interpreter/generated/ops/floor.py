@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0ab5ee7df0100ca655c78c3f0b1f1c6ffb1745b953c4811b7cc11d5a805dc83b"
+FINGERPRINT = "3ff9146d5c3ed87f9fc80bb65f74e47f95ea76ae27faa8c77716706499cdd120"
 
 import numpy as np
 

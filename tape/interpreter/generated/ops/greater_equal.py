@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "481adcc3da8f869120bc330c5d0aa91749d52b2767eedbc9f81e6ef7662a8456"
+FINGERPRINT = "eea043767b4966c4a6fcef8ba3c7ec8031fac8b9d4e32cc5bdc3e1d67ea95c2f"
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def _fwd_greater_equal_c1(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _fwd_greater_equal_c5(i, entries, bufs, ipool, data):
+def _fwd_greater_equal_c6(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -104,7 +104,7 @@ def _fwd_greater_equal_c4(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _fwd_greater_equal_c20(i, entries, bufs, ipool, data):
+def _fwd_greater_equal_c24(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -115,4 +115,36 @@ def _fwd_greater_equal_c20(i, entries, bufs, ipool, data):
         a1 = x1
         for j in range(s):
             yr[j] = greater_equal_fwd(a0[j], a1[j])
+    return np.int64(-1)
+
+
+@op_kernel
+def _fwd_greater_equal_c5(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x0.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        c0 = x0[q]
+        a1 = span(x1, q * m, m)
+        for j in range(m):
+            yr[j] = greater_equal_fwd(c0, a1[j])
+    return np.int64(-1)
+
+
+@op_kernel
+def _fwd_greater_equal_c30(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x1.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        a0 = span(x0, q * m, m)
+        c1 = x1[q]
+        for j in range(m):
+            yr[j] = greater_equal_fwd(a0[j], c1)
     return np.int64(-1)

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bd022a5786f89887de74f59b3336340d0015511dc20535d7b4aaa975c9d97228"
+FINGERPRINT = "5bb885e0bebf9aa218f591cc17caf83c5e4f525e365b5455a2db3c37026f7ee0"
 
 import numpy as np
 

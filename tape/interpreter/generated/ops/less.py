@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc44e00a7151893abb5cd7c74d648b9d409c612e6d570e377c6481f91e9b0599"
+FINGERPRINT = "aef88f11faed734e7f1899c51220426de081df9e3bbdcbc34733681a0aa08751"
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def _fwd_less_c1(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _fwd_less_c5(i, entries, bufs, ipool, data):
+def _fwd_less_c6(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -104,7 +104,7 @@ def _fwd_less_c4(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _fwd_less_c20(i, entries, bufs, ipool, data):
+def _fwd_less_c24(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -115,4 +115,36 @@ def _fwd_less_c20(i, entries, bufs, ipool, data):
         a1 = x1
         for j in range(s):
             yr[j] = less_fwd(a0[j], a1[j])
+    return np.int64(-1)
+
+
+@op_kernel
+def _fwd_less_c5(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x0.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        c0 = x0[q]
+        a1 = span(x1, q * m, m)
+        for j in range(m):
+            yr[j] = less_fwd(c0, a1[j])
+    return np.int64(-1)
+
+
+@op_kernel
+def _fwd_less_c30(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x1.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        a0 = span(x0, q * m, m)
+        c1 = x1[q]
+        for j in range(m):
+            yr[j] = less_fwd(a0[j], c1)
     return np.int64(-1)

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0aac4db26913b6614deea545e702a48037e99ce223880030c130e2f305dfba0e"
+FINGERPRINT = "7bf7636e9745effc50aadd7d95e1635b0a889e1cb2f949e8df4edba9f55de0f0"
 
 import numpy as np
 

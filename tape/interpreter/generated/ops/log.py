@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d06f3e0eb0dc14a59d5a5fadf72f6371612525847286a906a019c353fa7d1808"
+FINGERPRINT = "0e02920ab95091ef2c5f7ed675027dc20af4752aca73635c61e6b71f032a5856"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4dcb055770321298c9d52ee03ed186c1fb27dd39efbc0a4aa66cb18b990005e4"
+FINGERPRINT = "242e1787ad60479dc20296d14495dc79d8d4289daf371a19fdbb4c417f499695"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b8cf089ee301803be17f6571d41d0f4933a14ded5ec05c394a6255fb8844249"
+FINGERPRINT = "7f480f045fb704f7de01e90375d12c79622b5f4dd6f205e1512857c9143842bb"
 
 import numpy as np
 

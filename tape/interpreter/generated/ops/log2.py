@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ecacd4e3d5e5fd08d27f0681abc66609c1787819a8213e9e9bc794667067dcc7"
+FINGERPRINT = "32f4032ba72c15f58c3d202a9947ad83984fa706110382755ae5a1e53c83b7ff"
 
 import numpy as np
 

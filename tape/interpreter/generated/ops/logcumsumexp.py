@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2ef96f1e5739355835a7bf95d383e2de8c91117037c7f551d08068aa62b4d6a2"
+FINGERPRINT = "29e70b861eafd7fa91da0d952f1af6cf7419c62df9f5151d3517f7cba10e430d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d402a85735768d69fe95d2f452b9b56c3092b65f00b645ac313f5dfdc8f68e6d"
+FINGERPRINT = "b0648113b87a0d81afa2eb256d3fc27427b4570037809edcd0f06dd12b5098d1"
 
 import numpy as np
 

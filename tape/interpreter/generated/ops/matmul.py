@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "692afbd6a5a667bb817f13c05e0494dba17d41f6201e3123b20af75fa2428092"
+FINGERPRINT = "89805b60f3463b873c7cf6329d3b9529945ddc771c38f821d9ccaf8a8ccb53d5"
 
 import numpy as np
 

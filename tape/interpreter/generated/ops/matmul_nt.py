@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7445a7a66d68b27b2010ffc243e9c7ae40bfe8d120cfa928b5db93a6c4c0e68e"
+FINGERPRINT = "3540fd810626b7b47549f930e5c1aa5f91d574ab22713b5e9285aeb5a42ccbfc"
 
 import numpy as np
 

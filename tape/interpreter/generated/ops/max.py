@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f4aa79b93e1ebbd454ad65d5ed35b2e15b328ba55199f7983dd7f0c89da3255a"
+FINGERPRINT = "2b5c8f3bbcdbb1c1c4bab0283cdff2acd4597e284684af1049035b1f45d5c231"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b3dc2c452d359deaa2a4836268fbd878056d8ba6b42cdd102b71d1039e7a084a"
+FINGERPRINT = "2e4b917a0dc6342f57ab3ddec916e62c02cbca23784a61eaaa36282c31025573"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5fad333d7efa554dbafb4230a019dd3bc9f1b1ab0012367d161ccb215dc57c61"
+FINGERPRINT = "34c1a4723959e7c3cc09df6e5b57f507719373ec0a88f542f8c47994be1a0cc9"
 
 import numpy as np
 
@@ -730,7 +730,7 @@ def _hrev_mul_c1(i, entries, bufs, ipool, data, grad, T, GT):
 
 
 @op_kernel
-def _fwd_mul_c5(i, entries, bufs, ipool, data):
+def _fwd_mul_c6(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -742,7 +742,7 @@ def _fwd_mul_c5(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _rev_mul_c5(i, entries, bufs, ipool, data, grad):
+def _rev_mul_c6(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -775,7 +775,7 @@ def _rev_mul_c5(i, entries, bufs, ipool, data, grad):
 
 
 @op_kernel
-def _tan_mul_c5(i, entries, bufs, ipool, data, T):
+def _tan_mul_c6(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -811,7 +811,7 @@ def _tan_mul_c5(i, entries, bufs, ipool, data, T):
 
 
 @op_kernel
-def _hrev_mul_c5(i, entries, bufs, ipool, data, grad, T, GT):
+def _hrev_mul_c6(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -931,7 +931,7 @@ def _rev_mul_c4(i, entries, bufs, ipool, data, grad):
 
 
 @op_kernel
-def _fwd_mul_c20(i, entries, bufs, ipool, data):
+def _fwd_mul_c24(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -946,7 +946,7 @@ def _fwd_mul_c20(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _rev_mul_c20(i, entries, bufs, ipool, data, grad):
+def _rev_mul_c24(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -975,3 +975,129 @@ def _rev_mul_c20(i, entries, bufs, ipool, data, grad):
             h1 = g1
             for j in range(s):
                 h1[j] += masked(mul_rev1(a0[j], a1[j], yr[j], gyr[j]), gyr[j])
+
+
+@op_kernel
+def _fwd_mul_c5(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x0.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        c0 = x0[q]
+        a1 = span(x1, q * m, m)
+        for j in range(m):
+            yr[j] = mul_fwd(c0, a1[j])
+    return np.int64(-1)
+
+
+@op_kernel
+def _rev_mul_c5(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    s = x0.shape[0]
+    m = y.shape[0] // s
+    if active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            c0 = x0[q]
+            a1 = span(x1, q * m, m)
+            if m < SHORT_ROW:
+                acc = 0.0
+                for j in range(m):
+                    acc += masked(mul_rev0(c0, a1[j], yr[j], gyr[j]), gyr[j])
+            else:
+                p0 = p1 = p2 = p3 = 0.0
+                j = 0
+                while j + 4 <= m:
+                    p0 += masked(mul_rev0(c0, a1[j], yr[j], gyr[j]), gyr[j])
+                    p1 += masked(mul_rev0(c0, a1[j + 1], yr[j + 1], gyr[j + 1]), gyr[j + 1])
+                    p2 += masked(mul_rev0(c0, a1[j + 2], yr[j + 2], gyr[j + 2]), gyr[j + 2])
+                    p3 += masked(mul_rev0(c0, a1[j + 3], yr[j + 3], gyr[j + 3]), gyr[j + 3])
+                    j += 4
+                acc = p0 + p1 + (p2 + p3)
+                for k in range(j, m):
+                    acc += masked(mul_rev0(c0, a1[k], yr[k], gyr[k]), gyr[k])
+            g0[q] += acc
+    if active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            c0 = x0[q]
+            a1 = span(x1, q * m, m)
+            h1 = span(g1, q * m, m)
+            for j in range(m):
+                h1[j] += masked(mul_rev1(c0, a1[j], yr[j], gyr[j]), gyr[j])
+
+
+@op_kernel
+def _fwd_mul_c30(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x1.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        a0 = span(x0, q * m, m)
+        c1 = x1[q]
+        for j in range(m):
+            yr[j] = mul_fwd(a0[j], c1)
+    return np.int64(-1)
+
+
+@op_kernel
+def _rev_mul_c30(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    s = x1.shape[0]
+    m = y.shape[0] // s
+    if active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            a0 = span(x0, q * m, m)
+            c1 = x1[q]
+            h0 = span(g0, q * m, m)
+            for j in range(m):
+                h0[j] += masked(mul_rev0(a0[j], c1, yr[j], gyr[j]), gyr[j])
+    if active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            a0 = span(x0, q * m, m)
+            c1 = x1[q]
+            if m < SHORT_ROW:
+                acc = 0.0
+                for j in range(m):
+                    acc += masked(mul_rev1(a0[j], c1, yr[j], gyr[j]), gyr[j])
+            else:
+                p0 = p1 = p2 = p3 = 0.0
+                j = 0
+                while j + 4 <= m:
+                    p0 += masked(mul_rev1(a0[j], c1, yr[j], gyr[j]), gyr[j])
+                    p1 += masked(mul_rev1(a0[j + 1], c1, yr[j + 1], gyr[j + 1]), gyr[j + 1])
+                    p2 += masked(mul_rev1(a0[j + 2], c1, yr[j + 2], gyr[j + 2]), gyr[j + 2])
+                    p3 += masked(mul_rev1(a0[j + 3], c1, yr[j + 3], gyr[j + 3]), gyr[j + 3])
+                    j += 4
+                acc = p0 + p1 + (p2 + p3)
+                for k in range(j, m):
+                    acc += masked(mul_rev1(a0[k], c1, yr[k], gyr[k]), gyr[k])
+            g1[q] += acc

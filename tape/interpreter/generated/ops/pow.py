@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f4dd4083212d63e87561c9deb0058d73fd640a21b764d0f6c466fbc9bdfded51"
+FINGERPRINT = "2afaa5fa6e5b1df6cf197f5ee780b2b7dce43b9d5ab4624b48fd85c32071fbec"
 
 import numpy as np
 
@@ -734,7 +734,7 @@ def _hrev_pow_c1(i, entries, bufs, ipool, data, grad, T, GT):
 
 
 @op_kernel
-def _fwd_pow_c5(i, entries, bufs, ipool, data):
+def _fwd_pow_c6(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -746,7 +746,7 @@ def _fwd_pow_c5(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _rev_pow_c5(i, entries, bufs, ipool, data, grad):
+def _rev_pow_c6(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -779,7 +779,7 @@ def _rev_pow_c5(i, entries, bufs, ipool, data, grad):
 
 
 @op_kernel
-def _tan_pow_c5(i, entries, bufs, ipool, data, T):
+def _tan_pow_c6(i, entries, bufs, ipool, data, T):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -815,7 +815,7 @@ def _tan_pow_c5(i, entries, bufs, ipool, data, T):
 
 
 @op_kernel
-def _hrev_pow_c5(i, entries, bufs, ipool, data, grad, T, GT):
+def _hrev_pow_c6(i, entries, bufs, ipool, data, grad, T, GT):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -935,7 +935,7 @@ def _rev_pow_c4(i, entries, bufs, ipool, data, grad):
 
 
 @op_kernel
-def _fwd_pow_c20(i, entries, bufs, ipool, data):
+def _fwd_pow_c24(i, entries, bufs, ipool, data):
     x0 = view(bufs, data, entries[i, E_IN0])
     x1 = view(bufs, data, entries[i, E_IN1])
     y = view(bufs, data, entries[i, E_OUT])
@@ -950,7 +950,7 @@ def _fwd_pow_c20(i, entries, bufs, ipool, data):
 
 
 @op_kernel
-def _rev_pow_c20(i, entries, bufs, ipool, data, grad):
+def _rev_pow_c24(i, entries, bufs, ipool, data, grad):
     a = entries[i, E_IN0]
     b = entries[i, E_IN1]
     o = entries[i, E_OUT]
@@ -979,3 +979,129 @@ def _rev_pow_c20(i, entries, bufs, ipool, data, grad):
             h1 = g1
             for j in range(s):
                 h1[j] += masked(pow_rev1(a0[j], a1[j], yr[j], gyr[j]), gyr[j])
+
+
+@op_kernel
+def _fwd_pow_c5(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x0.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        c0 = x0[q]
+        a1 = span(x1, q * m, m)
+        for j in range(m):
+            yr[j] = pow_fwd(c0, a1[j])
+    return np.int64(-1)
+
+
+@op_kernel
+def _rev_pow_c5(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    s = x0.shape[0]
+    m = y.shape[0] // s
+    if active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            c0 = x0[q]
+            a1 = span(x1, q * m, m)
+            if m < SHORT_ROW:
+                acc = 0.0
+                for j in range(m):
+                    acc += masked(pow_rev0(c0, a1[j], yr[j], gyr[j]), gyr[j])
+            else:
+                p0 = p1 = p2 = p3 = 0.0
+                j = 0
+                while j + 4 <= m:
+                    p0 += masked(pow_rev0(c0, a1[j], yr[j], gyr[j]), gyr[j])
+                    p1 += masked(pow_rev0(c0, a1[j + 1], yr[j + 1], gyr[j + 1]), gyr[j + 1])
+                    p2 += masked(pow_rev0(c0, a1[j + 2], yr[j + 2], gyr[j + 2]), gyr[j + 2])
+                    p3 += masked(pow_rev0(c0, a1[j + 3], yr[j + 3], gyr[j + 3]), gyr[j + 3])
+                    j += 4
+                acc = p0 + p1 + (p2 + p3)
+                for k in range(j, m):
+                    acc += masked(pow_rev0(c0, a1[k], yr[k], gyr[k]), gyr[k])
+            g0[q] += acc
+    if active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            c0 = x0[q]
+            a1 = span(x1, q * m, m)
+            h1 = span(g1, q * m, m)
+            for j in range(m):
+                h1[j] += masked(pow_rev1(c0, a1[j], yr[j], gyr[j]), gyr[j])
+
+
+@op_kernel
+def _fwd_pow_c30(i, entries, bufs, ipool, data):
+    x0 = view(bufs, data, entries[i, E_IN0])
+    x1 = view(bufs, data, entries[i, E_IN1])
+    y = view(bufs, data, entries[i, E_OUT])
+    s = x1.shape[0]
+    m = y.shape[0] // s
+    for q in range(s):
+        yr = span(y, q * m, m)
+        a0 = span(x0, q * m, m)
+        c1 = x1[q]
+        for j in range(m):
+            yr[j] = pow_fwd(a0[j], c1)
+    return np.int64(-1)
+
+
+@op_kernel
+def _rev_pow_c30(i, entries, bufs, ipool, data, grad):
+    a = entries[i, E_IN0]
+    b = entries[i, E_IN1]
+    o = entries[i, E_OUT]
+    x0 = view(bufs, data, a)
+    x1 = view(bufs, data, b)
+    y = view(bufs, data, o)
+    gy = view(bufs, grad, o)
+    s = x1.shape[0]
+    m = y.shape[0] // s
+    if active(bufs, a):
+        g0 = view(bufs, grad, a)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            a0 = span(x0, q * m, m)
+            c1 = x1[q]
+            h0 = span(g0, q * m, m)
+            for j in range(m):
+                h0[j] += masked(pow_rev0(a0[j], c1, yr[j], gyr[j]), gyr[j])
+    if active(bufs, b):
+        g1 = view(bufs, grad, b)
+        for q in range(s):
+            yr = span(y, q * m, m)
+            gyr = span(gy, q * m, m)
+            a0 = span(x0, q * m, m)
+            c1 = x1[q]
+            if m < SHORT_ROW:
+                acc = 0.0
+                for j in range(m):
+                    acc += masked(pow_rev1(a0[j], c1, yr[j], gyr[j]), gyr[j])
+            else:
+                p0 = p1 = p2 = p3 = 0.0
+                j = 0
+                while j + 4 <= m:
+                    p0 += masked(pow_rev1(a0[j], c1, yr[j], gyr[j]), gyr[j])
+                    p1 += masked(pow_rev1(a0[j + 1], c1, yr[j + 1], gyr[j + 1]), gyr[j + 1])
+                    p2 += masked(pow_rev1(a0[j + 2], c1, yr[j + 2], gyr[j + 2]), gyr[j + 2])
+                    p3 += masked(pow_rev1(a0[j + 3], c1, yr[j + 3], gyr[j + 3]), gyr[j + 3])
+                    j += 4
+                acc = p0 + p1 + (p2 + p3)
+                for k in range(j, m):
+                    acc += masked(pow_rev1(a0[k], c1, yr[k], gyr[k]), gyr[k])
+            g1[q] += acc

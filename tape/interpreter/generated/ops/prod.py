@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8732c8ed2a581c7f80ed61b8eec29d38adf216c0a74c9579e3563e585ea60141"
+FINGERPRINT = "a9ef153466092bfd4e06ecb9e16ff0ec6ca1361e58716c8f6c14b7f64817718a"
 
 import numpy as np
 

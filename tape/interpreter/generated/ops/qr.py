@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a3848810306e5d7a2ab202824bb4e9cfa1cb80705050157694f18db45a473355"
+FINGERPRINT = "a014dc8e8722618e642ad34f6eb83b9f27cf95a70ac5301377477ed974916de7"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "42257433567a84c6c9b6065ee289c9b3fdca9f0fb11fdfc7da034df15503b837"
+FINGERPRINT = "21bd061242a2b1e101151ce9b85095c9ddedebe686e9d94937335c6313525f0a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6a46847e5449e0ec600671144681ab4bd49b6edd764522c5188a2ef0f8b16a0e"
+FINGERPRINT = "7c927d5b94902e94c5e679b94d9fc74870d0d88ad9206494c6bd0a9c59dcf206"
 
 import numpy as np
 

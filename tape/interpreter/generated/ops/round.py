@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f063b7e06edc6e2405b4b91c95e72ef4055d9b162a285d741b241669ce274750"
+FINGERPRINT = "1749b0793de13ccb7108a4991c3c05c4b02897e4a352bccfe5fef33a0542abff"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "83dc2971c483e4e69f92fcce127352bbb7e47e56e72c8ec39671ed20103275d2"
+FINGERPRINT = "0c70545edd40faa48608fa1ca31fbebb6a0a502d63ecd2231542336c21c094fe"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f2cd2d71070209c70d582d4242a96625ad847b6551ff0b6bdb577cf9ed85d9f9"
+FINGERPRINT = "a3bf9e78c11b7147f5aaec5edf0bfb621212d133881198299637f14f170e282e"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f4dc4f7577249d88783313fbf2554fb4d14d059506b6d5d9bea9a1658907fd75"
+FINGERPRINT = "fdb9d3192b0b042259b26d68ffc239dd8256ef8e28da0e15245f757edae8136d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "42c79fc72d8a8a9f8b9ccd312c1fece8404017b1f62d4df3c30fcd08c59162d0"
+FINGERPRINT = "5fd55d8f05091b67bd2267a71dcadf2f91bfb9187bf6be78670a212e83639fe0"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "098ea5142deb21760b9016093ae49100819b3e72cfa983d3f0b4e7c4f363a4df"
+FINGERPRINT = "bdb00b45217da78cb19caea3e4a8732ad92d59df0289dbcf027446324e048ed0"
 
 import numpy as np
 

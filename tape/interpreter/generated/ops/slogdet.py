@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0d8e3a3930e3689ff991259a98e3499fdd431d970ee7e20929a94272578fcccf"
+FINGERPRINT = "07c3bf48d167ec505a2e2bc47164d449e06ae2ba3b461852b992e30c573db588"
 
 import numpy as np
 

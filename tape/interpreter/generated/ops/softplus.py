@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "942dfaf49c0904acea09ea0a7c8e392ce586911794ee20343ddf619bb6902108"
+FINGERPRINT = "cb1cd4309116e20766fd6b96f8c0feba6d9f1f51646376e2ff45cc04a3f4aa4d"
 
 import numpy as np
 

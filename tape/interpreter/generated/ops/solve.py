@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fcc7e89d395fcfdb06311545e68c02d565f55109e4b347d7ffbadd38b441d152"
+FINGERPRINT = "87b8b51988a524b7c20175946bc8a6e8c97380ea7b12b0133dbe53f3c6098397"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2f27d49933e2fe0e49e7a249e2442c721b4255de7615d0c6d0e2d3525de29415"
+FINGERPRINT = "53811ec4049b93cc8e17e039f131c2cd82063e0cbf0ac9588c444676a3d737df"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "037e207df05cb3fa4155cc14f773c3aebfc88e4b9109c12a0147ed67bf91ee08"
+FINGERPRINT = "1f2ebfbfcd04a648c65958831e54fecc36ef1a4e2fa3878da25bfd560283e1d1"
 
 import numpy as np
 

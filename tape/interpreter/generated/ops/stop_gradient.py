@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf7795ef7b98c807b375cc71a6d9ab1ac79b57014ca0d770c22183f4bda8b97c"
+FINGERPRINT = "32c1b2e2f42eccc62517bbbd8daff4bc97d50dab6cf5aaabedb299b58af088bd"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "53762c3087e37506a1118980b5a469a885ce76370f278ed2aa2c5650588721aa"
+FINGERPRINT = "12c3cfa183c423612ec424f49f6577d3efc970e9a69de661b6e8144bbca53b4f"
 
 import numpy as np
 

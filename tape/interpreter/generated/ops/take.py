@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5d91434452ee9b649b8da7a7353657cbf11fff8b222efa0ffd8a8210e7fd5c71"
+FINGERPRINT = "de6d13550ba0115d6ab9fca7fbe2b59e90a71f61e73347d93d619d948871f386"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "472fdcdd4cfa221c76d75956f66b7ace2f31c0832cb6dbac20dec6ab3683f231"
+FINGERPRINT = "55b198e20b7eb5095e57bc6520b1ec168fc8d367980085e6e204ead75cddfc01"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e08b4d4a19f158c2ed69c25716e79d3f5d7000408fb873fe6975dabcefff24e7"
+FINGERPRINT = "e13d7052deb740664d1a943403b675b2ebd64cf13fac42e99f70518ed6c44277"
 
 import numpy as np
 
