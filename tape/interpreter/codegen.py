@@ -331,32 +331,20 @@ def generate_op(op) -> str:
             entries.append(spec.entry(f"_rev_{op.name}", rev_call, REV_ARGS))
             entries += _elementwise_derivatives(op, spec)
         if n == 2:  # kernels of one entry class each (tape.ops.loops.BINARY_CLASSES)
-            from tape.ops.loops import BINARY_CLASSES, ROW_CLASSES
+            from tape.ops.loops import BINARY_CLASSES
 
-            for cls, case in BINARY_CLASSES.items():
-                flags = f"{case == 'one0'}, {case == 'one1'}"  # which input is one value
-                call = (
-                    f"loops.binary_fwd_flat({op.fwd_name}, {flags}, i, entries, bufs, ipool, data)"
-                )
+            for cls, (loops_of, flags) in BINARY_CLASSES.items():
+                call = (f"loops.binary_fwd_{loops_of}({op.fwd_name}, {flags}, i, entries, bufs, "
+                        "ipool, data)")  # fmt: skip
                 entries.append(
                     spec.entry(f"_fwd_{op.name}_c{cls}", call, FWD_ARGS, returns="np.int64(-1)")
                 )
                 if any(op.differentiable):
-                    call = (f"loops.binary_rev_flat({rs}, {ds}, {flags}, i, entries, bufs, ipool, "
-                            "data, grad)")  # fmt: skip
-                    entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
-                    entries += _class_tangents(op, spec, cls, flags, rs, ds)
-            for cls, case in ROW_CLASSES.items():  # one input a row or a column (tape.ops.loops)
-                kind, first = case[:3], case.endswith("0")
-                call = (f"loops.binary_fwd_{kind}({op.fwd_name}, {first}, i, entries, bufs, ipool, "
-                        "data)")  # fmt: skip
-                entries.append(
-                    spec.entry(f"_fwd_{op.name}_c{cls}", call, FWD_ARGS, returns="np.int64(-1)")
-                )
-                if any(op.differentiable):
-                    call = (f"loops.binary_rev_{kind}({rs}, {ds}, {first}, i, entries, bufs, "
+                    call = (f"loops.binary_rev_{loops_of}({rs}, {ds}, {flags}, i, entries, bufs, "
                             "ipool, data, grad)")  # fmt: skip
                     entries.append(spec.entry(f"_rev_{op.name}_c{cls}", call, REV_ARGS))
+                    if loops_of == "flat":  # rows' and columns': the general kernels
+                        entries += _class_tangents(op, spec, cls, flags, rs, ds)
         entry_fns += spec.sources + entries
         if spec.imports:
             imports.insert(0, f"from tape.ops.loops import {', '.join(sorted(spec.imports))}")

@@ -706,16 +706,20 @@ def binary_rev_col(r0, r1, d0, d1, col0, i, entries, bufs, ipool, data, grad):
                 g1[q] += acc
 
 
-BINARY_CLASSES = {0: "same", ONE: "one0", CLASS_BASE * ONE: "one1"}
+BINARY_CLASSES = {
+    0: ("flat", "False, False"),  # equal sizes
+    ONE: ("flat", "True, False"),  # input 0 one value
+    CLASS_BASE * ONE: ("flat", "False, True"),  # input 1 one value
+    ROW: ("row", "True"),  # input 0 a row, input 1 of the output's size
+    CLASS_BASE * ROW: ("row", "False"),
+    COL: ("col", "True"),  # input 0 a column, input 1 of the output's size
+    CLASS_BASE * COL: ("col", "False"),
+}
 """The entry classes (:func:`tape.interpreter.dispatch.entry_class`) that binary ops have
-kernels of their own for: ``binary_fwd_flat``, ``binary_rev_flat``, ``binary_tan_flat`` and
-``binary_hrev_flat`` with the one-value flags of the case (``one0``: input 0 is one value)."""
-
-ROW_CLASSES = {ROW: "row0", CLASS_BASE * ROW: "row1", COL: "col0", CLASS_BASE * COL: "col1"}
-"""The entry classes that binary ops have forward and reverse kernels of their own for, where
-one input is a row (``row0``: input 0) or a column (``col0``: input 0) and the other has the
-output's size: ``binary_fwd_row`` and ``binary_rev_row``, ``binary_fwd_col`` and
-``binary_rev_col``. Their tangent and forward-over-reverse entries are the general
+kernels of their own for: ``class: (loops, flags)``, the kernels ``binary_fwd_<loops>`` and
+``binary_rev_<loops>`` called with the class's constant flags (which input is one value, a
+row or a column). The ``flat`` classes also have their tangent and forward-over-reverse
+entries (``binary_tan_flat``, ``binary_hrev_flat``); rows' and columns' are the general
 kernels'."""
 
 

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "0ebfe071d9fb52c984b38f75fbd6230ce56b6e7fd0b79af29cd0e3633d4071f4"
+FINGERPRINT = "fa937059452117bfaf447dd336964fef77b22ef5663a6cb2a9270c1e2725eae0"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4f1d57ccfb123dd941b2dfb426200a1435c35ca5fa65ad52c7cc1dbeb692cc28"
+FINGERPRINT = "3437c31cc02462f9e884b4288a3725f282416edb71264e7e5b4cece199e9872b"
 
 import numpy as np
 

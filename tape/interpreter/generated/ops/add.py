@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cc9e3474754f1a2bf47a996fa8985f929ff54a56bbd6da346007bbf312d17be4"
+FINGERPRINT = "002c296f14876850bf63fc4e2b8326d359ac5c0c4296568b634db87b61c21f48"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ce16686f613a4ac05f02c649ad047e44b76377cfe746bc3ae558b4fc40db974d"
+FINGERPRINT = "6e5de3f7bf2a664faa179da7a1de4749fcb38f4b3aa1690f6f8df0a3a8dd5207"
 
 import numpy as np
 

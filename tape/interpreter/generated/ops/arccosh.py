@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c98c14ebb5624c30d42b8e12a9ef5f687e4ac2f879294bacb4ad0a39a6ec2794"
+FINGERPRINT = "b2c992a770382a311b0843c917a37bcfd5d507a1b59439bcf9bd3407bbbbf2ca"
 
 import numpy as np
 

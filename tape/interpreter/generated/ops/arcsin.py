@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1df3eadc658dfc412cf5d1ed22d03c657d0b001bec2071a49e36de7ecda29d0c"
+FINGERPRINT = "0d441f7eb159a39c40f20871067e39a664ad165709b594f51e20e003eb1c97c0"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d629abc063a776bea4cda1b9daadf36bf2eb0d2c3006b093f4ba1adc68cb2fdf"
+FINGERPRINT = "8b004e715f4cacc9051941070e0e5e754fc573679b05be0fd2e72a101221cf02"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "12bde34c7b68bc0e85c8303b0d332ee3e4ca0500b108604eca80173709a86e67"
+FINGERPRINT = "16eca0dbb563bba261f176bfdcbcb4f0af17c5194c59fec34c3b2c65067b7a15"
 
 import numpy as np
 

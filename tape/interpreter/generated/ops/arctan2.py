@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6e32f15e81944e3f2bec88c1b31197197dc8783d67c9c29866b90dd19f9ca794"
+FINGERPRINT = "14a6be6bda447bd55a181e3e7b2d7dc11de0fd93d98b15e3d93271df1d59350d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b066280afa00e05fda3ff5ed7f8f455a43ed1c6c120c2f2754717f029cca0508"
+FINGERPRINT = "dd64cce94c0ca8618d79af18312266560817e2703d0f945cce235e5eeb2c0751"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2e39a0b3732c1c5699ca6390ff42141b825c27aa594a2aae59626414819c99aa"
+FINGERPRINT = "d6b1260ba965d23004365fea333ff8c9aa4b84a62c3a53ec4b192c610dbf3eaa"
 
 import numpy as np
 

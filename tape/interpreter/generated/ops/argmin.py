@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b828d5548ebd0c5cd0b5ce0a1c9332d7cc0fbb6d38fd8e14b601ccb5f397626"
+FINGERPRINT = "6ab23a1e2113c17d1c203e3d30b7f58a162f6e141db43bf3b8ab39c9559db15d"
 
 import numpy as np
 

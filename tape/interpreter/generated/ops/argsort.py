@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "80e07b7c5625f01fcbb59176843dd77708fc38c8e9be78db1236664fef179dd6"
+FINGERPRINT = "e3b89193bb3ec72699d7b625994016ca0c55a5b508f6dac59e0cf648529108d5"
 
 import numpy as np
 

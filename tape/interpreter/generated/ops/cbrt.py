@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a8a870332a617e208b0e36c19acd63b6655b57537abfc946bc05e4eee439a11b"
+FINGERPRINT = "e7748fa080ae574b5baa01102f3cfae2f4efb239300a5a26a1467b4ede5a1af8"
 
 import numpy as np
 

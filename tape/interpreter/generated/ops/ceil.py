@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c904db6e23ac7de9e80849e2d728eb71b4287e436b20954b12f78efbe5764447"
+FINGERPRINT = "505c1209afbd67fa0f0d93ec5c9dedfc5282ac4695203fd557685d8c749fc586"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "10d3f7e1109838fed2b3dc2016e66a9583416f3744fa5dbc141f8302aff03386"
+FINGERPRINT = "08da3b97bb9703b8214e322fa43f9ef8483f4f9c378063cb94c11f7693e59182"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fa7093c67de881549d829621f91fa2a90a8f16615c34e82ca931e46bbfa7cf44"
+FINGERPRINT = "461bcc19969ef8a6a11d0ce1e4e82cbfbd288c93a7b1b9008ccffc37ef8bf109"
 
 import numpy as np
 

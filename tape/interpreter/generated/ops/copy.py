@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "524c6326bba0bc5fefc21e32f57d78c0cd3133ddf3e31d64754bb8d42091057c"
+FINGERPRINT = "533f9b85f8308dfbd2a40af56aa59602cae32a8f43ddbd3fc3666787e908f0c4"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7936317e06519ba7faa5025d31019495502cd18a88d6af55760aa0448750abb6"
+FINGERPRINT = "d6abec6ca13160f8443c08faea4add2f44ba7b2f79f9deb898803378d8da9e1f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "345fe5708280fb4272e3bc69dac7ca0a4f4b80690f36b0d414ba84deeeaa5af9"
+FINGERPRINT = "8bbae0739cb5b76ea944d8f7d4c8d69aed91891762545cfbb0ebbcee1c6905e3"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "91ec75fa1977349536dff3af4af8fd79e638b58e44a8e7181a1beab261f6c58b"
+FINGERPRINT = "3228beae95867ed095fa86679abdafc430d54b63d590ff012052cf942b232faa"
 
 import numpy as np
 

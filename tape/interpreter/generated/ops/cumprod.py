@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c06bfdeefded05a36a91902ebd917533db5ce04d8ee392e9c361f5723dd04683"
+FINGERPRINT = "490fbe2c9f057b428264cfadd5577ebb37fd1d9a397cdfa1889d17e0420b43fb"
 
 import numpy as np
 

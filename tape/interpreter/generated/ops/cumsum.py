@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d4ddd86c10b9521c52f30a8443a67a960246b29e7bcd98a5fd8c62ab7c9c85c2"
+FINGERPRINT = "970241ee709dcf73883021fe1806f5ba55a97719840ed028cfde00b148f1a450"
 
 import numpy as np
 

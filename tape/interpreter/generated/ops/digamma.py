@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "08900d1b90cc66c9ce6572d83eece532aa276527f8c664cc676f86b3a764654c"
+FINGERPRINT = "8b801478913616cd60e7d7093eb7c66d10fc9f8e2dd4c0b0ed61ad0a5feee2b7"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9b6938ae71a9cbfce9fadf0f8c87b5ebb2709f54db799b8395594e5f2f097c01"
+FINGERPRINT = "510d58e12d8e80e48b491507212024d2ec965569578fe8ee40d81b1a001a3dcb"
 
 import numpy as np
 

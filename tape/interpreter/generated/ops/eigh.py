@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "18998a7922b1cc646cfa68cdde50ce5ec2cc9d701cc3bd6c52896b4ef8453a59"
+FINGERPRINT = "0d412fa04b27196056cbaa6fe54a7c4bebb7330bd102179aa3b81c7844cc7a69"
 
 import numpy as np
 

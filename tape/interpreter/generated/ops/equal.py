@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "de8ecabb0eab20c78cfd9b2a08e709c163be780c578cd237ff59f24ca10e3330"
+FINGERPRINT = "bad95c129d0ca6943eb0310dd5bbc09be44a29e6b61cf64cc92cb80b6bfff5d9"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c779297c0dc7d5c17c66bb7e6aeec385033460b427a945d0f05dddb09d38ba4"
+FINGERPRINT = "f1dba607894e17020128199fb6d6820c5ab3d618ad6837813907105c79096b5e"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c30e0319658b7fa89009cb1c9ef3408a1bb14c88cd6325246dea8788aa7f2588"
+FINGERPRINT = "0dcd1ad90af61aa0b4112d7c6cfd16792fc9409e0025843ad303db146f7e77c9"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f382fcbb3016d79262fb413eb88bc462d6c4648a426619358a17ef083e38614e"
+FINGERPRINT = "e9c6490ee08b85dcdb4bdc636f006dd47b30a59ec00de9a9d998fbcb5a3a9b39"
 
 import numpy as np
 

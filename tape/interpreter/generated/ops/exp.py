@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4f6e128d65e77dabb3dfb42b7e5bb5047d5529c41cd8b5a71c3942a3813a60b"
+FINGERPRINT = "29c4df07483766ba80703867228eca9cebcb03b7254df3244426c007ca0cbe48"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9cadf1ce1522f392c9c88d49f53f839df09c77d788b16607a541f2088042b4db"
+FINGERPRINT = "2b398e6ba2e0c971f6ea7a23d90ba23915d04b665b461e7c895c0b4ae3675f62"
 
 import numpy as np
 

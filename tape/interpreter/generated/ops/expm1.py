@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "13995092044edbe7504c106065f968f7276a55327348003e9b87442daf5b6fcf"
+FINGERPRINT = "901c0f0df3aaa079183d00b0ae8d707056ba6e9e2fe338a38819dcc4703384af"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3ff9146d5c3ed87f9fc80bb65f74e47f95ea76ae27faa8c77716706499cdd120"
+FINGERPRINT = "a6f857341c59175dfecd4da26b5f75ecb714fa1b92a9961eba341a17adcfef8f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "60cd64df321dacf206e7506553f83f518f909b82e1a5855a333ba4f28972990d"
+FINGERPRINT = "212e8482b93a99003bf294c0d49bdad19d847d503d932d8e792ce1c6e79a08ba"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d3101abddb980dd4230d7af2eaedea2aec7338e40b4e29ba3e892945d9fc7694"
+FINGERPRINT = "08c206aa018440a96e03f0e69ac81fe1f37718d9ff1d74ee3db969a59914f757"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "394c202552bc2230020a96fb5c1990a7abccb8866a2f2a0533089cdb854ef34d"
+FINGERPRINT = "4df2508ddfc936ca629b071c3d9e4154b53f9bfff8b1c2cbc96ae0ce878dba69"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eea043767b4966c4a6fcef8ba3c7ec8031fac8b9d4e32cc5bdc3e1d67ea95c2f"
+FINGERPRINT = "669cce8e64d2f66f89d1fcbfc30848dbeef968918a79ec129cc7518ab0158f1a"
 
 import numpy as np
 

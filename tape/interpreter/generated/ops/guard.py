@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5bb885e0bebf9aa218f591cc17caf83c5e4f525e365b5455a2db3c37026f7ee0"
+FINGERPRINT = "65dda48720e744da71533059350a0b65afdc0f201d6122003fd3a0638e8ed48f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aef88f11faed734e7f1899c51220426de081df9e3bbdcbc34733681a0aa08751"
+FINGERPRINT = "5d5182f83f5b8cda939e6d78dcf8376f7ea00652878d0bcf62752b0d1905929f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d4c2f255048819a7314c818fcb686e7163cee2b0008e206eb716b9ba1082307b"
+FINGERPRINT = "f295152194759c0a53689aa6a2f18a5c301c69aa4b6c2181f8758d948b0d8a13"
 
 import numpy as np
 

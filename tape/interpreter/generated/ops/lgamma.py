@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7bf7636e9745effc50aadd7d95e1635b0a889e1cb2f949e8df4edba9f55de0f0"
+FINGERPRINT = "306697f8ee7e4f4041fd2eadcef237d892391c561c41b5ee34659c8525ae0dcc"
 
 import numpy as np
 

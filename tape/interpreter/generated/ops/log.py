@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0e02920ab95091ef2c5f7ed675027dc20af4752aca73635c61e6b71f032a5856"
+FINGERPRINT = "ce36415722e2b07c826991b673e754e4ce3af3a7d85b249566aaef6bcf5e1fb1"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "242e1787ad60479dc20296d14495dc79d8d4289daf371a19fdbb4c417f499695"
+FINGERPRINT = "d6447d2940603befe3512093a9ec8553037f83928cbf853e1e5fddd5de57a30d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7f480f045fb704f7de01e90375d12c79622b5f4dd6f205e1512857c9143842bb"
+FINGERPRINT = "ca73bf85b498fe6daff2347378b2c0eb41f96c26f793e5ff7c7d07f176115951"
 
 import numpy as np
 

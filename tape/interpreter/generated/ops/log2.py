@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "32f4032ba72c15f58c3d202a9947ad83984fa706110382755ae5a1e53c83b7ff"
+FINGERPRINT = "c681d80147bedee90d2689024d5614d43af63fd2bc4806ac95b923a2cab3334d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "08d5305799726679e3482921c261245feb23d36f20a1d4857060970ba67de3de"
+FINGERPRINT = "2334961d25248f50f3f19a4c9dd1fe524472facd0d49f5308ca9be3e4c51d9a2"
 
 import numpy as np
 

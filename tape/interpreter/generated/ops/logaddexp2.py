@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6b567836835609340e38d9fcc1b04fc2c0b6f518d4ced3025f12b36ced5c3e9"
+FINGERPRINT = "cc8462bab97e9a9e79a187ba34005f249bf0c8dc4384e21b3e0a3c659235c02e"
 
 import numpy as np
 

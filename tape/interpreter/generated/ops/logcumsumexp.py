@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "29e70b861eafd7fa91da0d952f1af6cf7419c62df9f5151d3517f7cba10e430d"
+FINGERPRINT = "c5a4f32c6b44abd02be4ac97d8782f45dc64091d2718a3845fe97634f812da48"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b0648113b87a0d81afa2eb256d3fc27427b4570037809edcd0f06dd12b5098d1"
+FINGERPRINT = "9b5a0e6fa115442130289ae2dbea906ba06e5b57c6db5d5e506dd75bf26d6f47"
 
 import numpy as np
 

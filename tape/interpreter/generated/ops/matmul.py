@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "89805b60f3463b873c7cf6329d3b9529945ddc771c38f821d9ccaf8a8ccb53d5"
+FINGERPRINT = "c1f5e472e3c72614546acc3e51fdc7a921b165c349e98b807896915ecf36d8fa"
 
 import numpy as np
 

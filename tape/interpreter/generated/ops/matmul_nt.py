@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3540fd810626b7b47549f930e5c1aa5f91d574ab22713b5e9285aeb5a42ccbfc"
+FINGERPRINT = "a0bfcd3be2fe651f5e864eed176d85740b3f64c15da942fe760afea81de9b344"
 
 import numpy as np
 

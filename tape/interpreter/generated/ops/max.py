@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2b5c8f3bbcdbb1c1c4bab0283cdff2acd4597e284684af1049035b1f45d5c231"
+FINGERPRINT = "477fe34484fcf08f914ca43dbdb8c542c8f55d21a74c2b1e863f226853d9e322"
 
 import numpy as np
 

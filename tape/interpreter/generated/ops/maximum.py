@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a9e0f6d89e39bc951d1fbe04a16a7762f5cd79997ababb55d32d18527c7a7ab4"
+FINGERPRINT = "1e4cbc574e34f6e03e5f0f4fc742a05aaf69eee212d361b5c5ab9e4cad7877ab"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2e4b917a0dc6342f57ab3ddec916e62c02cbca23784a61eaaa36282c31025573"
+FINGERPRINT = "b4b32b79508ad1f2314ed0808907486321d04bf248e646009a8b850d64f90b99"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b1e5036b438336ce2e7e81fe1cbc7f5ea2ce6b8a70ab6ef48334c6ed3a2cb49e"
+FINGERPRINT = "e83d337e26e950f19e29520f141639c100b4e38126483d71af8dea196df1bcd6"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "34c1a4723959e7c3cc09df6e5b57f507719373ec0a88f542f8c47994be1a0cc9"
+FINGERPRINT = "53ab98fd0dae1467e0ff86afea5cb757685b3cfa133ac775467f8b6d42c05756"
 
 import numpy as np
 

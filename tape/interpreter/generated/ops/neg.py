@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "62c28519cc97a87369089febf7cf4a23500c9e81d4eb7dfc999f5f1a4f4baa11"
+FINGERPRINT = "01e45beb41c4a91f084843aecc14a6785d6b736ee3d70ff1815e7668757922da"
 
 import numpy as np
 

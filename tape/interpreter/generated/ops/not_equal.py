@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a0a7fa1062d09aef77dce9196ed14ca712b3fd2cdca6db335899db0dd37872a3"
+FINGERPRINT = "9c0a8fb19f7022d855c15a0a2e7b8349b31333b10266876e7d1e0fba87b74488"
 
 import numpy as np
 

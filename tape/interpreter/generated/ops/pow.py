@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2afaa5fa6e5b1df6cf197f5ee780b2b7dce43b9d5ab4624b48fd85c32071fbec"
+FINGERPRINT = "07bdff601c15afb4d8eae2ab0b238c32d2a9730ce17d98ff8caa072c3ddac570"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a9ef153466092bfd4e06ecb9e16ff0ec6ca1361e58716c8f6c14b7f64817718a"
+FINGERPRINT = "a3d3c88e1812a34e511d805cc63a7011d609ce92a308a58ed8d637361e78c1c6"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a014dc8e8722618e642ad34f6eb83b9f27cf95a70ac5301377477ed974916de7"
+FINGERPRINT = "5381fcb7b00740756c7ff87840dcdae25b3da6e493b7fb7a45a2523ff1cfd3eb"
 
 import numpy as np
 

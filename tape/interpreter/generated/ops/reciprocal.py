@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "21bd061242a2b1e101151ce9b85095c9ddedebe686e9d94937335c6313525f0a"
+FINGERPRINT = "ad31b4ec21b56c462335ee953a95e378fb6326d1460c226487d0eadeb0a6ac11"
 
 import numpy as np
 

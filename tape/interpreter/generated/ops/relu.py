@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7c927d5b94902e94c5e679b94d9fc74870d0d88ad9206494c6bd0a9c59dcf206"
+FINGERPRINT = "d69d9c032298243df14743205e69b0dfb076aee55e6c8b452e721f378349389e"
 
 import numpy as np
 

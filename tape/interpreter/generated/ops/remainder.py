@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "43848b15f5e9082abbfbee4bdb2bd66c09d8eda1d61304deac28fff296f6b32a"
+FINGERPRINT = "bbb9908c6a8b33274803951804f16be7c80dd80a09f652c83ec5dbbde0acf7d3"
 
 import numpy as np
 

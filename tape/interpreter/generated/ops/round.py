@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1749b0793de13ccb7108a4991c3c05c4b02897e4a352bccfe5fef33a0542abff"
+FINGERPRINT = "171125c6b510b8b7f60097f467a3cf1bfa989478ac0f2c1de41d5e939d809f87"
 
 import numpy as np
 

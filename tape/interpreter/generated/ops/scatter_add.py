@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0c70545edd40faa48608fa1ca31fbebb6a0a502d63ecd2231542336c21c094fe"
+FINGERPRINT = "f41c58693599c2c86d4931559fe200cf3ada7d59d580402ca5688d9fbd74b7be"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a3bf9e78c11b7147f5aaec5edf0bfb621212d133881198299637f14f170e282e"
+FINGERPRINT = "204f34439605daf061cdeccb46ff25e3483ffc7129bf6ef21f4fa5540acbd1a2"
 
 import numpy as np
 

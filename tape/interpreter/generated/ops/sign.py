@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fdb9d3192b0b042259b26d68ffc239dd8256ef8e28da0e15245f757edae8136d"
+FINGERPRINT = "8b123862a34391cecd92d54537612f3fe8466986707de6192e1fb50595a5076b"
 
 import numpy as np
 

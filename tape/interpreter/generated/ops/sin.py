@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5fd55d8f05091b67bd2267a71dcadf2f91bfb9187bf6be78670a212e83639fe0"
+FINGERPRINT = "a105675b44ad933272561e6e7352ef6e2e5de0f2613b79435fccf6994db54e30"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bdb00b45217da78cb19caea3e4a8732ad92d59df0289dbcf027446324e048ed0"
+FINGERPRINT = "66eab642f49b30dc0bb2b94ce9307ad2d7d18e9dc2f14d4361f91aca61b00d7a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "07c3bf48d167ec505a2e2bc47164d449e06ae2ba3b461852b992e30c573db588"
+FINGERPRINT = "e8461cbccfadbbb6c2fc8b9a48546de58d7b6770cb46bf9eecbba57aaead322b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb1cd4309116e20766fd6b96f8c0feba6d9f1f51646376e2ff45cc04a3f4aa4d"
+FINGERPRINT = "e0da230a573be1d2a7603e56542e63ce28c5cca3e3a0f865f5c0efcdd3cbcdb8"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "87b8b51988a524b7c20175946bc8a6e8c97380ea7b12b0133dbe53f3c6098397"
+FINGERPRINT = "4336c39d7642862e9976d5465653772b6e667c3914b560c0eef66c32b8e3a518"
 
 import numpy as np
 

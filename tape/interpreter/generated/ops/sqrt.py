@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "53811ec4049b93cc8e17e039f131c2cd82063e0cbf0ac9588c444676a3d737df"
+FINGERPRINT = "9dc43abd774e7010fd1f736a4a3b7144660f85ed2d25c56eb248bbb1e5e21fc7"
 
 import numpy as np
 

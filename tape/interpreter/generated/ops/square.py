@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1f2ebfbfcd04a648c65958831e54fecc36ef1a4e2fa3878da25bfd560283e1d1"
+FINGERPRINT = "a4711b13b1ac02ec63d2bb7c881076aa74046f57f961e957613d86bde238b324"
 
 import numpy as np
 

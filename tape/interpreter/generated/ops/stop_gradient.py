@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "32c1b2e2f42eccc62517bbbd8daff4bc97d50dab6cf5aaabedb299b58af088bd"
+FINGERPRINT = "a204552bd5b20e560432d1038d75257d0592ccc267b621b30df677d7affd4c5f"
 
 import numpy as np
 

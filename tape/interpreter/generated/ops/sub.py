@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3e68b590857e9ab479790135bdef56675e08f86932cbfe2b1728c0551aeacbe2"
+FINGERPRINT = "769d69a00654f451a662f4559180b972c671d7ef3322c1ba89f18e8e0d92ddb0"
 
 import numpy as np
 

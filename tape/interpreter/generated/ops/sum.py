@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "12c3cfa183c423612ec424f49f6577d3efc970e9a69de661b6e8144bbca53b4f"
+FINGERPRINT = "0bef4474058d2de9e8e40b05319fd3bc55d5c0a45af3d43b1a6e853194b168e6"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "de6d13550ba0115d6ab9fca7fbe2b59e90a71f61e73347d93d619d948871f386"
+FINGERPRINT = "2e8d544acfb85289c835c9b70e668b78732f0b3b4bf71a5b4c4240efbfbaa5f9"
 
 import numpy as np
 

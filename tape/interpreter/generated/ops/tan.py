@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e5197ddd0ca1a6a1feeed0ff5d616e10436e56d5933e7d2b19df0c4f97b8cfce"
+FINGERPRINT = "d26f77015ab4191538d12ee3afafbe9061bdceda15c25d2bfccfdd0817f2fc8b"
 
 import numpy as np
 

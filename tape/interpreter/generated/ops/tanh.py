@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "55b198e20b7eb5095e57bc6520b1ec168fc8d367980085e6e204ead75cddfc01"
+FINGERPRINT = "7efdbe225b1ef41b3d6e08117141f36dadf8b8cdb2655f9668ff1c94289b7abb"
 
 import numpy as np
 

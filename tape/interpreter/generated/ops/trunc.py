@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a5f5598b8271dc041b62f7943839a191a8175dc891cb507d3144b37338313167"
+FINGERPRINT = "e290fa41c5bfe33950884992d337bdb0c5965fe0fb906dc2daca1db07deb2be6"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4cbbd5b1a429e9cd0acdc0d99393467af83b509f21bccd0372fcd13eb0f393a2"
+FINGERPRINT = "cf98e9de5a3dcddc50ea161440bc8c079a1aba48567f704837ae0f5ecfeecf58"
 
 import numpy as np
 
