@@ -2,6 +2,7 @@
 step's tape shares with the previous one) give the gradients of the general path: checked
 against analytic gradients, finite differences and NumPy in float64."""
 
+import math
 import warnings
 
 import numpy as np
@@ -351,6 +352,45 @@ def test_recording_from_an_empty_cache_puts_entries_as_eager_steps_do(monkeypatc
             return float(_broadcasting_objective(*[tape.tensor(u) for u in a]).item())
 
         np.testing.assert_allclose(cold.gradient(*args)[k], fd(f, args[k]), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [((3, 4), (4,)), ((3, 4), (1, 4)), ((2, 3, 4), (3, 4)), ((3, 4, 1), (4, 1)),
+     ((3, 4), (3, 1)), ((2, 3, 4), (2, 1, 1)), ((2, 3, 4), (2, 3, 1)), ((1, 3, 4), (3, 1)),
+     ((2, 3, 4), (3, 1)), ((2, 3, 4), (1, 3, 1)), ((3, 1, 4), (1, 5, 1)), ((6,), (2, 6)),
+     ((5, 1), (1, 5)), ((3, 4), ()), ((3, 4), (3, 4))],
+)  # fmt: skip
+def test_entry_classes_say_how_each_input_maps_onto_the_output(a, b):
+    """An input's class, from NumPy and from the compiled sweeps' code, is what broadcasting
+    makes of it: output element j reads element j (same size), 0 (one value), j % s (a row:
+    the kernels of ROW read it so), j // (n / s) (a column: COL's kernels), or anything else."""
+    from tape.interpreter import dispatch
+    from tape.layout.columns import COL, ONE, OTHER, ROW, SAME_SIZE
+
+    for x, y in ((a, b), (b, a)):
+        t = tape.record(lambda u, v: (u * v).sum(), np.ones(x), np.ones(y), compile=False)
+        (i,) = np.flatnonzero(t.entries[: t.n_entries, 0] == tape.ops.registry.BY_NAME["mul"].code)
+        out = np.broadcast_shapes(x, y)
+        n = math.prod(out)
+        want = 0
+        for k, shape in enumerate((x, y)):
+            s = math.prod(shape)
+            j = np.broadcast_to(np.arange(s).reshape(shape), out).ravel()
+            if s == n:
+                c = SAME_SIZE
+            elif s == 1:
+                c = ONE
+            elif np.array_equal(j, np.arange(n) % s):
+                c = ROW
+            elif np.array_equal(j, np.arange(n) // (n // s)):
+                c = COL
+            else:
+                c = OTHER
+            want += dispatch.CLASS_BASE**k * c
+        rows = np.array([i])
+        assert dispatch.classes_of(t.entries, t.bufs, t.ipool, rows)[0] == want, (x, y)
+        assert dispatch.entry_classes(t.entries, t.bufs, t.ipool, rows)[0] == want, (x, y)
 
 
 def test_entry_classes_from_numpy_match_the_compiled_ones():

@@ -184,9 +184,10 @@ def _rows_and_cols(entries, bufs, ipool, i, cls):
             elif nb <= no:
                 # a column: b's shape, padded to o's axes with leading ones, against o's
                 # first axes, up to b's trailing unit axes
-                last = nb
-                while last > 0 and ipool[pb + last - 1] == 1:
-                    last -= 1
+                last = 0  # b's axes up to its last one longer than 1
+                for j in range(nb):
+                    if ipool[pb + j] != 1:
+                        last = j + 1
                 pad = no - nb
                 found = True
                 for j in range(pad + last):

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6bb3b45dc2385b1589566d5630e1a9772bb829b0e2f19f150df60a9743b8af9f"
+FINGERPRINT = "04e694f82951b2dfe71c6b351d9996f2121c7fb2e496f68bf8ef37fba8880215"
 
 import numpy as np
 from numba import njit, prange
