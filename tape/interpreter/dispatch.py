@@ -139,7 +139,7 @@ _CLASS_BASE2 = CLASS_BASE * CLASS_BASE
 @njit(inline="always")
 def _size_class(bufs, b, n):
     """The class of input buffer ``b`` of an entry whose output has ``n`` elements, by their
-    sizes: OTHER stands for rows and columns too (:func:`_rows_and_cols`)."""
+    sizes: OTHER stands for rows and columns too (:func:`_shape_class`)."""
     if b < 0:
         return SAME_SIZE
     s = bufs[b, B_SIZE]
@@ -153,52 +153,37 @@ def _size_class(bufs, b, n):
 
 
 @compiled_only
-def _rows_and_cols(entries, bufs, ipool, i, cls):
-    """Class ``cls`` of entry ``i`` with each OTHER input that is a row of the output (its
-    shape, less leading unit axes, is the output's trailing shape) made ROW, and each that
-    is a column (its shape, with leading unit axes up to the output's number of axes and less
-    trailing unit axes, is the output's leading shape) made COL (checked tapes: the shapes
-    lie in ``ipool``). Compiled once and called only for entries with an OTHER input:
-    inlined into :func:`entry_class`, its loops cost the sweeps 0.8 s more to compile, and a
-    call for every entry 20% more time per entry."""
-    o = entries[i, E_OUT]
+def _shape_class(bufs, ipool, b, o):
+    """ROW if input ``b`` (of more than one element, fewer than output ``o``) is a row of
+    the output: its last axes, as many as hold its elements, are the output's last axes (its
+    other axes are units); COL if it is a column: its axes, padded with leading unit axes to
+    the output's, as many as hold its elements, are the output's first axes; else OTHER
+    (checked tapes: the shapes lie in ``ipool``). Compiled once and called only for the
+    inputs that sizes alone leave OTHER: inlined into :func:`entry_class`, its loops cost
+    the sweeps 0.8 s more to compile, and a call for every entry 20% more time per entry."""
+    s = bufs[b, B_SIZE]  # > 1, so no axis of b is 0
+    nb = bufs[b, B_NDIM]
+    pb = bufs[b, B_SHAPE]
     no = bufs[o, B_NDIM]
-    out = bufs[o, B_SHAPE]
-    scale = 1
-    for col in (E_IN0, E_IN1, E_IN2):
-        if cls // scale % CLASS_BASE == OTHER:
-            b = entries[i, col]
-            nb = bufs[b, B_NDIM]
-            pb = bufs[b, B_SHAPE]
-            # a row: b's shape past its leading unit axes against o's last axes
-            k = 0
-            while k < nb and ipool[pb + k] == 1:
-                k += 1
-            found = nb - k <= no
-            for j in range(nb - k if found else 0):
-                if ipool[pb + k + j] != ipool[out + no - (nb - k) + j]:
-                    found = False
-                    break
-            if found:
-                cls += (ROW - OTHER) * scale
-            elif nb <= no:
-                # a column: b's shape, padded to o's axes with leading ones, against o's
-                # first axes, up to b's trailing unit axes
-                last = 0  # b's axes up to its last one longer than 1
-                for j in range(nb):
-                    if ipool[pb + j] != 1:
-                        last = j + 1
-                pad = no - nb
-                found = True
-                for j in range(pad + last):
-                    d = ipool[pb + j - pad] if j >= pad else 1
-                    if d != ipool[out + j]:
-                        found = False
-                        break
-                if found:
-                    cls += (COL - OTHER) * scale
-        scale *= CLASS_BASE
-    return cls
+    po = bufs[o, B_SHAPE]
+    p = 1
+    j = 1
+    while p < s and j <= nb and j <= no and ipool[pb + nb - j] == ipool[po + no - j]:
+        p *= ipool[pb + nb - j]
+        j += 1
+    if p == s:
+        return ROW
+    if nb > no:
+        return OTHER
+    p = 1
+    k = 0
+    while p < s and k < no:
+        d = ipool[pb + k - (no - nb)] if k >= no - nb else 1
+        if d != ipool[po + k]:
+            return OTHER
+        p *= d
+        k += 1
+    return COL if p == s else OTHER
 
 
 @njit(inline="always")
@@ -211,10 +196,13 @@ def entry_class(entries, bufs, ipool, i):
     c0 = _size_class(bufs, entries[i, E_IN0], n)
     c1 = _size_class(bufs, entries[i, E_IN1], n)
     c2 = _size_class(bufs, entries[i, E_IN2], n)
-    cls = c0 + CLASS_BASE * c1 + _CLASS_BASE2 * c2
-    if c0 == OTHER or c1 == OTHER or c2 == OTHER:
-        return _rows_and_cols(entries, bufs, ipool, i, cls)
-    return cls
+    if c0 == OTHER:
+        c0 = _shape_class(bufs, ipool, entries[i, E_IN0], o)
+    if c1 == OTHER:
+        c1 = _shape_class(bufs, ipool, entries[i, E_IN1], o)
+    if c2 == OTHER:
+        c2 = _shape_class(bufs, ipool, entries[i, E_IN2], o)
+    return c0 + CLASS_BASE * c1 + _CLASS_BASE2 * c2
 
 
 @njit(cache=True, nogil=True)

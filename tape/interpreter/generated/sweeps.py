@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "04e694f82951b2dfe71c6b351d9996f2121c7fb2e496f68bf8ef37fba8880215"
+FINGERPRINT = "df44efbd58dfd1c8d30976f465942c361c8798a6a06177a4a2fe9094cdac348d"
 
 import numpy as np
 from numba import njit, prange
