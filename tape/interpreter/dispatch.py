@@ -26,12 +26,12 @@ A slot holds:
 Each op has one slot per *entry class* (:data:`NCLS` of them, :func:`entry_class`): how each
 input compares with the output (the same size, one element, the whole input to one value, a
 row: the output's trailing shape, repeated along its leading axes; a column: the output's
-leading shape, each element repeated over a run; other). The sweeps compute
-an entry's class from the buffer table, so they stay op-agnostic; a slot holds the op's general
+leading shape, each element repeated over a run; other). The sweeps compute an entry's class
+from the buffer table and the shapes, so they stay op-agnostic; a slot holds the op's general
 kernel, or a kernel generated for that class alone where the op has one (``_fwd_mul_c0``:
 equal sizes; ``_fwd_mul_c1``: a one-element first input; ``_fwd_sub_c24``: a second input
-that is a row, as a bias; ``_fwd_sub_c30``: a second input that is a column;
-``_fwd_sum_c2``: a full sum). A class kernel has none of the general kernel's other paths, so it compiles in a
+that is a row, as a bias; ``_fwd_sub_c30``: a second input that is a column; ``_fwd_sum_c2``:
+a full sum). A class kernel has none of the general kernel's other paths, so it compiles in a
 fraction of the time: a tape compiles only the paths its entries take.
 
 The compiled tier calls its fused loops the same way: each loop (a unit module's ``unit``,

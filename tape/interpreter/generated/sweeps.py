@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "df44efbd58dfd1c8d30976f465942c361c8798a6a06177a4a2fe9094cdac348d"
+FINGERPRINT = "77c6c620b8c368df80d06675cbd10dcf4ebbb99196cf4b597d996b63b0606218"
 
 import numpy as np
 from numba import njit, prange
