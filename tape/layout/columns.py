@@ -52,9 +52,9 @@ GENERAL = 3  # strided: block is [mode, nd, shape[nd], strides_0[nd], strides_1[
 # one element broadcast over a larger output, a larger input going to a one-element output (a
 # full reduction), a row: an input whose shape (less leading unit axes) is the output's
 # trailing shape, repeated along the output's leading axes (a bias added to every row), a
-# column: an input whose shape (less trailing unit axes) is the output's leading shape, each
-# element repeated over a run of the output (``x - x.max(axis=1, keepdims=True)``), or
-# anything else. An entry's class is c0 + CLASS_BASE * c1 + CLASS_BASE**2 * c2.
+# column: an input whose shape (with leading unit axes up to the output's number of axes,
+# less trailing unit axes) is the output's leading shape, each element repeated over a run of
+# the output (``x - x.max(axis=1, keepdims=True)``), or anything else. An entry's class is c0 + CLASS_BASE * c1 + CLASS_BASE**2 * c2.
 SAME_SIZE, ONE, ALL, OTHER, ROW, COL = range(6)
 CLASS_BASE = 6
 N_CLASSES = CLASS_BASE**3

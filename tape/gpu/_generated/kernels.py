@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "fa937059452117bfaf447dd336964fef77b22ef5663a6cb2a9270c1e2725eae0"
+FINGERPRINT = "da6dd6c11e9f90c96882e2280a4899838c9cda5cd8a5dcf559433269f6236390"
 
 from numba import cuda, float64
 

@@ -10,7 +10,7 @@ written in place are named in each docstring.
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "77c6c620b8c368df80d06675cbd10dcf4ebbb99196cf4b597d996b63b0606218"
+FINGERPRINT = "7c99500d19bab9d02aa127a28e2b4ba42384ad1cebcbce71103f1c0aa4ed856d"
 
 import numpy as np
 from numba import njit, prange

@@ -110,8 +110,8 @@ def encode(name, shapes):
 def is_row(shape, out):
     """Whether an input of ``shape`` is a *row* of an elementwise output of shape ``out``: its
     shape, less leading unit axes, is ``out``'s trailing shape, so that it repeats along
-    ``out``'s leading axes (:data:`tape.layout.columns.ROW`; the compiled test is
-    :func:`tape.interpreter.dispatch.entry_class`'s)."""
+    ``out``'s leading axes (:data:`tape.layout.columns.ROW`; the sweeps' compiled test is
+    :func:`tape.interpreter.dispatch._shape_class`)."""
     shape = list(shape)
     while shape and shape[0] == 1:
         shape.pop(0)
@@ -122,8 +122,8 @@ def is_col(shape, out):
     """Whether an input of ``shape`` is a *column* of an elementwise output of shape ``out``:
     its shape, with leading unit axes up to ``out``'s number of axes and less trailing unit
     axes, is ``out``'s leading shape, so that each of its elements repeats over a run of
-    ``out`` (:data:`tape.layout.columns.COL`; the compiled test is
-    :func:`tape.interpreter.dispatch.entry_class`'s)."""
+    ``out`` (:data:`tape.layout.columns.COL`; the sweeps' compiled test is
+    :func:`tape.interpreter.dispatch._shape_class`)."""
     if len(shape) > len(out):
         return False
     shape = [1] * (len(out) - len(shape)) + list(shape)

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3437c31cc02462f9e884b4288a3725f282416edb71264e7e5b4cece199e9872b"
+FINGERPRINT = "59dfd9aa7ce1cb217698adf0b2bd234b546a8d097fbbc2848a1fbec2fe467742"
 
 import numpy as np
 

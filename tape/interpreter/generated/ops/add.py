@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "002c296f14876850bf63fc4e2b8326d359ac5c0c4296568b634db87b61c21f48"
+FINGERPRINT = "e67df763e75bc9a2eee6d2805e2b3bda030c1c8ba6af7984a0ba7d9c61964090"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6e5de3f7bf2a664faa179da7a1de4749fcb38f4b3aa1690f6f8df0a3a8dd5207"
+FINGERPRINT = "6f173341e0bfd9433702f283da81c02b6402014e638d26385ad0941aec25f717"
 
 import numpy as np
 

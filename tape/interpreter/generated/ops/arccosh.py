@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b2c992a770382a311b0843c917a37bcfd5d507a1b59439bcf9bd3407bbbbf2ca"
+FINGERPRINT = "40f03e9284de6d468b5ce016468789e1fb00b871f904c915eb71860449f29add"
 
 import numpy as np
 

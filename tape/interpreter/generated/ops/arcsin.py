@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0d441f7eb159a39c40f20871067e39a664ad165709b594f51e20e003eb1c97c0"
+FINGERPRINT = "3b10c907924837ce4b69ad5e74774cc9257052d6319858920107bc325d67a168"
 
 import numpy as np
 

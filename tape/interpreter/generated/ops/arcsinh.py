@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b004e715f4cacc9051941070e0e5e754fc573679b05be0fd2e72a101221cf02"
+FINGERPRINT = "32745b582f6cd06cd8c53ac352594c24adf92ad538f6f7babfbb9c0b95eca74a"
 
 import numpy as np
 

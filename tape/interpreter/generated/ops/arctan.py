@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "16eca0dbb563bba261f176bfdcbcb4f0af17c5194c59fec34c3b2c65067b7a15"
+FINGERPRINT = "281acb0c8ad0fc3cc2b0bf16cdfc2bfd92d287ef865621c96a53f9e39b034fdd"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "14a6be6bda447bd55a181e3e7b2d7dc11de0fd93d98b15e3d93271df1d59350d"
+FINGERPRINT = "57ff67c7e93fd9a7c4262949227237a921701d7f4ca8954d411ad0715cfe2ec2"
 
 import numpy as np
 

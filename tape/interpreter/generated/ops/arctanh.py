@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dd64cce94c0ca8618d79af18312266560817e2703d0f945cce235e5eeb2c0751"
+FINGERPRINT = "82bb13545fdada19221085aa42ca8a1c59e1b68fd04bcfc112d0aeb15384e8eb"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6b1260ba965d23004365fea333ff8c9aa4b84a62c3a53ec4b192c610dbf3eaa"
+FINGERPRINT = "b1be942dd32ec1795dc5feaadeeb3abe0b8961e69ee467b7352dbb503b164e18"
 
 import numpy as np
 

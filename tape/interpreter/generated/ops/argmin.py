@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6ab23a1e2113c17d1c203e3d30b7f58a162f6e141db43bf3b8ab39c9559db15d"
+FINGERPRINT = "6237582b6515c96cfca62fc539a074b3c85dcbe454d30d44aaac4cbdb5b224fb"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e3b89193bb3ec72699d7b625994016ca0c55a5b508f6dac59e0cf648529108d5"
+FINGERPRINT = "55313f91a078729c9b43a6a2a88f715906ca9cce0db6222354de7fa623d1c8b7"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e7748fa080ae574b5baa01102f3cfae2f4efb239300a5a26a1467b4ede5a1af8"
+FINGERPRINT = "91e6170252a32cbc29ce420d9838d28a715bdf0cf76dff01b70feb72f0b8e311"
 
 import numpy as np
 

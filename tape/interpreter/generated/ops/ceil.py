@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "505c1209afbd67fa0f0d93ec5c9dedfc5282ac4695203fd557685d8c749fc586"
+FINGERPRINT = "d1a91139c5d8d75d42539ef3c0a15d1e8ab8c8c6513f9bd80282001896457838"
 
 import numpy as np
 

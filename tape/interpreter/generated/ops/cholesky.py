@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "08da3b97bb9703b8214e322fa43f9ef8483f4f9c378063cb94c11f7693e59182"
+FINGERPRINT = "64147e18abfad3d7ae680f2626aab37cad2a8625cf33cda5b27a4228e870c8ce"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "461bcc19969ef8a6a11d0ce1e4e82cbfbd288c93a7b1b9008ccffc37ef8bf109"
+FINGERPRINT = "70ee8346c971d5f689e7d129aa9f7d6cc653d3b1061f2f2507d4ba4fba267140"
 
 import numpy as np
 

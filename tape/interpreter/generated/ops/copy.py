@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "533f9b85f8308dfbd2a40af56aa59602cae32a8f43ddbd3fc3666787e908f0c4"
+FINGERPRINT = "3e75e19d71f3ab09c9d5eba3fed7fdb341d7dd5f6fa21da2cdde66a17ff50bf8"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6abec6ca13160f8443c08faea4add2f44ba7b2f79f9deb898803378d8da9e1f"
+FINGERPRINT = "8bc1abb360f36392559c5c18e49bfe8112ee56b1b2808c9e30a50264d0c7902d"
 
 import numpy as np
 

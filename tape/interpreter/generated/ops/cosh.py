@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8bbae0739cb5b76ea944d8f7d4c8d69aed91891762545cfbb0ebbcee1c6905e3"
+FINGERPRINT = "955baf5d6da69f6c1ad1561ecc3abd1b381a95c01cea62343cdae811e90ced78"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3228beae95867ed095fa86679abdafc430d54b63d590ff012052cf942b232faa"
+FINGERPRINT = "82a10782bbdd42c002e3381c7564a0193724b498aa1ca5a1be2e2ed1a15dfda7"
 
 import numpy as np
 

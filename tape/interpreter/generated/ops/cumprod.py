@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "490fbe2c9f057b428264cfadd5577ebb37fd1d9a397cdfa1889d17e0420b43fb"
+FINGERPRINT = "125222189975c1fdc900f2ad1ad7ea5002760d3186c2be37d919c7add4d4a9d6"
 
 import numpy as np
 

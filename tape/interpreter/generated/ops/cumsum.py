@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "970241ee709dcf73883021fe1806f5ba55a97719840ed028cfde00b148f1a450"
+FINGERPRINT = "cd3627b718609c5e1419975c2ec08d3739798cf7eec815ac261136d83c89c3e9"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b801478913616cd60e7d7093eb7c66d10fc9f8e2dd4c0b0ed61ad0a5feee2b7"
+FINGERPRINT = "b9f8f158d426c37dadef4e69b84227c2b438a9b64ef107563893e518a495a71c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "510d58e12d8e80e48b491507212024d2ec965569578fe8ee40d81b1a001a3dcb"
+FINGERPRINT = "fd36bb944ec4f4e920812ad2c7a77f6f531fd9aa2293a65a4994d259e640bf43"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0d412fa04b27196056cbaa6fe54a7c4bebb7330bd102179aa3b81c7844cc7a69"
+FINGERPRINT = "aad077bed80b568c333d4bde522e0a25bd22fce008ea4c41a11379385d9cc5e9"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bad95c129d0ca6943eb0310dd5bbc09be44a29e6b61cf64cc92cb80b6bfff5d9"
+FINGERPRINT = "8c8eea8de961f414f03169d649ea80e4741203655d597c003ea40a5de63813c4"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f1dba607894e17020128199fb6d6820c5ab3d618ad6837813907105c79096b5e"
+FINGERPRINT = "3334c5794ff4ab27f9275b764a9cef5da1c0bbdc907ef91936ba59b36aa1abb1"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0dcd1ad90af61aa0b4112d7c6cfd16792fc9409e0025843ad303db146f7e77c9"
+FINGERPRINT = "3c4fddd79cc48bc1c5a30e8bf7b686f02b4927c41644342629c5e719bc471a35"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e9c6490ee08b85dcdb4bdc636f006dd47b30a59ec00de9a9d998fbcb5a3a9b39"
+FINGERPRINT = "b4138dd1067c852d5304bb132e58e2e452995c554affad4dc9ed994e77338c5c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "29c4df07483766ba80703867228eca9cebcb03b7254df3244426c007ca0cbe48"
+FINGERPRINT = "8c757e2cbb62727ca4cf21a4fd92b4007d52881f5d170b3284734bb28c014669"
 
 import numpy as np
 

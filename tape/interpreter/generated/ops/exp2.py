@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2b398e6ba2e0c971f6ea7a23d90ba23915d04b665b461e7c895c0b4ae3675f62"
+FINGERPRINT = "e48cbc83cf44de624865cd27db33f053d5727aa2880f1e868bf93d347fb1606f"
 
 import numpy as np
 

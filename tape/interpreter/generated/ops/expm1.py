@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "901c0f0df3aaa079183d00b0ae8d707056ba6e9e2fe338a38819dcc4703384af"
+FINGERPRINT = "9cb44e51c810745e4cbe221e50f253efaba10cfc40154850834e19d1dd1849d2"
 
 import numpy as np
 

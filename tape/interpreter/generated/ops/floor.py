@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a6f857341c59175dfecd4da26b5f75ecb714fa1b92a9961eba341a17adcfef8f"
+FINGERPRINT = "879e51bf26ba6587dce695ebf5bb2f5c425386b140d817fb4ea9f8e327d290f0"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "212e8482b93a99003bf294c0d49bdad19d847d503d932d8e792ce1c6e79a08ba"
+FINGERPRINT = "d99516e8f9defdb7002041ec96d9fb83151e47b94864231094624ed0359abe2b"
 
 import numpy as np
 

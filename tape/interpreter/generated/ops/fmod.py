@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "08c206aa018440a96e03f0e69ac81fe1f37718d9ff1d74ee3db969a59914f757"
+FINGERPRINT = "c458b2883407eaab9d728fcf194df749d2f946f9837a938eac993aa464397e37"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4df2508ddfc936ca629b071c3d9e4154b53f9bfff8b1c2cbc96ae0ce878dba69"
+FINGERPRINT = "5bb9201e9fc3bec3586b588a15ecf950920a0ccc617197129e0f28025f6c43ea"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "669cce8e64d2f66f89d1fcbfc30848dbeef968918a79ec129cc7518ab0158f1a"
+FINGERPRINT = "8b0c24236dac7be70a868b66b516afdd976175ea153d6d9d36567e3c38d7004c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "65dda48720e744da71533059350a0b65afdc0f201d6122003fd3a0638e8ed48f"
+FINGERPRINT = "867e6c9cc66dee5a85568a9db23b2417acb67cea77f6efc26e002b0fb381fe2a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5d5182f83f5b8cda939e6d78dcf8376f7ea00652878d0bcf62752b0d1905929f"
+FINGERPRINT = "8990e5e00be2111122bce95f02485fec8c01a1c197282efaccecdf2aa925894b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f295152194759c0a53689aa6a2f18a5c301c69aa4b6c2181f8758d948b0d8a13"
+FINGERPRINT = "7725c473f6dc92c672aa546a1e78f28ef650af3f118b7058a9aec0789da384d8"
 
 import numpy as np
 

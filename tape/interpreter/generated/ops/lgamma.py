@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "306697f8ee7e4f4041fd2eadcef237d892391c561c41b5ee34659c8525ae0dcc"
+FINGERPRINT = "9c20b1a22ddf1aefbf80181b9aff47e88c3aeb91bac7ab0a4e9a42c254d7b71c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ce36415722e2b07c826991b673e754e4ce3af3a7d85b249566aaef6bcf5e1fb1"
+FINGERPRINT = "5424524d6b5e075fe736a79b9f90b1fc0c95be504575ae23af9734d28fb1d452"
 
 import numpy as np
 

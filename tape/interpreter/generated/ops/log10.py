@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d6447d2940603befe3512093a9ec8553037f83928cbf853e1e5fddd5de57a30d"
+FINGERPRINT = "fa04d8b139848357fadac535d1af9016ce7d9d67b55d3c757cfefdff96f50d50"
 
 import numpy as np
 

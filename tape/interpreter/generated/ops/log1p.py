@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ca73bf85b498fe6daff2347378b2c0eb41f96c26f793e5ff7c7d07f176115951"
+FINGERPRINT = "3aa56d9a0b4292ad590ec27c13c3ef84ca505621bb5b3c37ecaa085033e47c38"
 
 import numpy as np
 

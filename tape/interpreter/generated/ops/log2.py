@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c681d80147bedee90d2689024d5614d43af63fd2bc4806ac95b923a2cab3334d"
+FINGERPRINT = "27c329afee6bc7457277dd97dcac6b8864799790baf8d9b8974324ee625c34bf"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2334961d25248f50f3f19a4c9dd1fe524472facd0d49f5308ca9be3e4c51d9a2"
+FINGERPRINT = "a72fbd6aa14f4663a6b66865c0db111d8fb78433e341f6f15c0d94db7e18a145"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cc8462bab97e9a9e79a187ba34005f249bf0c8dc4384e21b3e0a3c659235c02e"
+FINGERPRINT = "6f77d45716d13f5f7d3f962729c967bad19bf2e90c687f3c8c8f15ec2183a117"
 
 import numpy as np
 

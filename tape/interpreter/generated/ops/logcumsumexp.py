@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c5a4f32c6b44abd02be4ac97d8782f45dc64091d2718a3845fe97634f812da48"
+FINGERPRINT = "0ed63a5344556ce2fc4b2074614ec1179843e525068969a203a4b4f57722077a"
 
 import numpy as np
 

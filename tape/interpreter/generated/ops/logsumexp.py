@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9b5a0e6fa115442130289ae2dbea906ba06e5b57c6db5d5e506dd75bf26d6f47"
+FINGERPRINT = "dd730ac6a6c9a7c02e2a26c85077d0a5ddf6579b98de4e4c1586a6bb9ba6f8a1"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c1f5e472e3c72614546acc3e51fdc7a921b165c349e98b807896915ecf36d8fa"
+FINGERPRINT = "6244f6b1496b52ff9c8558db8b70461eece868037afb0cd1a0a898320f7ba8a8"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a0bfcd3be2fe651f5e864eed176d85740b3f64c15da942fe760afea81de9b344"
+FINGERPRINT = "8c78b01ad086d85ca19e570408491cb727144415fabcb91697eeca0fb94801e6"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "477fe34484fcf08f914ca43dbdb8c542c8f55d21a74c2b1e863f226853d9e322"
+FINGERPRINT = "c66de2654c4790e843cd16ca74568263883e7bd8f88c8c206ea138a48df3d281"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1e4cbc574e34f6e03e5f0f4fc742a05aaf69eee212d361b5c5ab9e4cad7877ab"
+FINGERPRINT = "b4a8748f7a45817518ccdfafe3ade4c62a41331339e2b05b2a862e9aa7f10b29"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4b32b79508ad1f2314ed0808907486321d04bf248e646009a8b850d64f90b99"
+FINGERPRINT = "b98a03b1f4149a356d63300e90290cbacd6455e3155fd30b15bc45e60c209f77"
 
 import numpy as np
 

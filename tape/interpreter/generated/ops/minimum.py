@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e83d337e26e950f19e29520f141639c100b4e38126483d71af8dea196df1bcd6"
+FINGERPRINT = "6bbf4114a56fd8c4b058ffdea5cb22023a3042603dde43610b06d3a227d15fab"
 
 import numpy as np
 

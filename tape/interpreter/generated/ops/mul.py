@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "53ab98fd0dae1467e0ff86afea5cb757685b3cfa133ac775467f8b6d42c05756"
+FINGERPRINT = "c66b84332558baee0a10e9ca4bb43865dadbe3e7665dee80a990072cbd31d4c5"
 
 import numpy as np
 

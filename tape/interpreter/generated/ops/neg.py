@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "01e45beb41c4a91f084843aecc14a6785d6b736ee3d70ff1815e7668757922da"
+FINGERPRINT = "9b2d33953499078ea26bf97c1f18effe20591dbe84a7c5f44f5d6846de349163"
 
 import numpy as np
 

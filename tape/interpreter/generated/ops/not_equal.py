@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9c0a8fb19f7022d855c15a0a2e7b8349b31333b10266876e7d1e0fba87b74488"
+FINGERPRINT = "6154c8a082df92c29b9f9d42d218d10fd3ed0172614b196916808541cb73f2b7"
 
 import numpy as np
 

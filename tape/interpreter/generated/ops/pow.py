@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "07bdff601c15afb4d8eae2ab0b238c32d2a9730ce17d98ff8caa072c3ddac570"
+FINGERPRINT = "2212c118d2e2d78adef44048a8c7b061c13b84d8218efb1e83cebba397231c27"
 
 import numpy as np
 

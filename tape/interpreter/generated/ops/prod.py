@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a3d3c88e1812a34e511d805cc63a7011d609ce92a308a58ed8d637361e78c1c6"
+FINGERPRINT = "4fc38f074fa781606f3fc1586bc26dafab5ed96d448036372f1947f697ed2db0"
 
 import numpy as np
 

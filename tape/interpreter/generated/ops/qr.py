@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5381fcb7b00740756c7ff87840dcdae25b3da6e493b7fb7a45a2523ff1cfd3eb"
+FINGERPRINT = "f9cace51864b2f376be7daf923b949bc25b631e68f2b875a91e18acbc8bb5734"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ad31b4ec21b56c462335ee953a95e378fb6326d1460c226487d0eadeb0a6ac11"
+FINGERPRINT = "6f4c2903b4da849d05a9f9ddc9bfad57bc9882537778c99b884b7f58a5ba4e62"
 
 import numpy as np
 

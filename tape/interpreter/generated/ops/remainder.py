@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbb9908c6a8b33274803951804f16be7c80dd80a09f652c83ec5dbbde0acf7d3"
+FINGERPRINT = "3953c07d5ac7ad2e7ef9dfdaabb7188f409c816d617958c478c20a50e4d3e103"
 
 import numpy as np
 

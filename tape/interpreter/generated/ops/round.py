@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "171125c6b510b8b7f60097f467a3cf1bfa989478ac0f2c1de41d5e939d809f87"
+FINGERPRINT = "d5c1601dc80912a4a79dfd44324a46f36217c1c45608ba4ef9631fe84483cad9"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f41c58693599c2c86d4931559fe200cf3ada7d59d580402ca5688d9fbd74b7be"
+FINGERPRINT = "200bfacc06d43bbf378905debcdceb1fc9a7a20dcbc6699917bab3c2b23ba4fe"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "204f34439605daf061cdeccb46ff25e3483ffc7129bf6ef21f4fa5540acbd1a2"
+FINGERPRINT = "cb916f9420e7b8302348fc6521a71255cba3956a4280f0d423bc1a593059932f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b123862a34391cecd92d54537612f3fe8466986707de6192e1fb50595a5076b"
+FINGERPRINT = "1b1c36cd0618a78f426ca2e11ede272eb8789543b6131e4d620211a166763dc1"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a105675b44ad933272561e6e7352ef6e2e5de0f2613b79435fccf6994db54e30"
+FINGERPRINT = "4442cfb95bcc4b702b7e2a3b865df8beb852ebe501ceb26d8ecb27c72e62f4dd"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "66eab642f49b30dc0bb2b94ce9307ad2d7d18e9dc2f14d4361f91aca61b00d7a"
+FINGERPRINT = "6697c36ba4ad34c24a75fde6634cae7cec6191e46cc8742950583541cdfa75cf"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e8461cbccfadbbb6c2fc8b9a48546de58d7b6770cb46bf9eecbba57aaead322b"
+FINGERPRINT = "d5aa29a52adab5661762aa690e3a8fc89a0bb4f2cbed5c09097770c15d51f3bf"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0da230a573be1d2a7603e56542e63ce28c5cca3e3a0f865f5c0efcdd3cbcdb8"
+FINGERPRINT = "3f885eb6dd87579c62bdb8f28f0c24e53a71c982dca9cd6f840fb913054d72e5"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4336c39d7642862e9976d5465653772b6e667c3914b560c0eef66c32b8e3a518"
+FINGERPRINT = "e7bde89124732504f960ab0ba8a0094d1e8f0aa23acd801eae35e98a35818c88"
 
 import numpy as np
 

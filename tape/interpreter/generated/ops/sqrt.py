@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9dc43abd774e7010fd1f736a4a3b7144660f85ed2d25c56eb248bbb1e5e21fc7"
+FINGERPRINT = "1bbc6c69de72196cc64fa1293db9bda6bfca108ea3c8abf8ddbf00b43ef1f17a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a4711b13b1ac02ec63d2bb7c881076aa74046f57f961e957613d86bde238b324"
+FINGERPRINT = "5cd742e65991ad6bd6e69649d2992f88fed93690e9fd397f6dd6922dc112d538"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a204552bd5b20e560432d1038d75257d0592ccc267b621b30df677d7affd4c5f"
+FINGERPRINT = "5b888db7313624215ed05f6031344e1aadef202f9a5abc199c54dc2de04a72cf"
 
 import numpy as np
 

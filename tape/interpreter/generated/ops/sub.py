@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "769d69a00654f451a662f4559180b972c671d7ef3322c1ba89f18e8e0d92ddb0"
+FINGERPRINT = "2664a3b09b03df66b03d3486d140314c41443f53f2300fa4b05c7164f603b1e8"
 
 import numpy as np
 

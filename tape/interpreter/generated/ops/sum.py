@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0bef4474058d2de9e8e40b05319fd3bc55d5c0a45af3d43b1a6e853194b168e6"
+FINGERPRINT = "dc9ca8d8b006084b6434fff1d1b6a2aa20593f18b4656abfb3f4f07b6250b98f"
 
 import numpy as np
 

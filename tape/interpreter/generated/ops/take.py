@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2e8d544acfb85289c835c9b70e668b78732f0b3b4bf71a5b4c4240efbfbaa5f9"
+FINGERPRINT = "5462c43dd7cb67b96cb3527480c1864b335060a022bfe54a901e6753d847dd4a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d26f77015ab4191538d12ee3afafbe9061bdceda15c25d2bfccfdd0817f2fc8b"
+FINGERPRINT = "e6ba2ffd071345fd1bbefda241c5f220d08e1dd8190de7a501709ec8110ec281"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7efdbe225b1ef41b3d6e08117141f36dadf8b8cdb2655f9668ff1c94289b7abb"
+FINGERPRINT = "fe4644f0059cbc2096435012d4a534564d819c2f3a6f00a48b977ac7d6c9d343"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e290fa41c5bfe33950884992d337bdb0c5965fe0fb906dc2daca1db07deb2be6"
+FINGERPRINT = "959d2f40ea7ca175ef839990c1279d83435fe82cf46f4e2d9124b15b408536ea"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4105f73a7e2b45522e21556b525df90541309df2807a28694fe6299ee2c87c76"
+FINGERPRINT = "c1e3c4b00627daa5fe82d73dfb1a70d9d7796e406f9ca890fead9f28def18a8c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf98e9de5a3dcddc50ea161440bc8c079a1aba48567f704837ae0f5ecfeecf58"
+FINGERPRINT = "aef2e858c359f84af05cb3094acc602facfd5dd2d260a1e0c18644e928169f3d"
 
 import numpy as np
 
