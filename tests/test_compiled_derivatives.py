@@ -401,3 +401,63 @@ def test_matmul_tangents_of_many_directions_are_written_whole(compile):
     T[:, t.bufs[o, B_OFF] : t.bufs[o, B_OFF] + t.bufs[o, B_SIZE]] = np.nan
     got = plan.read_outputs(D._tangents(plan, data, np.eye(27)))
     close(got.ravel(), np.concatenate([np.ravel(w) for w in want]))
+
+
+def gmm_like(L0, xT, mu):
+    # the product's operands come from the arguments through linear entries only (a product
+    # with a constant mask, a difference): no second-order rule reads their adjoints
+    mask = np.tril(np.ones((3, 3)), -1)
+    return tp.sum(tp.sum(((L0 * mask) @ (xT - mu[:, :, None])) ** 2, 1) * 0.5)
+
+
+def sin_product(A, B):
+    # sin's tangent-of-reverse rule reads its output's adjoint: the product's reverse runs
+    return tp.sum(tp.tanh(tp.sin(A) @ B))
+
+
+@pytest.mark.parametrize(
+    "fn, args, reverse_runs",
+    [
+        (gmm_like, (RNG.normal(size=(2, 3, 3)), RNG.normal(size=(3, 40)),
+                    RNG.normal(size=(2, 3))), False),
+        (sin_product, (RNG.normal(size=(4, 3)), RNG.normal(size=(3, 5))), True),
+        (mlp, (RNG.normal(size=(6, 3)), RNG.normal(size=(3, 5)), RNG.normal(size=5)), False),
+    ],
+)  # fmt: skip
+def test_reverse_rules_whose_adjoints_nothing_reads_are_left_out(fn, args, reverse_runs):
+    """Forward-over-reverse runs a matrix product's reverse kernel only where a
+    tangent-of-reverse rule reads the adjoints it makes (:func:`second.adjoints_read`): not
+    for operands made from the arguments by linear entries alone (``gmm_like``, and ``h @ W``
+    of the arguments themselves), but for ``sin(A) @ B``. The HVPs match the interpreter's
+    (which runs every reverse kernel) and central differences of the gradient, with the
+    adjoint arenas full of NaN before the pass."""
+    from tape.layout.columns import E_OP
+    from tape.ops.registry import BY_NAME
+    from tape.transforms import derivatives as D
+
+    ti, tc = both(fn, *args)
+    code = BY_NAME["matmul"].code
+    rows = second.generate(tc).rev_rows
+    (what,) = [w for w, op, i in rows if w and op == code and tc.entries[i, E_OP] == code]
+    assert what == (1 if reverse_runs else 2)
+    rng = np.random.default_rng(2)
+    v = tuple(rng.normal(size=np.shape(a)) for a in args)
+    plan, data = D._forward(tc, args, compiled=True)
+    T, GT, grad = plan.arenas(1)
+    T[:] = 0.0
+    for a, o, n in zip(v, plan.in_off, plan.in_size):
+        T[0, o : o + n] = a.ravel()
+    GT[:], grad[:] = np.nan, np.nan
+    D._hvp_pass(plan, data, grad, T, GT)
+    got = [
+        GT[0, o : o + n].reshape(np.shape(a)) for a, o, n in zip(args, plan.in_off, plan.in_size)
+    ]
+    want = ti.hvp(*args, v=v)
+    eps = 1e-6
+    plus = tc.gradient(*(a + eps * d for a, d in zip(args, v)))
+    minus = tc.gradient(*(a - eps * d for a, d in zip(args, v)))
+    for g, w, p, m in zip(got, want, plus, minus):
+        close(g, w)
+        close(g, (p - m) / (2 * eps), rtol=1e-6)
+    for g, w in zip(pairs(tc.hvp(*args, v=v)), want):
+        close(g, w)

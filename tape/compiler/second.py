@@ -55,6 +55,7 @@ from tape.layout.config import SWEEP_JIT
 from tape.layout.views import borrow as _borrow
 from tape.layout.views import span as _span
 from tape.layout.views import table as _table
+from tape.ops.registry import LINEAR
 
 MAX_GROUPS = 256
 """Fused groups beyond which a tape's derivative drivers stay on the interpreter: the module
@@ -115,7 +116,9 @@ class Passes:
         """The program: ``[n_zero, n_roots, n_tan, n_rev, n_tan_hvp]``, then the zero ranges
         (``[offset, size]``), the roots (``[offset, size]``, seeded in this order), the tangent
         rows and the reverse rows (``[what, a, b]``: a fused loop at ``addr[a]`` (``what`` 0),
-        or entry ``b`` of op ``a`` through the interpreter's table). Forward-over-reverse
+        or entry ``b`` of op ``a`` through the interpreter's table: its reverse and
+        tangent-of-reverse kernels (``what`` 1), or the latter alone where no rule reads the
+        adjoints the former would make (``what`` 2: :func:`adjoints_read`)). Forward-over-reverse
         runs the first ``n_tan_hvp`` tangent rows: not those of the final sums that its
         reverse loops take (:meth:`tape.compiler.emit.Gen.sum_in_reverse`), whose tangents
         nothing reads."""
@@ -202,8 +205,9 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr):
     """Forward-over-reverse by ``prog`` (see :attr:`Passes.prog`): zero its adjoint memory
     in ``grad`` and every row of ``GT``, add ``seeds`` at its roots, run its tangent rows,
     then its reverse rows: fused loops, and entries through the interpreter's reverse and
-    tangent-of-reverse kernels. Writes ``grad``, ``T`` (not the tangents of the final sums
-    that the reverse loops take: see :attr:`Passes.prog`) and ``GT``."""
+    tangent-of-reverse kernels. Writes ``grad`` (the adjoints that the tangent-of-reverse
+    rules read: :func:`adjoints_read`), ``T`` (not the tangents of the final sums that the
+    reverse loops take: see :attr:`Passes.prog`) and ``GT``."""
     entries, bufs, ipool, data = _borrow(entries), _borrow(bufs), _borrow(ipool), _borrow(data)
     grad, T, GT = _borrow(grad), _borrow(T), _borrow(GT)
     z = _HEAD
@@ -228,9 +232,10 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, prog, addr):
             _call_hrev(addr[prog[r + 1]], (data, grad, T, GT))
             continue
         op, i = prog[r + 1], prog[r + 2]
-        a = interp_sweeps._kernel(_dispatch.REV, op, i, entries, bufs, ipool, data)
-        if a != _dispatch.NOTHING:
-            _dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
+        if prog[r] == 1:
+            a = interp_sweeps._kernel(_dispatch.REV, op, i, entries, bufs, ipool, data)
+            if a != _dispatch.NOTHING:
+                _dispatch.call_rev(a, (i, entries, bufs, ipool, data, grad))
         a = interp_sweeps._kernel(_dispatch.HREV, op, i, entries, bufs, ipool, data)
         if a != _dispatch.NOTHING:
             _dispatch.call_hrev(a, (i, entries, bufs, ipool, data, grad, T, GT))
@@ -817,6 +822,45 @@ def _ranges(B, owners):
     return out
 
 
+def _reads_adjoint(p, i):
+    """Whether entry ``i``'s tangent-of-reverse rule reads the adjoint of its output: a
+    second partial ``H_kj`` that is not identically zero, between inputs ``k`` and ``j`` that
+    both carry tangents (``gt_k += g_y * sum_j H_kj t_j``). Structural ops other than the
+    :data:`LINEAR` ones are taken to read it."""
+    op = p.ops[i]
+    if op.kind == "structural":
+        return op.hvp is not None and op.hvp is not LINEAR
+    ins = p.ins[i]
+    at = _HESS_AT.get(len(ins), {})
+    carries = [op.differentiable[k] and p.B[b, B_KIND] != CONST for k, b in enumerate(ins)]
+    return any(carries[k] and carries[j] and op.hess[h] is not None for (k, j), h in at.items())
+
+
+def adjoints_read(p):
+    """The entries whose reverse rule forward-over-reverse runs (``bool`` per entry, within
+    ``p.emask``): those whose inputs' adjoints a tangent-of-reverse rule reads, directly (an
+    entry that :func:`_reads_adjoint`) or through the reverse rules between. A Hessian-vector
+    product returns tangent adjoints only, so the adjoints that flow only into linear parts of
+    the tape (the arguments' own adjoints, a matrix product's operands made by gathers and
+    differences) are not computed. Kept per memory owner (a view's adjoint is its owner's),
+    to a fixed point."""
+    E, B, owner = p.E, p.B, p.owner
+    read = np.zeros(len(B), bool)  # adjoint memory that some rule reads, by owner
+    runs = np.zeros(len(E), bool)
+    changed = True
+    while changed:
+        changed = False
+        for i in p.live:
+            if not p.emask[i]:
+                continue
+            if not runs[i] and any(read[owner[b]] for b in p.ins[i] if B[b, B_KIND] != CONST):
+                runs[i] = changed = True
+            o = owner[E[i, E_OUT]]
+            if not read[o] and (runs[i] or _reads_adjoint(p, i)):
+                read[o] = changed = True
+    return runs
+
+
 def generate(t):
     """What tape ``t``'s derivative passes are made of (:class:`Generated`), or ``None``
     where its drivers stay on the interpreter (callbacks, too many groups)."""
@@ -843,16 +887,20 @@ def generate(t):
         funcs += _Unit(gen, u, unit).tangent_many(f"_tanv{u}")
         tan_rows.append((0, len(tan_units), 0))
         tan_units.append(f"_tan{u}")
+    runs = adjoints_read(p)
     touched = {int(p.owner[b]) for b in t.outputs}  # adjoint memory written so far (seeded)
     assigned: set[int] = set()  # ... and first written whole by a loop: not zeroed
     for u in range(len(p.units) - 1, -1, -1):
         unit = p.units[u]
         if isinstance(unit, Call):
             i = unit.entries[0]
-            if p.emask[i]:
+            if p.emask[i] and runs[i]:
                 rev_rows.append((1, p.ops[i].code, i))
                 calls |= {(_dispatch.REV, p.ops[i].code), (_dispatch.HREV, p.ops[i].code)}
                 touched.update(int(p.owner[b]) for b in p.ins[i])
+            elif p.emask[i]:  # no rule reads the adjoints its reverse rule would make
+                rev_rows.append((2, p.ops[i].code, i))
+                calls.add((_dispatch.HREV, p.ops[i].code))
             continue
         if any(p.emask[i] for i in unit.entries) or (unit.fold >= 0 and p.emask[unit.fold]):
             funcs += _Unit(gen, u, unit).hrev(f"_hrev{u}", touched, assigned)
