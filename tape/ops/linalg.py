@@ -109,22 +109,24 @@ def _jvp(tb, i, entries, bufs, ipool, data, T):
     nb, m, k, n, sa, sb = _block(ipool, entries[i, E_ATTR])
     K = T.shape[0]
     oa, ob, oy = bufs[ia, B_OFF], bufs[ib, B_OFF], bufs[io, B_OFF]
-    if K == 1 or m * n * k == 0 or not (act_a or act_b):
+    if m * n * k == 0 or not (act_a or act_b):
         for d in range(K):
             T[d, oy : oy + nb * m * n] = 0.0
-    if m * n * k == 0:
         return
     for b in range(nb):
         a = mat(A, b * sa, m, k)
         bb = mat(B, b * sb, n, k) if tb else mat(B, b * sb, k, n)
         py = oy + b * m * n
-        if K == 1:  # one direction: the products go into the tangent arena, no copies
+        if K == 1:  # one direction: the products go into the tangent arena, no copies; the
+            # first assigns it (beta = 0: its old values are not read), the second adds
             y = mat(T[0], py, m, n)
+            beta = 0.0
             if act_a:
-                gemm_acc(mat(T[0], oa + b * sa, m, k), False, bb, tb, y)
+                gemm_acc(mat(T[0], oa + b * sa, m, k), False, bb, tb, y, beta)
+                beta = 1.0
             if act_b:
                 tB = mat(T[0], ob + b * sb, n, k) if tb else mat(T[0], ob + b * sb, k, n)
-                gemm_acc(a, False, tB, tb, y)
+                gemm_acc(a, False, tB, tb, y, beta)
             continue
         # only the directions whose tangent of the operand is not all zero (a Hessian's or a
         # Jacobian's seeds are columns of the identity: most of them miss most operands); the

@@ -353,17 +353,33 @@ def logsumexp_rev(i, entries, bufs, ipool, data, grad):
 
 
 @_jit
-def _lse_means(x, tx, o, n, inner, m, tot, mean):
+def _lse_probs(x, o, n, inner, m, tot, ex, P):
+    """``P[j * inner + q] = p_j``, the softmax of rows ``(o, q)`` of ``x`` (viewed as ``(outer,
+    n, inner)``), from their shifts and sums (and, for ``inner == 1``, the exponentials that
+    :func:`_shift_sums` left in ``ex``); computed once per row for every direction."""
+    if inner == 1:
+        for j in range(n):
+            P[j] = ex[j] / tot[0]
+        return
+    for j in range(n):
+        xs = span(x, (o * n + j) * inner, inner)
+        ps = span(P, j * inner, inner)
+        for q in range(inner):
+            ps[q] = vm.exp(xs[q] - m[q]) / tot[q]
+
+
+@_jit
+def _lse_means(P, tx, o, n, inner, mean):
     """``mean[q] = sum_j p_j tx_j`` for the rows ``(o, q)`` (zero tangents contribute
-    nothing), from their shifts and sums."""
+    nothing), ``P`` from :func:`_lse_probs`."""
     for q in range(inner):
         mean[q] = 0.0
     for j in range(n):
-        xs = span(x, (o * n + j) * inner, inner)
+        ps = span(P, j * inner, inner)
         ts = span(tx, (o * n + j) * inner, inner)
         for q in range(inner):
             u = float(ts[q])
-            v = vm.exp(xs[q] - m[q]) / tot[q] * u
+            v = ps[q] * u
             mean[q] += v if u != 0.0 else 0.0
 
 
@@ -372,13 +388,15 @@ def logsumexp_jvp(i, entries, bufs, ipool, data, T):
     x = view(bufs, data, entries[i, E_IN0])
     outer, n, inner = _block(ipool, entries[i, E_ATTR])
     m, tot, ex, mean = np.empty(inner), np.empty(inner), np.empty(n), np.empty(inner)
+    P = np.empty(n * inner)
     for o in range(outer):
         if n > 0:
             _shift_sums(x, o, n, inner, m, tot, ex)
+            _lse_probs(x, o, n, inner, m, tot, ex, P)
         for d in range(T.shape[0]):
             tx = view(bufs, T[d], entries[i, E_IN0])
             ty = span(view(bufs, T[d], entries[i, E_OUT]), o * inner, inner)
-            _lse_means(x, tx, o, n, inner, m, tot, mean)
+            _lse_means(P, tx, o, n, inner, mean)
             for q in range(inner):
                 ty[q] = mean[q]
 
@@ -396,20 +414,22 @@ def logsumexp_hvp(i, entries, bufs, ipool, data, grad, T, GT):
         return
     go = span(view(bufs, grad, io), 0, outer * inner)
     m, tot, ex, mean = np.empty(inner), np.empty(inner), np.empty(n), np.empty(inner)
+    P = np.empty(n * inner)
     for o in range(outer):
         _shift_sums(x, o, n, inner, m, tot, ex)
+        _lse_probs(x, o, n, inner, m, tot, ex, P)
         g = span(go, o * inner, inner)
         for d in range(T.shape[0]):
             tx = view(bufs, T[d], a)
             tgx = view(bufs, GT[d], a)
             dg = span(view(bufs, GT[d], io), o * inner, inner)
-            _lse_means(x, tx, o, n, inner, m, tot, mean)
+            _lse_means(P, tx, o, n, inner, mean)
             for j in range(n):
-                xs = span(x, (o * n + j) * inner, inner)
+                ps = span(P, j * inner, inner)
                 ts = span(tx, (o * n + j) * inner, inner)
                 hs = span(tgx, (o * n + j) * inner, inner)
                 for q in range(inner):
-                    p = vm.exp(xs[q] - m[q]) / tot[q]
+                    p = ps[q]
                     v = dg[q] * p if dg[q] != 0.0 else 0.0
                     w = g[q] * p * (ts[q] - mean[q])
                     hs[q] += v + (w if g[q] != 0.0 else 0.0)

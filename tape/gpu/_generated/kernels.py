@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "da6dd6c11e9f90c96882e2280a4899838c9cda5cd8a5dcf559433269f6236390"
+FINGERPRINT = "65bb65427d2c18c0629a5e27b58d1c75eec7106c332f1e58560a57fa794c1916"
 
 from numba import cuda, float64
 

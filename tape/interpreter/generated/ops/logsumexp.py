@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dd730ac6a6c9a7c02e2a26c85077d0a5ddf6579b98de4e4c1586a6bb9ba6f8a1"
+FINGERPRINT = "e25d28f9e5359dbd48e7e657394a673bb7902c6ead1af37a6fc33d6ebf15a1c2"
 
 import numpy as np
 

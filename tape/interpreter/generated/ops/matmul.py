@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6244f6b1496b52ff9c8558db8b70461eece868037afb0cd1a0a898320f7ba8a8"
+FINGERPRINT = "3574b17f2cd0b033efea39ce43a537925f7cf3bc0042777e343fd944d0a0e614"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8c78b01ad086d85ca19e570408491cb727144415fabcb91697eeca0fb94801e6"
+FINGERPRINT = "ee17ff0ddcbff04519b77a242c13adc67fe4e885d40c234d8e6516eded89982c"
 
 import numpy as np
 
