@@ -461,3 +461,30 @@ def test_reverse_rules_whose_adjoints_nothing_reads_are_left_out(fn, args, rever
         close(g, (p - m) / (2 * eps), rtol=1e-6)
     for g, w in zip(pairs(tc.hvp(*args, v=v)), want):
         close(g, w)
+
+
+def test_second_order_of_a_function_linear_in_its_argument_is_zero():
+    """``x * (c * c)`` with ``c`` an argument left out of ``wrt``: the product's second
+    partial pairs ``x`` with a value that carries no tangent, so no rule reads an adjoint and
+    the fused loops take them as zero; the HVP is exactly zero, as the interpreter's, with
+    the adjoint arenas full of NaN before the pass."""
+    from tape.transforms import derivatives as D
+
+    def f(x, c):
+        return tp.sum(x * (c * c)) + tp.sum(tp.sin(c) * x)
+
+    x, c = RNG.normal(size=50), RNG.normal(size=50)
+    ti = tp.record(f, x, c, wrt=[0], compile=False)
+    tc = tp.record(f, x, c, wrt=[0], compile=True)
+    v = RNG.normal(size=50)
+    plan, data = D._forward(tc, (x, c), compiled=True)
+    T, GT, grad = plan.arenas(1)
+    T[:] = 0.0
+    T[0, plan.in_off[0] : plan.in_off[0] + 50] = v
+    GT[:], grad[:] = np.nan, np.nan
+    D._hvp_pass(plan, data, grad, T, GT)
+    assert second.derivative_module(tc) is not None
+    np.testing.assert_array_equal(GT[0, plan.in_off[0] : plan.in_off[0] + 50], 0.0)
+    np.testing.assert_array_equal(tc.hvp(x, c, v=v), 0.0)
+    np.testing.assert_array_equal(ti.hvp(x, c, v=v), 0.0)
+    close(tc.gradient(x, c), c * c + np.sin(c))

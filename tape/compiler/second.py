@@ -673,23 +673,29 @@ class _Unit:
         return out + ["", ""]
 
     # -- tangent of the reverse -------------------------------------------------------
-    def hrev(self, name, touched, assigned):
+    def hrev(self, name, touched, assigned, read):
         """The forward-over-reverse loop. ``touched``: the owners whose adjoint memory a unit
         that runs earlier in the reverse pass wrote (updated here); ``assigned``: the owners
         whose adjoint (and tangent adjoint) this loop assigns rather than adds to, as their
-        first contribution over the whole buffer (added to here; they need no zeroing)."""
+        first contribution over the whole buffer (added to here; they need no zeroing);
+        ``read``: per owner, whether a tangent-of-reverse rule reads its adjoint
+        (:func:`adjoints_read`): the loop neither loads nor writes the others' adjoints (it
+        takes them as zero: no second-order term it computes reads them)."""
         p, gen, g = self.p, self.gen, self.g
         body = self.forward_lines()
         for i in g.entries:
             if p.emask[i]:
                 o = int(p.E[i, E_OUT])
                 if p.external(o, self.u):
-                    body += [f"a{o} = {self.at('grad', o)}", f"g{o} = {self.at('gr', o)}"]
+                    a = self.at("grad", o) if read[int(p.owner[o])] else "0.0"
+                    body += [f"a{o} = {a}", f"g{o} = {self.at('gr', o)}"]
                 else:
                     body += [f"a{o} = 0.0", f"g{o} = 0.0"]
         if g.fold >= 0 and p.emask[g.fold]:
-            src, so, _ = self.fold_at("grad")
-            body += [f"a{src} += {self.fold_at('grad')[2]}", f"g{src} += {self.fold_at('gr')[2]}"]
+            src, so, ga = self.fold_at("grad")
+            if read[int(p.owner[int(p.E[g.fold, E_OUT])])]:
+                body.append(f"a{src} += {ga}")
+            body.append(f"g{src} += {self.fold_at('gr')[2]}")
         # contributions to a buffer read outside the loop: summed per element (elementwise
         # kinds), per row (per_row) or over the loop (scalar), then added to the arenas
         acc: dict[tuple, tuple[str, str]] = {}
@@ -723,29 +729,30 @@ class _Unit:
                 key = (b, kind if isinstance(kind, str) else tuple(kind))
                 if key not in acc:
                     n = len(acc)
-                    acc[key] = (f"ea{n}", f"eg{n}")
+                    acc[key] = (f"ea{n}" if read[ob] else None, f"eg{n}")
                 ea, eg = acc[key]
-                contrib += [f"{ea} += {ca}", f"{eg} += {cg}"]
+                contrib += ([f"{ea} += {ca}"] if ea else []) + [f"{eg} += {cg}"]
         pre_d, pre_r, post_r, post_d, elem = [], [], [], [], []
         first = self.first_writes(acc, touched)
         assigned |= first
         for (b, kind), (ea, eg) in acc.items():
             ga, gg = self.at("grad", b, kind), self.at("gr", b, kind)
-            add = ["if d == 0:", f"    {ga} += {ea}", f"{gg} += {eg}"]
+            init = ([f"{ea} = 0.0"] if ea else []) + [f"{eg} = 0.0"]
+            add = (["if d == 0:", f"    {ga} += {ea}"] if ea else []) + [f"{gg} += {eg}"]
             if kind == "scalar":
-                pre_d += [f"{ea} = 0.0", f"{eg} = 0.0"]
+                pre_d += init
                 post_d += add
             elif kind == "per_row":
-                pre_r += [f"{ea} = 0.0", f"{eg} = 0.0"]
+                pre_r += init
                 post_r += add
             else:
-                body += [f"{ea} = 0.0", f"{eg} = 0.0"]
+                body += init
                 elem.append((ea, eg, ga, gg, "=" if int(p.owner[b]) in first else "+="))
         touched.update(int(p.owner[b]) for b, _ in acc)
         body += contrib
         if self.M < BLOCK_MIN:
             for ea, eg, ga, gg, op in elem:
-                body += ["if d == 0:", f"    {ga} {op} {ea}", f"{gg} {op} {eg}"]
+                body += (["if d == 0:", f"    {ga} {op} {ea}"] if ea else []) + [f"{gg} {op} {eg}"]
             return self.function(name, "data, grad, T, GT", body, pre_d, pre_r, post_r, post_d)
         return self.blocked(name, body, elem, pre_d, pre_r, post_r, post_d)
 
@@ -778,19 +785,16 @@ class _Unit:
         blk = min(BLOCK, self.M)
         keep = []
         for ea, eg, _, _, _ in elem:
-            keep += [f"b{ea}[jj] = {ea}", f"b{eg}[jj] = {eg}"]
+            keep += ([f"b{ea}[jj] = {ea}"] if ea else []) + [f"b{eg}[jj] = {eg}"]
         used = sorted({m for line in body for m in _AT_J.findall(line)}
-                      | {m for e in elem for m in _AT_J.findall(e[2] + e[3])})  # fmt: skip
+                      | {m for e in elem for m in _AT_J.findall((e[2] if e[0] else "") + e[3])})  # fmt: skip
         main = [_AT_J.sub(r"\1_[jj]", x) for x in body + keep]
         top, _ = self.view_lines(("data", "grad"))
         d_views, _ = self.view_lines(("tr", "gr"))
         out = ['@njit(fastmath={"reassoc"}, **UNIT_JIT)', f"def {name}(data, grad, T, GT):"]
         out += [f"    {x}" for x in top]
-        for ea, eg, _, _, _ in elem:
-            out += [
-                f"    b{ea} = np.empty({blk}, data.dtype)",
-                f"    b{eg} = np.empty({blk}, data.dtype)",
-            ]
+        for name_ in (x for ea, eg, _, _, _ in elem for x in (ea, eg) if x):
+            out.append(f"    b{name_} = np.empty({blk}, data.dtype)")
         out += ["    for d in range(T.shape[0]):", "        tr = T[d]", "        gr = GT[d]"]
         out += [f"        {x}" for x in (*d_views, *pre_d)]
         inner = [f"for j0 in range(0, {self.M}, {blk}):", f"    m = min({blk}, {self.M} - j0)"]
@@ -798,8 +802,9 @@ class _Unit:
         inner += ["    for jj in range(m):"] + [f"        {x}" for x in main]
         for ea, eg, ga, gg, op in elem:
             ga, gg = (_AT_J.sub(r"\1_[jj]", x) for x in (ga, gg))
-            inner += ["    if d == 0:", "        for jj in range(m):", f"            {ga} {op} b{ea}[jj]",
-                      "    for jj in range(m):", f"        {gg} {op} b{eg}[jj]"]  # fmt: skip
+            if ea:
+                inner += ["    if d == 0:", "        for jj in range(m):", f"            {ga} {op} b{ea}[jj]"]  # fmt: skip
+            inner += ["    for jj in range(m):", f"        {gg} {op} b{eg}[jj]"]
         if self.rows:
             _, rows = self.view_lines(("data", "grad", "tr", "gr"))
             inner = [f"for r in range({self.g.rows}):"] + [
@@ -837,13 +842,15 @@ def _reads_adjoint(p, i):
 
 
 def adjoints_read(p):
-    """The entries whose reverse rule forward-over-reverse runs (``bool`` per entry, within
-    ``p.emask``): those whose inputs' adjoints a tangent-of-reverse rule reads, directly (an
-    entry that :func:`_reads_adjoint`) or through the reverse rules between. A Hessian-vector
-    product returns tangent adjoints only, so the adjoints that flow only into linear parts of
-    the tape (the arguments' own adjoints, a matrix product's operands made by gathers and
-    differences) are not computed. Kept per memory owner (a view's adjoint is its owner's),
-    to a fixed point."""
+    """``(runs, read)``: the entries whose reverse rule forward-over-reverse runs (``bool``
+    per entry, within ``p.emask``), and the buffers whose adjoint it computes (``bool`` per
+    memory owner: a view's adjoint is its owner's). An adjoint is read where a
+    tangent-of-reverse rule reads it (an entry that :func:`_reads_adjoint`), or where the
+    reverse rule of an entry that runs reads it; an entry's reverse rule runs where the
+    adjoint of one of its inputs is read. A Hessian-vector product returns tangent adjoints
+    only, so the adjoints that flow only into linear parts of the tape (the arguments' own
+    adjoints, a matrix product's operands made by gathers and differences) are not computed.
+    Found to a fixed point."""
     E, B, owner = p.E, p.B, p.owner
     read = np.zeros(len(B), bool)  # adjoint memory that some rule reads, by owner
     runs = np.zeros(len(E), bool)
@@ -858,7 +865,7 @@ def adjoints_read(p):
             o = owner[E[i, E_OUT]]
             if not read[o] and (runs[i] or _reads_adjoint(p, i)):
                 read[o] = changed = True
-    return runs
+    return runs, read
 
 
 def generate(t):
@@ -887,7 +894,7 @@ def generate(t):
         funcs += _Unit(gen, u, unit).tangent_many(f"_tanv{u}")
         tan_rows.append((0, len(tan_units), 0))
         tan_units.append(f"_tan{u}")
-    runs = adjoints_read(p)
+    runs, read = adjoints_read(p)
     touched = {int(p.owner[b]) for b in t.outputs}  # adjoint memory written so far (seeded)
     assigned: set[int] = set()  # ... and first written whole by a loop: not zeroed
     for u in range(len(p.units) - 1, -1, -1):
@@ -903,7 +910,7 @@ def generate(t):
                 calls.add((_dispatch.HREV, p.ops[i].code))
             continue
         if any(p.emask[i] for i in unit.entries) or (unit.fold >= 0 and p.emask[unit.fold]):
-            funcs += _Unit(gen, u, unit).hrev(f"_hrev{u}", touched, assigned)
+            funcs += _Unit(gen, u, unit).hrev(f"_hrev{u}", touched, assigned, read)
             rev_rows.append((0, len(hrev_units), 0))
             hrev_units.append(f"_hrev{u}")
     # adjoint memory read or added to: zeroed first (the arguments' too, which the drivers
