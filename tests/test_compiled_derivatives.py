@@ -410,6 +410,17 @@ def gmm_like(L0, xT, mu):
     return tp.sum(tp.sum(((L0 * mask) @ (xT - mu[:, :, None])) ** 2, 1) * 0.5)
 
 
+IDX = np.array([[0, 2, 4], [1, 3, 5], [5, 0, 2]])
+
+
+def two_readers(w, B):
+    # X's tangent adjoint gets contributions from the product's tangent-of-reverse kernel and
+    # from the fused loop of exp(X), which a reduction over an axis reads before the product:
+    # that loop runs after the product's kernel in the reverse pass, and adds to X's
+    X = w[IDX]
+    return tp.sum(tp.sum(tp.exp(X), 1) ** 2) + tp.sum((X @ B) ** 2)
+
+
 def sin_product(A, B):
     # sin's tangent-of-reverse rule reads its output's adjoint: the product's reverse runs
     return tp.sum(tp.tanh(tp.sin(A) @ B))
@@ -421,6 +432,7 @@ def sin_product(A, B):
         (gmm_like, (RNG.normal(size=(2, 3, 3)), RNG.normal(size=(3, 40)),
                     RNG.normal(size=(2, 3))), False),
         (sin_product, (RNG.normal(size=(4, 3)), RNG.normal(size=(3, 5))), True),
+        (two_readers, (RNG.normal(size=6), RNG.normal(size=(3, 4))), False),
         (mlp, (RNG.normal(size=(6, 3)), RNG.normal(size=(3, 5)), RNG.normal(size=5)), False),
     ],
 )  # fmt: skip

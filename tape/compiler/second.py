@@ -901,13 +901,15 @@ def generate(t):
         unit = p.units[u]
         if isinstance(unit, Call):
             i = unit.entries[0]
-            if p.emask[i] and runs[i]:
-                rev_rows.append((1, p.ops[i].code, i))
-                calls |= {(_dispatch.REV, p.ops[i].code), (_dispatch.HREV, p.ops[i].code)}
-                touched.update(int(p.owner[b]) for b in p.ins[i])
-            elif p.emask[i]:  # no rule reads the adjoints its reverse rule would make
-                rev_rows.append((2, p.ops[i].code, i))
+            if p.emask[i]:
+                # the reverse kernel too, unless no rule reads the adjoints it would make; the
+                # tangent-of-reverse kernel adds to its inputs' tangent adjoints either way
+                both = bool(runs[i])
+                rev_rows.append((1 if both else 2, p.ops[i].code, i))
                 calls.add((_dispatch.HREV, p.ops[i].code))
+                if both:
+                    calls.add((_dispatch.REV, p.ops[i].code))
+                touched.update(int(p.owner[b]) for b in p.ins[i])
             continue
         if any(p.emask[i] for i in unit.entries) or (unit.fold >= 0 and p.emask[unit.fold]):
             funcs += _Unit(gen, u, unit).hrev(f"_hrev{u}", touched, assigned, read)
