@@ -13,7 +13,9 @@ passes made here instead, with the same contracts:
 - forward-over-reverse (:meth:`Passes.hvp`), as ``hvp_pass``: the reverse pass seeded with
   ``seeds`` (the adjoints in ``grad``), the tangent sweep of ``T`` and the tangent of the
   reverse pass (the tangent adjoints ``GT``, one arena per direction). ``GT`` and ``grad`` are
-  zeroed where they are read (the arguments among them), not whole.
+  zeroed where they are read (the arguments among them), not whole. Only the adjoints that a
+  second-order term reads are computed (:func:`adjoints_read`): the reverse rules of the
+  linear parts between the arguments and the first nonlinear entry do not run.
 
 The units are the compiled tier's (:class:`tape.compiler.analyse.Plan`): a fused group of
 elementwise entries is one loop over its elements per direction, with tangents and adjoints in
