@@ -439,10 +439,12 @@ def sin_product(A, B):
 def test_reverse_rules_whose_adjoints_nothing_reads_are_left_out(fn, args, reverse_runs):
     """Forward-over-reverse runs a matrix product's reverse kernel only where a
     tangent-of-reverse rule reads the adjoints it makes (:func:`second.adjoints_read`): not
-    for operands made from the arguments by linear entries alone (``gmm_like``, and ``h @ W``
-    of the arguments themselves), but for ``sin(A) @ B``. The HVPs match the interpreter's
-    (which runs every reverse kernel) and central differences of the gradient, with the
-    adjoint arenas full of NaN before the pass."""
+    for operands made from the arguments by linear entries alone (``gmm_like``, ``h @ W`` of
+    the arguments themselves, and ``two_readers``, where a fused loop that runs after the
+    product's kernel must add to the tangent adjoints that kernel wrote, not assign them),
+    but for ``sin(A) @ B``. The HVPs match the interpreter's (which runs every reverse
+    kernel) and central differences of the gradient, with the adjoint arenas full of NaN
+    before the pass."""
     from tape.layout.columns import E_OP
     from tape.ops.registry import BY_NAME
     from tape.transforms import derivatives as D
