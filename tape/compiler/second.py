@@ -856,17 +856,18 @@ def adjoints_read(p):
     E, B, owner = p.E, p.B, p.owner
     read = np.zeros(len(B), bool)  # adjoint memory that some rule reads, by owner
     runs = np.zeros(len(E), bool)
+    order = [i for i in p.live if p.emask[i]]
+    for i in order:  # the rules that read their output's adjoint themselves
+        if _reads_adjoint(p, i):
+            read[owner[E[i, E_OUT]]] = True
     changed = True
     while changed:
         changed = False
-        for i in p.live:
-            if not p.emask[i]:
-                continue
+        for i in order:
             if not runs[i] and any(read[owner[b]] for b in p.ins[i] if B[b, B_KIND] != CONST):
                 runs[i] = changed = True
-            o = owner[E[i, E_OUT]]
-            if not read[o] and (runs[i] or _reads_adjoint(p, i)):
-                read[o] = changed = True
+                o = owner[E[i, E_OUT]]
+                read[o] = True
     return runs, read
 
 
