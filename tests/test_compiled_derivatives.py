@@ -502,3 +502,135 @@ def test_second_order_of_a_function_linear_in_its_argument_is_zero():
     np.testing.assert_array_equal(tc.hvp(x, c, v=v), 0.0)
     np.testing.assert_array_equal(ti.hvp(x, c, v=v), 0.0)
     close(tc.gradient(x, c), c * c + np.sin(c))
+
+
+# ---------------------------------------------------------------- reverse mode, promotion
+
+
+def two_outputs(h, W, b):
+    z = h @ W
+    return tp.tanh(z + b) * tp.log(1.0 + z * z), tp.sum(tp.exp(-h), 1)
+
+
+REVERSE = {
+    "two outputs, three arguments": (two_outputs, (RNG.normal(size=(6, 3)), RNG.normal(size=(3, 5)),
+                                                   RNG.normal(size=5))),
+    "vector output": (vector_out, (np.linspace(-1.0, 1.0, 6),)),
+    "scalar output": (rosenbrock, (RNG.uniform(-1, 1, 9),)),
+}  # fmt: skip
+
+
+def forward_values(t, args):
+    """The tape's outputs at ``args``, flattened and concatenated."""
+    return np.concatenate([np.ravel(o) for o in pairs(t.forward(*args))])
+
+
+def leaves(x):
+    """The arrays of a nested tuple of results, in order."""
+    return [v for y in x for v in leaves(y)] if isinstance(x, tuple) else [np.asarray(x)]
+
+
+def flat_jacobian(J, outs, args):
+    """A Jacobian in JAX's nesting (a tuple over several outputs of tuples over several
+    arguments) as one matrix over the flattened, concatenated outputs and arguments."""
+    rows = J if len(outs) > 1 else (J,)
+    return np.block([
+        [np.reshape(c, (int(np.prod(s)), a.size)) for c, a in zip(r if len(args) > 1 else (r,), args)]
+        for r, s in zip(rows, outs)
+    ])  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(REVERSE))
+def test_vjp_and_reverse_jacobian_run_the_compiled_reverse(name, monkeypatch):
+    """``vjp`` and ``jacobian(mode="rev")`` of a compiled tape run its own reverse pass after
+    its own forward (the interpreter's sweeps and kernels are not used): the same as the
+    interpreter's, and the Jacobian against central differences of the outputs; called
+    twice at other arguments (nothing stale in the adjoint arena), and with a cotangent of
+    zeros (zero gradients, whatever the arena held)."""
+    from tape.transforms import derivatives as D
+
+    fn, args = REVERSE[name]
+    ti, tc = both(fn, *args)
+    rng = np.random.default_rng(len(name))
+    outs = [np.shape(o) for o in pairs(ti.forward(*args))]
+    cases = []
+    for k in range(2):
+        x = tuple(a + 0.1 * (k + 1) * rng.normal(size=np.shape(a)) for a in args)
+        u = tuple(rng.normal(size=s) for s in outs)
+        cases.append((x, u if len(u) > 1 else u[0]))
+    want = [(ti.vjp(*x, cotangent=u), ti.jacobian(*x, mode="rev")) for x, u in cases]
+
+    def interpreter_sweeps(*a, **k):
+        raise AssertionError("the interpreter's reverse sweeps ran for a compiled tape")
+
+    monkeypatch.setattr(D.sweeps, "vjp_rows", interpreter_sweeps)
+    for (x, u), (vjp_i, jac_i) in zip(cases, want):
+        got = tc.vjp(*x, cotangent=u)
+        assert len(leaves(got)) == len(leaves(vjp_i))
+        for a, b in zip(leaves(got), leaves(vjp_i)):
+            assert a.shape == b.shape
+            close(a, b)
+        J = tc.jacobian(*x, mode="rev")
+        assert len(leaves(J)) == len(leaves(jac_i))
+        for a, b in zip(leaves(J), leaves(jac_i)):
+            assert a.shape == b.shape
+            close(a, b)
+    zero = tuple(np.zeros(s) for s in outs)
+    for g in leaves(tc.vjp(*args, cotangent=zero if len(zero) > 1 else zero[0])[1]):
+        assert not np.any(g)
+    assert not tc._interp_ready  # no interpreter kernel was prepared for the compiled tape
+    # the Jacobian against central differences of the outputs, column by column
+    x = cases[0][0]
+    Jf = flat_jacobian(tc.jacobian(*x, mode="rev"), outs, x)
+    col, h = 0, 1e-6
+    for k, a in enumerate(x):
+        for j in range(a.size):
+            xp = [np.array(v, copy=True) for v in x]
+            xm = [np.array(v, copy=True) for v in x]
+            xp[k].flat[j] += h
+            xm[k].flat[j] -= h
+            fd = (forward_values(ti, xp) - forward_values(ti, xm)) / (2 * h)
+            np.testing.assert_allclose(Jf[:, col], fd, rtol=1e-6, atol=1e-6)
+            col += 1
+
+
+PROMOTED_BY = {
+    "vjp": lambda t, x: t.vjp(x, cotangent=np.array(1.0)),
+    "jvp": lambda t, x: t.jvp(x, tangents=x),
+    "hvp": lambda t, x: t.hvp(x, v=x),
+    "hessian": lambda t, x: t.hessian(x),
+    "jacobian rev": lambda t, x: t.jacobian(x, mode="rev"),
+    "jacobian fwd": lambda t, x: t.jacobian(x, mode="fwd"),
+}
+
+
+@pytest.mark.parametrize("what", list(PROMOTED_BY))
+def test_derivative_calls_count_toward_promotion(what):
+    """On a tape with ``compile="auto"``, the derivative transforms (which run compiled code
+    once the tape is promoted) count as replays: by the count rule (the ``compile_after``-th
+    call compiles the tape) and by the time they take (not their first call, which prepares
+    their kernels); the results stay the interpreter's, to rounding."""
+    call = PROMOTED_BY[what]
+    x = RNG.uniform(-1, 1, 9)
+    ti = tp.record(rosenbrock, x, compile=False)
+    want = call(ti, x)
+    t = tp.record(rosenbrock, x)  # compile="auto"
+    t.compile_cost = 0.0  # the compile is not weighed: the rules alone decide
+    t.compile_after, t.compile_after_seconds = 4, None
+    for _ in range(4):
+        assert t.tier == "interpreter"
+        got = call(t, x)
+    assert t.tier == "compiled"  # the 4th call compiled the tape, then ran compiled
+    assert len(leaves(got)) == len(leaves(want))
+    for a, b in zip(leaves(got), leaves(want)):
+        close(a, b)
+    # by time: the first call is not timed, the second takes longer than the limit
+    t = tp.record(rosenbrock, x)
+    t.compile_cost = 0.0
+    t.compile_after, t.compile_after_seconds, t.compile_min_replays = None, 1e-12, 0
+    call(t, x)
+    assert t.tier == "interpreter" and t.compiling is None
+    call(t, x)
+    assert t.compiling is not None
+    t.compiling.join()
+    assert t.tier == "compiled"

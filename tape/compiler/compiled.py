@@ -536,6 +536,7 @@ class CompiledSweeps:
     ENTRY_POINTS = (
         "forward_sweep", "reach", "reverse_pass", "backward", "forward_backward",
         "gradient_batch_kernel", "gradient_args", "ka_forward", "ka_backward", "ka_gradient",
+        "vjp_rows",
     )  # fmt: skip
 
     def __init__(self, module, table_calls, source, n_args=0):

@@ -8,6 +8,7 @@ array layout is described in :mod:`tape.layout.columns`.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -250,6 +251,7 @@ class Tape:
     compile_min_replays = 0  # ... from this replay on ...
     compile_cost = None  # ... weighed against this estimate of the compile (s; _worth_compiling)
     compiling = None  # the background thread compiling this tape (automatic promotion)
+    _counted = frozenset()  # the transforms that counted a call (Tape.counting)
 
     def __init__(self, dtype=np.float64, capacity=64):
         """An empty tape; ``capacity``: the value arena's first size (it grows as needed)."""
@@ -693,6 +695,32 @@ class Tape:
         self._n_replays += 1
         if self._n_replays == self.compile_after:
             self._promote()
+
+    @contextlib.contextmanager
+    def counting(self, what):
+        """What runs inside counts toward the compiled tier as one replay: at the
+        :attr:`compile_after`-th (:meth:`count_replay`, before it runs), and by the time it
+        takes (promotion by time, :attr:`compile_after_seconds`), except the first call of
+        each ``what`` (a transform's name), which compiles or loads its kernels and drivers
+        (a replay's time leaves its compile out). Nothing on a tape not waiting for automatic
+        promotion. For the derivative transforms' checked paths, which run compiled code once
+        the tape is promoted. Part of the replay interface."""
+        if self.tier != "interpreter" or (
+            self.compile_after is None and self.compile_after_seconds is None
+        ):
+            yield
+            return
+        self.count_replay()  # (may promote: the count rule compiles in this thread)
+        if what not in self._counted:
+            self._counted = self._counted | {what}
+            yield
+            return
+        t0 = _now()
+        try:
+            yield
+        finally:
+            if self.compile_after_seconds is not None:
+                self._timed(t0)
 
     def _driver_ready(self, sw, call):
         """Prepare the op kernels of a replay through ``sw.forward_backward(*call)`` and the

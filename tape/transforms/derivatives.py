@@ -10,6 +10,13 @@ registry (:mod:`tape.interpreter.codegen`):
 - ``tangent_reverse_sweep``: the tangent of a finished reverse sweep (forward-over-reverse),
   ``k`` directions per pass: Hessian-vector products without recording anything again.
 
+On a compiled tape the same passes run the tape's generated code instead: forward mode and
+forward-over-reverse the passes of :mod:`tape.compiler.second`, reverse mode (``vjp``,
+``jacobian(mode="rev")``) the compiled module's own reverse pass (``vjp_rows``). So on a tape
+waiting for automatic promotion (``compile="auto"``) a call by these paths counts toward the
+compiled tier as a replay, by the count rule and by its time (:meth:`Tape.counting`); a
+tape with Python callbacks, which stays on the interpreter, is not counted.
+
 Shapes and tuples follow JAX. The differentiated arguments are the tape's ``wrt`` arguments
 (``tape.record(..., wrt=...)``); "arguments" below means those. Directions are processed in
 passes of equal size whose tangent arenas stay in the caches (:data:`CHUNK_BYTES`). Results
@@ -21,6 +28,7 @@ These are the implementations of :meth:`Tape.jvp`, :meth:`Tape.vjp`, :meth:`Tape
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 
@@ -225,14 +233,22 @@ def _describe(v):
 def _forward(t, args, compiled=False):
     """Replay the forward sweep at ``args``: ``(plan, values)``, every entry's value written
     (on the interpreter: a compiled forward keeps intermediates in registers). ``compiled``:
-    the tape's own forward where its generated derivative passes follow (:func:`_compiled`),
-    which need only the values it stores."""
+    the tape's own forward where compiled code that needs only the values it stores follows:
+    ``True``, its generated derivative passes (:func:`_compiled`); ``"reverse"``, its reverse
+    pass (:func:`_jac_rev_rows`)."""
     if compiled and t.tier == "compiled" and not t.callbacks:
         tp, ws = t.run_replay(args, False)
-        if tp is t and _compiled(_plan(tp)) is not None:
+        if tp is t and (compiled == "reverse" or _compiled(_plan(tp)) is not None):
             return _plan(tp), ws.data
     tp, ws = t.run_replay(args, False, interp=True)
     return _plan(tp), ws.data
+
+
+def _counting(t, what):
+    """A derivative call (``what``) on ``t`` counts toward its automatic promotion
+    (:meth:`Tape.counting`) where the compiled tier runs it: on a tape without Python
+    callbacks."""
+    return contextlib.nullcontext() if t.callbacks else t.counting(what)
 
 
 def _plan(tp):
@@ -345,11 +361,18 @@ def _jac_fwd_rows(plan, data, V):
 
 def _jac_rev_rows(plan, data, U):
     """``J^T u`` for each row ``u`` of ``U``, as rows: ``(len(U), n_in)``, one reverse pass
-    per row in one compiled call."""
+    per row in one compiled call: the compiled tape's own reverse pass (fused loops,
+    adjoints in registers) on a compiled tape, after its forward or the interpreter's (which
+    writes every value it stores), else the interpreter's."""
     tp = plan.tp
-    plan.need(_dispatch.FWD, _dispatch.REV)
     out = np.empty((U.shape[0], plan.n_in), tp.dtype)
     grad = plan.arenas(1)[2]
+    if tp.tier == "compiled" and not tp.callbacks:
+        sw, pool = tp.prepared_sweeps()  # (the interpreter kernels its unfused entries call)
+        sw.vjp_rows(tp.entries, tp.bufs, pool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
+                    np.ascontiguousarray(U, tp.dtype), plan.in_offs, plan.in_sizes, out)  # fmt: skip
+        return out
+    plan.need(_dispatch.FWD, _dispatch.REV)
     if tp.callbacks:  # the reverse sweep in segments around the callbacks, row by row
         roots = np.asarray(plan.roots, np.int64)
         for r in range(U.shape[0]):
@@ -369,19 +392,21 @@ def jvp(t, *args, tangents):
     """``(value, tangent)``: the outputs at ``args`` and their directional derivative along
     ``tangents`` (one array per differentiated argument, or a single array), one forward
     sweep and one tangent sweep. Structured like :meth:`Tape.forward`'s result."""
-    plan, data = _forward(t, args, compiled=True)
-    v = plan.flat_in(tangents, "jvp: tangents")
-    out = _jac_fwd_rows(plan, data, v[None, :])[0]
-    return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_out(plan, plan.split_out(out))
+    with _counting(t, "jvp"):
+        plan, data = _forward(t, args, compiled=True)
+        v = plan.flat_in(tangents, "jvp: tangents")
+        out = _jac_fwd_rows(plan, data, v[None, :])[0]
+        return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_out(plan, plan.split_out(out))
 
 
 def vjp(t, *args, cotangent):
     """``(value, grads)``: the outputs at ``args`` and ``J^T u`` for the cotangent ``u``
     (shaped like the outputs), structured like :meth:`Tape.gradient`'s result."""
-    plan, data = _forward(t, args)
-    u = plan.flat_out(cotangent, "vjp: cotangent")
-    g = _jac_rev_rows(plan, data, u[None, :])[0]
-    return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_in(plan, plan.split_in(g))
+    with _counting(t, "vjp"):
+        plan, data = _forward(t, args, compiled="reverse")
+        u = plan.flat_out(cotangent, "vjp: cotangent")
+        g = _jac_rev_rows(plan, data, u[None, :])[0]
+        return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_in(plan, plan.split_in(g))
 
 
 def jacobian(t, *args, mode="auto", sparse=False):
@@ -411,7 +436,15 @@ def jacobian(t, *args, mode="auto", sparse=False):
             J = np.empty((math.prod(out_shape), shape[0]), dt)
             if call.jacobian(ws.data, args[0], J, oo) < 0:
                 return J.reshape(out_shape + shape)
-    plan, data = _forward(t, args)
+    with _counting(t, f"jacobian {mode} {sparse}"):
+        return _jacobian(t, args, mode, sparse, fast)
+
+
+def _jacobian(t, args, mode, sparse, fast):
+    """:func:`jacobian` by passes (its checked path)."""
+    # reverse mode chosen up front runs after the compiled forward; "auto" looks at the
+    # sparsity pattern first, which needs every value (the interpreter's forward)
+    plan, data = _forward(t, args, compiled="reverse" if mode == "rev" and not sparse else False)
     if sparse:
         from tape.transforms import sparse as SP
 
@@ -480,6 +513,12 @@ def hessian(t, *args, sparse=False):
             if call.hessian(ws.data, args[0], H) < 0:
                 return H
             # the sweep stopped (a failed guard, a rejected index): the checked path
+    with _counting(t, f"hessian {sparse}"):
+        return _hessian(t, args, sparse, fast)
+
+
+def _hessian(t, args, sparse, fast):
+    """:func:`hessian` by passes (its checked path)."""
     plan, data = _forward(t, args)
     _second(plan, "hessian()")
     if sparse:
@@ -587,6 +626,12 @@ def hvp(t, *args, v):
                 if call(ws.data, args[0], v, out) < 0:
                     return out
                 # the sweep stopped (a failed guard, a rejected index): the checked path
+    with _counting(t, "hvp"):
+        return _hvp(t, args, v, fast)
+
+
+def _hvp(t, args, v, fast):
+    """:func:`hvp` by passes (its checked path)."""
     plan, data = _forward(t, args, compiled=True)
     _second(plan, "hvp()")
     vals = plan.in_values(v, "hvp: v")

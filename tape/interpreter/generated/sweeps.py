@@ -338,22 +338,6 @@ def hvp_pass(entries, bufs, ipool, data, grad, T, GT, n_entries, n_bufs, roots, 
     tangent_reverse_sweep(entries, bufs, ipool, data, grad, T, GT, emask, np.int64(0), n_entries)
 
 
-@njit(**SWEEP_JIT)
-def vjp_rows(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs, sizes, out):
-    """Reverse mode, one pass per row ``u`` of ``U`` (seeds over the roots, concatenated):
-    row ``r`` of ``out`` gets ``J^T u``, the adjoints of the buffers at ``offs`` / ``sizes``
-    (the arguments) concatenated. Writes ``grad`` and ``out``."""
-    emask, need = reach(entries, bufs, n_entries, roots)
-    for r in range(U.shape[0]):
-        reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots,
-                     U[r], np.bool_(True))  # fmt: skip
-        c = 0
-        for k in range(offs.shape[0]):
-            for j in range(sizes[k]):  # a loop: a slice assignment's check compiles for 2 s
-                out[r, c + j] = grad[offs[k] + j]
-            c += sizes[k]
-
-
 # ---- shared drivers: copied into the generated sweeps and every compiled tape ----
 @njit(inline="always", **SWEEP_JIT)
 def backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves):
@@ -377,6 +361,24 @@ def forward_backward(
         return status
     backward(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, seeds, zero_leaves)
     return -1
+
+
+@njit(**SWEEP_JIT)
+def vjp_rows(entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs, sizes, out):
+    """Reverse mode, one pass per row ``u`` of ``U`` (seeds over the roots, concatenated):
+    row ``r`` of ``out`` gets ``J^T u``, the adjoints of the buffers at ``offs`` / ``sizes``
+    (the arguments) concatenated. Writes ``grad`` and ``out``. A compiled tape's copy runs
+    its own reverse pass (``vjp`` and ``jacobian(mode="rev")`` of :mod:`tape.derivatives`),
+    after its own forward or the interpreter's."""
+    emask, need = reach(entries, bufs, n_entries, roots)
+    for r in range(U.shape[0]):
+        reverse_pass(entries, bufs, ipool, data, grad, n_entries, n_bufs, emask, need, roots,
+                     U[r], np.bool_(True))  # fmt: skip
+        c = 0
+        for k in range(offs.shape[0]):
+            for j in range(sizes[k]):  # a loop: a slice assignment's check compiles for 2 s
+                out[r, c + j] = grad[offs[k] + j]
+            c += sizes[k]
 
 
 @njit(parallel=True, **SWEEP_JIT)
