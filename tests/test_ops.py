@@ -3,6 +3,8 @@ reverse against central finite differences (float64), over 0-d, 1-d, 2-d and bro
 shapes. A new elementwise op is picked up automatically; a new structural op must add cases to
 KERNEL_CASES (a test fails until it does)."""
 
+import functools
+
 import cases_factor  # tests/ is on sys.path (pytest's rootdir-less import mode)
 import cases_scan
 import cases_scatter
@@ -365,21 +367,33 @@ def test_sum_of_empty_and_reductions_of_size_zero():
         tp.zeros(0).max()
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("ta, tb", [(False, False), (True, False), (False, True), (True, True)])
-def test_gemm_adds_the_product_into_its_output(dtype, ta, tb):
-    # matmul's reverse adds A^T gY and gY B^T into the adjoints through BLAS (beta = 1)
+@functools.cache
+def _gemm_jit():
+    """``gemm_acc`` compiled, adding (beta = 1) and assigning (beta = 0): one dispatcher each
+    for every test below (each compiles once per dtype)."""
     from numba import njit
 
     from tape.ops.blas import gemm_acc
 
+    return (njit(lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c)),
+            njit(lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c, 0.0)))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("ta, tb", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("m, k, n", [(3, 5, 4), (6, 5, 1), (1, 5, 6), (1, 5, 1), (4, 1, 1)])
+def test_gemm_adds_the_product_into_its_output(dtype, ta, tb, m, k, n):
+    # matmul's reverse adds A^T gY and gY B^T into the adjoints through BLAS (beta = 1); a
+    # product with one column or one row of output goes through gemv
+    from tape.ops.blas import gemm_acc
+
+    acc, assign = _gemm_jit()
     rng = np.random.default_rng(7)
-    m, k, n = 3, 5, 4
     a = rng.normal(size=(k, m) if ta else (m, k)).astype(dtype)
     b = rng.normal(size=(n, k) if tb else (k, n)).astype(dtype)
     c0 = rng.normal(size=(m, n)).astype(dtype)
     c = c0.copy()
-    njit(lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c))(a, ta, b, tb, c)
+    acc(a, ta, b, tb, c)
     f64 = lambda x: x.astype(np.float64)  # noqa: E731
     want = f64(c0) + (f64(a).T if ta else f64(a)) @ (f64(b).T if tb else f64(b))
     tol = 1e-12 if dtype == np.float64 else 1e-5
@@ -389,8 +403,7 @@ def test_gemm_adds_the_product_into_its_output(dtype, ta, tb):
     np.testing.assert_allclose(c, want, rtol=tol, atol=tol)
     # beta = 0 (matmul's forward): the product alone, whatever c held (NaN included)
     want0 = (f64(a).T if ta else f64(a)) @ (f64(b).T if tb else f64(b))
-    for fn in (njit(lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c, 0.0)),
-               lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c, 0.0)):  # fmt: skip
+    for fn in (assign, lambda a, ta, b, tb, c: gemm_acc(a, ta, b, tb, c, 0.0)):
         c = np.full((m, n), np.nan, dtype)
         fn(a, ta, b, tb, c)
         np.testing.assert_allclose(c, want0, rtol=tol, atol=tol)
@@ -477,6 +490,10 @@ def test_gemm_and_right_trsm_on_blocks_of_larger_arrays(dtype):
     def blocks(a, b, c, d, x):
         gemm_acc(a[1:5, 2:5], True, b[2:6, 1:4], False, c[2:5, 3:6], 0.5, -2.0)
         trsm_lower_right(d[1:4, 2:5], x[3:8, 4:7])
+        # one row of output (through gemv, its matrix a block), one column (a strided
+        # column: through gemm)
+        gemm_acc(a[1:2, 0:4], False, b[2:6, 1:6], False, c[6:7, 1:6], 0.5, 3.0)
+        gemm_acc(a[1:5, 2:5], True, b[2:6, 6:7], False, c[2:5, 8:9], 0.0, -1.0)
 
     for jit in (True, False):
         c, x = big.copy(), big.copy()
@@ -487,8 +504,12 @@ def test_gemm_and_right_trsm_on_blocks_of_larger_arrays(dtype):
         else:  # the Python versions
             gemm_acc(a[1:5, 2:5], True, b[2:6, 1:4], False, c[2:5, 3:6], 0.5, -2.0)
             trsm_lower_right(d[1:4, 2:5], x[3:8, 4:7])
+            gemm_acc(a[1:2, 0:4], False, b[2:6, 1:6], False, c[6:7, 1:6], 0.5, 3.0)
+            gemm_acc(a[1:5, 2:5], True, b[2:6, 6:7], False, c[2:5, 8:9], 0.0, -1.0)
         want_c, want_x = f64(big), f64(big)
         want_c[2:5, 3:6] = 0.5 * want_c[2:5, 3:6] - 2.0 * f64(a[1:5, 2:5]).T @ f64(b[2:6, 1:4])
+        want_c[6:7, 1:6] = 0.5 * want_c[6:7, 1:6] + 3.0 * f64(a[1:2, 0:4]) @ f64(b[2:6, 1:6])
+        want_c[2:5, 8:9] = -f64(a[1:5, 2:5]).T @ f64(b[2:6, 6:7])
         low = np.tril(f64(d[1:4, 2:5]))
         want_x[3:8, 4:7] = scipy.linalg.solve_triangular(low, f64(big[3:8, 4:7]).T, trans=1,
                                                          lower=True).T  # fmt: skip

@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "65bb65427d2c18c0629a5e27b58d1c75eec7106c332f1e58560a57fa794c1916"
+FINGERPRINT = "d658f6797b3dcf72cfbdeb257811739f6d770c645cc46d2f28ca8dae0eca6e7e"
 
 from numba import cuda, float64
 

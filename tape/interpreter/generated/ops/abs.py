@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "59dfd9aa7ce1cb217698adf0b2bd234b546a8d097fbbc2848a1fbec2fe467742"
+FINGERPRINT = "3715a43e25d0579311960d5a7162693bad2845ad63c2f5a80348de50cdd61256"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e67df763e75bc9a2eee6d2805e2b3bda030c1c8ba6af7984a0ba7d9c61964090"
+FINGERPRINT = "2dd2e493b0c0c8ed321c9a0f5d7e647bcb0e14d28327252669e3f178d31bedea"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6f173341e0bfd9433702f283da81c02b6402014e638d26385ad0941aec25f717"
+FINGERPRINT = "d05c15f7c7cfa41caa6f1a2f0d0c3b8feac8995cf96257478c94fe3b84a58aff"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "40f03e9284de6d468b5ce016468789e1fb00b871f904c915eb71860449f29add"
+FINGERPRINT = "f71b3cc1ddecae86d7f715480ea0118e608438ff1ec561d823f74b82832111cc"
 
 import numpy as np
 

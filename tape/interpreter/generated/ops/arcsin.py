@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3b10c907924837ce4b69ad5e74774cc9257052d6319858920107bc325d67a168"
+FINGERPRINT = "91cf5b44b8fe28ede648c61d192e393cb71e62dc0c5697b2fb41717895b4e373"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "32745b582f6cd06cd8c53ac352594c24adf92ad538f6f7babfbb9c0b95eca74a"
+FINGERPRINT = "4f1689218704cd7c40ec6180126268a57df32e2c960aefa001956f162e7451be"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "281acb0c8ad0fc3cc2b0bf16cdfc2bfd92d287ef865621c96a53f9e39b034fdd"
+FINGERPRINT = "47972bbba531533d4f6a8cf5036925d3336d68bbf4e8a2cba2eca7ccd1f18c12"
 
 import numpy as np
 

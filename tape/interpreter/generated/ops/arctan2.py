@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "57ff67c7e93fd9a7c4262949227237a921701d7f4ca8954d411ad0715cfe2ec2"
+FINGERPRINT = "434c0559d22a49410cad1e497f0defd2d8ea404127734ae2d65e059ea0979605"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "82bb13545fdada19221085aa42ca8a1c59e1b68fd04bcfc112d0aeb15384e8eb"
+FINGERPRINT = "e48007107bbb94615e9753bcdf212f17f5bda4bed181c418be94d3043999f3fd"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b1be942dd32ec1795dc5feaadeeb3abe0b8961e69ee467b7352dbb503b164e18"
+FINGERPRINT = "ad289c211e09210b37715d2be5a9cb3359ec893054954109d7f9c66341d90508"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "55313f91a078729c9b43a6a2a88f715906ca9cce0db6222354de7fa623d1c8b7"
+FINGERPRINT = "359ddcaa45ea44394a009ddaa2dbb0c61ace9f8b9d342cec3782317a47b8d38b"
 
 import numpy as np
 

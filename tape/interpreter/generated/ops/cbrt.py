@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "91e6170252a32cbc29ce420d9838d28a715bdf0cf76dff01b70feb72f0b8e311"
+FINGERPRINT = "fa3b8db95c9d139182d51f3677d6788da848fd1f050fabc44ae0ea42e8f371ca"
 
 import numpy as np
 

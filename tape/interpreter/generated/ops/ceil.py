@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d1a91139c5d8d75d42539ef3c0a15d1e8ab8c8c6513f9bd80282001896457838"
+FINGERPRINT = "b84bc648ec04a4eaf43bbc7cdf7929fff50791015cb6b483dc44c39fed53e32f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "64147e18abfad3d7ae680f2626aab37cad2a8625cf33cda5b27a4228e870c8ce"
+FINGERPRINT = "96bd86da3fd4dc9baaa57baeb7b26d66df77c9db92fbc0f1c21f9b880dbea1d6"
 
 import numpy as np
 

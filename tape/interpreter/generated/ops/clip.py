@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "70ee8346c971d5f689e7d129aa9f7d6cc653d3b1061f2f2507d4ba4fba267140"
+FINGERPRINT = "32951c00f6ce1b5fb362d9c8eb5b94834d6febcd5c361b02b82961c4ead10328"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3e75e19d71f3ab09c9d5eba3fed7fdb341d7dd5f6fa21da2cdde66a17ff50bf8"
+FINGERPRINT = "6f958d0c8b7bb9c1b60ddbcda2aabb8d810826c98b1a6150a8ee59b6fc986747"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8bc1abb360f36392559c5c18e49bfe8112ee56b1b2808c9e30a50264d0c7902d"
+FINGERPRINT = "ee87ae3d1bbea747dfc699bd835a90b17c04ad5ec3f636e007c25f5ee491883c"
 
 import numpy as np
 

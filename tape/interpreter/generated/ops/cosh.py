@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "955baf5d6da69f6c1ad1561ecc3abd1b381a95c01cea62343cdae811e90ced78"
+FINGERPRINT = "d2b84c624f1d9ec4ea3ba213e655ba6fde7b5cc601add319ced5bee815ce0cc9"
 
 import numpy as np
 

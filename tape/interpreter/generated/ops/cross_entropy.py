@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "82a10782bbdd42c002e3381c7564a0193724b498aa1ca5a1be2e2ed1a15dfda7"
+FINGERPRINT = "e4359521eeeef81885cc157e45a577d25a087ad82db0be5f2a4b684e04cadbfc"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "125222189975c1fdc900f2ad1ad7ea5002760d3186c2be37d919c7add4d4a9d6"
+FINGERPRINT = "17569fe9ee32753d5f245cf3a4c9181b60e5ac37742df6d05b61a0efd53d40e1"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cd3627b718609c5e1419975c2ec08d3739798cf7eec815ac261136d83c89c3e9"
+FINGERPRINT = "1db44f73ffc9c39bac9c759fdabd5beacf72b52553a80a410bc992320191cb42"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b9f8f158d426c37dadef4e69b84227c2b438a9b64ef107563893e518a495a71c"
+FINGERPRINT = "eaf6254541a5a16740eff40cb825f609698a9cddba87b32708a2ef71a9d1b4b4"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fd36bb944ec4f4e920812ad2c7a77f6f531fd9aa2293a65a4994d259e640bf43"
+FINGERPRINT = "94de360014bbc2acf22dc047c981bdc7f40e5faf24792062fc7b550f8d2319b9"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aad077bed80b568c333d4bde522e0a25bd22fce008ea4c41a11379385d9cc5e9"
+FINGERPRINT = "f19d3ec417eeb4a0423dbba16792de4f089c6541c58f5b840f6fc40eed088291"
 
 import numpy as np
 

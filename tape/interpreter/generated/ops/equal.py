@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8c8eea8de961f414f03169d649ea80e4741203655d597c003ea40a5de63813c4"
+FINGERPRINT = "c52ba98768ab8d91dbfcffc8c69e9719bf202b9bffe7b56c25be4df40c8b78ca"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3334c5794ff4ab27f9275b764a9cef5da1c0bbdc907ef91936ba59b36aa1abb1"
+FINGERPRINT = "8a8d440af76b71ffd3766b0e597ba10273af32a2a8a291feb1926e264816f65a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3c4fddd79cc48bc1c5a30e8bf7b686f02b4927c41644342629c5e719bc471a35"
+FINGERPRINT = "46b627654970c1c7ba96fb3ad0053b04295e6b52d55da1fd3c4cff9267897d65"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4138dd1067c852d5304bb132e58e2e452995c554affad4dc9ed994e77338c5c"
+FINGERPRINT = "158b8025cc109e77aa5a3ececfe690ead6a629a08bd64bc50c48598bfc1162a4"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8c757e2cbb62727ca4cf21a4fd92b4007d52881f5d170b3284734bb28c014669"
+FINGERPRINT = "07eaa97bee182a8b8c9e64c3349ac5f48c2f892220be2c24b1bfb572e7567f75"
 
 import numpy as np
 

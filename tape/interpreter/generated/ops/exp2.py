@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e48cbc83cf44de624865cd27db33f053d5727aa2880f1e868bf93d347fb1606f"
+FINGERPRINT = "3b6a69e35676d6a3ffd8db6272cabc25144de6b123ffdeccb8d12748fe12e684"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9cb44e51c810745e4cbe221e50f253efaba10cfc40154850834e19d1dd1849d2"
+FINGERPRINT = "34e7a17bb7dd83fbc2735f79c61aaecc273bbc2d768a8a56f55bdd98915512d5"
 
 import numpy as np
 

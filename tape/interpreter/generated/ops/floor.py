@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "879e51bf26ba6587dce695ebf5bb2f5c425386b140d817fb4ea9f8e327d290f0"
+FINGERPRINT = "57682046b35b32691a07dc0243212013a7d4e1d638a3671e581ab74bdff59055"
 
 import numpy as np
 

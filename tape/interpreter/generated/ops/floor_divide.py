@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d99516e8f9defdb7002041ec96d9fb83151e47b94864231094624ed0359abe2b"
+FINGERPRINT = "405a2c694ea0e14f9111feb5e73184a6be019e39962caa7c2fa6d0f70d83e755"
 
 import numpy as np
 

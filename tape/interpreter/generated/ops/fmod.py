@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c458b2883407eaab9d728fcf194df749d2f946f9837a938eac993aa464397e37"
+FINGERPRINT = "b34b8e996f9f440890496d477f7af2e6c0f6ff50486206bc4e98b5c2ab76358c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5bb9201e9fc3bec3586b588a15ecf950920a0ccc617197129e0f28025f6c43ea"
+FINGERPRINT = "f567f6cbc8accd3ec7f6e3aa7807f642b1654d673b22ea3a51e65858cec8f995"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b0c24236dac7be70a868b66b516afdd976175ea153d6d9d36567e3c38d7004c"
+FINGERPRINT = "829a45d49b1290708310a0aa813383bb1cfd4ac77b9456b0454f048418960e86"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "867e6c9cc66dee5a85568a9db23b2417acb67cea77f6efc26e002b0fb381fe2a"
+FINGERPRINT = "de3c786d625cecc0dfccc189c5fca86af983eb546e217a3a0ee43ca0318485f4"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eef3f8261557812e720645a2e7ecd03eb4af31165fa990ecaccd0db864f60264"
+FINGERPRINT = "cb19c3be86d74cb2e0e716e29c737990f8a5ff71ee8f2835e896a05e1654a0bd"
 
 import numpy as np
 

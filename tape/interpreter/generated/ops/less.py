@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8990e5e00be2111122bce95f02485fec8c01a1c197282efaccecdf2aa925894b"
+FINGERPRINT = "fd16a64c671865dd6f95189fa963a3722efd4e440a748efb4f0383d24e00479a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7725c473f6dc92c672aa546a1e78f28ef650af3f118b7058a9aec0789da384d8"
+FINGERPRINT = "ba373ab2431df16b8fa18fcdb399b441b9f4c1e001208e8d5804a306bbce9a85"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9c20b1a22ddf1aefbf80181b9aff47e88c3aeb91bac7ab0a4e9a42c254d7b71c"
+FINGERPRINT = "5afb783cca67941627201275157d73b6cc99c715459e0239e9fb13f62bddcf33"
 
 import numpy as np
 

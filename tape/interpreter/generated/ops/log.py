@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5424524d6b5e075fe736a79b9f90b1fc0c95be504575ae23af9734d28fb1d452"
+FINGERPRINT = "f997e856b429df3ed8e4ebba5e19ac7e599b405be128ab4887ac8615459ac83b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fa04d8b139848357fadac535d1af9016ce7d9d67b55d3c757cfefdff96f50d50"
+FINGERPRINT = "ab8cfbc0e378586683f042649c18238f29b56ffa4f04de9f0568706ecfd96503"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3aa56d9a0b4292ad590ec27c13c3ef84ca505621bb5b3c37ecaa085033e47c38"
+FINGERPRINT = "acfe5472a2a3c5a62aea24832f65a60f4c4d2ccd04eb7971db8a129e874154e6"
 
 import numpy as np
 

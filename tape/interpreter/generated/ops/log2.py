@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "27c329afee6bc7457277dd97dcac6b8864799790baf8d9b8974324ee625c34bf"
+FINGERPRINT = "8eb835c5b469ad2ff1fd48ba9ab9937f31d654460df02d5e13881d73a727eea2"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a72fbd6aa14f4663a6b66865c0db111d8fb78433e341f6f15c0d94db7e18a145"
+FINGERPRINT = "dfdaecac34a04d2275b68223130c1699f77d4ea4cd0d17b0d52d6c66af66b6de"
 
 import numpy as np
 

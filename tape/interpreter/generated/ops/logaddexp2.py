@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6f77d45716d13f5f7d3f962729c967bad19bf2e90c687f3c8c8f15ec2183a117"
+FINGERPRINT = "d20dc98d1777cd094dc127f1da8f33d5205939d4b10b44d1c8100e8bd39a7895"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0ed63a5344556ce2fc4b2074614ec1179843e525068969a203a4b4f57722077a"
+FINGERPRINT = "d8ef1b0b00d551afbe205e8850162a1c2b8890397889d2793331e8756763a8a2"
 
 import numpy as np
 

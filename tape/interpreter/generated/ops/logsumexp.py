@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e25d28f9e5359dbd48e7e657394a673bb7902c6ead1af37a6fc33d6ebf15a1c2"
+FINGERPRINT = "0aa17e7cf0f70eeb4cba310b647f96da1f4bfc01eefc5d4341cbac2efa209fc7"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3574b17f2cd0b033efea39ce43a537925f7cf3bc0042777e343fd944d0a0e614"
+FINGERPRINT = "e709aba41d9f7a6374ddab78b9eed656bb9a8bd2077c042a9c63dbd9cfd7d38f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee17ff0ddcbff04519b77a242c13adc67fe4e885d40c234d8e6516eded89982c"
+FINGERPRINT = "8b6c64393a6daf9f8b6107beda4ee03c24508f742950d65a8dc2eb31ae1261de"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c66de2654c4790e843cd16ca74568263883e7bd8f88c8c206ea138a48df3d281"
+FINGERPRINT = "853729e12720a9a373492f5853eedae451e50c22556a6c676c9ca3f3f0dd6132"
 
 import numpy as np
 

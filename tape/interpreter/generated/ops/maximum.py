@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4a8748f7a45817518ccdfafe3ade4c62a41331339e2b05b2a862e9aa7f10b29"
+FINGERPRINT = "668c6a401a9af344498d30be07aa4307e8c0beae5f71aa7892915dcae9ede6da"
 
 import numpy as np
 

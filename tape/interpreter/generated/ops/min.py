@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b98a03b1f4149a356d63300e90290cbacd6455e3155fd30b15bc45e60c209f77"
+FINGERPRINT = "bf6426aa202453801021ef8f3e795a470235fc5a68c9aa7b2caf2644c1f16838"
 
 import numpy as np
 

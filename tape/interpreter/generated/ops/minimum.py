@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6bbf4114a56fd8c4b058ffdea5cb22023a3042603dde43610b06d3a227d15fab"
+FINGERPRINT = "2b3026a0ec847cb8645c1b3ae1cc9ac5a22f87cb322a3a789d5290638ce9dd91"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c66b84332558baee0a10e9ca4bb43865dadbe3e7665dee80a990072cbd31d4c5"
+FINGERPRINT = "aa2f6ff00fe8948e13f45516f36d74f0fa3a3441cb1a012fb321ed390906a435"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9b2d33953499078ea26bf97c1f18effe20591dbe84a7c5f44f5d6846de349163"
+FINGERPRINT = "9747d8d354acefea0781d2bf46070ec1f0503e3ac94c5487fc412f9e06fe9a24"
 
 import numpy as np
 

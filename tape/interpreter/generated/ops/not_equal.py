@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6154c8a082df92c29b9f9d42d218d10fd3ed0172614b196916808541cb73f2b7"
+FINGERPRINT = "47ae5ddfcac9cbd73bd0b40fcbab2d78281742e30fca11f11989b10224b9da5b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2212c118d2e2d78adef44048a8c7b061c13b84d8218efb1e83cebba397231c27"
+FINGERPRINT = "b1aa8ef84b43ed37c136c9d9f95362aa99acddb96be1dc554c0e11a64bc93f19"
 
 import numpy as np
 

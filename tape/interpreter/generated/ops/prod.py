@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4fc38f074fa781606f3fc1586bc26dafab5ed96d448036372f1947f697ed2db0"
+FINGERPRINT = "012054d1c4932dd524d0944bef7fda6f69e902f582ae63ae9136405614bf8eeb"
 
 import numpy as np
 

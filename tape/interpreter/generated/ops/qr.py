@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f9cace51864b2f376be7daf923b949bc25b631e68f2b875a91e18acbc8bb5734"
+FINGERPRINT = "84bf4f08b432ee2175757b37b3450c4bd7d9846eb3bdc10cafea16b8872318ab"
 
 import numpy as np
 

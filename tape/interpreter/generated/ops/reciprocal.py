@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6f4c2903b4da849d05a9f9ddc9bfad57bc9882537778c99b884b7f58a5ba4e62"
+FINGERPRINT = "f51675fca31a86749bf69a49f8dbb0cd51d31cf3cca55d395716e2d103b1f160"
 
 import numpy as np
 

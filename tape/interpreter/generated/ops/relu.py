@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "be7e82a8a5ff2bca5ea20dacdfd3955b79167ebeb9a827a2428cb1d8f2911172"
+FINGERPRINT = "6eaede55b1256144d2b12c7e45f1ada525d91ea1f43fd69d659d47dcf4f18cac"
 
 import numpy as np
 

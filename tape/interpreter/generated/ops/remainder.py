@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3953c07d5ac7ad2e7ef9dfdaabb7188f409c816d617958c478c20a50e4d3e103"
+FINGERPRINT = "5f88d998054493e8d7a0155218936fa81a7c51f9fffbb2ef854a18d1824b614c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d5c1601dc80912a4a79dfd44324a46f36217c1c45608ba4ef9631fe84483cad9"
+FINGERPRINT = "cb5b4cb28410ff5a2625234c9343ff9fab37848d3fb37fa413f9afc8ed368c9e"
 
 import numpy as np
 

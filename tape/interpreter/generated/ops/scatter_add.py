@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "200bfacc06d43bbf378905debcdceb1fc9a7a20dcbc6699917bab3c2b23ba4fe"
+FINGERPRINT = "16fc8a4a283ae2c58c3aac6e52c62bb052ef497b6e7d62c896beeb6b989ddf19"
 
 import numpy as np
 

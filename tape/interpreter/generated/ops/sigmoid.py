@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb916f9420e7b8302348fc6521a71255cba3956a4280f0d423bc1a593059932f"
+FINGERPRINT = "b4181c84c53910df542a0fb15afd7c5cd8e5fbb4c9be1f2e991a9e68c1078715"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1b1c36cd0618a78f426ca2e11ede272eb8789543b6131e4d620211a166763dc1"
+FINGERPRINT = "1c492dbd496a6ee15cd7feb6d2f43b3aeed4c8aaf4cf2ff1d42b272c1cb3f6c2"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4442cfb95bcc4b702b7e2a3b865df8beb852ebe501ceb26d8ecb27c72e62f4dd"
+FINGERPRINT = "4bc9efe64eda6ca7c1208cfaefb17b51a6fca31d67a1b634d37872d884432752"
 
 import numpy as np
 

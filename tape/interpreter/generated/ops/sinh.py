@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6697c36ba4ad34c24a75fde6634cae7cec6191e46cc8742950583541cdfa75cf"
+FINGERPRINT = "a85b06a5fae8f4b39d85aa1d8642a5358a34290355fe5b872f51e40c7d66c6b9"
 
 import numpy as np
 

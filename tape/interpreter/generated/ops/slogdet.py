@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d5aa29a52adab5661762aa690e3a8fc89a0bb4f2cbed5c09097770c15d51f3bf"
+FINGERPRINT = "6b5ed8d4ea008db7d1f05c54acc7a7f823ad50992f336685841828bc0ae757fc"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3f885eb6dd87579c62bdb8f28f0c24e53a71c982dca9cd6f840fb913054d72e5"
+FINGERPRINT = "0c78a52a8ec7008c43516119bde20758d49256faf4b31745fbe1faa7154a4ce2"
 
 import numpy as np
 

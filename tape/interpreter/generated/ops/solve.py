@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e7bde89124732504f960ab0ba8a0094d1e8f0aa23acd801eae35e98a35818c88"
+FINGERPRINT = "8dce804fae7739be1dab7f6197ac58d7335ed48fcb77c5e250f356dee8d3b12b"
 
 import numpy as np
 

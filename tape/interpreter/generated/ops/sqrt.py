@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1bbc6c69de72196cc64fa1293db9bda6bfca108ea3c8abf8ddbf00b43ef1f17a"
+FINGERPRINT = "e2c225d391b0541c2927b334ee8e696779bfffc7065284afa1980e74bbb5e3ff"
 
 import numpy as np
 

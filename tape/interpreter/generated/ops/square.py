@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5cd742e65991ad6bd6e69649d2992f88fed93690e9fd397f6dd6922dc112d538"
+FINGERPRINT = "81c8786a1a54dbc163dcc05e2e292b1ed4c8c39cc44672cef5f0277a823a20db"
 
 import numpy as np
 

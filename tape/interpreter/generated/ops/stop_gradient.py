@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5b888db7313624215ed05f6031344e1aadef202f9a5abc199c54dc2de04a72cf"
+FINGERPRINT = "b644c235662f0c85ab53434efafd3eefb247ef660e10f311aa09d2770ac1d346"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2664a3b09b03df66b03d3486d140314c41443f53f2300fa4b05c7164f603b1e8"
+FINGERPRINT = "493095641c8ce0cfb3104f6d0ae5bf059797eb76e2daab7ff0ce9b9407461632"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dc9ca8d8b006084b6434fff1d1b6a2aa20593f18b4656abfb3f4f07b6250b98f"
+FINGERPRINT = "9ec2586e42d11448bc5096b1ef847400e58b8de741cea2caf45a5595e6f82926"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5462c43dd7cb67b96cb3527480c1864b335060a022bfe54a901e6753d847dd4a"
+FINGERPRINT = "cc429e90229f23c4517cf3ce91b138ba31909568f61722f982c100b4b9684a9e"
 
 import numpy as np
 

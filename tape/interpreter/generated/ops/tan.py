@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e6ba2ffd071345fd1bbefda241c5f220d08e1dd8190de7a501709ec8110ec281"
+FINGERPRINT = "e954973885135bcec923250610b5a2d7dea84e7b8b7218e09380f74665e17947"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe4644f0059cbc2096435012d4a534564d819c2f3a6f00a48b977ac7d6c9d343"
+FINGERPRINT = "2ad363901e6fd41121971c5aa67a30d496ce25ea3979879dc0c8c4dbf7437866"
 
 import numpy as np
 

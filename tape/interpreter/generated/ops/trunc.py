@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "959d2f40ea7ca175ef839990c1279d83435fe82cf46f4e2d9124b15b408536ea"
+FINGERPRINT = "02f50b7d8ff896e6e40fda1c23416c2e25cdf2bc6a6cea03e12e1119b92e61df"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c1e3c4b00627daa5fe82d73dfb1a70d9d7796e406f9ca890fead9f28def18a8c"
+FINGERPRINT = "bfba8cf75733aebaad58691bd4d4ef25f9bf05902ea660fb1984359172152011"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aef2e858c359f84af05cb3094acc602facfd5dd2d260a1e0c18644e928169f3d"
+FINGERPRINT = "da9512c07cbb3b42aed83b2ff655f26cd2520305a1b9e288e2ad4fc40d40c187"
 
 import numpy as np
 
