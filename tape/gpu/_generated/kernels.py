@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "d658f6797b3dcf72cfbdeb257811739f6d770c645cc46d2f28ca8dae0eca6e7e"
+FINGERPRINT = "1a6b22b7ea2eab74af5f18d454026644051f5a023e45bc628fe4b9c6f3e83647"
 
 from numba import cuda, float64
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3715a43e25d0579311960d5a7162693bad2845ad63c2f5a80348de50cdd61256"
+FINGERPRINT = "321907fc3851eb07006a2b07927e798812e438db1dabe3067947c25984caa059"
 
 import numpy as np
 

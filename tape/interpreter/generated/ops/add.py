@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2dd2e493b0c0c8ed321c9a0f5d7e647bcb0e14d28327252669e3f178d31bedea"
+FINGERPRINT = "deac3decf78a43ce2b4a300d4eeff86e1fc1772ee3227f2d8a01c5e717758662"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d05c15f7c7cfa41caa6f1a2f0d0c3b8feac8995cf96257478c94fe3b84a58aff"
+FINGERPRINT = "988ee4c5cc86e808ca2d930564086c8e20840d6aa901027bdec40f2f9c687aba"
 
 import numpy as np
 

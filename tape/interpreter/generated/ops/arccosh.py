@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f71b3cc1ddecae86d7f715480ea0118e608438ff1ec561d823f74b82832111cc"
+FINGERPRINT = "8f5eecd983718ce04400af8da1985fb2a79277eb3e994b7fcca901c1878d3695"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "91cf5b44b8fe28ede648c61d192e393cb71e62dc0c5697b2fb41717895b4e373"
+FINGERPRINT = "a741fbd19c68ac58456114dec1dd04276a2c5dd73a65a598543b734e13f35e4e"
 
 import numpy as np
 

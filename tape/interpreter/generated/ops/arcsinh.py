@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4f1689218704cd7c40ec6180126268a57df32e2c960aefa001956f162e7451be"
+FINGERPRINT = "d38e9488792fe23001b3ddf37d2880d6b00472e550ec0cfbf7cc6fad480f7aec"
 
 import numpy as np
 

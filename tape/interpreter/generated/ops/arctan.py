@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "47972bbba531533d4f6a8cf5036925d3336d68bbf4e8a2cba2eca7ccd1f18c12"
+FINGERPRINT = "64720f9f0eaea16bc283d91a3dce56b1b29b7f8519b3290095619a0537961cd1"
 
 import numpy as np
 

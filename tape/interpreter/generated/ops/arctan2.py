@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "434c0559d22a49410cad1e497f0defd2d8ea404127734ae2d65e059ea0979605"
+FINGERPRINT = "1d973f666cb22dd5f8396ae7cd76559a2f354eba55d58d1ddb7aa15f5eccab1c"
 
 import numpy as np
 

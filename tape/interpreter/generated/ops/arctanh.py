@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e48007107bbb94615e9753bcdf212f17f5bda4bed181c418be94d3043999f3fd"
+FINGERPRINT = "85f3d7508ce31790e080df1092ff750ae02c7262674bbf7514a5cd770ad87276"
 
 import numpy as np
 

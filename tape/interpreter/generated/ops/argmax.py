@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ad289c211e09210b37715d2be5a9cb3359ec893054954109d7f9c66341d90508"
+FINGERPRINT = "7c0d24ebd9b3efcdba5961a3ff3be1519a51c6690a494714422a6923716b0c0c"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "054ce5c3ef2df335ea19664d7761bef00403bab1e4dcc0f69a57e26e444c1d88"
+FINGERPRINT = "f0dc025339ce604693c71811f0c617d288fe0335b588f431c55c26adc1fa750d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "359ddcaa45ea44394a009ddaa2dbb0c61ace9f8b9d342cec3782317a47b8d38b"
+FINGERPRINT = "98b3c0350077132ef06081ad016b7c9ebce8b93d2db52cf5d593d6b3c2839d68"
 
 import numpy as np
 

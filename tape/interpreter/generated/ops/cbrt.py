@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fa3b8db95c9d139182d51f3677d6788da848fd1f050fabc44ae0ea42e8f371ca"
+FINGERPRINT = "991bcdc12bb8ceef490668a007264fe08cb883a8b9eeb69823b04a32b05c5890"
 
 import numpy as np
 

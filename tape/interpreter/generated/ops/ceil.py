@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b84bc648ec04a4eaf43bbc7cdf7929fff50791015cb6b483dc44c39fed53e32f"
+FINGERPRINT = "a27763a81918fcc96debd49d2e2f24a884090050ec4622dea993654539d6ba85"
 
 import numpy as np
 

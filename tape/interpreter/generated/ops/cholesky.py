@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "96bd86da3fd4dc9baaa57baeb7b26d66df77c9db92fbc0f1c21f9b880dbea1d6"
+FINGERPRINT = "b8d786c82b04b83ba4fc7f97c35ee198495288beb6c31f11ca83022cf3e01d44"
 
 import numpy as np
 

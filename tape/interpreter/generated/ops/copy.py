@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6f958d0c8b7bb9c1b60ddbcda2aabb8d810826c98b1a6150a8ee59b6fc986747"
+FINGERPRINT = "ff351d654fd51f94eaa1f7d02d17eb6685cd7b493f3aa61358a5403877b4e807"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ee87ae3d1bbea747dfc699bd835a90b17c04ad5ec3f636e007c25f5ee491883c"
+FINGERPRINT = "293e278fa7af23a45621ef8225e9a27f405ff7ec7fd2f0d662ad656cbf0cb305"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d2b84c624f1d9ec4ea3ba213e655ba6fde7b5cc601add319ced5bee815ce0cc9"
+FINGERPRINT = "ce9ec2a7884d3cc20bdbfcab7e84fdc1e57dcc564600fae0806de78b117a9b27"
 
 import numpy as np
 

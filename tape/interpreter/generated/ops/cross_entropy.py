@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e4359521eeeef81885cc157e45a577d25a087ad82db0be5f2a4b684e04cadbfc"
+FINGERPRINT = "15f0645e28d9b158b128aca026580e8e2c0c00d4eaf5f9a75b2209cf9aa38731"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "17569fe9ee32753d5f245cf3a4c9181b60e5ac37742df6d05b61a0efd53d40e1"
+FINGERPRINT = "bb93530b3d560b2d880250b2a5336b6466c7e80305a3ff07f90d2c55fcc5ef02"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1db44f73ffc9c39bac9c759fdabd5beacf72b52553a80a410bc992320191cb42"
+FINGERPRINT = "b687a7a45aa0907ff569da615fe678f2e4cb0d155b989c408ca14d57c7338371"
 
 import numpy as np
 

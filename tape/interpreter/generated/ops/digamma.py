@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "eaf6254541a5a16740eff40cb825f609698a9cddba87b32708a2ef71a9d1b4b4"
+FINGERPRINT = "996f97d1e6083f965527865adeb3b1b45039176fd8975fb4682fe018006b64b5"
 
 import numpy as np
 

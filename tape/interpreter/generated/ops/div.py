@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "94de360014bbc2acf22dc047c981bdc7f40e5faf24792062fc7b550f8d2319b9"
+FINGERPRINT = "823003da7255389a6082b41281424081d49c6177f27fe20e21e076191aae64c8"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f19d3ec417eeb4a0423dbba16792de4f089c6541c58f5b840f6fc40eed088291"
+FINGERPRINT = "278e5d2e9fe42c4414398102674af1e51602e163161926f16955889c0eb8b899"
 
 import numpy as np
 

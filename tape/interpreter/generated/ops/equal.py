@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c52ba98768ab8d91dbfcffc8c69e9719bf202b9bffe7b56c25be4df40c8b78ca"
+FINGERPRINT = "93158cefe22beae0345e4ebe35fb26994eafb6158d64e25f8e9bc8341e326a3c"
 
 import numpy as np
 

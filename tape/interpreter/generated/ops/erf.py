@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8a8d440af76b71ffd3766b0e597ba10273af32a2a8a291feb1926e264816f65a"
+FINGERPRINT = "cf21714ac4526c8efa2449d8099599d56f5298716ae2fe8d90e40db4abb2c872"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "46b627654970c1c7ba96fb3ad0053b04295e6b52d55da1fd3c4cff9267897d65"
+FINGERPRINT = "41aefb8d80f780f00f11c4a9fa12c357861fedf8352d1afc6c94fc3956847958"
 
 import numpy as np
 

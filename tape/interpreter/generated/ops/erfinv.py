@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "158b8025cc109e77aa5a3ececfe690ead6a629a08bd64bc50c48598bfc1162a4"
+FINGERPRINT = "d321b6d05de9629fedc84279b2e62b4ae20633eb700de0bfd4c3d331f88b3d90"
 
 import numpy as np
 

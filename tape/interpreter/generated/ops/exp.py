@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "07eaa97bee182a8b8c9e64c3349ac5f48c2f892220be2c24b1bfb572e7567f75"
+FINGERPRINT = "2e4386e30a935b68beafde97eea474fd50034ffa25a0fd0f23b1f700f74ae72a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3b6a69e35676d6a3ffd8db6272cabc25144de6b123ffdeccb8d12748fe12e684"
+FINGERPRINT = "179f75b6d1281d372aad6a6e6797b7864cb7205ac6cd47d82b111e4bab12635a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "34e7a17bb7dd83fbc2735f79c61aaecc273bbc2d768a8a56f55bdd98915512d5"
+FINGERPRINT = "3e4bbe577faacb75b09f149d4ad01dcf742b0d7f842f3faf7b669d8747487ce5"
 
 import numpy as np
 

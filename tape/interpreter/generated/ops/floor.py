@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "57682046b35b32691a07dc0243212013a7d4e1d638a3671e581ab74bdff59055"
+FINGERPRINT = "1f6c3e15739a539866850d0eaed909261a82ea4f3a0ef89c20ae1aa9f9a418e6"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "405a2c694ea0e14f9111feb5e73184a6be019e39962caa7c2fa6d0f70d83e755"
+FINGERPRINT = "1830f5fcfb08f0223a46b7ebc2a5b72d96bf103c4311173fa77b39b304d97487"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b34b8e996f9f440890496d477f7af2e6c0f6ff50486206bc4e98b5c2ab76358c"
+FINGERPRINT = "fe4b602b5aa892fa14f49758f51b42daa38cc93ab5e347fa2cc6d99f395e1697"
 
 import numpy as np
 

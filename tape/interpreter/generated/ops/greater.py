@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f567f6cbc8accd3ec7f6e3aa7807f642b1654d673b22ea3a51e65858cec8f995"
+FINGERPRINT = "2d1cf7ceb2e296a87415381a4bf7d8f9f06a4114be2db9231c57faf835fcb362"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "829a45d49b1290708310a0aa813383bb1cfd4ac77b9456b0454f048418960e86"
+FINGERPRINT = "ddb2fbb647eb0437a0722311b027871e65e7207fc00287812ddb5f104cc6b752"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "de3c786d625cecc0dfccc189c5fca86af983eb546e217a3a0ee43ca0318485f4"
+FINGERPRINT = "e767a9ba5c87251443cdefb03ae641a0b75195e4a9f5a95efb03baafbf2fd009"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb19c3be86d74cb2e0e716e29c737990f8a5ff71ee8f2835e896a05e1654a0bd"
+FINGERPRINT = "e0ee65eaa85d1f4703aba9f2a1a15e4bda5b154865ce29ae425e869c7b572034"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fd16a64c671865dd6f95189fa963a3722efd4e440a748efb4f0383d24e00479a"
+FINGERPRINT = "f9e1222bd3e8394bdb5df6b37c57f33431ced1cbb8d404f83a095935ff4c03a6"
 
 import numpy as np
 

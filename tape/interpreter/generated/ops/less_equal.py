@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ba373ab2431df16b8fa18fcdb399b441b9f4c1e001208e8d5804a306bbce9a85"
+FINGERPRINT = "93f28da1c82c410ec0e2b66836500d6c3efea5c46dbdc34fe396bb38c75993d8"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5afb783cca67941627201275157d73b6cc99c715459e0239e9fb13f62bddcf33"
+FINGERPRINT = "8ef423205f8cfb756ee1689d0465bda8e9fd5beee9161d5bcd69d36eee3592c5"
 
 import numpy as np
 

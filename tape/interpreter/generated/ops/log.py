@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f997e856b429df3ed8e4ebba5e19ac7e599b405be128ab4887ac8615459ac83b"
+FINGERPRINT = "14748da8c31f24f99413c7d50e0787441806dbe03894baec5ef1caca49611001"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ab8cfbc0e378586683f042649c18238f29b56ffa4f04de9f0568706ecfd96503"
+FINGERPRINT = "ef460953f330412c734116b7228f87d0673991c1abc1ad42920cbb4608541ac8"
 
 import numpy as np
 

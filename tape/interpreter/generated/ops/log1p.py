@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "acfe5472a2a3c5a62aea24832f65a60f4c4d2ccd04eb7971db8a129e874154e6"
+FINGERPRINT = "2fd08b595718b601f387029a011741ca82ba4faba9a5f5a8d6c657c7c27b42b4"
 
 import numpy as np
 

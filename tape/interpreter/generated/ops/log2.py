@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8eb835c5b469ad2ff1fd48ba9ab9937f31d654460df02d5e13881d73a727eea2"
+FINGERPRINT = "139ba232fcfd4cd6e9f98e566a7a9134af72c8648146773472d3e59b04347d22"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "dfdaecac34a04d2275b68223130c1699f77d4ea4cd0d17b0d52d6c66af66b6de"
+FINGERPRINT = "74cd01244caded0536d412f2455fcac4d301b999b71d8909c021c6a097f2cda2"
 
 import numpy as np
 

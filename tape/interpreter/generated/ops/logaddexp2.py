@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d20dc98d1777cd094dc127f1da8f33d5205939d4b10b44d1c8100e8bd39a7895"
+FINGERPRINT = "de9502324de01be100cc413e3b2328dff545085209e7cc5b8f0ce3e6505aa411"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d8ef1b0b00d551afbe205e8850162a1c2b8890397889d2793331e8756763a8a2"
+FINGERPRINT = "1bc7136c97a059145cbdd2617753e14100266284022410a86f64e0c23c0d84bf"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "0aa17e7cf0f70eeb4cba310b647f96da1f4bfc01eefc5d4341cbac2efa209fc7"
+FINGERPRINT = "1ec26fc1ed4738ec91c8dd6dcd075b06f103a425990ba236e75eab1883d5e76e"
 
 import numpy as np
 

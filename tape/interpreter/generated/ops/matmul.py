@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e709aba41d9f7a6374ddab78b9eed656bb9a8bd2077c042a9c63dbd9cfd7d38f"
+FINGERPRINT = "80ef3243112c85cffba2cc9baba9739d6c7c1602f94b74428f86d0a8d82bc795"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8b6c64393a6daf9f8b6107beda4ee03c24508f742950d65a8dc2eb31ae1261de"
+FINGERPRINT = "8e584ec2c0754e308ff4e098e74943ac51725965ee354c56bc3d48aee69c3aee"
 
 import numpy as np
 

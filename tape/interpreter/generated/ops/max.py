@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "853729e12720a9a373492f5853eedae451e50c22556a6c676c9ca3f3f0dd6132"
+FINGERPRINT = "f031ffa5738faec621acd371c6daffa7ea34af2651486d2ff167ffbd18e4c70d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "668c6a401a9af344498d30be07aa4307e8c0beae5f71aa7892915dcae9ede6da"
+FINGERPRINT = "cbef4e73b767fbb94d01cc851b67adc42031ddb37c2e90adbcddadbc07d174ee"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bf6426aa202453801021ef8f3e795a470235fc5a68c9aa7b2caf2644c1f16838"
+FINGERPRINT = "b4333d2a8a79f939159ca1f9b562e16bfa73a0014d2f645c208777b1d25ca54f"
 
 import numpy as np
 

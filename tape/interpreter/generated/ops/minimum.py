@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2b3026a0ec847cb8645c1b3ae1cc9ac5a22f87cb322a3a789d5290638ce9dd91"
+FINGERPRINT = "ea39aa6f60860e32f70827788b6ae8bad66dfb8b7c9b819b3900696cf506e06e"
 
 import numpy as np
 

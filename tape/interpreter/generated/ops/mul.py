@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "aa2f6ff00fe8948e13f45516f36d74f0fa3a3441cb1a012fb321ed390906a435"
+FINGERPRINT = "895b5c3977f12f5ef74ff23081c418cee9593046bb4cb9a06659b3702a3c99e0"
 
 import numpy as np
 

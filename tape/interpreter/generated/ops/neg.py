@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9747d8d354acefea0781d2bf46070ec1f0503e3ac94c5487fc412f9e06fe9a24"
+FINGERPRINT = "540023b1b54112983feecb67a18da81c0e4fd7a07512fc0fdcbdfd4e9f07fb18"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "47ae5ddfcac9cbd73bd0b40fcbab2d78281742e30fca11f11989b10224b9da5b"
+FINGERPRINT = "6f0eb101f7e7ab9c7fe085e6f909776e10308c5ff2e25088ebc9070420b25a83"
 
 import numpy as np
 

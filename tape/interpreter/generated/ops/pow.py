@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b1aa8ef84b43ed37c136c9d9f95362aa99acddb96be1dc554c0e11a64bc93f19"
+FINGERPRINT = "2892b0e9051f46b58dce48c3af340288b9374ed31018a892a2d9ee7b9bd508ef"
 
 import numpy as np
 

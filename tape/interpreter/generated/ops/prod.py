@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "012054d1c4932dd524d0944bef7fda6f69e902f582ae63ae9136405614bf8eeb"
+FINGERPRINT = "e4674dfc21824693804aa88f3bb4f6d21cb1157e3ac5907c8c47f112bb3738be"
 
 import numpy as np
 

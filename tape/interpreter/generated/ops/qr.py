@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "84bf4f08b432ee2175757b37b3450c4bd7d9846eb3bdc10cafea16b8872318ab"
+FINGERPRINT = "454efd8099f98cc7c5b251cfec60ea817d50f1fb7a9b81e15479a78d7b8ad571"
 
 import numpy as np
 

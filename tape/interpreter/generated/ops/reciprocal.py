@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f51675fca31a86749bf69a49f8dbb0cd51d31cf3cca55d395716e2d103b1f160"
+FINGERPRINT = "c0cb36c2c3d779fe7579501787de07ce775699e6cf50145c8af9d2962f6a50bd"
 
 import numpy as np
 

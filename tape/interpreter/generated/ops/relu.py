@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6eaede55b1256144d2b12c7e45f1ada525d91ea1f43fd69d659d47dcf4f18cac"
+FINGERPRINT = "d87ede0b3b897aa16fad1ca1d3ab224bd796badc2e511b6b2f00453aa1bf2df4"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "5f88d998054493e8d7a0155218936fa81a7c51f9fffbb2ef854a18d1824b614c"
+FINGERPRINT = "10e026ec26a639e85d5caaf2bc668d3db79b3e0b8dec21a29ca5afca9131f9f2"
 
 import numpy as np
 

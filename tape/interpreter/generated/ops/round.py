@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cb5b4cb28410ff5a2625234c9343ff9fab37848d3fb37fa413f9afc8ed368c9e"
+FINGERPRINT = "cfb969ae59f363bac7fde9a44e705f6ee24c9fea2da8b4034839c827785536fa"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "16fc8a4a283ae2c58c3aac6e52c62bb052ef497b6e7d62c896beeb6b989ddf19"
+FINGERPRINT = "38fe9321a776d7f3a9c79c61ca36e5323a2e619835151e9ac9de47bfb1163914"
 
 import numpy as np
 

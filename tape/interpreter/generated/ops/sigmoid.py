@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4181c84c53910df542a0fb15afd7c5cd8e5fbb4c9be1f2e991a9e68c1078715"
+FINGERPRINT = "f15344f7e60f0f45397ada2550537bc0ab2e939f0a9dbc1251d4ae06c2b32cdd"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1c492dbd496a6ee15cd7feb6d2f43b3aeed4c8aaf4cf2ff1d42b272c1cb3f6c2"
+FINGERPRINT = "096dfaeccb1acd148c7275edaf8010b6f9cfc9b2fb4f63a0eae55cb131402985"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "4bc9efe64eda6ca7c1208cfaefb17b51a6fca31d67a1b634d37872d884432752"
+FINGERPRINT = "031f242352f4a70a59a7ebbab263b4e938e7bc045085254e0b476a87c9fde81e"
 
 import numpy as np
 

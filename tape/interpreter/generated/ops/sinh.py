@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a85b06a5fae8f4b39d85aa1d8642a5358a34290355fe5b872f51e40c7d66c6b9"
+FINGERPRINT = "3496fd0eaf0cb95fc1a06b713dd59bc91bbc9929b78fd79e8838a0677f2a32d6"
 
 import numpy as np
 

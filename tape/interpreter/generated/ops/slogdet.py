@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6b5ed8d4ea008db7d1f05c54acc7a7f823ad50992f336685841828bc0ae757fc"
+FINGERPRINT = "f25e665d2f3808abc6a4a00fa90425691b5e6bb80a3a063899e3d4da9ac9aa2d"
 
 import numpy as np
 

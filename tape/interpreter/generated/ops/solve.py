@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8dce804fae7739be1dab7f6197ac58d7335ed48fcb77c5e250f356dee8d3b12b"
+FINGERPRINT = "d63d3a3f4da164fcb11384de4097f5c38b4f2bf3efe1d2464e753468f5f1287d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e2c225d391b0541c2927b334ee8e696779bfffc7065284afa1980e74bbb5e3ff"
+FINGERPRINT = "350362bbc5383daed2bf4204dac86221bef24120de2abbc853d5f3c049e34666"
 
 import numpy as np
 

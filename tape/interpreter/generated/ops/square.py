@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "81c8786a1a54dbc163dcc05e2e292b1ed4c8c39cc44672cef5f0277a823a20db"
+FINGERPRINT = "2826f1ae9c25067ec3ff602f2b10d649e7bc5b9745f2f7eeaf985ac091ce3a79"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b644c235662f0c85ab53434efafd3eefb247ef660e10f311aa09d2770ac1d346"
+FINGERPRINT = "bbf0c85c3de96501d6dd2dbdddc549aca1b0772508fdc22146c425ea9bbba0e5"
 
 import numpy as np
 

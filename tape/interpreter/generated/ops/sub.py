@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "493095641c8ce0cfb3104f6d0ae5bf059797eb76e2daab7ff0ce9b9407461632"
+FINGERPRINT = "406cdfb94e2f677efcf581ba93034d1ce2bb61cc54ae4aa13d7b21197becb9af"
 
 import numpy as np
 

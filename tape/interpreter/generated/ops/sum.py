@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "9ec2586e42d11448bc5096b1ef847400e58b8de741cea2caf45a5595e6f82926"
+FINGERPRINT = "df66b04663dc779a19b833a27c4d4129b50c0f82ff3bc5add8cff301404969c4"
 
 import numpy as np
 

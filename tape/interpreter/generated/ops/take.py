@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cc429e90229f23c4517cf3ce91b138ba31909568f61722f982c100b4b9684a9e"
+FINGERPRINT = "8beddb424ea498e6fc2478f9d43d6960af56144039bed661552e7cc1afd994b6"
 
 import numpy as np
 

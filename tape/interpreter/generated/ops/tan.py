@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e954973885135bcec923250610b5a2d7dea84e7b8b7218e09380f74665e17947"
+FINGERPRINT = "387de1d9a2f8e2d0465b12286e2faa1b6ab0256c4c0e79cad2a8f416e202467f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2ad363901e6fd41121971c5aa67a30d496ce25ea3979879dc0c8c4dbf7437866"
+FINGERPRINT = "ace40fd4ae015ccded978ef11991bd275f1f2748cb7fe3580ddc11d70147da9d"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "02f50b7d8ff896e6e40fda1c23416c2e25cdf2bc6a6cea03e12e1119b92e61df"
+FINGERPRINT = "ec9659229407092596325bdaf8777a20dc44d08e408bc9fa9fc6646eb6cc9102"
 
 import numpy as np
 

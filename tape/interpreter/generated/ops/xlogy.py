@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "da9512c07cbb3b42aed83b2ff655f26cd2520305a1b9e288e2ad4fc40d40c187"
+FINGERPRINT = "73775c71651670ce420996a4eda7ae3231989783a0699c8db9faf3d6ee59b7e8"
 
 import numpy as np
 
