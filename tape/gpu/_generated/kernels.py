@@ -10,7 +10,7 @@ custom ops runs in pieces between them (:mod:`tape.gpu._custom`).
 """
 
 # fingerprint of the sources compiled in (tape/gpu/_codegen.py --check compares it)
-FINGERPRINT = "1a6b22b7ea2eab74af5f18d454026644051f5a023e45bc628fe4b9c6f3e83647"
+FINGERPRINT = "2d6f910c7901e2f4f1f24e7ba69215d2d987ec33e58b692f3a209c54f3263266"
 
 from numba import cuda, float64
 

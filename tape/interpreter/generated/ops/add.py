@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "deac3decf78a43ce2b4a300d4eeff86e1fc1772ee3227f2d8a01c5e717758662"
+FINGERPRINT = "16fdfc4c82d7678b1fce3ea5f5be82ee905705b49ea4815965249b756b7dfaab"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "988ee4c5cc86e808ca2d930564086c8e20840d6aa901027bdec40f2f9c687aba"
+FINGERPRINT = "93f059d50c66b5a56df20d635ad4b3f9331ee4bed45e7262ce08d59c8ed839d1"
 
 import numpy as np
 

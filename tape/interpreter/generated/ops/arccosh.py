@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8f5eecd983718ce04400af8da1985fb2a79277eb3e994b7fcca901c1878d3695"
+FINGERPRINT = "b5aea36c7c397ead42b30bca0eecfd9880a48cbcfbc59dccc5a517db82ede11e"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a741fbd19c68ac58456114dec1dd04276a2c5dd73a65a598543b734e13f35e4e"
+FINGERPRINT = "d336f917876e4d644e2b7c3aa05726250ac0018fd5f2359612804f8dd6f44adb"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d38e9488792fe23001b3ddf37d2880d6b00472e550ec0cfbf7cc6fad480f7aec"
+FINGERPRINT = "4d2b0315944981d6310f22f1eb8ae9e2963bd8d753faa70f912c33888a098171"
 
 import numpy as np
 

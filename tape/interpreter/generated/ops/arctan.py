@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "64720f9f0eaea16bc283d91a3dce56b1b29b7f8519b3290095619a0537961cd1"
+FINGERPRINT = "493c86f84e443d1de582f70c72fc5cf20e87a6321315b8ff719b96775f7965d6"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1d973f666cb22dd5f8396ae7cd76559a2f354eba55d58d1ddb7aa15f5eccab1c"
+FINGERPRINT = "02ac7b17fe79676e74083e158b1d1fa23392c6bbe05908e4df13005607cfca0a"
 
 import numpy as np
 

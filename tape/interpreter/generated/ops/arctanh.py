@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "85f3d7508ce31790e080df1092ff750ae02c7262674bbf7514a5cd770ad87276"
+FINGERPRINT = "998a64dab5d5470ef8832e7d725aef9c0a3633ebdeac1ebb6d697ae5b0ddd81b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "7c0d24ebd9b3efcdba5961a3ff3be1519a51c6690a494714422a6923716b0c0c"
+FINGERPRINT = "27882d87784d8132b2dd5b1bd30d92e76ad74a07f4c9084c1d26fc463c6a4153"
 
 import numpy as np
 

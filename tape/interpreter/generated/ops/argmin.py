@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f0dc025339ce604693c71811f0c617d288fe0335b588f431c55c26adc1fa750d"
+FINGERPRINT = "e894f5f7b1323d2974c66464e6110a7c90ed1fc2acc2fdec45d01410f9e63780"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "98b3c0350077132ef06081ad016b7c9ebce8b93d2db52cf5d593d6b3c2839d68"
+FINGERPRINT = "8791287701724ac8846e234f1ba03b4976e4cd56b45f5d3333f771ffb0e8a874"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "991bcdc12bb8ceef490668a007264fe08cb883a8b9eeb69823b04a32b05c5890"
+FINGERPRINT = "3c4f4cd0a455407d539606000ad5ef4fa48656a793d59de02fc9ec707ea45270"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a27763a81918fcc96debd49d2e2f24a884090050ec4622dea993654539d6ba85"
+FINGERPRINT = "66227ad69ee2bec959fac18eaa8fc3e01717035cc02b408dd880dd07e24658d5"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b8d786c82b04b83ba4fc7f97c35ee198495288beb6c31f11ca83022cf3e01d44"
+FINGERPRINT = "ec0e95d3b2b0c0c6b7f639f487ff4aafb83197bef434c820f04299adeb739d6c"
 
 import numpy as np
 

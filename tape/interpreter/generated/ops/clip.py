@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "a5fa1d61df5421046db8009361b42001e9db2f3aa2e59dcea74eeef74ea5a2c4"
+FINGERPRINT = "dee7cd65c06ef9e7cfee7962103da2895e220831c08df81ad9e119aabbcae18f"
 
 import numpy as np
 

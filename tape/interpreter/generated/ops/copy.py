@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ff351d654fd51f94eaa1f7d02d17eb6685cd7b493f3aa61358a5403877b4e807"
+FINGERPRINT = "61ecfd09574a5dd96874ba1780751e970bcdd25af8a55a4852584e3a8f9e785b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "293e278fa7af23a45621ef8225e9a27f405ff7ec7fd2f0d662ad656cbf0cb305"
+FINGERPRINT = "919dddcadf5b4d0c348f132db147b39d8114066be7bee9faefeaa86111dd65e0"
 
 import numpy as np
 

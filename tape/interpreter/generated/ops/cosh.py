@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ce9ec2a7884d3cc20bdbfcab7e84fdc1e57dcc564600fae0806de78b117a9b27"
+FINGERPRINT = "b8a2e4c7f1019fde16510d3cd25739a91f3b46b62b56f2ca59c32e4a734234b3"
 
 import numpy as np
 

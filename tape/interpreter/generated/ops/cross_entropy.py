@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "15f0645e28d9b158b128aca026580e8e2c0c00d4eaf5f9a75b2209cf9aa38731"
+FINGERPRINT = "8e19b209bc0b748171a36938ff290780f02aaf231288887428e5085224146749"
 
 import numpy as np
 

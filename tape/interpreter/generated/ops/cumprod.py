@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bb93530b3d560b2d880250b2a5336b6466c7e80305a3ff07f90d2c55fcc5ef02"
+FINGERPRINT = "b3e141d2d169e93d89a1ecd34f98ff2a4fcafd87c69c8a6eddd46e2a5d84fba5"
 
 import numpy as np
 

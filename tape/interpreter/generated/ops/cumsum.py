@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b687a7a45aa0907ff569da615fe678f2e4cb0d155b989c408ca14d57c7338371"
+FINGERPRINT = "f7d0852191c69ba4c3e693b62f60b293506c7740c0baf7ebc940b3c46526234a"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "996f97d1e6083f965527865adeb3b1b45039176fd8975fb4682fe018006b64b5"
+FINGERPRINT = "53fa673121aef13654b355f560ed58e359e70b440354073de0ee384bb9a48f84"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "823003da7255389a6082b41281424081d49c6177f27fe20e21e076191aae64c8"
+FINGERPRINT = "7faaf537737d6e624502e2f3db16d9e5c0d622c74f4cddc836399dcb57fa33bc"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "278e5d2e9fe42c4414398102674af1e51602e163161926f16955889c0eb8b899"
+FINGERPRINT = "b9f054f5ec12e6bf36810f04cb733de6ffd2d669b97a0cc820140bdf377966b3"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "93158cefe22beae0345e4ebe35fb26994eafb6158d64e25f8e9bc8341e326a3c"
+FINGERPRINT = "ca95ce7c23004dcf2d143dd133fbe3a5cfd3f49420edbde28c4026448818fa62"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cf21714ac4526c8efa2449d8099599d56f5298716ae2fe8d90e40db4abb2c872"
+FINGERPRINT = "5a70e28097aa0f0411df29aba37034a13adb0e29f12ee14fbfb99accf01afc31"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "41aefb8d80f780f00f11c4a9fa12c357861fedf8352d1afc6c94fc3956847958"
+FINGERPRINT = "61a33ad60efe372fb0e9e45e2e8d033c70db2b520e5ef4a0687b69ec55bfeac4"
 
 import numpy as np
 

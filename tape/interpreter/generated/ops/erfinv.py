@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d321b6d05de9629fedc84279b2e62b4ae20633eb700de0bfd4c3d331f88b3d90"
+FINGERPRINT = "c13bc05790390b4d45f3be5c434994d840675fb29525c50fc71d1aefbe133fe2"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2e4386e30a935b68beafde97eea474fd50034ffa25a0fd0f23b1f700f74ae72a"
+FINGERPRINT = "da5a8575042e62c8a45017d1c6fd792711c38a2b267bbabf9dbdffcd47878b3b"
 
 import numpy as np
 

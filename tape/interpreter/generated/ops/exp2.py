@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "179f75b6d1281d372aad6a6e6797b7864cb7205ac6cd47d82b111e4bab12635a"
+FINGERPRINT = "8550edf7ef4cc76575f188c7e7b4c9b744aa2605bebf1294a847097e6fc48c06"
 
 import numpy as np
 

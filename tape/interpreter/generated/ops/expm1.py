@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3e4bbe577faacb75b09f149d4ad01dcf742b0d7f842f3faf7b669d8747487ce5"
+FINGERPRINT = "e5895b89da74396768323bf77f583f1f0c6a53ac55a5c0e538cf31ca18453661"
 
 import numpy as np
 

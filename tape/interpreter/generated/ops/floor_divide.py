@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1830f5fcfb08f0223a46b7ebc2a5b72d96bf103c4311173fa77b39b304d97487"
+FINGERPRINT = "3041c18411cd8bbb2aaa115e361ab595f80233534859c2591fe1f0738316f2cc"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "fe4b602b5aa892fa14f49758f51b42daa38cc93ab5e347fa2cc6d99f395e1697"
+FINGERPRINT = "a8960250d4cd4e26d4fb4bd934acd7b0e16d00b5e242df6b9328175a2477f977"
 
 import numpy as np
 

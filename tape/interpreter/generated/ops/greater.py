@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2d1cf7ceb2e296a87415381a4bf7d8f9f06a4114be2db9231c57faf835fcb362"
+FINGERPRINT = "d4c52615bd8963420a7f198ee8c4d37542641447e28c6db689a36904d13bbc83"
 
 import numpy as np
 

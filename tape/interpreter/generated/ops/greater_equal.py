@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ddb2fbb647eb0437a0722311b027871e65e7207fc00287812ddb5f104cc6b752"
+FINGERPRINT = "beb11bcd4bcdec93813a6e55d35f73fcf6eadfd999252f82c06952ef3cb5976f"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e767a9ba5c87251443cdefb03ae641a0b75195e4a9f5a95efb03baafbf2fd009"
+FINGERPRINT = "d4aa122aa78e3dff698e70b08027d43482124364920b5e2ad76b3d950d812849"
 
 import numpy as np
 

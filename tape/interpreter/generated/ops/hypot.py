@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e0ee65eaa85d1f4703aba9f2a1a15e4bda5b154865ce29ae425e869c7b572034"
+FINGERPRINT = "d72e9b875c222b186384672078e4beaf999a4b22cc60433a6b005869598a81fb"
 
 import numpy as np
 

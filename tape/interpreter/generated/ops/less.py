@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f9e1222bd3e8394bdb5df6b37c57f33431ced1cbb8d404f83a095935ff4c03a6"
+FINGERPRINT = "c8b9f6e7e286e1cab92688e0f855e9dfc2857b52eff33ff8e3e2071cd0d6f5d8"
 
 import numpy as np
 

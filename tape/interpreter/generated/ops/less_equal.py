@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "93f28da1c82c410ec0e2b66836500d6c3efea5c46dbdc34fe396bb38c75993d8"
+FINGERPRINT = "fc4541e7656210b6e10516680dfb142f3508abdfd3f048e8610b66f1db28086b"
 
 import numpy as np
 

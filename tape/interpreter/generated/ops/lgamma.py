@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8ef423205f8cfb756ee1689d0465bda8e9fd5beee9161d5bcd69d36eee3592c5"
+FINGERPRINT = "3ce27b64b587cda0460c5f8c07614bb9985068163c9d96904db0b68b16f6349c"
 
 import numpy as np
 

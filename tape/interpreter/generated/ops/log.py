@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "14748da8c31f24f99413c7d50e0787441806dbe03894baec5ef1caca49611001"
+FINGERPRINT = "2bcd82634472cdb38cf3ef9add30918cd90fb76b2edef8d0b284dcb3374f458c"
 
 import numpy as np
 

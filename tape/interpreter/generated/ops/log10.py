@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ef460953f330412c734116b7228f87d0673991c1abc1ad42920cbb4608541ac8"
+FINGERPRINT = "de09ff753ea86c3633b9ad1fdb81de987a504fb2794d988ae0acfff2b5471535"
 
 import numpy as np
 

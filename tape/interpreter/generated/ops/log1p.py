@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2fd08b595718b601f387029a011741ca82ba4faba9a5f5a8d6c657c7c27b42b4"
+FINGERPRINT = "a3dc4ef7f9f3c6636b2591d0f419dcb6e8555686ddee532fc89a69a9507dc163"
 
 import numpy as np
 

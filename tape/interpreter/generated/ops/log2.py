@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "139ba232fcfd4cd6e9f98e566a7a9134af72c8648146773472d3e59b04347d22"
+FINGERPRINT = "c55d65d48a9868226cb7472651ece3499a131d21f7121b9a737d5bffb98d361b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "74cd01244caded0536d412f2455fcac4d301b999b71d8909c021c6a097f2cda2"
+FINGERPRINT = "ffe67c56749d66ace2825dcf100391e27e05c201a8aa61a564de37a1e0887a06"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "de9502324de01be100cc413e3b2328dff545085209e7cc5b8f0ce3e6505aa411"
+FINGERPRINT = "ad6e58c76dac4b1508c9164390ad48efe4908e0fca4d1e20c0a2883daa9a66ab"
 
 import numpy as np
 

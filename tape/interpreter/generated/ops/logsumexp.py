@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "1ec26fc1ed4738ec91c8dd6dcd075b06f103a425990ba236e75eab1883d5e76e"
+FINGERPRINT = "d8139d0fe7c39f650cd213b01c959f791e6d4dcdff845995f67cbb0534c74350"
 
 import numpy as np
 

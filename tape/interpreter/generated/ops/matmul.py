@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "80ef3243112c85cffba2cc9baba9739d6c7c1602f94b74428f86d0a8d82bc795"
+FINGERPRINT = "e76cd051a02c5a13e11db793ff29945b84b559f2ba4520c4d9a6217248bae045"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8e584ec2c0754e308ff4e098e74943ac51725965ee354c56bc3d48aee69c3aee"
+FINGERPRINT = "2c7d077e8c178dd02e5bd61b67793aeb464e0865208a504a44e34616a0cf2cb0"
 
 import numpy as np
 

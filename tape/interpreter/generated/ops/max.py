@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f031ffa5738faec621acd371c6daffa7ea34af2651486d2ff167ffbd18e4c70d"
+FINGERPRINT = "2de04a48fc6e4320ad8139f6c1d14d69904edcb8fdefc92259cc5c4df64001f2"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cbef4e73b767fbb94d01cc851b67adc42031ddb37c2e90adbcddadbc07d174ee"
+FINGERPRINT = "935c6a595aa5937b3b1e318fd5b12fa7cfbf50b2cfa27e3f2b913d9b6e7186ae"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "b4333d2a8a79f939159ca1f9b562e16bfa73a0014d2f645c208777b1d25ca54f"
+FINGERPRINT = "0d1239600d026794a45aad33f294083348478c2a161c933c987ffb74a7a20db1"
 
 import numpy as np
 

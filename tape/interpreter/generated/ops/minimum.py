@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ea39aa6f60860e32f70827788b6ae8bad66dfb8b7c9b819b3900696cf506e06e"
+FINGERPRINT = "1bc4d7a75cb72ed45c50ed91d21c49d35c24ae153ca7eaa6c8a551578dc68a86"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "895b5c3977f12f5ef74ff23081c418cee9593046bb4cb9a06659b3702a3c99e0"
+FINGERPRINT = "50b0ec5f92657f9d99f9c7dc6c3093864ddbd9a57b3ece9fd7179a5508d03309"
 
 import numpy as np
 

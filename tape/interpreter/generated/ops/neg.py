@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "540023b1b54112983feecb67a18da81c0e4fd7a07512fc0fdcbdfd4e9f07fb18"
+FINGERPRINT = "c6aaeb2e8916311969e00b93d831fb0504120dac3d7d2183e9847067cbbc9235"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "6f0eb101f7e7ab9c7fe085e6f909776e10308c5ff2e25088ebc9070420b25a83"
+FINGERPRINT = "b021be3c4bc21edd68d8465d73262b0d6d604397c22dbf76a7cee9c4a6957136"
 
 import numpy as np
 

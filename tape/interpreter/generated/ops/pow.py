@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2892b0e9051f46b58dce48c3af340288b9374ed31018a892a2d9ee7b9bd508ef"
+FINGERPRINT = "71c0b34c00c70c6127eb0dd30111d35efdd9a2d58c1ccd335b2c887e2b51a17a"
 
 import numpy as np
 

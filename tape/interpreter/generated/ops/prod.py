@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "e4674dfc21824693804aa88f3bb4f6d21cb1157e3ac5907c8c47f112bb3738be"
+FINGERPRINT = "2b30725a756820ff48a03e2548b00d46618c32eb2b375199e3f06eae807b1e06"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "454efd8099f98cc7c5b251cfec60ea817d50f1fb7a9b81e15479a78d7b8ad571"
+FINGERPRINT = "acfbb84e110726754f9fd95d5de5b399acea9a9d6132342258466a534fbe1905"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "c0cb36c2c3d779fe7579501787de07ce775699e6cf50145c8af9d2962f6a50bd"
+FINGERPRINT = "b1e684482f18fa34dcf670470e1cbb2269e6f96a6a1262da4b4cff0f01d33f6f"
 
 import numpy as np
 

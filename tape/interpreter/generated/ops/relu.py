@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d87ede0b3b897aa16fad1ca1d3ab224bd796badc2e511b6b2f00453aa1bf2df4"
+FINGERPRINT = "91ef087a3c7b2b43fa3a065ffa73852cbd0526067bd4247333a9ea23b2d71811"
 
 import numpy as np
 

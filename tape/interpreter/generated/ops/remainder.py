@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "10e026ec26a639e85d5caaf2bc668d3db79b3e0b8dec21a29ca5afca9131f9f2"
+FINGERPRINT = "1a052a4e3fe9cefa460d68f098a6eca967d1ad9247712fb86f35e41896245a8b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "cfb969ae59f363bac7fde9a44e705f6ee24c9fea2da8b4034839c827785536fa"
+FINGERPRINT = "54a0837346b8796de99266216f6a218df005faff594e2b178bab4a462dee5024"
 
 import numpy as np
 

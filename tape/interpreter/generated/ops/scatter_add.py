@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "38fe9321a776d7f3a9c79c61ca36e5323a2e619835151e9ac9de47bfb1163914"
+FINGERPRINT = "6c07d51aa10d8ae2e057f573b1ef117e668e2127ab0c627c5c72e8246773e99b"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f15344f7e60f0f45397ada2550537bc0ab2e939f0a9dbc1251d4ae06c2b32cdd"
+FINGERPRINT = "a59dba2eaf2bc9048a76f01fe0ca49105f6539b13bcd54d03817471944dd0f65"
 
 import numpy as np
 

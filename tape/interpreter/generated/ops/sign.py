@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "096dfaeccb1acd148c7275edaf8010b6f9cfc9b2fb4f63a0eae55cb131402985"
+FINGERPRINT = "0b35a28265235b32eac343a34640b53dc63ff4f7820b4130fedf7f66cdaa5585"
 
 import numpy as np
 

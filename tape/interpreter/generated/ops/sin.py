@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "031f242352f4a70a59a7ebbab263b4e938e7bc045085254e0b476a87c9fde81e"
+FINGERPRINT = "2944f98c5b1c46a65f2763bd4eddb904a41058e4f3704f661bcc16ab50dfe640"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "3496fd0eaf0cb95fc1a06b713dd59bc91bbc9929b78fd79e8838a0677f2a32d6"
+FINGERPRINT = "42794dd5ca0e79bc4d9f032b089f69025ca26e43f13e4e2becf1742d85bb5a47"
 
 import numpy as np
 

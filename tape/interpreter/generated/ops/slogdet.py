@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "f25e665d2f3808abc6a4a00fa90425691b5e6bb80a3a063899e3d4da9ac9aa2d"
+FINGERPRINT = "af55039e7dfae309266bfeca0016b58e495e9795f01b12f4035ae9f157bf8aa9"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d28aa02da32deb5bddc4d4bc7ddad2be8c8fc3b13738b01ea6cca082368dc5a0"
+FINGERPRINT = "d2357fd19c152216af936b653e7c6a1312c0a9c33f7de93781b701e320690586"
 
 import numpy as np
 

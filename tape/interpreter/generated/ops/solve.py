@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "d63d3a3f4da164fcb11384de4097f5c38b4f2bf3efe1d2464e753468f5f1287d"
+FINGERPRINT = "22ec844a6f5cd7c6d23762a7132bd01db9f2d57ddef5cb78ddfa85c294d8da37"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "350362bbc5383daed2bf4204dac86221bef24120de2abbc853d5f3c049e34666"
+FINGERPRINT = "c3f9758a0c0c151016fcb10ef124f6fac95613886acb04f28380490fbda2b62a"
 
 import numpy as np
 

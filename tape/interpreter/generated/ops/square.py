@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "2826f1ae9c25067ec3ff602f2b10d649e7bc5b9745f2f7eeaf985ac091ce3a79"
+FINGERPRINT = "a217348fd07d06da42fa5f42347974ae61e1129a5b326df7f9d25b068bf80b7e"
 
 import numpy as np
 

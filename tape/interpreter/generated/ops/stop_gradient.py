@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "bbf0c85c3de96501d6dd2dbdddc549aca1b0772508fdc22146c425ea9bbba0e5"
+FINGERPRINT = "e12686bad4274c3574c0c366acc4781f73704e2ef96f816b5c8a58fb024c2165"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "406cdfb94e2f677efcf581ba93034d1ce2bb61cc54ae4aa13d7b21197becb9af"
+FINGERPRINT = "7854d40908060a841979497c15215058643a10a0c94edca45174da76057f7ba0"
 
 import numpy as np
 

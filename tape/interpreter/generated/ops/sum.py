@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "df66b04663dc779a19b833a27c4d4129b50c0f82ff3bc5add8cff301404969c4"
+FINGERPRINT = "85e0fabc876a049f6b1e03ad9b48f9c59f70750e90053c170a6f1beeab82c6a5"
 
 import numpy as np
 

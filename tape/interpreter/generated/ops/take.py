@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "8beddb424ea498e6fc2478f9d43d6960af56144039bed661552e7cc1afd994b6"
+FINGERPRINT = "cb802ad05efca1ca2459df081b272b684c210286b9691a503db758f849ed1520"
 
 import numpy as np
 

@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "387de1d9a2f8e2d0465b12286e2faa1b6ab0256c4c0e79cad2a8f416e202467f"
+FINGERPRINT = "96d2750890aa682e87a6d8632740a2b72640f6cb254b0ec271bc613dce5d60b6"
 
 import numpy as np
 

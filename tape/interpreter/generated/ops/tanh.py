@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ace40fd4ae015ccded978ef11991bd275f1f2748cb7fe3580ddc11d70147da9d"
+FINGERPRINT = "debccfcabd29bbc92102ce39483b63fddf2f7c83cb93075ca87d8aeff38d0cbd"
 
 import numpy as np
 

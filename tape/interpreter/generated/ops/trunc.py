@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "ec9659229407092596325bdaf8777a20dc44d08e408bc9fa9fc6646eb6cc9102"
+FINGERPRINT = "946607b00fd27b3c1588f81e094147718f85d3b1551fceb8723a201bf97aae69"
 
 import numpy as np
 

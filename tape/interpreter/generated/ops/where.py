@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "10ea1ca5305f9752a7419fce9fcf8159ebd2e141dd29ce7bd64b6dd8df2f7dd2"
+FINGERPRINT = "4fbb9c70e24476c1c8beec3a5e24de3e4f3cd0d0d239bd475684823d2f3b9fdf"
 
 import numpy as np
 

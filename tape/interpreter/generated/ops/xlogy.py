@@ -9,7 +9,7 @@ class only (:func:`tape.interpreter.dispatch.entry_class`).
 """
 
 # fingerprint of the sources compiled in (tape/interpreter/codegen.py --check compares it)
-FINGERPRINT = "73775c71651670ce420996a4eda7ae3231989783a0699c8db9faf3d6ee59b7e8"
+FINGERPRINT = "98a77a2e220e200f45a27866bf131dec27cfb5ad6336ce53a284e29374238c3e"
 
 import numpy as np
 
