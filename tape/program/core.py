@@ -74,6 +74,7 @@ def register_extension(name, fn):
 
 
 _PREPARE_LOCK = threading.Lock()
+_NOT_COUNTED = contextlib.nullcontext()  # Tape.counting on a tape not waiting for promotion
 
 _PLAIN: dict = {}  # a tuple subclass (the front end's Size) -> the equal plain tuple
 
@@ -696,20 +697,23 @@ class Tape:
         if self._n_replays == self.compile_after:
             self._promote()
 
-    @contextlib.contextmanager
     def counting(self, what):
-        """What runs inside counts toward the compiled tier as one replay: at the
-        :attr:`compile_after`-th (:meth:`count_replay`, before it runs), and by the time it
-        takes (promotion by time, :attr:`compile_after_seconds`), except the first call of
+        """A context in which what runs counts toward the compiled tier as one replay: at
+        the :attr:`compile_after`-th (:meth:`count_replay`, before it runs), and by the time
+        it takes (promotion by time, :attr:`compile_after_seconds`), except the first call of
         each ``what`` (a transform's name), which compiles or loads its kernels and drivers
-        (a replay's time leaves its compile out). Nothing on a tape not waiting for automatic
-        promotion. For the derivative transforms' checked paths, which run compiled code once
-        the tape is promoted. Part of the replay interface."""
+        (a replay's time leaves its compile out). Nothing (a shared empty context, no
+        generator) on a tape not waiting for automatic promotion. For the derivative
+        transforms' checked paths, which run compiled code once the tape is promoted. Part of
+        the replay interface."""
         if self.tier != "interpreter" or (
             self.compile_after is None and self.compile_after_seconds is None
         ):
-            yield
-            return
+            return _NOT_COUNTED
+        return self._counting(what)
+
+    @contextlib.contextmanager
+    def _counting(self, what):
         self.count_replay()  # (may promote: the count rule compiles in this thread)
         if what not in self._counted:
             self._counted = self._counted | {what}

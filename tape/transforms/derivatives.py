@@ -369,10 +369,9 @@ def _jac_rev_rows(plan, data, U):
     grad = plan.arenas(1)[2]
     if tp.tier == "compiled" and not tp.callbacks:
         sw, pool = tp.prepared_sweeps()  # (the interpreter kernels its unfused entries call)
-        sw.vjp_rows(tp.entries, tp.bufs, pool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
-                    np.ascontiguousarray(U, tp.dtype), plan.in_offs, plan.in_sizes, out)  # fmt: skip
-        return out
-    plan.need(_dispatch.FWD, _dispatch.REV)
+    else:
+        plan.need(_dispatch.FWD, _dispatch.REV)
+        sw, pool = sweeps, tp.ipool
     if tp.callbacks:  # the reverse sweep in segments around the callbacks, row by row
         roots = np.asarray(plan.roots, np.int64)
         for r in range(U.shape[0]):
@@ -380,8 +379,8 @@ def _jac_rev_rows(plan, data, U):
                                   tp.n_bufs, roots, np.ascontiguousarray(U[r], tp.dtype), True)  # fmt: skip
             out[r] = plan.read_inputs(grad[None, :])[0]
         return out
-    sweeps.vjp_rows(tp.entries, tp.bufs, tp.ipool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
-               np.ascontiguousarray(U, tp.dtype), plan.in_offs, plan.in_sizes, out)  # fmt: skip
+    sw.vjp_rows(tp.entries, tp.bufs, pool, data, grad, tp.n_entries, tp.n_bufs, plan.roots,
+                np.ascontiguousarray(U, tp.dtype), plan.in_offs, plan.in_sizes, out)  # fmt: skip
     return out
 
 
