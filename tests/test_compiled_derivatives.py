@@ -317,6 +317,77 @@ def test_dense_jacobian_in_one_call_matches_the_interpreter(monkeypatch):
     assert tc.extension_state.get("jacobian") is None
 
 
+def test_jvp_and_vjp_in_one_call_match_the_interpreter(monkeypatch):
+    """``jvp`` and ``vjp`` of a compiled tape with one 1-d argument and one output run in one
+    compiled call from their second call on (``tape.compiler.second.jvp_args`` and
+    ``vjp_args``): a scalar, a vector and a matrix output, at several arguments, against the
+    interpreter's results (the same types and shapes) and central differences; with the
+    checked paths made to fail, the calls still answer (the one calls ran). A strided
+    argument, tangent and cotangent; a float cotangent for a scalar output; a failed
+    guard, which takes the checked path and retraces; a tangent of the wrong shape, which
+    the checked path refuses."""
+    from tape.transforms import derivatives as D
+
+    x = np.linspace(-1.0, 1.0, 6)
+    rng = np.random.default_rng(11)
+    for fn in (through_product, vector_out, matrix_out):
+        ti, tc = both(fn, x)
+        shape = np.shape(ti.forward(x))
+        for k in range(3):
+            x2, v, u = x + 0.2 * k, rng.normal(size=6), rng.normal(size=shape)
+            for got, want in ((tc.jvp(x2, tangents=v), ti.jvp(x2, tangents=v)),
+                              (tc.vjp(x2, cotangent=u), ti.vjp(x2, cotangent=u))):  # fmt: skip
+                assert [type(a) for a in got] == [type(a) for a in want]
+                assert [np.shape(a) for a in got] == [np.shape(a) for a in want]
+                close(got[0], want[0])
+                close(got[1], want[1])
+            eps = 1e-6
+            fd = (ti.forward(x2 + eps * v) - ti.forward(x2 - eps * v)) / (2 * eps)
+            close(tc.jvp(x2, tangents=v)[1], fd, rtol=1e-6)
+            J = np.array([(ti.forward(x2 + eps * e) - ti.forward(x2 - eps * e)) / (2 * eps)
+                          for e in np.eye(6)])  # fmt: skip
+            close(tc.vjp(x2, cotangent=u)[1], J.reshape(6, -1) @ np.ravel(u), rtol=1e-6)
+        assert tc.extension_state.get("jvp") is not None
+        assert tc.extension_state.get("vjp") is not None
+        # any layout: a strided argument, tangent and cotangent
+        v, u = rng.normal(size=6), rng.normal(size=shape)
+        xs, vs = np.linspace(-1.0, 1.4, 12)[::2], rng.normal(size=(6, 3))[:, 1]
+        us = rng.normal(size=(6, 2))[:, 0] if shape == (6,) else u
+        want = [ti.jvp(x, tangents=v)[1], ti.vjp(x, cotangent=u)[1],
+                ti.jvp(xs.copy(), tangents=vs.copy())[1], ti.vjp(xs.copy(), cotangent=us.copy())[1],
+                ti.gradient(x) if shape == () else None]  # fmt: skip
+        with monkeypatch.context() as m:  # only the one calls can answer now
+
+            def checked(*a):
+                raise AssertionError("the checked path ran")
+
+            m.setattr(D, "_jvp", checked)
+            m.setattr(D, "_vjp", checked)
+            close(tc.jvp(x, tangents=v)[1], want[0])
+            close(tc.vjp(x, cotangent=u)[1], want[1])
+            close(tc.jvp(xs, tangents=vs)[1], want[2])
+            close(tc.vjp(xs, cotangent=us)[1], want[3])
+            if shape == ():
+                close(tc.vjp(x, cotangent=2.5)[1], 2.5 * want[4])
+                close(tc.vjp(x, cotangent=np.array(-1.5))[1], -1.5 * want[4])
+        with pytest.raises(ValueError, match="jvp: tangents"):
+            tc.jvp(x, tangents=np.ones(5))
+        with pytest.raises(ValueError, match="vjp: cotangent"):
+            tc.vjp(x, cotangent=np.ones(np.size(u) + 1))
+    xp = np.array([0.5, 1.0, -0.2, 0.3])
+    tb = tp.record(branching, xp, compile=True)
+    v = rng.normal(size=4)
+    for x2 in (xp, xp * 1.5, -xp, xp, -xp):  # positive sum, positive, negative (retrace), ...
+        d = np.sin(x2) + x2 * np.cos(x2) if x2.sum() > 0 else 4.0 * x2**3
+        y = np.sum(np.sin(x2) * x2) if x2.sum() > 0 else np.sum(x2**4)
+        val, tan = tb.jvp(x2, tangents=v)
+        close(val, y)
+        close(tan, d @ v)
+        val, g = tb.vjp(x2, cotangent=2.0)
+        close(val, y)
+        close(g, 2.0 * d)
+
+
 def test_vector_mode_tangent_loops_of_short_rows_are_vectorised():
     """A Hessian's or a Jacobian's tangent loops over rows of 16 elements (a small MLP's
     hidden layer) compile to vector code. With their bounds written as numbers, LLVM unrolled

@@ -153,12 +153,12 @@ class Passes:
         hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog,
                  self.addresses(T.shape[0]))  # fmt: skip
 
-    def one_call(self, t, off, seeds, k=None):
+    def one_call(self, t, off, seeds, k=None, rev=False):
         """The HVP of compiled tape ``t`` (whose derivative passes these are) in one compiled
         call (:class:`OneCall`), for its one argument, at arena offset ``off``; ``seeds``:
         the output's adjoint. With ``k``, its dense Hessian or forward-mode Jacobian in one
-        call, ``k`` directions per pass."""
-        return OneCall(t, self, off, seeds, k)
+        call, ``k`` directions per pass; with ``rev``, its VJP as well."""
+        return OneCall(t, self, off, seeds, k, rev)
 
 
 _call_tan = _dispatch._caller(
@@ -264,10 +264,22 @@ _call_fwd = _dispatch._caller(
 """``_call_fwd(addr, (entries, bufs, ipool, data, start, stop))``: a compiled tape's
 ``forward_sweep``."""
 
-HV_NE, HV_WE, HV_NB, HV_WB, HV_NPOOL, HV_NPROG, HV_NADDR, HV_FWD, HV_OFF, HV_ND, HV_NS = range(11)
-HV_LEN = 11
+(HV_NE, HV_WE, HV_NB, HV_WB, HV_NPOOL, HV_NPROG, HV_NADDR, HV_FWD, HV_OFF, HV_ND, HV_NS,
+ HV_REV, HV_ROOT, HV_NIN) = range(14)  # fmt: skip
+HV_LEN = 14
 """The header of :func:`hvp_args`'s ``ints``: the tables' sizes, the forward's address, the
-argument's offset in the arena, the arena's length and the number of seeds."""
+argument's offset in the arena, the arena's length and the number of seeds; for
+:func:`vjp_args`, the address of the reverse pass (``vjp_rows``), the output's buffer and the
+argument's size."""
+
+_call_rev = _dispatch._caller(
+    "compiled reverse pass", types.none,
+    lambda dt: (_dispatch._I2, _dispatch._I2, _dispatch._I1, _dispatch._arena(dt, 1),
+                _dispatch._arena(dt, 1), types.int64, types.int64, _dispatch._I1,
+                _dispatch._arena(dt, 2), _dispatch._I1, _dispatch._I1, _dispatch._arena(dt, 2)), 3,
+)  # fmt: skip
+"""``_call_rev(addr, (entries, bufs, ipool, data, grad, n_entries, n_bufs, roots, U, offs,
+sizes, out))``: a compiled tape's ``vjp_rows``."""
 
 
 @njit(inline="always")
@@ -377,10 +389,68 @@ def jacobian_args(ints, data, scratch, x, J, k, oo):
     return -1
 
 
+@njit(**SWEEP_JIT)
+def jvp_args(ints, data, scratch, x, v, y, ty, oo):
+    """A compiled tape's JVP for its one argument ``x`` along ``v`` (flat, of the arena's
+    dtype), in one call: ``x`` into ``data``, the whole compiled forward, then
+    :func:`tangent_pass` for ``v``; the output at arena offset ``oo`` into ``y`` and its
+    tangent into ``ty`` (flat, of the output's length). ``ints`` and ``scratch`` as for
+    :func:`hvp_args`. Returns the forward's status (``-1``: done; otherwise nothing after
+    the forward ran)."""
+    nd, off = ints[HV_ND], ints[HV_OFF]
+    st, entries, bufs, pool, prog, addr = _begin(ints, data, x, ints[HV_NE])
+    if st >= 0:
+        return st
+    T = _table(scratch, nd, 1, nd)  # zero outside the argument (see Plan.arenas)
+    t0 = _span(scratch, nd + off, v.shape[0])
+    for q in range(v.shape[0]):
+        t0[q] = v[q]
+    tangent_pass(entries, bufs, pool, data, T, prog, addr)
+    yo = _span(data, oo, y.shape[0])
+    to = _span(scratch, nd + oo, ty.shape[0])
+    for r in range(y.shape[0]):
+        y[r] = yo[r]
+        ty[r] = to[r]
+    return -1
+
+
+@njit(**SWEEP_JIT)
+def vjp_args(ints, data, scratch, x, u, y, g, oo):
+    """A compiled tape's VJP for its one argument ``x`` (flat, of the arena's dtype) and the
+    cotangent ``u`` of its one output (flat), in one call: ``x`` into ``data``, the whole
+    compiled forward, then the compiled reverse pass (``vjp_rows``, by its address) seeded
+    with ``u``; the output at arena offset ``oo`` into ``y`` (flat) and ``J^T u`` into ``g``.
+    ``ints`` as for :func:`hvp_args`, with ``HV_REV`` and ``HV_ROOT`` set; ``scratch``:
+    ``grad``, then room for ``u`` and ``J^T u``. Returns the forward's status (``-1``: done;
+    otherwise nothing after the forward ran)."""
+    nd = ints[HV_ND]
+    st, entries, bufs, pool, _, _ = _begin(ints, data, x, ints[HV_NE])
+    if st >= 0:
+        return st
+    grad = _span(scratch, 0, nd)
+    U = _table(scratch, nd, 1, u.shape[0])
+    out = _table(scratch, 2 * nd, 1, g.shape[0])
+    for r in range(u.shape[0]):
+        U[0, r] = u[r]
+    # the output's buffer, the argument's offset and size: cells of the header
+    roots = _span(ints, HV_ROOT, 1)
+    offs = _span(ints, HV_OFF, 1)
+    sizes = _span(ints, HV_NIN, 1)
+    _call_rev(ints[HV_REV], (entries, bufs, pool, data, grad, ints[HV_NE], ints[HV_NB], roots,
+                             U, offs, sizes, out))  # fmt: skip
+    yo = _span(data, oo, y.shape[0])
+    for r in range(y.shape[0]):
+        y[r] = yo[r]
+    for q in range(g.shape[0]):
+        g[q] = out[0, q]
+    return -1
+
+
 class OneCall:
-    """A compiled tape's HVP from Python in one compiled call (:func:`hvp_args`): a few
-    arrays to dispatch instead of the forward's and the passes' thirteen (at Rosenbrock
-    n = 10, two calls and their arguments cost three times the gradient). Its integer
+    """A compiled tape's HVP from Python in one compiled call (:func:`hvp_args`), or its JVP
+    (:func:`jvp_args`, :meth:`jvp`): a few arrays to dispatch instead of the forward's and
+    the passes' thirteen (at Rosenbrock n = 10, two calls and their arguments cost three
+    times the gradient). Its integer
     array is made once, from the tape's tables and compiled pool as they are after the
     compile (they do not change afterwards); each thread has its scratch arena. Call it
     with this thread's workspace's value arena (``t.fast_workspace().data``).
@@ -388,9 +458,10 @@ class OneCall:
     With ``k`` (directions per pass), the dense Hessian (:func:`hessian_args`,
     :meth:`hessian`) or forward-mode Jacobian (:func:`jacobian_args`, :meth:`jacobian`) in one
     call instead: the tangent loops' vector-mode versions, and scratch for ``k``
-    directions."""
+    directions. With ``rev``, the VJP (:func:`vjp_args`, :meth:`vjp`), which needs no
+    derivative passes (``passes`` may be ``None``)."""
 
-    def __init__(self, t, passes, off, seeds, k=None):
+    def __init__(self, t, passes, off, seeds, k=None, rev=False):
         sw, pool = t.run_with
         dt = np.dtype(t.dtype)
         d1 = _dispatch._arena(dt, 1)
@@ -401,10 +472,21 @@ class OneCall:
         E, B = t.entries[:ne], t.bufs[:nb]
         head = np.zeros(HV_LEN, np.int64)
         head[[HV_NE, HV_WE, HV_NB, HV_WB]] = ne, E.shape[1], nb, B.shape[1]
-        head[[HV_NPOOL, HV_NPROG, HV_NADDR]] = len(pool), len(passes.prog), len(passes.addr)
         head[[HV_FWD, HV_OFF, HV_ND, HV_NS]] = fwd, off, t.n_data, len(seeds)
-        addr = passes.addr if k is None else passes.addresses(max(k, 2))
-        parts = [head, E.ravel(), B.ravel(), pool, passes.prog, addr]
+        if rev:  # the VJP's (vjp_args): the compiled reverse pass, one output, one argument
+            c2 = _dispatch._arena(dt, 2)
+            i1, i = _dispatch._I1, types.int64
+            rsig = types.none(_dispatch._I2, _dispatch._I2, i1, d1, d1, i, i, i1, c2, i1, i1, c2)
+            head[HV_REV] = _dispatch._address(sw.vjp_rows, rsig, "the VJP's one call")
+            head[HV_ROOT] = t.outputs[0]
+            head[HV_NIN] = t.bufs[t.inputs[0], B_SIZE]
+        if passes is None:  # (the VJP's runs no derivative pass)
+            prog = addr = np.zeros(0, np.int64)
+        else:
+            prog = passes.prog
+            addr = passes.addr if k is None else passes.addresses(max(k, 2))
+        head[[HV_NPOOL, HV_NPROG, HV_NADDR]] = len(pool), len(prog), len(addr)
+        parts = [head, E.ravel(), B.ravel(), pool, prog, addr]
         self.ints = np.concatenate(parts).astype(np.int64)
         self.seeds = np.asarray(seeds, dt)
         self.n_data, self.dtype, self.k = t.n_data, dt, k
@@ -418,6 +500,8 @@ class OneCall:
             hvp_args: (i1, d1, d1, a1, a1, d1),
             hessian_args: (i1, d1, d1, a1, c2, i),
             jacobian_args: (i1, d1, d1, a1, c2, i, i),
+            jvp_args: (i1, d1, d1, a1, a1, d1, d1, i),
+            vjp_args: (i1, d1, d1, a1, a1, d1, d1, i),
         }
         self._entries = {}
 
@@ -446,6 +530,18 @@ class OneCall:
         """The dense Hessian at ``x`` (flat) into ``H`` (``n x n``); returns the forward's
         status (``-1``: done)."""
         return self._entry(hessian_args)(self.ints, data, self._scratch(self.k), x, H, self.k)
+
+    def jvp(self, data, x, v, y, ty, oo):
+        """The JVP at ``x`` along ``v`` (flat arrays of the argument's length): the output at
+        arena offset ``oo`` into ``y``, its tangent into ``ty`` (flat, of the output's
+        length); returns the forward's status (``-1``: done)."""
+        return self._entry(jvp_args)(self.ints, data, self._scratch(1), x, v, y, ty, oo)
+
+    def vjp(self, data, x, u, y, g, oo):
+        """The VJP at ``x`` for the output's cotangent ``u`` (flat): the output at arena
+        offset ``oo`` into ``y`` (flat), ``J^T u`` into ``g`` (flat, of the argument's
+        length); returns the forward's status (``-1``: done). Made with ``rev=True``."""
+        return self._entry(vjp_args)(self.ints, data, self._scratch(1), x, u, y, g, oo)
 
     def jacobian(self, data, x, J, oo):
         """The forward-mode Jacobian at ``x`` (flat) of the output at arena offset ``oo``

@@ -390,22 +390,87 @@ def _jac_rev_rows(plan, data, U):
 def jvp(t, *args, tangents):
     """``(value, tangent)``: the outputs at ``args`` and their directional derivative along
     ``tangents`` (one array per differentiated argument, or a single array), one forward
-    sweep and one tangent sweep. Structured like :meth:`Tape.forward`'s result."""
+    sweep and one tangent sweep. Structured like :meth:`Tape.forward`'s result. Both in one
+    compiled call for a compiled tape's common case (as :func:`hvp`), with one output of the
+    arena's dtype."""
+    st = t.extension_state
+    fast = st.get("jvp") if st is not None else None
+    if fast is not None and len(args) == 1:
+        # one argument, differentiated, 1-d, and ``tangents`` an array of its recorded shape
+        # and dtype (the arena's): one compiled call (tape.compiler.second.jvp_args)
+        _, call, (shape, dt), oo, oshape = fast
+        v = tangents[0] if type(tangents) is tuple and len(tangents) == 1 else tangents
+        if type(v) is np.ndarray and v.shape == shape and v.dtype is dt:
+            ws = _one_call_workspace(t, fast, args[0])
+            if ws is not None:
+                n = math.prod(oshape)
+                y, ty = np.empty(n, dt), np.empty(n, dt)
+                if call.jvp(ws.data, args[0], v, y, ty, oo) < 0:
+                    if not oshape:  # a scalar output: its value as forward() gives it
+                        return y[0], ty.reshape(())
+                    return (y, ty) if len(oshape) == 1 else (y.reshape(oshape), ty.reshape(oshape))
+                # the sweep stopped (a failed guard, a rejected index): the checked path
     with _counting(t, "jvp"):
-        plan, data = _forward(t, args, compiled=True)
-        v = plan.flat_in(tangents, "jvp: tangents")
-        out = _jac_fwd_rows(plan, data, v[None, :])[0]
-        return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_out(plan, plan.split_out(out))
+        return _jvp(t, args, tangents, fast)
+
+
+def _jvp(t, args, tangents, fast):
+    """:func:`jvp` by passes (its checked path); makes the one call where it applies."""
+    plan, data = _forward(t, args, compiled=True)
+    v = plan.flat_in(tangents, "jvp: tangents")
+    out = _jac_fwd_rows(plan, data, v[None, :])[0]
+    value = plan.tp.outputs_of(plan.tp.thread_workspace())
+    if _one_arg(t, plan, fast) and _one_output(t) and plan.compiled is not None:
+        call = plan.compiled.one_call(t, plan.in_off[0], plan.seed)
+        t.extensions()["jvp"] = (t.run_with[0], call, t.replay_state()["fast"][0],
+                                 plan.out_off[0], plan.out_shapes[0])  # fmt: skip
+    return value, _cast_out(plan, plan.split_out(out))
 
 
 def vjp(t, *args, cotangent):
     """``(value, grads)``: the outputs at ``args`` and ``J^T u`` for the cotangent ``u``
-    (shaped like the outputs), structured like :meth:`Tape.gradient`'s result."""
+    (shaped like the outputs), structured like :meth:`Tape.gradient`'s result. Both in one
+    compiled call for a compiled tape's common case (as :func:`jvp`)."""
+    st = t.extension_state
+    fast = st.get("vjp") if st is not None else None
+    if fast is not None and len(args) == 1:
+        # one argument, differentiated, 1-d, and one output of the arena's dtype, with a
+        # cotangent of its shape and dtype (or a float, for a scalar output): one compiled
+        # call (tape.compiler.second.vjp_args)
+        _, call, (shape, dt), oo, oshape = fast
+        u = cotangent[0] if type(cotangent) is tuple and len(cotangent) == 1 else cotangent
+        if type(u) is float and not oshape:
+            u = np.array([u], dt)
+        elif type(u) is np.ndarray and u.shape == oshape and u.dtype is dt:
+            u = u if len(oshape) == 1 else u.reshape(-1)
+        else:
+            u = None
+        ws = None if u is None else _one_call_workspace(t, fast, args[0])
+        if ws is not None:
+            y, g = np.empty(u.shape[0], dt), np.empty(shape, dt)
+            if call.vjp(ws.data, args[0], u, y, g, oo) < 0:
+                if not oshape:  # a scalar output: its value as forward() gives it
+                    return y[0], g
+                return (y if len(oshape) == 1 else y.reshape(oshape)), g
+            # the sweep stopped (a failed guard, a rejected index): the checked path
     with _counting(t, "vjp"):
-        plan, data = _forward(t, args, compiled="reverse")
-        u = plan.flat_out(cotangent, "vjp: cotangent")
-        g = _jac_rev_rows(plan, data, u[None, :])[0]
-        return plan.tp.outputs_of(plan.tp.thread_workspace()), _cast_in(plan, plan.split_in(g))
+        return _vjp(t, args, cotangent, fast)
+
+
+def _vjp(t, args, cotangent, fast):
+    """:func:`vjp` by a reverse pass (its checked path); makes the one call where it
+    applies."""
+    plan, data = _forward(t, args, compiled="reverse")
+    u = plan.flat_out(cotangent, "vjp: cotangent")
+    g = _jac_rev_rows(plan, data, u[None, :])[0]
+    value = plan.tp.outputs_of(plan.tp.thread_workspace())
+    if _one_arg(t, plan, fast) and _one_output(t) and t.tier == "compiled" and not t.callbacks:
+        from tape.compiler.second import OneCall
+
+        call = OneCall(t, None, plan.in_off[0], plan.seed, rev=True)
+        t.extensions()["vjp"] = (t.run_with[0], call, t.replay_state()["fast"][0],
+                                 plan.out_off[0], plan.out_shapes[0])  # fmt: skip
+    return value, _cast_in(plan, plan.split_in(g))
 
 
 def jacobian(t, *args, mode="auto", sparse=False):
@@ -556,6 +621,24 @@ def _one_call_workspace(t, fast, a):
     return None
 
 
+def _one_arg(t, plan, fast):
+    """Whether compiled tape ``t`` can take a one call (:class:`tape.compiler.second.OneCall`)
+    not made yet for its current compiled code (``fast``, the one made before, or ``None``):
+    one argument, differentiated, 1-d, of the arena's dtype, and not a retraced variant."""
+    r = t.replay_state()
+    return (
+        plan.tp is t and len(t.inputs) == 1 and list(t.wrt) == [0]
+        and len(plan.in_shapes[0]) == 1 and r["fast"][0][1] == t.dtype == plan.in_dtypes[0]
+        and (fast is None or fast[0] is not t.run_with[0])
+    )  # fmt: skip
+
+
+def _one_output(t):
+    """Whether tape ``t`` has one output, of the arena's dtype (as a JVP's or a VJP's one
+    call returns it)."""
+    return len(t.outputs) == 1 and t.replay_state()["out_dtypes"][0] == t.dtype
+
+
 def _one_call_jacobian(t, plan, fast):
     """Make :func:`jacobian`'s one call (forward mode) for compiled tape ``t`` after a dense
     forward-mode Jacobian by passes, where it applies: one differentiated 1-d argument of the
@@ -577,12 +660,7 @@ def _one_call_ok(t, plan, fast):
     arena's dtype, and a sparsity pattern that does not depend on the argument (fewer than
     :data:`COMPRESS_MIN` elements: never coloured; else no gather, whose indices could change
     it)."""
-    r = t.replay_state()
-    if not (
-        plan.tp is t and len(t.inputs) == 1 and list(t.wrt) == [0]
-        and len(plan.in_shapes[0]) == 1 and r["fast"][0][1] == t.dtype == plan.in_dtypes[0]
-        and (fast is None or fast[0] is not t.run_with[0])
-    ):  # fmt: skip
+    if not _one_arg(t, plan, fast):
         return False
     if plan.n_in >= COMPRESS_MIN:
         from tape.transforms import sparse as SP
@@ -643,16 +721,10 @@ def _hvp(t, args, v, fast):
         GT[0, o : o + n].reshape(s).astype(d)
         for o, n, s, d in zip(plan.in_off, plan.in_size, plan.in_shapes, plan.in_dtypes)
     ]
-    r = t.replay_state()
     # the one call, made once (anomaly mode takes this path at every call)
-    if (
-        plan.tp is t and plan.compiled is not None and len(t.inputs) == 1
-        and list(t.wrt) == [0] and len(plan.in_shapes[0]) == 1
-        and r["fast"][0][1] == t.dtype == plan.in_dtypes[0]
-        and (fast is None or fast[0] is not t.run_with[0])
-    ):  # fmt: skip
+    if _one_arg(t, plan, fast) and plan.compiled is not None:
         call = plan.compiled.one_call(t, plan.in_off[0], plan.seed)
-        t.extensions()["hvp"] = (t.run_with[0], call, r["fast"][0])
+        t.extensions()["hvp"] = (t.run_with[0], call, t.replay_state()["fast"][0])
     return out[0] if len(out) == 1 else tuple(out)
 
 
