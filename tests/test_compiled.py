@@ -274,6 +274,29 @@ def test_final_sum_is_taken_in_the_reverse_loop_and_its_forward_skipped(n):
         close(t.grads[0], g)
 
 
+def test_value_and_grad_gives_the_value_as_forward_does():
+    """``value_and_grad``'s value is ``forward``'s, of the same type, dtype and shape, on both
+    tiers: a 0-d output (read straight from the arena), a float32 tape, an output of shape
+    ``(1,)`` and a 0-d output of another dtype than the arena's (through ``outputs_of``)."""
+    x = np.linspace(-1.0, 1.0, 5)
+    fns = (
+        (rosenbrock, x),
+        (rosenbrock, x.astype(np.float32)),
+        (lambda x: tp.sum(x * x, keepdims=True), x),
+        (lambda x: tp.sum(x * x).astype(np.float32), x),
+    )
+    for fn, x0 in fns:
+        for compile in (False, True):
+            t = tp.record(fn, x0, compile=compile)
+            for x2 in (x0, x0 * 0.5):
+                v, g = t.value_and_grad(x2)
+                want = t.forward(x2)
+                assert type(v) is type(want) and np.shape(v) == np.shape(want)
+                assert np.asarray(v).dtype == np.asarray(want).dtype
+                assert np.array_equal(v, want)
+                close(g, t.gradient(x2))
+
+
 def test_blocked_reverse_redoes_the_elements_that_met_zero_times_inf():
     # sqrt's partial at 0 is inf, times the zero adjoint where() sends it: the fast loop gets
     # a NaN there, and the element is redone with the selects; a is a broadcast scalar, so its

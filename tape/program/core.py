@@ -1107,9 +1107,13 @@ class Tape:
 
     def value_and_grad(self, *args):
         """``(value, gradient)`` of the scalar output at ``args`` (see :meth:`gradient`)."""
-        r = self.replay_state()
-        r["sig"].require_scalar("value_and_grad()")
+        r = self._replay
+        if r is None or r["sig"].n_seed != 1:
+            self.replay_state()["sig"].require_scalar("value_and_grad()")
         tp, ws = self._run_direct(args) or self.run_replay(args, True)
+        v = ws.out_views[0]  # the common output, one 0-d of the arena's dtype, read at once
+        if tp.single_output and v.ndim == 0 and v.dtype == tp._replay["out_dtypes"][0]:
+            return v[()], tp._grads_out(ws, None)
         return tp.outputs_of(ws), tp._grads_out(ws, None)
 
     def gradient_batch(self, *args, n_threads=None):
