@@ -760,6 +760,67 @@ def test_guards_on_a_compiled_tape_retrace_raise_and_warn():
     close(g, 2 * neg)
 
 
+def test_forward_in_one_call_from_its_second_call(monkeypatch):
+    """``forward`` of a compiled tape replayed by the shared runtime loads its arguments and
+    runs the whole forward in one compiled call (``forward_args_<n>``) from its second call
+    on: values as the interpreter's, two arguments, a strided one, ``backward`` after it;
+    with the checked path made to fail, the calls still answer (the one call ran). An
+    argument of another shape takes the checked path, which says what differs; a failed
+    guard retraces, raises or warns as ``on_change`` says."""
+    x = np.random.default_rng(3).uniform(-1.0, 2.0, 9)
+    w = np.linspace(0.5, 1.5, 8)
+
+    def two(x, w):
+        return tp.sum(w * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+    ti, tc = both(two, x, w)
+    # a final sum, which the one-call gradient leaves to its reverse loop: forward runs it
+    assert "the one-call gradient runs the first 0 of the 1 forward units" in tc.compiled_source
+    assert tc._direct_fwd is not None and tc._direct_fwd[2] is None
+    for k in range(3):
+        x2 = x + 0.1 * k
+        v = tc.forward(x2, w)
+        assert type(v) is type(ti.forward(x2, w))
+        close(v, ti.forward(x2, w))
+    assert tc._direct_fwd[2] is not None  # made at the second call
+    tc.zero_grad()
+    tc.forward(x, w)
+    tc.backward()
+    close(tc.grads[0], ti.gradient(x, w)[0])
+    xs = np.linspace(-1.0, 1.0, 18)[::2]
+    want = ti.forward(xs.copy(), w)
+    with monkeypatch.context() as m:  # only the one call can answer now
+
+        def checked(*a, **k):
+            raise AssertionError("the checked path ran")
+
+        m.setattr(tc, "run_replay", checked)
+        close(tc.forward(xs, w), want)
+        close(tc.forward(x, w), ti.forward(x, w))
+    with pytest.raises(ValueError, match="shape"):
+        tc.forward(np.ones(8), w)
+
+    def f(x):
+        if x.sum() > 0:
+            return tp.sum(x * x)
+        return tp.sum(tp.exp(x))
+
+    pos, neg = np.array([1.0, 2.0]), np.array([-1.0, -2.0])
+    for policy in ("retrace", "raise", "warn"):
+        t = tp.record(f, pos, compile=True, on_change=policy)
+        t.forward(pos)
+        close(t.forward(pos), 5.0)
+        if policy == "raise":
+            with pytest.raises(tp.GuardError):
+                t.forward(neg)
+        elif policy == "warn":
+            with pytest.warns(tp.GuardWarning):
+                close(t.forward(neg), 5.0)  # the recorded path
+        else:
+            close(t.forward(neg), np.sum(np.exp(neg)))
+            close(t.forward(pos), 5.0)
+
+
 def test_gather_index_out_of_range_raises_on_the_compiled_tier():
     t = tp.record(lambda x, i: tp.sum(x[i] * 2.0), np.ones(4), np.array([0, 3]), compile=True)
     close(t.gradient(np.ones(4), np.array([1, 1])), [0, 4, 0, 0])

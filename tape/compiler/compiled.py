@@ -74,7 +74,8 @@ What the generated code does differently from the interpreter:
   Python) when the arguments are arrays of the recorded dtypes and numbers of axes, in any
   layout: it is compiled for arrays of layout ``A``, checks their shapes and copies them in
   with a contiguous loop where they are contiguous (:mod:`tape.compiler.args`), so a strided
-  argument compiles nothing new. It takes two arrays and the
+  argument compiles nothing new. :meth:`tape.Tape.forward` calls the runtime's
+  ``forward_args_<n>`` in the same way from its second call on (the whole forward). It takes two arrays and the
   arguments: Numba's dispatch costs more with every array, so the tape's integer arrays are
   views of one (``entries``, ``bufs`` and the pool, made so by :meth:`tape.Tape.compile`) and
   a workspace's value and adjoint arenas are the two halves of one. The views the runtime
@@ -547,6 +548,7 @@ class CompiledSweeps:
                 setattr(self, name, getattr(module, name))
         if hasattr(module, f"gradient_args_{n_args}"):  # the runtime's, for n arguments
             self.gradient_args = getattr(module, f"gradient_args_{n_args}")
+            self.forward_args = getattr(module, f"forward_args_{n_args}")
         self.TABLE_CALLS = tuple(table_calls)
         self.SOURCE = source
 

@@ -164,14 +164,16 @@ def gradient_args(ints, arena, *xs):
     status (``-1``: done; ``ARGS_DIFFER``: an argument is not of its recorded shape, and
     nothing ran; otherwise the gradients are untouched). ``gradient_args_<n>`` does the same
     for ``n`` arguments, without the cost of a call with ``*xs``."""
-    return _gradient(ints, arena, xs)
+    return _replay(ints, arena, xs, np.bool_(True))
 
 
 @SIZED@
 
 
 @njit(**UNIT_JIT)
-def _gradient(ints, arena, xs):
+def _replay(ints, arena, xs, grad_too):
+    """``gradient_args``'s replay (with ``grad_too``), or ``forward_args_<n>``'s: the arguments
+    loaded, then the whole forward."""
     n = ints.shape[0]
     if n < 3 or ints[n - 1] != MAGIC or ints[n - 2] > n:
         raise ValueError(STALE_POOL)
@@ -198,6 +200,8 @@ def _gradient(ints, arena, xs):
     for x in literal_unroll(xs):
         _load(data, ipool[at + 2 * k], x)
         k += 1
+    if not grad_too:
+        return _forward_units(entries, bufs, ipool, data, h, ipool[h + @H_FWD_ROWS@])
     st = _forward_units(entries, bufs, ipool, data, h, ipool[h + @H_RUN@])
     if st >= 0:
         return st
@@ -211,7 +215,8 @@ def _gradient(ints, arena, xs):
 
 SIZED_ARGS = 6
 """The runtime has ``gradient_args_1`` .. ``gradient_args_6``: a call with ``*xs`` costs more
-(``benchmarks/MEASURED.md``)."""
+(``benchmarks/MEASURED.md``). ``forward_args_1`` .. ``forward_args_6`` load the arguments and
+run the whole forward in the same way (:meth:`tape.Tape.forward`'s one call)."""
 
 
 @functools.cache
@@ -226,7 +231,11 @@ def runtime_source() -> str:
         xs = ", ".join(f"x{k}" for k in range(n))
         held = ", ".join(f"_borrow(x{k})" for k in range(n))
         sized += ["@njit(**COMPILED_JIT)", f"def gradient_args_{n}(ints, arena, {xs}):",
-                  f"    return _gradient(_borrow(ints), _borrow(arena), ({held},))", "", ""]  # fmt: skip
+                  f"    return _replay(_borrow(ints), _borrow(arena), ({held},), np.bool_(True))",
+                  "", ""]  # fmt: skip
+        sized += ["@njit(**COMPILED_JIT)", f"def forward_args_{n}(ints, arena, {xs}):",
+                  f"    return _replay(_borrow(ints), _borrow(arena), ({held},), np.bool_(False))",
+                  "", ""]  # fmt: skip
     fields["SIZED"] = "\n".join(sized).strip()
     text = _RUNTIME
     for k, v in fields.items():

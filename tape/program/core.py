@@ -223,6 +223,12 @@ class Tape:
     :func:`_direct_ok`) and the shape of the gradient where there is one (``None`` for
     several: ``out`` is then checked as a list)."""
 
+    _direct_fwd = None
+    """``[forward_args, signature, entry, seen]`` when :meth:`forward` can replay in one
+    compiled call (a tape with :attr:`_direct`, replayed by the shared runtime), else
+    ``None``: the runtime's ``forward_args_<n>``, the types it is compiled for, its entry point
+    (made at the second call: ``seen`` marks the first, which takes the checked path)."""
+
     # Immutable defaults live on the class (an instance assignment replaces them): eager mode
     # makes a tape per training step, and each attribute set here costs it time.
     grad = None  # the adjoint arena, made by the first reverse sweep
@@ -903,11 +909,45 @@ class Tape:
         Returns the output(s) as NumPy values (copies, in the dtype the function returned); a
         scalar output comes back as a NumPy scalar.
         """
+        f = self._direct_fwd
+        if f is not None and not self._variants and not _anomaly.ON:
+            got = self._forward_direct(f, args)
+            if got is not None:
+                return got[0].outputs_of(got[1])
         tp, ws = self.run_replay(args, False)
         return tp.outputs_of(ws)
 
+    def _forward_direct(self, f, args):
+        """A compiled tape's forward for :meth:`forward` in one compiled call (the arguments
+        loaded, the whole forward: the runtime's ``forward_args_<n>``), from its second call
+        on: ``(tape, workspace)`` of the tape that ran (this one or, after a failed guard, a
+        retraced variant), or ``None`` where the call takes the checked path (the first
+        call, or arguments that are not arrays of the recorded shapes and dtypes)."""
+        if not _direct_ok(args, self._direct):
+            return None
+        entry = f[2]
+        if entry is None:
+            if not f[3]:  # a forward called once compiles nothing more
+                f[3] = True
+                return None
+            entry = f[2] = entry_point(f[0], None, f[1])
+        ws = getattr(self._tls, "ws", None) or self.thread_workspace()
+        ws.ok = False
+        status = entry(self._direct[0], ws.arena, *args)  # raises only before it writes
+        if status == -1:
+            ws.ok = True
+            return self, ws
+        if status < 0:  # an argument is not of its shape: nothing ran
+            return None
+        return self._recover(status, ws, args, False)
+
     def outputs_of(self, ws):
         """The outputs a replay left in workspace ``ws``, as :meth:`forward` returns them."""
+        if self.single_output:  # the common case, without the loop: one output
+            v, d = ws.out_views[0], self._replay["out_dtypes"][0]
+            if v.ndim == 0:
+                return v[()] if v.dtype == d else v.astype(d)[()]
+            return v.copy() if v.dtype == d else v.astype(d)
         outs = []
         for v, d in zip(ws.out_views, self._replay["out_dtypes"]):
             v = v.astype(d, copy=True)
@@ -1111,9 +1151,6 @@ class Tape:
         if r is None or r["sig"].n_seed != 1:
             self.replay_state()["sig"].require_scalar("value_and_grad()")
         tp, ws = self._run_direct(args) or self.run_replay(args, True)
-        v = ws.out_views[0]  # the common output, one 0-d of the arena's dtype, read at once
-        if tp.single_output and v.ndim == 0 and v.dtype == tp._replay["out_dtypes"][0]:
-            return v[()], tp._grads_out(ws, None)
         return tp.outputs_of(ws), tp._grads_out(ws, None)
 
     def gradient_batch(self, *args, n_threads=None):
@@ -1208,6 +1245,9 @@ class Tape:
             one = checks[0] if len(checks) == 1 else None
             gshape = ws.grad_views[0].shape if len(self.wrt) == 1 else None
             self._direct = (ints, checks, one, entry, gshape)
+            fwd = getattr(mod, "forward_args", None)  # (the shared runtime's, for n arguments)
+            if fwd is not None:
+                self._direct_fwd = [fwd, gradient_signature(self.dtype, fast), None, False]
         else:
             mod.forward_backward(
                 self.entries, self.bufs, pool, ws.data, ws.grad,
