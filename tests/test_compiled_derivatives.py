@@ -374,6 +374,23 @@ def test_jvp_and_vjp_in_one_call_match_the_interpreter(monkeypatch):
             tc.jvp(x, tangents=np.ones(5))
         with pytest.raises(ValueError, match="vjp: cotangent"):
             tc.vjp(x, cotangent=np.ones(np.size(u) + 1))
+    # backward() after the one calls (they ran the whole forward); a NumPy scalar cotangent
+    ti, tc = both(through_product, x)
+    for _ in range(2):
+        tc.vjp(x, cotangent=np.float64(2.0))
+        tc.jvp(x, tangents=v)
+    tc.zero_grad()
+    tc.backward()
+    close(tc.grads[0], ti.gradient(x))
+    close(tc.vjp(x, cotangent=np.float64(2.0))[1], 2.0 * ti.gradient(x))
+    # an output returned in a 1-tuple stays in one, on every call (no one call takes it)
+    ti, tc = both(lambda x: (tp.sin(x) * x,), x)
+    for _ in range(3):
+        for got, want in ((tc.jvp(x, tangents=v), ti.jvp(x, tangents=v)),
+                          (tc.vjp(x, cotangent=np.ones(6)), ti.vjp(x, cotangent=np.ones(6))),
+                          (tc.jacobian(x, mode="fwd"), ti.jacobian(x, mode="fwd"))):  # fmt: skip
+            assert type(got) is type(want) and type(got[0]) is type(want[0])
+            close(got[0], want[0])
     xp = np.array([0.5, 1.0, -0.2, 0.3])
     tb = tp.record(branching, xp, compile=True)
     v = rng.normal(size=4)

@@ -74,13 +74,14 @@ What the generated code does differently from the interpreter:
   Python) when the arguments are arrays of the recorded dtypes and numbers of axes, in any
   layout: it is compiled for arrays of layout ``A``, checks their shapes and copies them in
   with a contiguous loop where they are contiguous (:mod:`tape.compiler.args`), so a strided
-  argument compiles nothing new. :meth:`tape.Tape.forward` calls the runtime's
-  ``forward_args_<n>`` in the same way from its second call on (the whole forward). It takes two arrays and the
+  argument compiles nothing new. It takes two arrays and the
   arguments: Numba's dispatch costs more with every array, so the tape's integer arrays are
   views of one (``entries``, ``bufs`` and the pool, made so by :meth:`tape.Tape.compile`) and
   a workspace's value and adjoint arenas are the two halves of one. The views the runtime
   and the fused loops make of the arenas and the tables hold no reference
-  (:mod:`tape.layout.views`). A final sum that nothing
+  (:mod:`tape.layout.views`). :meth:`tape.Tape.forward` calls the runtime's
+  ``forward_args_<n>`` in the same way from its second call on (the arguments loaded, then
+  the whole forward). A final sum that nothing
   else reads (a loss), taken in blocks with nothing stored (or, over at most ``SHORT_SUM``
   elements, element by element in its loop), is summed again by its reverse loop, in the
   same order, which recomputes the values anyway, so ``gradient_args``, ``t.njit_gradient``

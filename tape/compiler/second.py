@@ -153,12 +153,12 @@ class Passes:
         hvp_pass(entries, bufs, ipool, data, grad, T, GT, seeds, self.prog,
                  self.addresses(T.shape[0]))  # fmt: skip
 
-    def one_call(self, t, off, seeds, k=None, rev=False):
-        """The HVP of compiled tape ``t`` (whose derivative passes these are) in one compiled
-        call (:class:`OneCall`), for its one argument, at arena offset ``off``; ``seeds``:
-        the output's adjoint. With ``k``, its dense Hessian or forward-mode Jacobian in one
-        call, ``k`` directions per pass; with ``rev``, its VJP as well."""
-        return OneCall(t, self, off, seeds, k, rev)
+    def one_call(self, t, off, seeds, k=None):
+        """The HVP (and JVP) of compiled tape ``t`` (whose derivative passes these are) in one
+        compiled call (:class:`OneCall`), for its one argument, at arena offset ``off``;
+        ``seeds``: the output's adjoint. With ``k``, its dense Hessian or forward-mode
+        Jacobian in one call, ``k`` directions per pass."""
+        return OneCall(t, self, off, seeds, k)
 
 
 _call_tan = _dispatch._caller(
@@ -467,7 +467,7 @@ class OneCall:
         d1 = _dispatch._arena(dt, 1)
         sig = types.int64(_dispatch._I2, _dispatch._I2, _dispatch._I1, d1, types.int64,
                           types.int64)  # fmt: skip
-        fwd = _dispatch._address(sw.forward_sweep, sig, "the HVP's one call")
+        fwd = _dispatch._address(sw.forward_sweep, sig, "the one calls")
         ne, nb = t.n_entries, t.n_bufs
         E, B = t.entries[:ne], t.bufs[:nb]
         head = np.zeros(HV_LEN, np.int64)

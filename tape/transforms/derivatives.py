@@ -406,6 +406,7 @@ def jvp(t, *args, tangents):
                 n = math.prod(oshape)
                 y, ty = np.empty(n, dt), np.empty(n, dt)
                 if call.jvp(ws.data, args[0], v, y, ty, oo) < 0:
+                    ws.ok = True  # the whole forward ran: backward() may follow
                     if not oshape:  # a scalar output: its value as forward() gives it
                         return y[0], ty.reshape(())
                     return (y, ty) if len(oshape) == 1 else (y.reshape(oshape), ty.reshape(oshape))
@@ -435,11 +436,11 @@ def vjp(t, *args, cotangent):
     fast = st.get("vjp") if st is not None else None
     if fast is not None and len(args) == 1:
         # one argument, differentiated, 1-d, and one output of the arena's dtype, with a
-        # cotangent of its shape and dtype (or a float, for a scalar output): one compiled
-        # call (tape.compiler.second.vjp_args)
+        # cotangent of its shape and dtype (or a real number, for a 0-d output): one
+        # compiled call (tape.compiler.second.vjp_args)
         _, call, (shape, dt), oo, oshape = fast
         u = cotangent[0] if type(cotangent) is tuple and len(cotangent) == 1 else cotangent
-        if type(u) is float and not oshape:
+        if not oshape and type(u) in _REALS:
             u = np.array([u], dt)
         elif type(u) is np.ndarray and u.shape == oshape and u.dtype is dt:
             u = u if len(oshape) == 1 else u.reshape(-1)
@@ -449,6 +450,7 @@ def vjp(t, *args, cotangent):
         if ws is not None:
             y, g = np.empty(u.shape[0], dt), np.empty(shape, dt)
             if call.vjp(ws.data, args[0], u, y, g, oo) < 0:
+                ws.ok = True  # the whole forward ran: backward() may follow
                 if not oshape:  # a scalar output: its value as forward() gives it
                     return y[0], g
                 return (y if len(oshape) == 1 else y.reshape(oshape)), g
@@ -612,13 +614,18 @@ def _hessian(t, args, sparse, fast):
 
 def _one_call_workspace(t, fast, a):
     """This thread's workspace for a one call ``fast`` (``(sweeps, call, (shape, dtype),
-    ...)``, as :func:`hvp`, :func:`hessian` and :func:`jacobian` keep it) at argument ``a``, or ``None``
+    ...)``, as :func:`hvp`, :func:`hessian`, :func:`jacobian`, :func:`jvp` and :func:`vjp`
+    keep it) at argument ``a``, or ``None``
     where the checked path runs: the tape compiled again since, ``a`` not an array of the
     recorded shape and dtype, a retraced variant or anomaly mode."""
     sw, _, (shape, dt) = fast[:3]
     if t.run_with[0] is sw and type(a) is np.ndarray and a.shape == shape and a.dtype is dt:
         return t.fast_workspace()
     return None
+
+
+_REALS = (float, int, np.float64, np.float32)
+"""The types of a 0-d output's cotangent that :func:`vjp`'s one call takes as a number."""
 
 
 def _one_arg(t, plan, fast):
@@ -634,9 +641,9 @@ def _one_arg(t, plan, fast):
 
 
 def _one_output(t):
-    """Whether tape ``t`` has one output, of the arena's dtype (as a JVP's or a VJP's one
-    call returns it)."""
-    return len(t.outputs) == 1 and t.replay_state()["out_dtypes"][0] == t.dtype
+    """Whether tape ``t`` has one output, of the arena's dtype and not in a tuple or list (as
+    a JVP's or a VJP's one call returns it)."""
+    return t.single_output and t.replay_state()["out_dtypes"][0] == t.dtype
 
 
 def _one_call_jacobian(t, plan, fast):
@@ -644,7 +651,7 @@ def _one_call_jacobian(t, plan, fast):
     forward-mode Jacobian by passes, where it applies: one differentiated 1-d argument of the
     arena's dtype, one output, and a pattern that no argument can change (so colouring never
     pays where it did not here). ``mode="auto"`` takes it where it chose forward mode."""
-    if not _one_call_ok(t, plan, fast) or len(t.outputs) != 1:
+    if not _one_call_ok(t, plan, fast) or not t.single_output:
         return
     passes = _compiled(plan)
     if passes is not None:
