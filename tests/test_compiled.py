@@ -66,6 +66,10 @@ def agree(ti, tc, *args):
     gc = gc if isinstance(gc, tuple) else (gc,)
     gd = tc.gradient(*args)  # the one-call path of a compiled tape
     gd = gd if isinstance(gd, tuple) else (gd,)
+    for _ in range(2):  # the second, a compiled tape's one-call forward
+        vf = tc.forward(*args)
+        assert type(vf) is type(vi)
+        close(vf, vi)
     for a, d, b in zip(gc, gd, gi):
         assert a.dtype == d.dtype == b.dtype and a.shape == d.shape == b.shape
         close(a, b)
