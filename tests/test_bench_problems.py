@@ -126,6 +126,31 @@ def test_casadi_derivatives_agree_with_tape_and_a_plain_call():
     assert rel_err(impl.grad_np(impl.grad()), plain) <= 1e-14
 
 
+def test_calls_tools_agree_with_a_hand_written_reference():
+    """Every case of ``calls`` (each transform of Rosenbrock n=10 from Python): each installed
+    tool's result against the hand-written gradient (and, for the HVP, the Hessian of
+    Rosenbrock written out; for the JVP, the gradient times the direction)."""
+    cases = second.calls_cases(Opts())
+    x = np.random.default_rng(0).uniform(-1.0, 2.0, 10)
+    v = np.random.default_rng(1).standard_normal(10)
+    g = np.empty(10)
+    value = njit_loop.hand_grad(x, g)
+    H = np.zeros((10, 10))
+    for i in range(9):  # 100 (x[i+1] - x[i]^2)^2 + (1 - x[i])^2
+        H[i, i] += 1200.0 * x[i] ** 2 - 400.0 * x[i + 1] + 2.0
+        H[i, i + 1] -= 400.0 * x[i]
+        H[i + 1, i] -= 400.0 * x[i]
+        H[i + 1, i + 1] += 200.0
+    want = {"forward": [value], "gradient": g, "value_and_grad": g, "jvp": [g @ v], "vjp": g,
+            "hvp": H @ v}  # fmt: skip
+    assert [c.label.split()[0] for c in cases] == list(second.CALLS)
+    for case in cases:
+        what = case.label.split()[0]
+        for tool, b in peer_builders(case.builders).items():
+            impl = b()
+            assert rel_err(impl.grad_np(impl.grad()), want[what]) <= RTOL, (what, tool)
+
+
 def test_njit_loop_tools_agree_and_report_per_gradient_times():
     """The tools of ``njit-loop`` pass the harness's agreement check at n=10 (one short timing
     round: the per-gradient times are there, the numbers are not checked)."""

@@ -13,6 +13,9 @@ by colouring) and SciPy optimisers fed by tapes, against JAX in the same run.
   Jacobian (one reverse sweep per residual) and JAX's dense ``jacfwd``, on the first 400
   observations of ``ba1`` (a dense Jacobian of the full instance does not fit in memory); and
   the full ``ba1`` by colouring alone.
+- ``calls``: each transform (``forward``, ``gradient``, ``value_and_grad``, ``jvp``, ``vjp``,
+  ``hvp``) of Rosenbrock n = 10 called from Python, against JAX's jitted transforms: the
+  fixed cost of a call.
 - ``optimize``: ``tape.optimize.minimize(method="trust-ncg")`` on Rosenbrock n=1,000 and
   ``tape.optimize.least_squares`` on the full ``ba1``, against the same SciPy call fed by JAX
   (jitted gradient and HVP) for the former.
@@ -29,7 +32,7 @@ import numpy as np
 
 from tape.bench import adbench
 from tape.bench.common import backend, casadi_buffered, casadi_symbols
-from tape.bench.harness import Case, Impl, Problem, Skip
+from tape.bench.harness import Case, Impl, Problem, Skip, flat
 
 
 def _record(f, params, consts, compile=False):
@@ -372,6 +375,59 @@ def optimize_cases(opts):
     return out
 
 
+# ------------------------------------------------------------------ calls from Python
+
+
+CALLS = ("forward", "gradient", "value_and_grad", "jvp", "vjp", "hvp")
+"""The transforms the ``calls`` problem times from Python, one case each."""
+
+
+def calls_cases(opts):
+    """Each transform of a small Rosenbrock (n = 10) called from Python: the fixed cost of a
+    call where an optimiser, a sampler or a solver written in Python calls a small function
+    many times. tape's compiled tier and its interpreter (recorded once) against JAX's jitted
+    transforms; the check compares the derivative (the value, for ``forward``)."""
+    from tape.bench import simple
+
+    n = 10
+    x = np.random.default_rng(0).uniform(-1.0, 2.0, n)
+    v = np.random.default_rng(1).standard_normal(n)
+    # what each call returns, as the derivative the check compares
+    pick = {"value_and_grad": lambda r: flat(r[1]), "jvp": lambda r: flat(r[1]),
+            "vjp": lambda r: flat(r[1] if len(r) == 2 else r[0])}  # fmt: skip
+
+    def tape_b(what, compile=True):
+        t = _record(simple.rosenbrock, [x], (), compile)
+        call = {
+            "forward": lambda: t.forward(x), "gradient": lambda: t.gradient(x),
+            "value_and_grad": lambda: t.value_and_grad(x),
+            "jvp": lambda: t.jvp(x, tangents=v), "vjp": lambda: t.vjp(x, cotangent=1.0),
+            "hvp": lambda: t.hvp(x, v=v),
+        }[what]  # fmt: skip
+        return Impl(grad=call, grad_np=pick.get(what, flat), note=f"{len(t)} entries")
+
+    def jax_b(what):
+        jax, (xj,), fj, _ = _jax_fn(simple.rosenbrock, [x], ())
+        vj = jax.numpy.asarray(v)
+        fn = {
+            "forward": (jax.jit(fj), (xj,)),
+            "gradient": (jax.jit(jax.grad(fj)), (xj,)),
+            "value_and_grad": (jax.jit(jax.value_and_grad(fj)), (xj,)),
+            "jvp": (jax.jit(lambda a, b: jax.jvp(fj, (a,), (b,))), (xj, vj)),
+            "vjp": (jax.jit(lambda a: jax.vjp(fj, a)[1](1.0)), (xj,)),
+            "hvp": (jax.jit(lambda a, b: jax.jvp(jax.grad(fj), (a,), (b,))[1]), (xj, vj)),
+        }  # fmt: skip
+        f, args = fn[what]
+        return Impl(grad=lambda: jax.block_until_ready(f(*args)), grad_np=pick.get(what, flat))
+
+    out = []
+    for what in CALLS:
+        tools = {"tape": lambda w=what: tape_b(w), "tape interpreter": lambda w=what: tape_b(w, False),
+                 "jax jit": lambda w=what: jax_b(w)}  # fmt: skip
+        out.append(Case("calls", f"{what} rosenbrock n={n}", n, tools))
+    return out
+
+
 PROBLEMS = [
     Problem("hvp", "Hessian-vector product (grad/obj = HVP time / gradient time)", "size",
             hvp_cases, ratio=True),
@@ -380,4 +436,6 @@ PROBLEMS = [
     Problem("ba-jacobian", "bundle adjustment residual Jacobian: colouring vs dense", "observations p",
             ba_jacobian_cases),
     Problem("optimize", "SciPy optimisers fed by tape (time to solve)", "n", optimize_cases),
+    Problem("calls", "each transform of a small tape called from Python (Rosenbrock n=10)", "n",
+            calls_cases),
 ]  # fmt: skip
