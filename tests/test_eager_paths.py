@@ -408,3 +408,57 @@ def test_entry_classes_from_numpy_match_the_compiled_ones():
     # same-size, one-value, whole, row, column and other inputs all occur
     inputs = {int(c) // dispatch.CLASS_BASE**k % dispatch.CLASS_BASE for c in got for k in range(3)}
     assert inputs == {SAME_SIZE, ONE, ALL, OTHER, ROW, COL}, inputs
+
+
+def test_large_arenas_of_dead_tapes_are_reused_and_never_while_seen(monkeypatch):
+    """A dead tape's large arenas go to the next tapes (``tape.program.core.ARENAS``; the
+    threshold lowered here so that small tensors take the path): a training loop gives the
+    same losses and gradients, to the bit, with the reuse and without; a kept adjoint arena
+    full of NaN is zeroed before a backward uses it; an arena that a NumPy view still sees
+    is not kept, and the view keeps its values while later steps run."""
+    from tape.program import core
+
+    def run(steps=4):
+        x = tape.tensor(np.linspace(-1.0, 1.0, 3000), requires_grad=True)
+        y = tape.tensor(np.cos(np.linspace(0.0, 2.0, 3000)))
+        out = []
+        for _ in range(steps):
+            loss = ((x * y + x * x) ** 2).sum()
+            loss.backward()
+            out.append((loss.item(), x.grad.numpy().copy()))
+            with tape.no_grad():
+                x -= 1e-4 * x.grad
+            x.grad = None
+        return out
+
+    core.ARENAS.clear()
+    want = run()
+    monkeypatch.setattr(core, "ARENA_POOL_MIN", 2000)
+    core.ARENAS.clear()
+    stale = np.full(20000, np.nan)  # a kept arena of stale values, the size of the adjoints'
+    core.ARENAS.give(stale)
+    taken, take = [], core.ARENAS.take
+
+    def counted(dtype, n, most=2):
+        a = take(dtype, n, most)
+        if a is not None:
+            taken.append(a)
+        return a
+
+    monkeypatch.setattr(core.ARENAS, "take", counted)
+    got = run()
+    assert taken[0] is stale and len(taken) >= 4  # the stale one, then dead tapes' arenas
+    for (lw, gw), (lg, gg) in zip(want, got):
+        assert lw == lg
+        np.testing.assert_array_equal(gw, gg)
+    # a view of an arena keeps it out of the pool
+    x = tape.tensor(np.linspace(-1.0, 1.0, 3000), requires_grad=True)
+    z = x * 3.0
+    seen = z._tape.data[:3000]
+    before = seen.copy()
+    arena = seen.base
+    del z
+    run(2)
+    assert all(a is not arena for a in core.ARENAS._free)
+    np.testing.assert_array_equal(seen, before)
+    core.ARENAS.clear()
