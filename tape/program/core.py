@@ -9,12 +9,10 @@ array layout is described in :mod:`tape.layout.columns`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import json
 import math
 import os
-import sys
 import threading
 import warnings
 from time import perf_counter as _now
@@ -182,70 +180,6 @@ class KernelArgs(NamedTuple):
     seeds: np.ndarray
 
 
-ARENA_POOL_MIN = 1 << 20
-"""Value and adjoint arenas of at least this many elements are kept when their tape dies
-(nothing else referencing them) and handed to the next tape that needs one of about their
-size (:data:`ARENAS`). An eager training step on large tensors makes a new tape every step;
-fresh arenas of that size came from the kernel page by page (2,300 page faults per step at
-200,000 elements: ``benchmarks/RESULTS.md``, twenty-seventh session)."""
-
-ARENA_POOL_SIZE = 4
-"""The most arenas :data:`ARENAS` keeps (the oldest go first) ..."""
-
-ARENA_POOL_BYTES = 1 << 30
-"""... and the most bytes."""
-
-
-class _ArenaPool:
-    """Arenas of dead tapes, for the next tapes to take (see :data:`ARENA_POOL_MIN`). An
-    arena is given only where no other reference to it exists (no view of it, no workspace
-    holding it: :meth:`Tape.__del__` checks the reference count), so no live array ever sees
-    a taken arena's memory."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._free: list = []  # oldest first
-
-    def take(self, dtype, n, most=2):
-        """The smallest kept arena of ``dtype`` with ``n`` to ``most * n`` elements (its
-        contents are stale), or ``None``."""
-        if n < ARENA_POOL_MIN or not self._free:
-            return None
-        with self._lock:
-            best = None
-            for k, a in enumerate(self._free):
-                m = a.shape[0]
-                if a.dtype == dtype and n <= m <= most * n:
-                    if best is None or m < self._free[best].shape[0]:
-                        best = k
-            return None if best is None else self._free.pop(best)
-
-    def give(self, a):
-        """Keep ``a`` (a 1-D array owning its memory, referenced by nothing else)."""
-        with self._lock:
-            self._free.append(a)
-            while len(self._free) > ARENA_POOL_SIZE or (
-                sum(x.nbytes for x in self._free) > ARENA_POOL_BYTES
-            ):
-                self._free.pop(0)
-
-    def clear(self):
-        """Let the kept arenas go (their memory returns to the allocator)."""
-        with self._lock:
-            self._free.clear()
-
-
-ARENAS = _ArenaPool()
-"""The process's kept arenas (:class:`_ArenaPool`)."""
-
-
-def _zeroed(a):
-    """``a`` (a C-contiguous array) set to zero by ``memset``; NumPy's fill of a scalar is
-    about half as fast on large arrays."""
-    ctypes.memset(a.ctypes.data, 0, a.nbytes)
-    return a
-
-
 def _grow(a, n, fill=0):
     """``a`` with room for at least ``n`` rows (amortised doubling)."""
     cap = a.shape[0]
@@ -334,11 +268,7 @@ class Tape:
         self.ipool = np.empty(128, np.int64)
         # every entry writes its whole output and every buffer with a value is filled when
         # made, so the arena needs no zeroing (replays rerun the entries on copies of it)
-        cap = max(int(capacity), 64)
-        # a dead tape's, for a large arena (a larger one spares the growths: an eager step
-        # asks for less than the last step used when that step's tape is gone already)
-        kept = ARENAS.take(dtype, cap, most=16)
-        self.data = kept if kept is not None else np.empty(cap, dtype)
+        self.data = np.empty(max(int(capacity), 64), dtype)
         self.shapes: list[tuple] = []  # Python copy of each buffer's shape (hot path reads it)
         self._interned: dict[tuple, int] = {}  # int block (shape, attributes) -> ipool position
         self._consts: dict = {}  # Python number -> its read-only CONST buffer
@@ -358,23 +288,6 @@ class Tape:
         self.sources: dict[int, str] = {}
         self._variants: list[Tape] = []  # retraced tapes, most recently used first
         self._warned: set = set()
-
-    def __del__(self):
-        # large arenas that nothing else references (no view, no workspace: a reference
-        # count of three is this dict's, the local name's and getrefcount's argument's) are
-        # kept for the next tape (ARENAS)
-        try:
-            d = self.__dict__
-            for name in ("data", "grad"):
-                a = d.get(name)
-                if (
-                    a is not None and a.__class__ is np.ndarray and a.ndim == 1
-                    and a.shape[0] >= ARENA_POOL_MIN and a.base is None
-                    and a.flags.c_contiguous and a.flags.writeable and sys.getrefcount(a) <= 3
-                ):  # fmt: skip
-                    ARENAS.give(a)
-        except Exception:  # noqa: BLE001  (interpreter shutdown: module globals are gone)
-            pass
 
     # ------------------------------------------------------------ building
 
@@ -586,8 +499,7 @@ class Tape:
         n = self.n_data
         g = self.grad
         if g is None or g.shape[0] < n or g.dtype != self.dtype:
-            new = ARENAS.take(self.dtype, n)  # a dead tape's, for a large arena: zeroed whole
-            new = np.zeros(max(n, 1), self.dtype) if new is None else _zeroed(new)
+            new = np.zeros(max(n, 1), self.dtype)
             if g is not None:
                 m = min(n, g.shape[0])
                 new[:m] = g[:m]
