@@ -225,9 +225,10 @@ class Tape:
 
     _direct_fwd = None
     """``[forward_args, signature, entry, seen]`` when :meth:`forward` can replay in one
-    compiled call (a tape with :attr:`_direct`, replayed by the shared runtime), else
-    ``None``: the runtime's ``forward_args_<n>``, the types it is compiled for, its entry point
-    (made at the second call: ``seen`` marks the first, which takes the checked path)."""
+    compiled call (a tape with :attr:`_direct`, replayed by the shared runtime; see
+    :meth:`_run_direct`), else ``None``: the runtime's ``forward_args_<n>``, the types it is
+    compiled for, its entry point (made at the second call: ``seen`` marks the first, which
+    takes the checked path)."""
 
     # Immutable defaults live on the class (an instance assignment replaces them): eager mode
     # makes a tape per training step, and each attribute set here costs it time.
@@ -910,36 +911,16 @@ class Tape:
         scalar output comes back as a NumPy scalar.
         """
         f = self._direct_fwd
-        if f is not None and not self._variants and not _anomaly.ON:
-            got = self._forward_direct(f, args)
+        if f is not None:  # a compiled tape's forward in one compiled call, from its second
+            entry = f[2]  # call on (a forward called once compiles nothing more)
+            if entry is None and f[3]:
+                entry = f[2] = entry_point(f[0], None, f[1])
+            f[3] = True
+            got = None if entry is None else self._run_direct(args, entry)
             if got is not None:
                 return got[0].outputs_of(got[1])
         tp, ws = self.run_replay(args, False)
         return tp.outputs_of(ws)
-
-    def _forward_direct(self, f, args):
-        """A compiled tape's forward for :meth:`forward` in one compiled call (the arguments
-        loaded, the whole forward: the runtime's ``forward_args_<n>``), from its second call
-        on: ``(tape, workspace)`` of the tape that ran (this one or, after a failed guard, a
-        retraced variant), or ``None`` where the call takes the checked path (the first
-        call, or arguments that are not arrays of the recorded shapes and dtypes)."""
-        if not _direct_ok(args, self._direct):
-            return None
-        entry = f[2]
-        if entry is None:
-            if not f[3]:  # a forward called once compiles nothing more
-                f[3] = True
-                return None
-            entry = f[2] = entry_point(f[0], None, f[1])
-        ws = getattr(self._tls, "ws", None) or self.thread_workspace()
-        ws.ok = False
-        status = entry(self._direct[0], ws.arena, *args)  # raises only before it writes
-        if status == -1:
-            ws.ok = True
-            return self, ws
-        if status < 0:  # an argument is not of its shape: nothing ran
-            return None
-        return self._recover(status, ws, args, False)
 
     def outputs_of(self, ws):
         """The outputs a replay left in workspace ``ws``, as :meth:`forward` returns them."""
@@ -1096,24 +1077,26 @@ class Tape:
         ws.ok = False
         return ws
 
-    def _run_direct(self, args):
+    def _run_direct(self, args, forward=None):
         """A compiled tape's replay for :meth:`gradient` in one compiled call (load, zero,
-        forward, backward; ``gradient_args`` of :mod:`tape.compiled`): ``(tape, workspace)``
-        of the tape that ran (this one or, after a failed guard, a retraced variant), or
-        ``None`` where the call takes the checked path instead (a retraced variant exists,
-        anomaly mode, or arguments that are not arrays of the recorded shapes and dtypes)."""
+        forward, backward; ``gradient_args`` of :mod:`tape.compiled`), or with ``forward``
+        (the entry point of the runtime's ``forward_args_<n>``, :attr:`_direct_fwd`) for
+        :meth:`forward` (load, the whole forward): ``(tape, workspace)`` of the tape that ran
+        (this one or, after a failed guard, a retraced variant), or ``None`` where the call
+        takes the checked path instead (a retraced variant exists, anomaly mode, or
+        arguments that are not arrays of the recorded shapes and dtypes)."""
         d = self._direct
         if d is None or self._variants or _anomaly.ON or not _direct_ok(args, d):
             return None
         ws = getattr(self._tls, "ws", None) or self.thread_workspace()
-        status = d[3](d[0], ws.arena, *args)  # raises only before it writes
+        status = (forward or d[3])(d[0], ws.arena, *args)  # raises only before it writes
         if status == -1:
             ws.ok = True
             return self, ws
         if status < 0:  # an argument is not of its shape: nothing ran
             return None
         ws.ok = False
-        return self._recover(status, ws, args, True)
+        return self._recover(status, ws, args, forward is None)
 
     @staticmethod
     def _check_out(out, views):

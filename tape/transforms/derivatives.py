@@ -398,18 +398,15 @@ def jvp(t, *args, tangents):
     if fast is not None and len(args) == 1:
         # one argument, differentiated, 1-d, and ``tangents`` an array of its recorded shape
         # and dtype (the arena's): one compiled call (tape.compiler.second.jvp_args)
-        _, call, (shape, dt), oo, oshape = fast
+        _, call, (shape, dt), oo, oshape, n = fast
         v = tangents[0] if type(tangents) is tuple and len(tangents) == 1 else tangents
         if type(v) is np.ndarray and v.shape == shape and v.dtype is dt:
             ws = _one_call_workspace(t, fast, args[0])
             if ws is not None:
-                n = math.prod(oshape)
                 y, ty = np.empty(n, dt), np.empty(n, dt)
                 if call.jvp(ws.data, args[0], v, y, ty, oo) < 0:
                     ws.ok = True  # the whole forward ran: backward() may follow
-                    if not oshape:  # a scalar output: its value as forward() gives it
-                        return y[0], ty.reshape(())
-                    return (y, ty) if len(oshape) == 1 else (y.reshape(oshape), ty.reshape(oshape))
+                    return _as_output(y, oshape), ty.reshape(oshape)
                 # the sweep stopped (a failed guard, a rejected index): the checked path
     with _counting(t, "jvp"):
         return _jvp(t, args, tangents, fast)
@@ -422,9 +419,7 @@ def _jvp(t, args, tangents, fast):
     out = _jac_fwd_rows(plan, data, v[None, :])[0]
     value = plan.tp.outputs_of(plan.tp.thread_workspace())
     if _one_arg(t, plan, fast) and _one_output(t) and plan.compiled is not None:
-        call = plan.compiled.one_call(t, plan.in_off[0], plan.seed)
-        t.extensions()["jvp"] = (t.run_with[0], call, t.replay_state()["fast"][0],
-                                 plan.out_off[0], plan.out_shapes[0])  # fmt: skip
+        _keep_one_call(t, "jvp", plan, plan.compiled.one_call(t, plan.in_off[0], plan.seed))
     return value, _cast_out(plan, plan.split_out(out))
 
 
@@ -438,7 +433,7 @@ def vjp(t, *args, cotangent):
         # one argument, differentiated, 1-d, and one output of the arena's dtype, with a
         # cotangent of its shape and dtype (or a real number, for a 0-d output): one
         # compiled call (tape.compiler.second.vjp_args)
-        _, call, (shape, dt), oo, oshape = fast
+        _, call, (shape, dt), oo, oshape, _ = fast
         u = cotangent[0] if type(cotangent) is tuple and len(cotangent) == 1 else cotangent
         if not oshape and type(u) in _REALS:
             u = np.array([u], dt)
@@ -451,9 +446,7 @@ def vjp(t, *args, cotangent):
             y, g = np.empty(u.shape[0], dt), np.empty(shape, dt)
             if call.vjp(ws.data, args[0], u, y, g, oo) < 0:
                 ws.ok = True  # the whole forward ran: backward() may follow
-                if not oshape:  # a scalar output: its value as forward() gives it
-                    return y[0], g
-                return (y if len(oshape) == 1 else y.reshape(oshape)), g
+                return _as_output(y, oshape), g
             # the sweep stopped (a failed guard, a rejected index): the checked path
     with _counting(t, "vjp"):
         return _vjp(t, args, cotangent, fast)
@@ -469,10 +462,25 @@ def _vjp(t, args, cotangent, fast):
     if _one_arg(t, plan, fast) and _one_output(t) and t.tier == "compiled" and not t.callbacks:
         from tape.compiler.second import OneCall
 
-        call = OneCall(t, None, plan.in_off[0], plan.seed, rev=True)
-        t.extensions()["vjp"] = (t.run_with[0], call, t.replay_state()["fast"][0],
-                                 plan.out_off[0], plan.out_shapes[0])  # fmt: skip
+        _keep_one_call(t, "vjp", plan, OneCall(t, None, plan.in_off[0], plan.seed, rev=True))
     return value, _cast_in(plan, plan.split_in(g))
+
+
+def _keep_one_call(t, what, plan, call):
+    """Keep ``call``, the one call of :func:`jvp` or :func:`vjp` (``what``) for tape ``t``'s
+    current compiled code, with the argument's recorded ``(shape, dtype)``, the output's
+    arena offset, shape and size."""
+    shape = plan.out_shapes[0]
+    t.extensions()[what] = (t.run_with[0], call, t.replay_state()["fast"][0],
+                            plan.out_off[0], shape, math.prod(shape))  # fmt: skip
+
+
+def _as_output(y, shape):
+    """The output's elements ``y`` (flat, a fresh array) as :meth:`Tape.forward` gives an
+    output of ``shape``: a NumPy scalar for a 0-d one."""
+    if not shape:
+        return y[0]
+    return y if len(shape) == 1 else y.reshape(shape)
 
 
 def jacobian(t, *args, mode="auto", sparse=False):
